@@ -1,0 +1,131 @@
+// Package attend computes scaled dot-product attention for one head at a time:
+//
+//	out = softmax(scale · Q·Kᵀ + bias) · V
+//
+// It knows nothing of projections, batches or layers: the caller hands it per-head views of Q, K
+// and V and a Bias saying which keys each query may see. That keeps grouped K/V heads, per-head
+// biases, sliding windows and KV caches a matter of building the right views and Bias.
+package attend
+
+import (
+	"math"
+
+	"github.com/mhalab/mha/internal/kernel"
+)
+
+// Float is the element type attention runs in: float32 on the fast path, float64 for the
+// reference.
+type Float = kernel.Float
+
+// Head is one head's operands, as row-major views with row strides, so that head h of a
+// [T, H·d] projection is used in place (Q = proj[h·d:], LdQ = H·d) without a copy.
+//
+//	Q   [Tq, D]  stride LdQ
+//	K   [Tk, D]  stride LdK
+//	V   [Tk, Dv] stride LdV
+//	Out [Tq, Dv] stride LdOut, overwritten
+type Head[F Float] struct {
+	Q, K, V, Out         []F
+	LdQ, LdK, LdV, LdOut int
+	Tq, Tk, D, Dv        int
+}
+
+// Bias says which keys each query of one head may attend to and what is added to its scaled
+// scores, with PyTorch's polarity: true means "may not attend". Mask and Add are [Tq, Stride]
+// row-major; KeyPad is [Stride]. Keys at index Stride or later (the rows that add_bias_kv and
+// add_zero_attn append) are never masked, as PyTorch pads its masks with zeros for them. A nil
+// field means that kind of mask is absent; the zero Bias masks nothing.
+type Bias struct {
+	Causal bool      // query i may not attend key j > i among the first Stride keys (top-left aligned)
+	KeyPad []bool    // [Stride] true = padding key, masked for every query
+	Mask   []bool    // [Tq, Stride] true = may not attend
+	Add    []float32 // [Tq, Stride] added to the scaled scores (PyTorch's float attn_mask)
+	Stride int       // number of keys the masks describe
+}
+
+// Apply adds query i's bias to its row of scaled scores, setting masked keys to −Inf.
+func Apply[F Float](b *Bias, i int, row []F) {
+	n := min(b.Stride, len(row))
+	negInf := F(math.Inf(-1))
+	if b.Add != nil {
+		for j, a := range b.Add[i*b.Stride : i*b.Stride+n] {
+			row[j] += F(a)
+		}
+	}
+	if b.Mask != nil {
+		for j, m := range b.Mask[i*b.Stride : i*b.Stride+n] {
+			if m {
+				row[j] = negInf
+			}
+		}
+	}
+	if b.KeyPad != nil {
+		for j, m := range b.KeyPad[:n] {
+			if m {
+				row[j] = negInf
+			}
+		}
+	}
+	if b.Causal {
+		for j := i + 1; j < n; j++ {
+			row[j] = negInf
+		}
+	}
+}
+
+// Dropout zeroes attention weights with probability P and scales the kept ones by 1/(1−P), as
+// torch.nn.functional.dropout does in training. Draw returns a uniform value in [0, 1).
+type Dropout struct {
+	P    float64
+	Draw func() float64
+}
+
+// Steps receives a head's intermediate matrices as they are computed, for tracing; each is
+// [Tq, Tk] row-major and only valid during the call. A nil Steps records nothing.
+type Steps[F Float] struct {
+	Scores func(raw []F)    // Q·Kᵀ, before scaling
+	Scaled func(scaled []F) // scale·Q·Kᵀ + bias, −Inf where masked
+}
+
+// Dense computes h.Out = softmax(scale·h.Q·h.Kᵀ + bias)·h.V, building the full [Tq, Tk] weight
+// matrix in w (len(w) ≥ Tq·Tk), which holds the weights on return (after dropout, as PyTorch
+// returns them). A query whose keys are all masked gets weights 0 and output 0 rather than NaN;
+// Dense returns how many such rows it met. drop and steps may be nil.
+func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *Steps[F]) (fullyMasked int) {
+	tk := h.Tk
+	w = w[:h.Tq*tk]
+	alpha := scale
+	if steps != nil && steps.Scores != nil {
+		alpha = 1
+	}
+	kernel.Gemm(false, true, h.Tq, tk, h.D, alpha, h.Q, h.LdQ, h.K, h.LdK, 0, w, tk)
+	if alpha != scale {
+		steps.Scores(w)
+		for i := range w {
+			w[i] *= scale
+		}
+	}
+	for i := range h.Tq {
+		Apply(b, i, w[i*tk:(i+1)*tk])
+	}
+	if steps != nil && steps.Scaled != nil {
+		steps.Scaled(w)
+	}
+	for i := range h.Tq {
+		if !kernel.Softmax(w[i*tk : (i+1)*tk]) {
+			fullyMasked++
+		}
+	}
+	if drop != nil && drop.P > 0 {
+		keep := F(1 / (1 - drop.P))
+		for i := range w {
+			if drop.Draw() < drop.P {
+				w[i] = 0
+			} else {
+				w[i] *= keep
+			}
+		}
+	}
+	kernel.Gemm(false, false, h.Tq, h.Dv, tk, 1, w, tk, h.V, h.LdV, 0, h.Out, h.LdOut)
+	return fullyMasked
+}

@@ -1,0 +1,433 @@
+package mha
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mhalab/mha/attend"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// Options are the per-call arguments of Forward, named after nn.MultiheadAttention.forward's. The
+// zero value (or a nil *Options) is self- or cross-attention with no mask, no weights returned,
+// in evaluation mode.
+type Options struct {
+	// KeyPaddingMask is [B, Tk] ([Tk] for unbatched inputs); true marks a padding key that no
+	// query may attend.
+	KeyPaddingMask *tensor.Bool
+	// AttnMask is [Tq, Tk] or [B·H, Tq, Tk] (index b·H + h); true means query i may not attend
+	// key j. This is PyTorch's boolean attn_mask.
+	AttnMask *tensor.Bool
+	// AttnBias is [Tq, Tk] or [B·H, Tq, Tk], added to the scaled scores; −Inf masks. This is
+	// PyTorch's float attn_mask. It may be given together with AttnMask.
+	AttnBias *tensor.Tensor
+	// Causal masks key j for query i when j > i (top-left alignment, also when Tq ≠ Tk). The
+	// keys appended by add_bias_kv and add_zero_attn stay visible, as in PyTorch.
+	Causal bool
+	// NeedWeights asks for the attention weights in Result.Weights.
+	NeedWeights bool
+	// PerHeadWeights returns weights per head, [B, H, Tq, Tk], instead of averaged over heads,
+	// [B, Tq, Tk]: PyTorch's average_attn_weights=False.
+	PerHeadWeights bool
+	// Training applies dropout (Config.Dropout) to the attention weights.
+	Training bool
+	// DropoutSeed seeds the dropout mask; the same seed gives the same mask.
+	DropoutSeed uint64
+}
+
+// Result is what Forward returns.
+type Result struct {
+	// Output is [B, Tq, E] ([Tq, E] for unbatched inputs).
+	Output *tensor.Tensor
+	// Weights is nil unless Options.NeedWeights: [B, Tq, Tk'] averaged over heads, or
+	// [B, H, Tq, Tk'] with Options.PerHeadWeights, where Tk' counts the key rows appended by
+	// add_bias_kv and add_zero_attn. Unbatched inputs drop the B dimension.
+	Weights *tensor.Tensor
+	// FullyMasked counts the (batch, head, query) rows whose keys were all masked. Their output
+	// and weights are 0; PyTorch returns NaN for them.
+	FullyMasked int
+}
+
+// Trace is every intermediate of one float64 Reference computation, laid out as in the
+// chapters. Tk counts the appended bias_kv and zero_attn rows.
+type Trace struct {
+	B, Tq, Tk, H, D, E int
+	Q                  []float64 // [B, Tq, E] query projection; head h is columns h·D … (h+1)·D
+	K, V               []float64 // [B, Tk, E] key and value projections
+	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
+	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
+	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled (0 in fully masked rows)
+	Concat             []float64 // [B, Tq, E] head outputs side by side
+	Output             []float64 // [B, Tq, E]
+	FullyMasked        int
+}
+
+// Forward computes multi-head attention of query over key and value in float32.
+//
+//	query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] → Output [B, Tq, E]
+//
+// Unbatched inputs [Tq, E], [Tk, kdim], [Tk, vdim] give unbatched results. With key and value
+// both nil it is self-attention (key = value = query). It returns an error wrapping ErrShape
+// when an input or mask does not fit the layer or the others.
+func (l *Layer) Forward(query, key, value *tensor.Tensor, opt *Options) (*Result, error) {
+	p, err := l.plan(query, key, value, opt)
+	if err != nil {
+		return nil, err
+	}
+	out, w, fully := run[float32](l, p, nil)
+	r := &Result{Output: &tensor.Tensor{Shape: p.outShape(l.cfg.EmbedDim), Data: out}, FullyMasked: fully}
+	if p.opt.NeedWeights {
+		r.Weights = p.weights(w, l.cfg.NumHeads)
+	}
+	return r, nil
+}
+
+// Reference computes the same as Forward in float64, step by step as the chapters write it, and
+// returns every intermediate. It is the oracle of the tests and the engine of `mha explain`: slow,
+// and it keeps all [Tq, Tk] matrices. Errors are as for Forward.
+func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trace, error) {
+	p, err := l.plan(query, key, value, opt)
+	if err != nil {
+		return nil, err
+	}
+	tr := &Trace{B: p.b, Tq: p.tq, Tk: p.tkx, H: l.cfg.NumHeads, D: l.cfg.HeadDim(), E: l.cfg.EmbedDim}
+	tr.Output, tr.Weights, tr.FullyMasked = run[float64](l, p, tr)
+	return tr, nil
+}
+
+// plan is a validated call: inputs as [B, T, features] and the sizes that follow.
+type plan struct {
+	q, k, v     *tensor.Tensor
+	opt         Options
+	b, tq, tk   int
+	tkx         int // tk plus the appended bias_kv and zero_attn rows
+	unbatched   bool
+	maskPerHead bool // AttnMask is [B·H, Tq, Tk]
+	biasPerHead bool // AttnBias is [B·H, Tq, Tk]
+}
+
+func (p *plan) outShape(e int) []int {
+	if p.unbatched {
+		return []int{p.tq, e}
+	}
+	return []int{p.b, p.tq, e}
+}
+
+// weights shapes the per-head weights w [B, H, Tq, Tkx] as the options ask.
+func (p *plan) weights(w []float32, h int) *tensor.Tensor {
+	shape := []int{p.b, h, p.tq, p.tkx}
+	if !p.opt.PerHeadWeights {
+		n := p.tq * p.tkx
+		avg := make([]float32, p.b*n)
+		for b := range p.b {
+			dst := avg[b*n : (b+1)*n]
+			for hh := range h {
+				kernel.Axpy(1, w[(b*h+hh)*n:(b*h+hh+1)*n], dst)
+			}
+			for i := range dst {
+				dst[i] /= float32(h)
+			}
+		}
+		w, shape = avg, []int{p.b, p.tq, p.tkx}
+	}
+	if p.unbatched {
+		shape = shape[1:]
+	}
+	return &tensor.Tensor{Shape: shape, Data: w}
+}
+
+// plan checks the inputs against the layer and each other.
+func (l *Layer) plan(query, key, value *tensor.Tensor, opt *Options) (*plan, error) {
+	c := l.cfg
+	p := &plan{}
+	if opt != nil {
+		p.opt = *opt
+	}
+	if query == nil {
+		return nil, fmt.Errorf("%w: query is nil, want [B Tq %d]", ErrShape, c.EmbedDim)
+	}
+	if (key == nil) != (value == nil) {
+		return nil, fmt.Errorf("%w: give key and value together, or neither for self-attention", ErrShape)
+	}
+	if key == nil {
+		if !c.sameDims() {
+			return nil, fmt.Errorf("%w: self-attention needs kdim = vdim = E, the layer has kdim %d, vdim %d, E %d", ErrShape, c.kdim(), c.vdim(), c.EmbedDim)
+		}
+		key, value = query, query
+	}
+	if err := checkData("query", query.Shape, len(query.Data)); err != nil {
+		return nil, err
+	}
+	switch len(query.Shape) {
+	case 3:
+	case 2:
+		p.unbatched = true
+	default:
+		return nil, fmt.Errorf("%w: query is %v, want [B Tq %d] or unbatched [Tq %d]", ErrShape, query.Shape, c.EmbedDim, c.EmbedDim)
+	}
+	var err error
+	if p.q, err = batched("query", query, p.unbatched, "Tq", c.EmbedDim); err != nil {
+		return nil, err
+	}
+	if p.k, err = batched("key", key, p.unbatched, "Tk", c.kdim()); err != nil {
+		return nil, err
+	}
+	if p.v, err = batched("value", value, p.unbatched, "Tk", c.vdim()); err != nil {
+		return nil, err
+	}
+	p.b, p.tq, p.tk = p.q.Shape[0], p.q.Shape[1], p.k.Shape[1]
+	if p.k.Shape[0] != p.b || p.v.Shape[0] != p.b {
+		return nil, fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", ErrShape, p.b, p.k.Shape[0], p.v.Shape[0])
+	}
+	if p.v.Shape[1] != p.tk {
+		return nil, fmt.Errorf("%w: key has %d rows and value %d, want the same", ErrShape, p.tk, p.v.Shape[1])
+	}
+	p.tkx = p.tk
+	if c.AddBiasKV {
+		p.tkx++
+	}
+	if c.AddZeroAttn {
+		p.tkx++
+	}
+	if m := p.opt.KeyPaddingMask; m != nil {
+		want := []int{p.b, p.tk}
+		if p.unbatched {
+			want = want[1:]
+		}
+		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
+			return nil, err
+		}
+		if !slices.Equal(m.Shape, want) {
+			return nil, fmt.Errorf("%w: key_padding_mask is %v, want %v", ErrShape, m.Shape, want)
+		}
+	}
+	if m := p.opt.AttnMask; m != nil {
+		if p.maskPerHead, err = p.checkAttnMask("attn_mask", m.Shape, len(m.Data), c.NumHeads); err != nil {
+			return nil, err
+		}
+	}
+	if m := p.opt.AttnBias; m != nil {
+		if p.biasPerHead, err = p.checkAttnMask("attn_bias", m.Shape, len(m.Data), c.NumHeads); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// checkData reports an error when a tensor's data does not fill its shape.
+func checkData(name string, shape []int, n int) error {
+	want, err := tensor.NumElements(shape)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrShape, name, err)
+	}
+	if want != n {
+		return fmt.Errorf("%w: %s is %v (%d values) but holds %d values", ErrShape, name, shape, want, n)
+	}
+	return nil
+}
+
+// batched checks that t is [B, T, features] (or [T, features] when unbatched) and returns it as
+// three-dimensional.
+func batched(name string, t *tensor.Tensor, unbatched bool, rows string, features int) (*tensor.Tensor, error) {
+	if err := checkData(name, t.Shape, len(t.Data)); err != nil {
+		return nil, err
+	}
+	if unbatched {
+		if len(t.Shape) != 2 || t.Shape[1] != features {
+			return nil, fmt.Errorf("%w: %s is %v, want unbatched [%s %d] like the query", ErrShape, name, t.Shape, rows, features)
+		}
+		return &tensor.Tensor{Shape: []int{1, t.Shape[0], features}, Data: t.Data}, nil
+	}
+	if len(t.Shape) != 3 || t.Shape[2] != features {
+		return nil, fmt.Errorf("%w: %s is %v, want [B %s %d]", ErrShape, name, t.Shape, rows, features)
+	}
+	return t, nil
+}
+
+// checkAttnMask checks an attention mask's shape, [Tq, Tk] or [B·H, Tq, Tk], and reports
+// whether it is per head.
+func (p *plan) checkAttnMask(name string, shape []int, n, heads int) (perHead bool, err error) {
+	if err := checkData(name, shape, n); err != nil {
+		return false, err
+	}
+	switch {
+	case slices.Equal(shape, []int{p.tq, p.tk}):
+		return false, nil
+	case slices.Equal(shape, []int{p.b * heads, p.tq, p.tk}):
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %s is %v, want [%d %d] or [%d %d %d] (Tq Tk or B·H Tq Tk)", ErrShape, name, shape, p.tq, p.tk, p.b*heads, p.tq, p.tk)
+}
+
+// bias returns the mask description of batch b, head h.
+func (p *plan) bias(b, h, heads int) attend.Bias {
+	bias := attend.Bias{Causal: p.opt.Causal, Stride: p.tk}
+	n := p.tq * p.tk
+	if m := p.opt.KeyPaddingMask; m != nil {
+		bias.KeyPad = m.Data[b*p.tk : (b+1)*p.tk]
+	}
+	if m := p.opt.AttnMask; m != nil {
+		bias.Mask = m.Data
+		if p.maskPerHead {
+			bias.Mask = m.Data[(b*heads+h)*n : (b*heads+h+1)*n]
+		}
+	}
+	if m := p.opt.AttnBias; m != nil {
+		bias.Add = m.Data
+		if p.biasPerHead {
+			bias.Add = m.Data[(b*heads+h)*n : (b*heads+h+1)*n]
+		}
+	}
+	return bias
+}
+
+// run is the layer's computation in precision F. It returns the output [B, Tq, E], the per-head
+// weights [B, H, Tq, Tkx] when they were asked for or traced, and the count of fully masked rows.
+func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
+	c := l.cfg
+	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
+	wq, wk, wv := l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
+	if w := l.param("in_proj_weight"); w != nil {
+		wq, wk, wv = w[:e*e], w[e*e:2*e*e], w[2*e*e:]
+	}
+	var bq, bk, bv []float32
+	if b := l.param("in_proj_bias"); b != nil {
+		bq, bk, bv = b[:e], b[e:2*e], b[2*e:]
+	}
+
+	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, all [B, T, E].
+	q := linear(as[F](p.q.Data), p.b*p.tq, c.EmbedDim, wq, bq, e)
+	k := linear(as[F](p.k.Data), p.b*p.tk, c.kdim(), wk, bk, e)
+	v := linear(as[F](p.v.Data), p.b*p.tk, c.vdim(), wv, bv, e)
+	k = appendRows(k, p, e, l.param("bias_k"), c.AddZeroAttn)
+	v = appendRows(v, p, e, l.param("bias_v"), c.AddZeroAttn)
+
+	// Each head attends in its own d-wide column block; head outputs land side by side in concat.
+	n := p.tq * p.tkx
+	keepWeights := p.opt.NeedWeights || tr != nil
+	var w []F
+	if keepWeights {
+		w = make([]F, p.b*heads*n)
+	} else {
+		w = make([]F, n)
+	}
+	concat := make([]F, p.b*p.tq*e)
+	scale := F(1 / math.Sqrt(float64(d)))
+	for b := range p.b {
+		for h := range heads {
+			hd := &attend.Head[F]{
+				Q: view(q, b*p.tq*e+h*d), LdQ: e,
+				K: view(k, b*p.tkx*e+h*d), LdK: e,
+				V: view(v, b*p.tkx*e+h*d), LdV: e,
+				Out: view(concat, b*p.tq*e+h*d), LdOut: e,
+				Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
+			}
+			bias := p.bias(b, h, heads)
+			wh := w
+			if keepWeights {
+				wh = w[(b*heads+h)*n : (b*heads+h+1)*n]
+			}
+			var drop *attend.Dropout
+			if p.opt.Training && c.Dropout > 0 {
+				rng := tensor.NewRNG(p.opt.DropoutSeed ^ uint64(b*heads+h+1)*0x9e3779b97f4a7c15)
+				drop = &attend.Dropout{P: c.Dropout, Draw: rng.Float64}
+			}
+			fullyMasked += attend.Dense(hd, &bias, scale, drop, wh, traceSteps[F](tr, (b*heads+h)*n))
+		}
+	}
+
+	// The output projection: Concat(head_1 … head_H)·W_oᵀ + b_o.
+	out = linear(concat, p.b*p.tq, e, l.param("out_proj.weight"), l.param("out_proj.bias"), e)
+	if tr != nil {
+		tr.Q, tr.K, tr.V, tr.Concat = f64(q), f64(k), f64(v), f64(concat)
+	}
+	if keepWeights {
+		weights = w
+	}
+	return out, weights, fullyMasked
+}
+
+// traceSteps returns the hooks that copy one head's scores into tr at offset off, or nil when
+// not tracing.
+func traceSteps[F kernel.Float](tr *Trace, off int) *attend.Steps[F] {
+	if tr == nil {
+		return nil
+	}
+	if tr.Scores == nil {
+		n := tr.B * tr.H * tr.Tq * tr.Tk
+		tr.Scores, tr.Scaled = make([]float64, n), make([]float64, n)
+	}
+	save := func(dst []float64) func([]F) {
+		return func(src []F) {
+			for i, x := range src {
+				dst[off+i] = float64(x)
+			}
+		}
+	}
+	return &attend.Steps[F]{Scores: save(tr.Scores), Scaled: save(tr.Scaled)}
+}
+
+// linear returns x·wᵀ + bias for x [rows, in] and w [out, in]; bias [out] may be nil.
+func linear[F kernel.Float](x []F, rows, in int, w, bias []float32, out int) []F {
+	y := make([]F, rows*out)
+	var beta F
+	if bias != nil {
+		bf := as[F](bias)
+		for r := range rows {
+			copy(y[r*out:(r+1)*out], bf)
+		}
+		beta = 1
+	}
+	kernel.Gemm(false, true, rows, out, in, 1, x, in, as[F](w), in, beta, y, out)
+	return y
+}
+
+// appendRows returns x [B, Tk, E] with bias [E] (when not nil) and then a zero row (when zero)
+// appended to every batch's rows, giving [B, Tkx, E].
+func appendRows[F kernel.Float](x []F, p *plan, e int, bias []float32, zero bool) []F {
+	if p.tkx == p.tk {
+		return x
+	}
+	y := make([]F, 0, p.b*p.tkx*e)
+	for b := range p.b {
+		y = append(y, x[b*p.tk*e:(b+1)*p.tk*e]...)
+		if bias != nil {
+			y = append(y, as[F](bias)...)
+		}
+		if zero {
+			y = append(y, make([]F, e)...)
+		}
+	}
+	return y
+}
+
+// view returns s from offset off, or an empty slice when off is past the end (zero-size inputs).
+func view[F any](s []F, off int) []F {
+	return s[min(off, len(s)):]
+}
+
+// as returns x in precision F: x itself for float32, a converted copy otherwise.
+func as[F kernel.Float](x []float32) []F {
+	if y, ok := any(x).([]F); ok {
+		return y
+	}
+	y := make([]F, len(x))
+	for i, v := range x {
+		y[i] = F(v)
+	}
+	return y
+}
+
+// f64 returns x as float64 values (x itself when it already is).
+func f64[F kernel.Float](x []F) []float64 {
+	if y, ok := any(x).([]float64); ok {
+		return y
+	}
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}

@@ -1,0 +1,3 @@
+module github.com/mhalab/mha
+
+go 1.26

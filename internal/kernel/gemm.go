@@ -1,0 +1,117 @@
+// Package kernel holds the numeric loops under the attention layer: matrix products and the
+// row operations of softmax. Every function here works on float32 and float64 alike; the float64
+// instantiation is the reference the tests and `mha explain` trust, the float32 one is the path
+// the layer runs.
+package kernel
+
+import "fmt"
+
+// Float is the element type of every kernel.
+type Float interface {
+	~float32 | ~float64
+}
+
+// Gemm computes C = alpha·op(A)·op(B) + beta·C, where op(X) is X, or Xᵀ when the matching trans
+// flag is set. All matrices are row-major: op(A) is m×k, op(B) is k×n and C is m×n, with leading
+// dimensions (row strides) lda, ldb and ldc. When beta is 0, C is overwritten without being read,
+// so NaN or Inf left in it do not propagate. Gemm panics when a slice is too short for the
+// dimensions given: callers validate shapes before they get here.
+func Gemm[F Float](transA, transB bool, m, n, k int, alpha F, a []F, lda int, b []F, ldb int, beta F, c []F, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	checkLen("C", c, m, n, ldc)
+	if transA {
+		checkLen("A", a, k, m, lda)
+	} else {
+		checkLen("A", a, m, k, lda)
+	}
+	if transB {
+		checkLen("B", b, n, k, ldb)
+	} else {
+		checkLen("B", b, k, n, ldb)
+	}
+	for i := range m {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+		} else if beta != 1 {
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+	if k == 0 || alpha == 0 {
+		return
+	}
+	switch {
+	case !transA && !transB:
+		for i := range m {
+			ci := c[i*ldc : i*ldc+n]
+			for p, av := range a[i*lda : i*lda+k] {
+				Axpy(alpha*av, b[p*ldb:p*ldb+n], ci)
+			}
+		}
+	case !transA && transB:
+		for i := range m {
+			ai := a[i*lda : i*lda+k]
+			ci := c[i*ldc : i*ldc+n]
+			for j := range ci {
+				ci[j] += alpha * Dot(ai, b[j*ldb:j*ldb+k])
+			}
+		}
+	case transA && !transB:
+		for p := range k {
+			bp := b[p*ldb : p*ldb+n]
+			for i, av := range a[p*lda : p*lda+m] {
+				Axpy(alpha*av, bp, c[i*ldc:i*ldc+n])
+			}
+		}
+	default:
+		for i := range m {
+			ci := c[i*ldc : i*ldc+n]
+			for j := range ci {
+				var s F
+				for p := range k {
+					s += a[p*lda+i] * b[j*ldb+p]
+				}
+				ci[j] += alpha * s
+			}
+		}
+	}
+}
+
+// checkLen panics unless x holds a rows×cols matrix with row stride ld.
+func checkLen[F Float](name string, x []F, rows, cols, ld int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if ld < cols || len(x) < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("kernel: %s has %d values and stride %d, too few for %d×%d", name, len(x), ld, rows, cols))
+	}
+}
+
+// Dot returns Σ x[i]·y[i] over len(x) values; y must be at least as long as x.
+func Dot[F Float](x, y []F) F {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 F
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * y[i]
+		s1 += x[i+1] * y[i+1]
+		s2 += x[i+2] * y[i+2]
+		s3 += x[i+3] * y[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Axpy computes y[i] += alpha·x[i] over len(x) values; y must be at least as long as x.
+func Axpy[F Float](alpha F, x, y []F) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}

@@ -1,0 +1,269 @@
+// Package mha is multi-head attention compatible with PyTorch's nn.MultiheadAttention
+// (batch_first=True): the same parameters under the same names and layouts, the same mask
+// polarity, the same outputs.
+//
+// The computation follows the textbook's steps, each visible in the code:
+//
+//	Q, K, V  = X_q·W_qᵀ + b_q,  X_k·W_kᵀ + b_k,  X_v·W_vᵀ + b_v   stacked projection [B, T, E]
+//	Q_i, K_i, V_i                                               head i = columns i·d … (i+1)·d
+//	head_i   = softmax(Q_i·K_iᵀ / √d + mask) · V_i              d = E / H
+//	output   = Concat(head_1 … head_H)·W_oᵀ + b_o
+//
+// One difference from PyTorch is deliberate: a query whose keys are all masked gets output 0 and
+// weights 0, where PyTorch returns NaN; Result.FullyMasked counts such rows.
+package mha
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// Errors returned by this package wrap one of these, so callers can tell the kinds apart with
+// errors.Is; the message of the wrapping error says what was expected and what came.
+var (
+	ErrConfig    = errors.New("mha: invalid config")
+	ErrShape     = errors.New("mha: bad shape")
+	ErrStateDict = errors.New("mha: bad state dict")
+)
+
+// Config describes a layer, with the meaning of nn.MultiheadAttention's arguments. The zero
+// value of every optional field is PyTorch's default, except that PyTorch's bias=True is
+// NoBias=false.
+type Config struct {
+	EmbedDim    int     // E, the model dimension of queries and outputs; > 0
+	NumHeads    int     // H; must divide EmbedDim
+	KDim        int     // features of key inputs; 0 means EmbedDim
+	VDim        int     // features of value inputs; 0 means EmbedDim
+	NoBias      bool    // PyTorch's bias=False: no in_proj_bias and no out_proj.bias
+	AddBiasKV   bool    // append learned rows bias_k and bias_v to the keys and values
+	AddZeroAttn bool    // append a row of zeros to the keys and values (after bias_k/bias_v)
+	Dropout     float64 // probability of zeroing an attention weight in training; in [0, 1)
+	Seed        uint64  // seed of the parameter initialisation
+}
+
+// MaxDim bounds every size in a Config, so that a size read from a file cannot ask for an absurd
+// allocation.
+const MaxDim = 1 << 16
+
+// HeadDim returns d = EmbedDim / NumHeads.
+func (c Config) HeadDim() int { return c.EmbedDim / c.NumHeads }
+
+func (c Config) kdim() int { return orDefault(c.KDim, c.EmbedDim) }
+func (c Config) vdim() int { return orDefault(c.VDim, c.EmbedDim) }
+
+// sameDims reports whether keys and values have E features, so PyTorch stacks the three input
+// projections into one in_proj_weight.
+func (c Config) sameDims() bool { return c.kdim() == c.EmbedDim && c.vdim() == c.EmbedDim }
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Validate reports whether c describes a layer New can build, wrapping ErrConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.EmbedDim <= 0:
+		return fmt.Errorf("%w: embed dim is %d, want > 0", ErrConfig, c.EmbedDim)
+	case c.NumHeads <= 0:
+		return fmt.Errorf("%w: num heads is %d, want > 0", ErrConfig, c.NumHeads)
+	case c.EmbedDim%c.NumHeads != 0:
+		return fmt.Errorf("%w: embed dim %d is not divisible by num heads %d", ErrConfig, c.EmbedDim, c.NumHeads)
+	case c.KDim < 0:
+		return fmt.Errorf("%w: kdim is %d, want > 0 (or 0 for embed dim)", ErrConfig, c.KDim)
+	case c.VDim < 0:
+		return fmt.Errorf("%w: vdim is %d, want > 0 (or 0 for embed dim)", ErrConfig, c.VDim)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("%w: dropout is %v, want a probability in [0, 1)", ErrConfig, c.Dropout)
+	}
+	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim()} {
+		if d > MaxDim {
+			return fmt.Errorf("%w: dimension %d is larger than %d", ErrConfig, d, MaxDim)
+		}
+	}
+	return nil
+}
+
+// Layer is a multi-head attention layer. Its Forward is safe to call from many goroutines at
+// once; changing its parameters (LoadStateDict, writing through Parameters) while a Forward runs
+// is not.
+type Layer struct {
+	cfg    Config
+	params []Param // in PyTorch's state-dict order
+}
+
+// Param is one named parameter. T is the layer's own tensor, not a copy.
+type Param struct {
+	Name string
+	T    *tensor.Tensor
+}
+
+// New returns a layer for cfg with parameters initialised as nn.MultiheadAttention does, drawn
+// from cfg.Seed: xavier-uniform in_proj_weight (or q/k/v_proj_weight), zero in_proj_bias and
+// out_proj.bias, nn.Linear's default init for out_proj.weight, xavier-normal bias_k and bias_v.
+// It returns an error wrapping ErrConfig when cfg is invalid.
+func New(cfg Config) (*Layer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Layer{cfg: cfg}
+	for _, s := range cfg.paramShapes() {
+		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
+	}
+	rng := tensor.NewRNG(cfg.Seed)
+	for _, p := range l.params {
+		switch p.Name {
+		case "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight":
+			rng.XavierUniform(p.T)
+		case "out_proj.weight":
+			rng.LinearDefault(p.T)
+		case "bias_k", "bias_v":
+			rng.XavierNormal(p.T)
+		}
+	}
+	return l, nil
+}
+
+type paramShape struct {
+	name  string
+	shape []int
+}
+
+// paramShapes lists the parameters of a layer for c, with PyTorch's names, shapes and order.
+func (c Config) paramShapes() []paramShape {
+	e := c.EmbedDim
+	var s []paramShape
+	if c.sameDims() {
+		s = append(s, paramShape{"in_proj_weight", []int{3 * e, e}})
+	} else {
+		s = append(s,
+			paramShape{"q_proj_weight", []int{e, e}},
+			paramShape{"k_proj_weight", []int{e, c.kdim()}},
+			paramShape{"v_proj_weight", []int{e, c.vdim()}})
+	}
+	if !c.NoBias {
+		s = append(s, paramShape{"in_proj_bias", []int{3 * e}})
+	}
+	if c.AddBiasKV {
+		s = append(s, paramShape{"bias_k", []int{1, 1, e}}, paramShape{"bias_v", []int{1, 1, e}})
+	}
+	s = append(s, paramShape{"out_proj.weight", []int{e, e}})
+	if !c.NoBias {
+		s = append(s, paramShape{"out_proj.bias", []int{e}})
+	}
+	return s
+}
+
+// Config returns the layer's configuration.
+func (l *Layer) Config() Config { return l.cfg }
+
+// Parameters returns the layer's parameters in PyTorch's state-dict order. The tensors are the
+// layer's own: writing to them changes the layer.
+func (l *Layer) Parameters() []Param { return slices.Clone(l.params) }
+
+// NumParams returns the number of scalar parameters: 4·E² + 4·E for the default config (the
+// chapters' 4·d_model², plus biases).
+func (l *Layer) NumParams() int {
+	n := 0
+	for _, p := range l.params {
+		n += len(p.T.Data)
+	}
+	return n
+}
+
+// param returns the parameter called name, or nil when the layer has none.
+func (l *Layer) param(name string) []float32 {
+	for _, p := range l.params {
+		if p.Name == name {
+			return p.T.Data
+		}
+	}
+	return nil
+}
+
+// StateDict returns the parameters by PyTorch name, as nn.MultiheadAttention.state_dict() does.
+// The tensors are the layer's own, not copies.
+func (l *Layer) StateDict() map[string]*tensor.Tensor {
+	sd := make(map[string]*tensor.Tensor, len(l.params))
+	for _, p := range l.params {
+		sd[p.Name] = p.T
+	}
+	return sd
+}
+
+// LoadStateDict copies sd's tensors into the layer's parameters, strictly as PyTorch's
+// load_state_dict does: every parameter must be present with its exact shape and no other name
+// may appear. On error (wrapping ErrStateDict) the layer is unchanged.
+func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
+	for _, p := range l.params {
+		t, ok := sd[p.Name]
+		if !ok {
+			return fmt.Errorf("%w: missing %q (want %s)", ErrStateDict, p.Name, describe(l.params))
+		}
+		if !slices.Equal(t.Shape, p.T.Shape) || len(t.Data) != len(p.T.Data) {
+			return fmt.Errorf("%w: %s is %v, want %v", ErrStateDict, p.Name, t.Shape, p.T.Shape)
+		}
+	}
+	if len(sd) != len(l.params) {
+		for _, name := range slices.Sorted(maps.Keys(sd)) {
+			if l.param(name) == nil {
+				return fmt.Errorf("%w: unexpected %q (want %s)", ErrStateDict, name, describe(l.params))
+			}
+		}
+	}
+	for _, p := range l.params {
+		copy(p.T.Data, sd[p.Name].Data)
+	}
+	return nil
+}
+
+func describe(ps []Param) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = fmt.Sprintf("%s %v", p.Name, p.T.Shape)
+	}
+	return strings.Join(names, ", ")
+}
+
+// InferConfig reads the embed dim, kdim, vdim, bias and add_bias_kv from the names and shapes in
+// an nn.MultiheadAttention state dict, with numHeads heads. AddZeroAttn, Dropout and Seed are
+// not stored in a state dict and are left zero. It returns an error wrapping ErrStateDict when sd
+// is not such a state dict, or ErrConfig when the sizes do not make a valid layer.
+func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
+	out, ok := sd["out_proj.weight"]
+	if !ok {
+		return Config{}, fmt.Errorf("%w: no out_proj.weight (have %s)", ErrStateDict, strings.Join(slices.Sorted(maps.Keys(sd)), ", "))
+	}
+	if len(out.Shape) != 2 || out.Shape[0] != out.Shape[1] {
+		return Config{}, fmt.Errorf("%w: out_proj.weight is %v, want [E E]", ErrStateDict, out.Shape)
+	}
+	cfg := Config{EmbedDim: out.Shape[0], NumHeads: numHeads}
+	if _, ok := sd["in_proj_weight"]; !ok {
+		k, v := sd["k_proj_weight"], sd["v_proj_weight"]
+		if k == nil || v == nil {
+			return Config{}, fmt.Errorf("%w: neither in_proj_weight nor k_proj_weight and v_proj_weight", ErrStateDict)
+		}
+		if len(k.Shape) != 2 || len(v.Shape) != 2 {
+			return Config{}, fmt.Errorf("%w: k_proj_weight is %v and v_proj_weight %v, want [E kdim] and [E vdim]", ErrStateDict, k.Shape, v.Shape)
+		}
+		cfg.KDim, cfg.VDim = k.Shape[1], v.Shape[1]
+		if cfg.sameDims() {
+			// PyTorch stores separate projections only when kdim or vdim differ from E.
+			return Config{}, fmt.Errorf("%w: q/k/v_proj_weight with kdim = vdim = E = %d; PyTorch names these in_proj_weight", ErrStateDict, cfg.EmbedDim)
+		}
+	}
+	_, hasBias := sd["in_proj_bias"]
+	cfg.NoBias = !hasBias
+	_, cfg.AddBiasKV = sd["bias_k"]
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
