@@ -110,9 +110,9 @@ func ShapeString(shape []int) string {
 }
 
 // RelError returns ‖got − want‖₂ / ‖want‖₂ computed in float64, the measure the tests use to
-// compare a result against a reference. When want is all zeros it returns ‖got‖₂. It panics when
+// compare a float32 or float64 result against a float64 reference. When want is all zeros it returns ‖got‖₂. It panics when
 // the lengths differ.
-func RelError(got []float32, want []float64) float64 {
+func RelError[F float32 | float64](got []F, want []float64) float64 {
 	if len(got) != len(want) {
 		panic(fmt.Sprintf("tensor: RelError of %d and %d values", len(got), len(want)))
 	}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/tensor"
+	"github.com/spf13/cobra"
+)
+
+// maxExplained bounds the values one explained matrix may hold: explain prints every one.
+const maxExplained = 20000
+
+func newExplainCmd() *cobra.Command {
+	var (
+		f      layerFlags
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:   "explain [--weights W.safetensors --input IN.safetensors --heads N] [--format text|markdown|json]",
+		Short: "Print a multi-head attention computation step by step, every matrix and value",
+		Long: `Explain computes multi-head attention in float64 and prints each step as the chapters write
+it: input, Q/K/V projections, per-head Q_i K_i V_i, scores, scaled scores, softmax weights, head
+outputs, concatenation, output and the parameter count. Weights are shown in the chapters' X·W
+form (PyTorch stores their transposes).
+
+With no arguments it runs chapter 003's worked example (d_model = 4, h = 2) and checks the numbers
+the chapter prints against the computed ones. With --weights, --input and --heads it explains a
+small case of your own, read as 'mha run' reads it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			render, ok := renderers[format]
+			if !ok {
+				return fmt.Errorf("--format is %q, want text, markdown or json", format)
+			}
+			var (
+				j   *job
+				err error
+			)
+			chapter := f.weights == "" && f.input == "" && f.heads == 0
+			if chapter {
+				j, err = chapterJob()
+			} else {
+				j, err = f.load()
+			}
+			if err != nil {
+				return err
+			}
+			ex, err := explain(j)
+			if err != nil {
+				return err
+			}
+			if chapter {
+				ex.Title = "Chapter 003's worked example: d_model = 4, h = 2, d_k = d_v = 2"
+				ex.Checks = chapterChecks(j, ex.trace)
+			}
+			return render(cmd.OutOrStdout(), ex)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text, markdown or json")
+	return cmd
+}
+
+// explanation is what explain prints, independent of the format.
+type explanation struct {
+	Title  string  `json:"title"`
+	Config config  `json:"config"`
+	Steps  []step  `json:"steps"`
+	Checks []check `json:"checks,omitempty"`
+	trace  *mha.Trace
+}
+
+type config struct {
+	Batch       int  `json:"batch"`
+	Tq          int  `json:"tq"`
+	Tk          int  `json:"tk"`
+	EmbedDim    int  `json:"embed_dim"`
+	NumHeads    int  `json:"num_heads"`
+	HeadDim     int  `json:"head_dim"`
+	Bias        bool `json:"bias"`
+	AddBiasKV   bool `json:"add_bias_kv"`
+	AddZeroAttn bool `json:"add_zero_attn"`
+	Causal      bool `json:"causal"`
+	FullyMasked int  `json:"fully_masked_rows"`
+}
+
+// step is one stage of the computation.
+type step struct {
+	Title    string   `json:"title"`
+	Formula  string   `json:"formula"`
+	Notes    []string `json:"notes,omitempty"`
+	Matrices []matrix `json:"matrices"`
+}
+
+// matrix is a named two-dimensional block of values.
+type matrix struct {
+	Name   string  `json:"name"`
+	Rows   int     `json:"rows"`
+	Cols   int     `json:"cols"`
+	Values [][]num `json:"values"`
+}
+
+// check compares a number the chapter prints with the computed one.
+type check struct {
+	What     string `json:"what"`
+	Chapter  string `json:"chapter"`
+	Computed string `json:"computed"`
+	Agrees   bool   `json:"agrees"`
+}
+
+// block returns rows×cols values of data starting at off with row stride ld.
+func block(name string, data []float64, off, rows, cols, ld int) matrix {
+	m := matrix{Name: name, Rows: rows, Cols: cols, Values: make([][]num, rows)}
+	for r := range rows {
+		m.Values[r] = make([]num, cols)
+		for c := range cols {
+			m.Values[r][c] = num(data[off+r*ld+c])
+		}
+	}
+	return m
+}
+
+// weightBlock returns rows r0 … r0+n of a PyTorch [out, in] weight, transposed into the chapters'
+// [in, n] form.
+func weightBlock(name string, w []float32, in, r0, n int) matrix {
+	m := matrix{Name: name, Rows: in, Cols: n, Values: make([][]num, in)}
+	for i := range in {
+		m.Values[i] = make([]num, n)
+		for c := range n {
+			m.Values[i][c] = num(w[(r0+c)*in+i])
+		}
+	}
+	return m
+}
+
+// explain runs j in float64 and describes every step.
+func explain(j *job) (*explanation, error) {
+	tr, err := j.layer.Reference(j.query, j.key, j.val, &j.opt)
+	if err != nil {
+		return nil, err
+	}
+	cfg := j.layer.Config()
+	b, tq, tk, h, d, e := tr.B, tr.Tq, tr.Tk, tr.H, tr.D, tr.E
+	if n := max(b*tq*e, b*tk*e, tq*tk, e*e); n > maxExplained || b*h > 64 {
+		return nil, fmt.Errorf("explain prints every value, and this case has matrices of %d values in %d batch×head blocks (at most %d and 64); use 'mha run' for large inputs", n, b*h, maxExplained)
+	}
+	ex := &explanation{trace: tr, Title: "Multi-head attention, step by step", Config: config{
+		Batch: b, Tq: tq, Tk: tk, EmbedDim: e, NumHeads: h, HeadDim: d, Bias: !cfg.NoBias,
+		AddBiasKV: cfg.AddBiasKV, AddZeroAttn: cfg.AddZeroAttn, Causal: j.opt.Causal, FullyMasked: tr.FullyMasked,
+	}}
+	batch := func(name string, bi int) string {
+		if b == 1 {
+			return name
+		}
+		return fmt.Sprintf("%s (batch %d)", name, bi)
+	}
+	sd := j.layer.StateDict()
+
+	// 1. Inputs.
+	in := step{Title: "Input", Formula: "X ∈ ℝ^{n×d_model}"}
+	inputs := []struct {
+		name string
+		t    *tensor.Tensor
+	}{{"X", j.query}}
+	if j.key != nil {
+		in.Formula = "X_q ∈ ℝ^{n_q×d_model}, X_k ∈ ℝ^{n_k×kdim}, X_v ∈ ℝ^{n_k×vdim}"
+		inputs = []struct {
+			name string
+			t    *tensor.Tensor
+		}{{"X_q", j.query}, {"X_k", j.key}, {"X_v", j.val}}
+	}
+	for _, x := range inputs {
+		x64 := toF64(x.t.Data)
+		rows, cols := x.t.Shape[len(x.t.Shape)-2], x.t.Shape[len(x.t.Shape)-1]
+		for bi := range b {
+			in.Matrices = append(in.Matrices, block(batch(x.name, bi), x64, bi*rows*cols, rows, cols, cols))
+		}
+	}
+	ex.Steps = append(ex.Steps, in)
+
+	// 2. Parameters, in the chapters' X·W form.
+	par := step{Title: "Parameters", Formula: "W_i^Q, W_i^K ∈ ℝ^{d_model×d_k}, W_i^V ∈ ℝ^{d_model×d_v}, W^O ∈ ℝ^{d_model×d_model}",
+		Notes: []string{"PyTorch stores the transposes: in_proj_weight = [W^Q W^K W^V]ᵀ stacked by rows, out_proj.weight = (W^O)ᵀ; head i owns rows i·d_k … (i+1)·d_k of each block."}}
+	for _, p := range []struct {
+		sym, name string
+		r0        int
+	}{{"Q", "q_proj_weight", 0}, {"K", "k_proj_weight", e}, {"V", "v_proj_weight", 2 * e}} {
+		w, r0, inDim := sd["in_proj_weight"], p.r0, e
+		if w == nil {
+			w, r0, inDim = sd[p.name], 0, sd[p.name].Shape[1]
+		}
+		for hi := range h {
+			par.Matrices = append(par.Matrices, weightBlock(fmt.Sprintf("W_%d^%s", hi+1, p.sym), w.Data, inDim, r0+hi*d, d))
+		}
+	}
+	par.Matrices = append(par.Matrices, weightBlock("W^O", sd["out_proj.weight"].Data, e, 0, e))
+	for _, name := range []string{"in_proj_bias", "out_proj.bias", "bias_k", "bias_v"} {
+		if t := sd[name]; t != nil {
+			par.Matrices = append(par.Matrices, block(name, toF64(t.Data), 0, 1, len(t.Data), len(t.Data)))
+		}
+	}
+	ex.Steps = append(ex.Steps, par)
+
+	// 3. Stacked projections.
+	proj := step{Title: "Projections (all heads at once)", Formula: "Q = X_q·W^Q + b_q,  K = X_k·W^K + b_k,  V = X_v·W^V + b_v"}
+	if cfg.AddBiasKV || cfg.AddZeroAttn {
+		proj.Notes = append(proj.Notes, fmt.Sprintf("K and V end with %d appended row(s): bias_k/bias_v (add_bias_kv) then zeros (add_zero_attn).", tk-tr.Tk+btoi(cfg.AddBiasKV)+btoi(cfg.AddZeroAttn)))
+	}
+	for bi := range b {
+		proj.Matrices = append(proj.Matrices,
+			block(batch("Q", bi), tr.Q, bi*tq*e, tq, e, e),
+			block(batch("K", bi), tr.K, bi*tk*e, tk, e, e),
+			block(batch("V", bi), tr.V, bi*tk*e, tk, e, e))
+	}
+	ex.Steps = append(ex.Steps, proj)
+
+	// 4–8. Per head.
+	split := step{Title: "Split into heads", Formula: "Q_i = Q[:, i·d_k … (i+1)·d_k] (and K_i, V_i): reshape [n, d_model] → [h, n, d_k]"}
+	scores := step{Title: "Scores", Formula: "S_i = Q_i·K_iᵀ ∈ ℝ^{n_q×n_k}"}
+	scaled := step{Title: "Scaled scores", Formula: fmt.Sprintf("S_i/√d_k + mask   (√d_k = √%d = %.4f)", d, math.Sqrt(float64(d))),
+		Notes: []string{"-inf marks a key the query may not attend (masks use PyTorch's polarity: true = masked)."}}
+	weights := step{Title: "Attention weights", Formula: "A_i = softmax(S_i/√d_k + mask), each row sums to 1"}
+	if tr.FullyMasked > 0 {
+		weights.Notes = append(weights.Notes, fmt.Sprintf("%d row(s) had every key masked: their weights and outputs are 0 (PyTorch gives NaN).", tr.FullyMasked))
+	}
+	heads := step{Title: "Head outputs", Formula: "head_i = A_i·V_i ∈ ℝ^{n_q×d_v}"}
+	for bi := range b {
+		for hi := range h {
+			name := func(s string) string { return batch(fmt.Sprintf(s, hi+1), bi) }
+			sq := (bi*h + hi) * tq * tk
+			split.Matrices = append(split.Matrices,
+				block(name("Q_%d"), tr.Q, bi*tq*e+hi*d, tq, d, e),
+				block(name("K_%d"), tr.K, bi*tk*e+hi*d, tk, d, e),
+				block(name("V_%d"), tr.V, bi*tk*e+hi*d, tk, d, e))
+			scores.Matrices = append(scores.Matrices, block(name("S_%d"), tr.Scores, sq, tq, tk, tk))
+			scaled.Matrices = append(scaled.Matrices, block(name("S_%d/√d_k"), tr.Scaled, sq, tq, tk, tk))
+			weights.Matrices = append(weights.Matrices, block(name("A_%d"), tr.Weights, sq, tq, tk, tk))
+			heads.Matrices = append(heads.Matrices, block(name("head_%d"), tr.Concat, bi*tq*e+hi*d, tq, d, e))
+		}
+	}
+	ex.Steps = append(ex.Steps, split, scores, scaled, weights, heads)
+
+	// 9–10. Concatenation and output.
+	cat := step{Title: "Concatenation", Formula: "Concat(head_1 … head_h) ∈ ℝ^{n_q×h·d_v} = ℝ^{n_q×d_model}"}
+	out := step{Title: "Output", Formula: "Output = Concat·W^O + b_o"}
+	for bi := range b {
+		cat.Matrices = append(cat.Matrices, block(batch("Concat", bi), tr.Concat, bi*tq*e, tq, e, e))
+		out.Matrices = append(out.Matrices, block(batch("Output", bi), tr.Output, bi*tq*e, tq, e, e))
+	}
+	ex.Steps = append(ex.Steps, cat, out)
+
+	// 11. Parameter count.
+	count := step{Title: "Parameter count", Formula: "4·d_model² + 4·d_model for the default layer (W^Q, W^K, W^V, W^O and their biases)"}
+	for _, p := range j.layer.Parameters() {
+		count.Notes = append(count.Notes, fmt.Sprintf("%-16s %-12s %d", p.Name, fmt.Sprint(p.T.Shape), len(p.T.Data)))
+	}
+	count.Notes = append(count.Notes, fmt.Sprintf("total            %d", j.layer.NumParams()))
+	ex.Steps = append(ex.Steps, count)
+	return ex, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func toF64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}

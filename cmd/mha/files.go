@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// layerFlags are the flags that describe where a layer and its input come from.
+type layerFlags struct {
+	weights, input, prefix string
+	heads                  int
+	addZeroAttn, causal    bool
+}
+
+// job is one forward call read from files.
+type job struct {
+	layer           *mha.Layer
+	query, key, val *tensor.Tensor
+	opt             mha.Options
+}
+
+// load reads the layer and its input as the flags say.
+func (f *layerFlags) load() (*job, error) {
+	switch {
+	case f.weights == "":
+		return nil, fmt.Errorf("--weights is required: a .safetensors file with nn.MultiheadAttention's state dict")
+	case f.input == "":
+		return nil, fmt.Errorf("--input is required: a .safetensors file with a query tensor")
+	case f.heads <= 0:
+		return nil, fmt.Errorf("--heads is %d, want the number of heads (> 0)", f.heads)
+	}
+	l, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
+	if err != nil {
+		return nil, err
+	}
+	j, err := loadInput(f.input, l.Config())
+	if err != nil {
+		return nil, err
+	}
+	j.layer = l
+	j.opt.Causal = f.causal
+	return j, nil
+}
+
+// loadLayer builds a layer from an nn.MultiheadAttention state dict stored in path, taking the
+// tensors whose names start with prefix (which is stripped).
+func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	sd := map[string]*tensor.Tensor{}
+	for _, name := range f.Names() {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if err := needFloat(f, name); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		t, err := f.Float32(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		sd[strings.TrimPrefix(name, prefix)] = t
+	}
+	if len(sd) == 0 {
+		return nil, fmt.Errorf("%s: no tensor named %q… (has %s)", path, prefix, strings.Join(f.Names(), ", "))
+	}
+	cfg, err := mha.InferConfig(sd, heads)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.AddZeroAttn = addZeroAttn
+	l, err := mha.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := l.LoadStateDict(sd); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// inputNames are the tensors an input file may hold.
+var inputNames = []string{"query", "key", "value", "key_padding_mask", "attn_mask"}
+
+// loadInput reads the query, optional key and value, and masks from path.
+func loadInput(path string, cfg mha.Config) (*job, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range f.Names() {
+		if !slices.Contains(inputNames, name) {
+			return nil, fmt.Errorf("%s: unexpected tensor %q (an input file holds %s)", path, name, strings.Join(inputNames, ", "))
+		}
+	}
+	if !f.Has("query") {
+		return nil, fmt.Errorf("%s: no tensor \"query\" ([B Tq %d] or [Tq %d]); it has %s", path, cfg.EmbedDim, cfg.EmbedDim, strings.Join(f.Names(), ", "))
+	}
+	if f.Has("key") != f.Has("value") {
+		return nil, fmt.Errorf("%s: has only one of key and value; give both, or neither for self-attention", path)
+	}
+	j := &job{}
+	floats := map[string]**tensor.Tensor{"query": &j.query, "key": &j.key, "value": &j.val}
+	for _, name := range slices.Sorted(maps.Keys(floats)) {
+		if !f.Has(name) {
+			continue
+		}
+		if err := needFloat(f, name); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if *floats[name], err = f.Float32(name); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if f.Has("key_padding_mask") {
+		if j.opt.KeyPaddingMask, err = f.Bool("key_padding_mask"); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if f.Has("attn_mask") {
+		raw, _ := f.Raw("attn_mask")
+		if raw.DType == safetensors.Bool || raw.DType == safetensors.U8 {
+			j.opt.AttnMask, err = f.Bool("attn_mask")
+		} else if err = needFloat(f, "attn_mask"); err == nil {
+			j.opt.AttnBias, err = f.Float32("attn_mask")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return j, nil
+}
+
+// needFloat reports an error unless tensor name is stored in a floating-point dtype.
+func needFloat(f *safetensors.File, name string) error {
+	raw, err := f.Raw(name)
+	if err != nil {
+		return err
+	}
+	switch raw.DType {
+	case safetensors.F32, safetensors.F64, safetensors.F16, safetensors.BF16:
+		return nil
+	}
+	return fmt.Errorf("tensor %q is %s, want a float dtype (F32, F64, F16 or BF16)", name, raw.DType)
+}

@@ -1,0 +1,39 @@
+// Command mha runs, explains and measures multi-head attention layers.
+//
+//	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors
+//	mha explain  [--weights W --input IN --heads N] [--format text|markdown|json]
+//
+// Every error ends the program with exit status 1 and one line on stderr.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// execute runs the command line args, writing results to stdout and errors to stderr, and
+// returns the process's exit status.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "mha",
+		Short:         "Multi-head attention: run, explain and measure it",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCmd(), newExplainCmd())
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(stderr, "mha: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// runCLI runs the command line in-process and returns its exit status, stdout and stderr.
+func runCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := execute(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// splitGolden writes a golden file's parameters and inputs as the two files a user would have,
+// returning their paths.
+func splitGolden(t *testing.T, f *safetensors.File) (weights, input string) {
+	t.Helper()
+	w, in := map[string]safetensors.Tensor{}, map[string]safetensors.Tensor{}
+	for _, name := range f.Names() {
+		raw, _ := f.Raw(name)
+		switch {
+		case slices.Contains(inputNames, name):
+			in[name] = raw
+		case name == "grad_output" || name == "output" || strings.HasPrefix(name, "attn_weights") || strings.HasPrefix(name, "grad."):
+		default:
+			w[name] = raw
+		}
+	}
+	dir := t.TempDir()
+	weights, input = filepath.Join(dir, "w.safetensors"), filepath.Join(dir, "in.safetensors")
+	if err := safetensors.WriteFile(weights, w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(input, in, nil); err != nil {
+		t.Fatal(err)
+	}
+	return weights, input
+}
+
+// TestRunAgreesWithPyTorch runs every golden case through `mha run` and compares the written
+// output and per-head weights with PyTorch's.
+func TestRunAgreesWithPyTorch(t *testing.T) {
+	paths, _ := filepath.Glob("../../testdata/golden/*.safetensors")
+	if len(paths) == 0 {
+		t.Fatal("no golden files")
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			g, err := safetensors.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			weights, input := splitGolden(t, g)
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			args := []string{"run", "--weights", weights, "--input", input, "--heads", g.Metadata["num_heads"],
+				"--out", out, "--need-weights", "--average-weights=false"}
+			if g.Metadata["causal"] == "true" {
+				args = append(args, "--causal")
+			}
+			if g.Metadata["add_zero_attn"] == "true" {
+				args = append(args, "--add-zero-attn")
+			}
+			if code, stdout, stderr := runCLI(args...); code != 0 || !strings.HasPrefix(stdout, "wrote ") {
+				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			res, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, golden := range map[string]string{"output": "output", "attn_weights": "attn_weights_per_head"} {
+				got, err := res.Float32(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, shape, _ := g.Float64(golden)
+				if !slices.Equal(got.Shape, shape) {
+					t.Errorf("%s is %v, want %v", name, got.Shape, shape)
+				}
+				if e := tensor.RelError(got.Data, want); e > 1e-5 {
+					t.Errorf("%s: relative error %.3g against PyTorch", name, e)
+				}
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, tensors map[string]safetensors.Tensor) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f.safetensors")
+	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func f32(shape ...int) safetensors.Tensor { return safetensors.FromFloat32(tensor.New(shape...)) }
+
+// TestRunErrors feeds `mha run` bad flags and files and expects exit status 1 with one clear line.
+func TestRunErrors(t *testing.T) {
+	weights := writeFile(t, map[string]safetensors.Tensor{
+		"in_proj_weight": f32(24, 8), "in_proj_bias": f32(24), "out_proj.weight": f32(8, 8), "out_proj.bias": f32(8),
+	})
+	input := writeFile(t, map[string]safetensors.Tensor{"query": f32(2, 5, 8)})
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	os.WriteFile(garbage, []byte("this is not a safetensors file"), 0o644)
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	ok := []string{"run", "--weights", weights, "--input", input, "--heads", "2", "--out", out}
+	with := func(name string, tensors map[string]safetensors.Tensor) []string {
+		return []string{"run", "--weights", weights, "--input", writeFile(t, tensors), "--heads", "2", "--out", out, "--need-weights"}
+	}
+	mask := safetensors.FromBool(tensor.NewBool(2, 4))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--input", input, "--heads", "2", "--out", out}, "--weights is required"},
+		{[]string{"run", "--weights", weights, "--heads", "2", "--out", out}, "--input is required"},
+		{[]string{"run", "--weights", weights, "--input", input, "--out", out}, "--heads is 0"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "2"}, "--out is required"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "3", "--out", out}, "embed dim 8 is not divisible by num heads 3"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "two", "--out", out}, `invalid argument "two" for "--heads"`},
+		{append(slices.Clone(ok), "--average-weights=maybe"), `invalid argument "maybe"`},
+		{append(slices.Clone(ok), "--bogus"), "unknown flag: --bogus"},
+		{[]string{"run", "--weights", "/nonexistent.safetensors", "--input", input, "--heads", "2", "--out", out}, "no such file"},
+		{[]string{"run", "--weights", garbage, "--input", input, "--heads", "2", "--out", out}, "safetensors:"},
+		{[]string{"run", "--weights", input, "--input", input, "--heads", "2", "--out", out}, "no out_proj.weight"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "2", "--out", "/nonexistent/dir/out.safetensors"}, "/nonexistent/dir"},
+		{with("bad width", map[string]safetensors.Tensor{"query": f32(2, 5, 7)}), "query is [2 5 7], want [B Tq 8]"},
+		{with("no query", map[string]safetensors.Tensor{"key": f32(2, 5, 8), "value": f32(2, 5, 8)}), `no tensor "query"`},
+		{with("key only", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key": f32(2, 5, 8)}), "only one of key and value"},
+		{with("typo", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "keys": f32(2, 5, 8)}), `unexpected tensor "keys"`},
+		{with("bool query", map[string]safetensors.Tensor{"query": safetensors.FromBool(tensor.NewBool(2, 5, 8))}), `"query" is BOOL, want a float dtype`},
+		{with("mask shape", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key_padding_mask": mask}), "key_padding_mask is [2 4], want [2 5]"},
+		{with("attn mask shape", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "attn_mask": f32(3, 5)}), "attn_bias is [3 5], want [5 5] or [4 5 5]"},
+		{with("float padding", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key_padding_mask": f32(2, 5)}), "key_padding_mask"},
+		{[]string{"run", "extra-arg"}, "unknown command"},
+	} {
+		code, stdout, stderr := runCLI(c.args...)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		if code != 1 || len(lines) != 1 || !strings.HasPrefix(stderr, "mha: ") || !strings.Contains(stderr, c.want) {
+			t.Errorf("mha %v:\n exit %d, stdout %q, stderr %q\n want exit 1 and one line saying %q", c.args[1:], code, stdout, stderr, c.want)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a failed run left an output file")
+	}
+}
+
+// TestRunFullyMasked checks that fully masked rows are reported and written as zeros.
+func TestRunFullyMasked(t *testing.T) {
+	weights := writeFile(t, map[string]safetensors.Tensor{"in_proj_weight": f32(12, 4), "out_proj.weight": f32(4, 4)})
+	pad := tensor.NewBool(1, 3)
+	pad.Data[0], pad.Data[1], pad.Data[2] = true, true, true
+	input := writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 3, 4), "key_padding_mask": safetensors.FromBool(pad)})
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out)
+	if code != 0 || !strings.Contains(stderr, "6 (batch, head, query) rows had every key masked") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	f, err := safetensors.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Metadata["fully_masked_rows"] != "6" {
+		t.Errorf("metadata %v, want fully_masked_rows 6", f.Metadata)
+	}
+}
+
+// TestExplainChapter checks the worked example's computed numbers and verdicts in every format.
+func TestExplainChapter(t *testing.T) {
+	code, text, stderr := runCLI("explain")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"Q_1 = X·W_1^Q: DISAGREES",
+		"computed: [[0.00 1.45] [-0.95 -0.45]]",
+		"computed: [[2.05 -0.50] [-0.27 0.94]]",
+		"parameter count of multi-head attention (the comparison table): DISAGREES",
+		"total            64",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("explain's text lacks %q", want)
+		}
+	}
+	_, js, _ := runCLI("explain", "--format", "json")
+	var ex struct {
+		Steps []struct {
+			Title    string
+			Matrices []struct {
+				Name   string
+				Values [][]any
+			}
+		}
+		Checks []struct{ Agrees bool }
+	}
+	if err := json.Unmarshal([]byte(js), &ex); err != nil {
+		t.Fatal(err)
+	}
+	q := ex.Steps[2].Matrices[0]
+	near := func(v any, want float64) bool { f, ok := v.(float64); return ok && math.Abs(f-want) < 1e-6 }
+	if q.Name != "Q" || !near(q.Values[0][1], 1.45) || !near(q.Values[1][0], -0.95) {
+		t.Errorf("JSON Q = %v %v, want Q = X·W^Q with Q[0][1] = 1.45, Q[1][0] = -0.95", q.Name, q.Values)
+	}
+	if len(ex.Checks) != 4 {
+		t.Errorf("%d checks, want 4", len(ex.Checks))
+	}
+	_, md, _ := runCLI("explain", "--format", "markdown")
+	if !strings.Contains(md, "## 7. Attention weights") || !strings.Contains(md, "| claim | chapter | computed | verdict |") {
+		t.Error("markdown lacks its headings")
+	}
+}
+
+// TestExplainOwnCase explains a golden case with masks and shows -inf for masked keys.
+func TestExplainOwnCase(t *testing.T) {
+	g, err := safetensors.ReadFile("../../testdata/golden/causal_key_padding.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights, input := splitGolden(t, g)
+	code, out, stderr := runCLI("explain", "--weights", weights, "--input", input, "--heads", "2", "--causal")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"Q_2 (batch 1)", "-inf", "causal", "== 11. Parameter count =="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "chapter's printed numbers") {
+		t.Error("a user's case was checked against the chapter")
+	}
+	big := writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 300, 8)})
+	if code, _, stderr := runCLI("explain", "--weights", weights, "--input", big, "--heads", "2"); code != 1 || !strings.Contains(stderr, "use 'mha run'") {
+		t.Errorf("a large case: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// FuzzRunInput runs `mha run` on arbitrary input files: it must answer with exit 0 or with exit
+// 1 and one line on stderr, never a panic.
+func FuzzRunInput(f *testing.F) {
+	dir := f.TempDir()
+	weights := filepath.Join(dir, "w.safetensors")
+	w := map[string]safetensors.Tensor{"in_proj_weight": f32(12, 4), "out_proj.weight": f32(4, 4)}
+	if err := safetensors.WriteFile(weights, w, nil); err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []map[string]safetensors.Tensor{
+		{"query": f32(1, 3, 4)},
+		{"query": f32(3, 4), "key": f32(2, 4), "value": f32(2, 4)},
+		{"query": f32(2, 3, 4), "key_padding_mask": safetensors.FromBool(tensor.NewBool(2, 3)), "attn_mask": f32(3, 3)},
+	} {
+		b, err := safetensors.Encode(seed, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in := filepath.Join(t.TempDir(), "in.safetensors")
+		if err := os.WriteFile(in, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runCLI("run", "--weights", weights, "--input", in, "--heads", "2", "--out", filepath.Join(t.TempDir(), "o"))
+		if code != 0 && (code != 1 || strings.Count(stderr, "\n") != 1) {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}

@@ -1,0 +1,217 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// Float32 returns the tensor called name converted to float32, with the stored shape. Every dtype
+// converts: F32 exactly; F16 and BF16 exactly, subnormals, ±Inf and NaN included; F64, I32 and
+// I64 rounded to the nearest float32 (F64 values beyond the float32 range become ±Inf); U8
+// exactly; BOOL to 0 or 1. The result is a fresh copy. Float32 returns an error when there is no
+// such tensor or a BOOL byte is neither 0 nor 1.
+func (f *File) Float32(name string) (*tensor.Tensor, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(t.Data)/t.DType.Size())
+	b := t.Data
+	switch t.DType {
+	case F32:
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	case F64:
+		for i := range out {
+			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+	case F16:
+		for i := range out {
+			out[i] = f16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
+		}
+	case I32:
+		for i := range out {
+			out[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case I64:
+		for i := range out {
+			out[i] = float32(int64(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+	case U8:
+		for i, v := range b {
+			out[i] = float32(v)
+		}
+	case Bool:
+		if err := checkBoolBytes(name, b); err != nil {
+			return nil, err
+		}
+		for i, v := range b {
+			out[i] = float32(v)
+		}
+	default: // unreachable: Parse rejects unknown dtypes
+		return nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
+	}
+	return &tensor.Tensor{Shape: t.Shape, Data: out}, nil
+}
+
+// Float64 returns the values of the tensor called name converted to float64, and a copy of its
+// shape, for use as a high-precision reference. All dtypes convert exactly except I64 values of
+// magnitude above 2^53, which are rounded; BOOL becomes 0 or 1. Float64 returns an error when
+// there is no such tensor or a BOOL byte is neither 0 nor 1.
+func (f *File) Float64(name string) ([]float64, []int, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]float64, len(t.Data)/t.DType.Size())
+	b := t.Data
+	switch t.DType {
+	case F32:
+		for i := range out {
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case F64:
+		for i := range out {
+			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+	case F16:
+		for i := range out {
+			out[i] = float64(f16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
+		}
+	case I32:
+		for i := range out {
+			out[i] = float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case I64:
+		for i := range out {
+			out[i] = float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+	case U8:
+		for i, v := range b {
+			out[i] = float64(v)
+		}
+	case Bool:
+		if err := checkBoolBytes(name, b); err != nil {
+			return nil, nil, err
+		}
+		for i, v := range b {
+			out[i] = float64(v)
+		}
+	default: // unreachable: Parse rejects unknown dtypes
+		return nil, nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
+	}
+	return out, t.Shape, nil
+}
+
+// Bool returns the tensor called name as a mask, with the stored shape. It accepts dtype BOOL,
+// whose bytes must be 0 or 1, and U8, where any nonzero byte is true. It returns an error when
+// there is no such tensor, the dtype is another one, or a BOOL byte is neither 0 nor 1.
+func (f *File) Bool(name string) (*tensor.Bool, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	switch t.DType {
+	case Bool:
+		if err := checkBoolBytes(name, t.Data); err != nil {
+			return nil, err
+		}
+	case U8:
+	default:
+		return nil, fmt.Errorf("safetensors: tensor %q has dtype %s, want BOOL or U8 for a mask", name, t.DType)
+	}
+	out := make([]bool, len(t.Data))
+	for i, v := range t.Data {
+		out[i] = v != 0
+	}
+	return &tensor.Bool{Shape: t.Shape, Data: out}, nil
+}
+
+func checkBoolBytes(name string, b []byte) error {
+	for i, v := range b {
+		if v > 1 {
+			return fmt.Errorf("safetensors: tensor %q: BOOL element %d is byte %d, want 0 or 1", name, i, v)
+		}
+	}
+	return nil
+}
+
+// f16ToF32 converts IEEE 754 binary16 bits to the float32 of exactly the same value. NaN
+// payloads are kept, shifted into the top of the float32 mantissa.
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch exp {
+	case 0: // zero or subnormal: mant × 2^-24, exact in float32
+		v := float32(mant) * (1.0 / (1 << 24))
+		if sign != 0 {
+			v = -v
+		}
+		return v
+	case 0x1f: // Inf or NaN
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// FromFloat32 returns t as an F32 tensor: a copy of t's shape and its values as little-endian
+// bytes. It does not check t; Encode rejects a tensor whose data does not match its shape.
+func FromFloat32(t *tensor.Tensor) Tensor {
+	b := make([]byte, 4*len(t.Data))
+	for i, v := range t.Data {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return Tensor{DType: F32, Shape: cloneShape(t.Shape), Data: b}
+}
+
+// FromFloat64 returns data as an F64 tensor of the given shape (copied). It returns an error
+// when the shape has a negative dimension or too many elements, or when len(data) differs from
+// the product of shape.
+func FromFloat64(data []float64, shape []int) (Tensor, error) {
+	n, err := tensor.NumElements(shape)
+	if err != nil {
+		return Tensor{}, fmt.Errorf("safetensors: invalid shape %v: %w", shape, err)
+	}
+	if n != len(data) {
+		return Tensor{}, fmt.Errorf("safetensors: %d values for shape %v, want %d", len(data), shape, n)
+	}
+	b := make([]byte, 8*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return Tensor{DType: F64, Shape: cloneShape(shape), Data: b}, nil
+}
+
+// FromBool returns m as a BOOL tensor: a copy of m's shape and one byte, 0 or 1, per element. It
+// does not check m; Encode rejects a tensor whose data does not match its shape.
+func FromBool(m *tensor.Bool) Tensor {
+	b := make([]byte, len(m.Data))
+	for i, v := range m.Data {
+		if v {
+			b[i] = 1
+		}
+	}
+	return Tensor{DType: Bool, Shape: cloneShape(m.Shape), Data: b}
+}
+
+// cloneShape copies s, returning an empty non-nil slice for a scalar.
+func cloneShape(s []int) []int {
+	if len(s) == 0 {
+		return []int{}
+	}
+	return slices.Clone(s)
+}

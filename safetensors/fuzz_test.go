@@ -1,0 +1,137 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"slices"
+	"testing"
+)
+
+// FuzzParse checks that Parse never panics and that whatever it accepts converts and survives a
+// re-encode unchanged.
+func FuzzParse(f *testing.F) {
+	seeds := []map[string]Tensor{
+		{"w": {F32, []int{2, 2}, le32(1, -2, 0.5, float32(math.Inf(1)))}},
+		{"h": {F16, []int{3}, le16(0x3c00, 0x7e00, 0x0001)}, "b": {BF16, []int{}, le16(0x3f80)}},
+		{"d": {F64, []int{1}, make([]byte, 8)}, "i": {I32, []int{2}, make([]byte, 8)}, "l": {I64, []int{0, 3}, nil}},
+		{"m": {Bool, []int{2, 1}, []byte{1, 0}}, "u": {U8, []int{3}, []byte{0, 7, 255}}},
+	}
+	for i, s := range seeds {
+		md := map[string]string{"format": "pt"}
+		if i%2 == 1 {
+			md = nil
+		}
+		enc, err := Encode(s, md)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(enc)
+	}
+	f.Add(build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}}`, le32(1.5, -3)))
+	f.Add(build(`{"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}`, []byte{0, 2}))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8)))
+	f.Add(build(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}`, make([]byte, 6)))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}}`, nil))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[1e3],"data_offsets":[0,8]}}`, nil))
+	f.Add(build(`{"__metadata__":{"k":1}}`, nil))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}`, make([]byte, 8)))
+	f.Add(binary.LittleEndian.AppendUint64(nil, 1<<63))
+	f.Add([]byte{})
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in := slices.Clone(data)
+		file, err := Parse(data)
+		if !bytes.Equal(in, data) {
+			t.Fatal("Parse modified its input")
+		}
+		if err != nil {
+			if file != nil {
+				t.Fatal("Parse returned a File with an error")
+			}
+			return
+		}
+		names := file.Names()
+		if !slices.IsSorted(names) {
+			t.Fatalf("Names() = %q, not sorted", names)
+		}
+		raw := make(map[string]Tensor, len(names))
+		for _, name := range names {
+			r, err := file.Raw(name)
+			if err != nil {
+				t.Fatalf("Raw(%q): %v", name, err)
+			}
+			raw[name] = r
+			n := 1
+			for _, d := range r.Shape {
+				n *= d
+			}
+			if len(r.Data) != n*r.DType.Size() {
+				t.Fatalf("tensor %q: %d bytes for %s × %v", name, len(r.Data), r.DType, r.Shape)
+			}
+			badBool := r.DType == Bool && slices.ContainsFunc(r.Data, func(b byte) bool { return b > 1 })
+			f32, err32 := file.Float32(name)
+			f64, shape64, err64 := file.Float64(name)
+			if badBool {
+				if err32 == nil || err64 == nil {
+					t.Fatalf("tensor %q: BOOL byte > 1 converted without error", name)
+				}
+			} else {
+				if err32 != nil || err64 != nil {
+					t.Fatalf("tensor %q (%s): Float32: %v, Float64: %v", name, r.DType, err32, err64)
+				}
+				if len(f32.Data) != n || len(f64) != n || !slices.Equal(f32.Shape, r.Shape) || !slices.Equal(shape64, r.Shape) {
+					t.Fatalf("tensor %q: converted lengths %d, %d, want %d", name, len(f32.Data), len(f64), n)
+				}
+				if r.DType != I64 { // I64 → float64 → float32 may round twice
+					for i := range n {
+						a, b := f32.Data[i], float32(f64[i])
+						if a != b && !(a != a && b != b) {
+							t.Fatalf("tensor %q[%d]: Float32 %g, Float64 %g", name, i, a, f64[i])
+						}
+					}
+				}
+			}
+			_, errBool := file.Bool(name)
+			if wantOK := r.DType == U8 || r.DType == Bool && !badBool; (errBool == nil) != wantOK {
+				t.Fatalf("tensor %q (%s): Bool error %v", name, r.DType, errBool)
+			}
+		}
+
+		enc, err := Encode(raw, file.Metadata)
+		if err != nil {
+			t.Fatalf("Encode of parsed tensors: %v", err)
+		}
+		again, err := Parse(enc)
+		if err != nil {
+			t.Fatalf("Parse of re-encoded file: %v", err)
+		}
+		if got := again.Names(); !slices.Equal(got, names) {
+			t.Fatalf("re-parsed names %q, want %q", got, names)
+		}
+		if len(again.Metadata) != len(file.Metadata) {
+			t.Fatalf("re-parsed metadata %v, want %v", again.Metadata, file.Metadata)
+		}
+		for k, v := range file.Metadata {
+			if again.Metadata[k] != v {
+				t.Fatalf("re-parsed metadata %v, want %v", again.Metadata, file.Metadata)
+			}
+		}
+		for _, name := range names {
+			a, _ := again.Raw(name)
+			r := raw[name]
+			if a.DType != r.DType || !slices.Equal(a.Shape, r.Shape) || !bytes.Equal(a.Data, r.Data) {
+				t.Fatalf("tensor %q changed in the round trip", name)
+			}
+		}
+		// Encode's output is canonical: encoding the re-parsed file gives the same bytes.
+		raw2 := make(map[string]Tensor, len(names))
+		for _, name := range names {
+			raw2[name], _ = again.Raw(name)
+		}
+		enc2, err := Encode(raw2, again.Metadata)
+		if err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("second Encode differs (err %v)", err)
+		}
+	})
+}
