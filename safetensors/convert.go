@@ -19,46 +19,9 @@ func (f *File) Float32(name string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(t.Data)/t.DType.Size())
-	b := t.Data
-	switch t.DType {
-	case F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case F64:
-		for i := range out {
-			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
-		}
-	case F16:
-		for i := range out {
-			out[i] = f16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-	case BF16:
-		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
-		}
-	case I32:
-		for i := range out {
-			out[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
-		}
-	case I64:
-		for i := range out {
-			out[i] = float32(int64(binary.LittleEndian.Uint64(b[8*i:])))
-		}
-	case U8:
-		for i, v := range b {
-			out[i] = float32(v)
-		}
-	case Bool:
-		if err := checkBoolBytes(name, b); err != nil {
-			return nil, err
-		}
-		for i, v := range b {
-			out[i] = float32(v)
-		}
-	default: // unreachable: Parse rejects unknown dtypes
-		return nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
+	out, err := decode[float32](name, t)
+	if err != nil {
+		return nil, err
 	}
 	return &tensor.Tensor{Shape: t.Shape, Data: out}, nil
 }
@@ -72,48 +35,58 @@ func (f *File) Float64(name string) ([]float64, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]float64, len(t.Data)/t.DType.Size())
+	out, err := decode[float64](name, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, t.Shape, nil
+}
+
+// decode converts t's little-endian bytes to F, rounding each value once (integers convert
+// straight to F, not through float64).
+func decode[F float32 | float64](name string, t Tensor) ([]F, error) {
+	out := make([]F, len(t.Data)/t.DType.Size())
 	b := t.Data
 	switch t.DType {
 	case F32:
 		for i := range out {
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+			out[i] = F(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 		}
 	case F64:
 		for i := range out {
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+			out[i] = F(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
 		}
 	case F16:
 		for i := range out {
-			out[i] = float64(f16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+			out[i] = F(f16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
 		}
 	case BF16:
 		for i := range out {
-			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
+			out[i] = F(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
 		}
 	case I32:
 		for i := range out {
-			out[i] = float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+			out[i] = F(int32(binary.LittleEndian.Uint32(b[4*i:])))
 		}
 	case I64:
 		for i := range out {
-			out[i] = float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+			out[i] = F(int64(binary.LittleEndian.Uint64(b[8*i:])))
 		}
 	case U8:
 		for i, v := range b {
-			out[i] = float64(v)
+			out[i] = F(v)
 		}
 	case Bool:
 		if err := checkBoolBytes(name, b); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for i, v := range b {
-			out[i] = float64(v)
+			out[i] = F(v)
 		}
 	default: // unreachable: Parse rejects unknown dtypes
-		return nil, nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
+		return nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
 	}
-	return out, t.Shape, nil
+	return out, nil
 }
 
 // Bool returns the tensor called name as a mask, with the stored shape. It accepts dtype BOOL,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -107,18 +106,24 @@ func loadInput(path string, cfg mha.Config) (*job, error) {
 	if f.Has("key") != f.Has("value") {
 		return nil, fmt.Errorf("%s: has only one of key and value; give both, or neither for self-attention", path)
 	}
-	j := &job{}
-	floats := map[string]**tensor.Tensor{"query": &j.query, "key": &j.key, "value": &j.val}
-	for _, name := range slices.Sorted(maps.Keys(floats)) {
+	float := func(name string) (*tensor.Tensor, error) {
 		if !f.Has(name) {
-			continue
+			return nil, nil
 		}
 		if err := needFloat(f, name); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if *floats[name], err = f.Float32(name); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+		return f.Float32(name)
+	}
+	j := &job{}
+	if j.query, err = float("query"); err != nil {
+		return nil, err
+	}
+	if j.key, err = float("key"); err != nil {
+		return nil, err
+	}
+	if j.val, err = float("value"); err != nil {
+		return nil, err
 	}
 	if f.Has("key_padding_mask") {
 		if j.opt.KeyPaddingMask, err = f.Bool("key_padding_mask"); err != nil {
