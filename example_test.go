@@ -35,8 +35,8 @@ func ExampleLayer_Forward() {
 	}
 	x := tensor.New(2, 3, 8) // [B, T, E]
 	tensor.NewRNG(2).Normal(x, 1)
-	pad := tensor.NewBool(2, 3) // [B, Tk], true = padding
-	pad.Data[1*3+2] = true      // the last token of the second sequence is padding
+	pad := tensor.NewBool(2, 3)                        // [B, Tk], true = padding
+	pad.Data[1*3+2] = true                             // the last token of the second sequence is padding
 	r, err := layer.Forward(x, nil, nil, &mha.Options{ // key, value nil: self-attention
 		KeyPaddingMask: pad,
 		Causal:         true,
