@@ -108,6 +108,19 @@ type plan struct {
 	biasPerHead bool // AttnBias is [B·H, Tq, Tk]
 }
 
+// MaxDenseElements bounds the [Tq, Tk] attention matrices one Forward may build: the scratch of
+// one head, or all B·H of them when the weights are returned.
+const MaxDenseElements = 1 << 31
+
+// denseElements returns how many attention values the dense path holds at once.
+func (p *plan) denseElements(heads int) int64 {
+	n := int64(p.tq) * int64(p.tkx)
+	if p.opt.NeedWeights {
+		n *= int64(p.b) * int64(heads)
+	}
+	return n
+}
+
 func (p *plan) outShape(e int) []int {
 	if p.unbatched {
 		return []int{p.tq, e}
@@ -190,6 +203,9 @@ func (l *Layer) plan(query, key, value *tensor.Tensor, opt *Options) (*plan, err
 	}
 	if c.AddZeroAttn {
 		p.tkx++
+	}
+	if n := p.denseElements(c.NumHeads); n > MaxDenseElements {
+		return nil, fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) the dense path allows", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)
 	}
 	if m := p.opt.KeyPaddingMask; m != nil {
 		want := []int{p.b, p.tk}

@@ -251,6 +251,7 @@ func checkTiling(entries []entry, bufLen int64) error {
 // a value's meaning pass it through unchanged.
 type syntaxError struct{ msg string }
 
+// Error implements error.
 func (e *syntaxError) Error() string { return e.msg }
 
 // token returns the next JSON token, turning a premature end into a clear error.

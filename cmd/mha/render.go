@@ -53,6 +53,7 @@ var renderers = map[string]func(io.Writer, *explanation) error{
 	},
 }
 
+// String describes the configuration in one line.
 func (c config) String() string {
 	s := fmt.Sprintf("batch %d, n_q = %d, n_k = %d, d_model = %d, h = %d, d_k = d_v = %d, bias %v",
 		c.Batch, c.Tq, c.Tk, c.EmbedDim, c.NumHeads, c.HeadDim, c.Bias)
