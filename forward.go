@@ -45,8 +45,9 @@ type Result struct {
 	// [B, H, Tq, Tk'] with Options.PerHeadWeights, where Tk' counts the key rows appended by
 	// add_bias_kv and add_zero_attn. Unbatched inputs drop the B dimension.
 	Weights *tensor.Tensor
-	// FullyMasked counts the (batch, head, query) rows whose keys were all masked. Their output
-	// and weights are 0; PyTorch returns NaN for them.
+	// FullyMasked counts the (batch, head, query) rows whose keys were all masked (or that had no
+	// key at all). Their weights and head output are 0, so such a query's output is out_proj.bias
+	// when every head masks it; PyTorch returns NaN for them.
 	FullyMasked int
 }
 

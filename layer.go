@@ -9,8 +9,9 @@
 //	head_i   = softmax(Q_i·K_iᵀ / √d + mask) · V_i              d = E / H
 //	output   = Concat(head_1 … head_H)·W_oᵀ + b_o
 //
-// One difference from PyTorch is deliberate: a query whose keys are all masked gets output 0 and
-// weights 0, where PyTorch returns NaN; Result.FullyMasked counts such rows.
+// One difference from PyTorch is deliberate: in a head where a query's keys are all masked, that
+// query gets weights 0 and head output 0, where PyTorch returns NaN; the layer's output there is
+// then out_proj.bias. Result.FullyMasked counts such rows.
 package mha
 
 import (
@@ -248,7 +249,7 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	if _, ok := sd["in_proj_weight"]; !ok {
 		k, v := sd["k_proj_weight"], sd["v_proj_weight"]
 		if k == nil || v == nil {
-			return Config{}, fmt.Errorf("%w: neither in_proj_weight nor k_proj_weight and v_proj_weight", ErrStateDict)
+			return Config{}, fmt.Errorf("%w: want in_proj_weight, or q_proj_weight, k_proj_weight and v_proj_weight (have %s)", ErrStateDict, strings.Join(slices.Sorted(maps.Keys(sd)), ", "))
 		}
 		if len(k.Shape) != 2 || len(v.Shape) != 2 {
 			return Config{}, fmt.Errorf("%w: k_proj_weight is %v and v_proj_weight %v, want [E kdim] and [E vdim]", ErrStateDict, k.Shape, v.Shape)

@@ -90,8 +90,17 @@ type File struct {
 	names   []string // sorted
 }
 
-// ReadFile reads the file at path and parses it with Parse. Errors name the path.
+// ReadFile reads the file at path and parses it with Parse. Errors name the path. A path that is
+// not a regular file (a directory, a device such as /dev/zero, a named pipe) is an error, checked
+// before the file is opened, so that reading can neither block nor run without end.
 func ReadFile(path string) (*File, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("safetensors: %s is not a regular file (mode %v)", path, info.Mode().Type())
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)

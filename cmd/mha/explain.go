@@ -28,7 +28,6 @@ form (PyTorch stores their transposes).
 With no arguments it runs chapter 003's worked example (d_model = 4, h = 2) and checks the numbers
 the chapter prints against the computed ones. With --weights, --input and --heads it explains a
 small case of your own, read as 'mha run' reads it.`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			render, ok := renderers[format]
 			if !ok {
@@ -223,7 +222,7 @@ func explain(j *job) (*explanation, error) {
 		Notes: []string{"-inf marks a key the query may not attend (masks use PyTorch's polarity: true = masked)."}}
 	weights := step{Title: "Attention weights", Formula: "A_i = softmax(S_i/√d_k + mask), each row sums to 1"}
 	if tr.FullyMasked > 0 {
-		weights.Notes = append(weights.Notes, fmt.Sprintf("%d row(s) had every key masked: their weights and outputs are 0 (PyTorch gives NaN).", tr.FullyMasked))
+		weights.Notes = append(weights.Notes, fmt.Sprintf("%d row(s) had no key to attend: their weights and head outputs are 0 (PyTorch gives NaN).", tr.FullyMasked))
 	}
 	heads := step{Title: "Head outputs", Formula: "head_i = A_i·V_i ∈ ℝ^{n_q×d_v}"}
 	for bi := range b {

@@ -31,10 +31,16 @@ func (f *layerFlags) load() (*job, error) {
 		return nil, fmt.Errorf("--weights is required: a .safetensors file with nn.MultiheadAttention's state dict")
 	case f.input == "":
 		return nil, fmt.Errorf("--input is required: a .safetensors file with a query tensor")
-	case f.heads <= 0:
+	case f.heads == 0:
+		return nil, fmt.Errorf("--heads is required: the number of heads (PyTorch does not store it in the state dict)")
+	case f.heads < 0:
 		return nil, fmt.Errorf("--heads is %d, want the number of heads (> 0)", f.heads)
 	}
-	l, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
+	prefix := f.prefix
+	if prefix != "" && !strings.HasSuffix(prefix, ".") {
+		prefix += "." // PyTorch's module paths end in a dot before the parameter name
+	}
+	l, err := loadLayer(f.weights, prefix, f.heads, f.addZeroAttn)
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +138,13 @@ func loadInput(path string, cfg mha.Config) (*job, error) {
 	}
 	if f.Has("attn_mask") {
 		raw, _ := f.Raw("attn_mask")
-		if raw.DType == safetensors.Bool || raw.DType == safetensors.U8 {
+		switch raw.DType {
+		case safetensors.Bool, safetensors.U8:
 			j.opt.AttnMask, err = f.Bool("attn_mask")
-		} else if err = needFloat(f, "attn_mask"); err == nil {
+		case safetensors.F32, safetensors.F64, safetensors.F16, safetensors.BF16:
 			j.opt.AttnBias, err = f.Float32("attn_mask")
+		default:
+			err = fmt.Errorf("tensor \"attn_mask\" is %s, want BOOL or U8 (true = may not attend) or a float dtype (added to the scores)", raw.DType)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)

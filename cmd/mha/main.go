@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -28,12 +29,27 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRunCmd(), newExplainCmd())
+	for _, c := range root.Commands() {
+		c.Args = noArgs
+	}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
-		fmt.Fprintf(stderr, "mha: %v\n", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "mha: ") {
+			msg = "mha: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 	return 0
+}
+
+// noArgs rejects positional arguments: every input of mha's commands is a flag.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q; see 'mha %s --help' for its flags", cmd.Name(), args[0], cmd.Name())
+	}
+	return nil
 }

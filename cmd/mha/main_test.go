@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mhalab/mha/safetensors"
@@ -113,6 +114,10 @@ func TestRunErrors(t *testing.T) {
 	input := writeFile(t, map[string]safetensors.Tensor{"query": f32(2, 5, 8)})
 	garbage := filepath.Join(t.TempDir(), "garbage")
 	os.WriteFile(garbage, []byte("this is not a safetensors file"), 0o644)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "out.safetensors")
 	ok := []string{"run", "--weights", weights, "--input", input, "--heads", "2", "--out", out}
 	with := func(name string, tensors map[string]safetensors.Tensor) []string {
@@ -125,7 +130,12 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{[]string{"run", "--input", input, "--heads", "2", "--out", out}, "--weights is required"},
 		{[]string{"run", "--weights", weights, "--heads", "2", "--out", out}, "--input is required"},
-		{[]string{"run", "--weights", weights, "--input", input, "--out", out}, "--heads is 0"},
+		{[]string{"run", "--weights", weights, "--input", input, "--out", out}, "--heads is required"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "-2", "--out", out}, "--heads is -2, want"},
+		{[]string{"run", "--weights", "/dev/zero", "--input", input, "--heads", "2", "--out", out}, "/dev/zero is not a regular file"},
+		{[]string{"run", "--weights", weights, "--input", fifo, "--heads", "2", "--out", out}, "is not a regular file"},
+		{[]string{"run", "--weights", weights, "--input", t.TempDir(), "--heads", "2", "--out", out}, "is not a regular file"},
+		{[]string{"run", "--weights", weights, "--input", input, "--heads", "2", "--out", t.TempDir()}, "is a directory, want a file name"},
 		{[]string{"run", "--weights", weights, "--input", input, "--heads", "2"}, "--out is required"},
 		{[]string{"run", "--weights", weights, "--input", input, "--heads", "3", "--out", out}, "embed dim 8 is not divisible by num heads 3"},
 		{[]string{"run", "--weights", weights, "--input", input, "--heads", "two", "--out", out}, `invalid argument "two" for "--heads"`},
@@ -143,16 +153,49 @@ func TestRunErrors(t *testing.T) {
 		{with("mask shape", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key_padding_mask": mask}), "key_padding_mask is [2 4], want [2 5]"},
 		{with("attn mask shape", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "attn_mask": f32(3, 5)}), "attn_bias is [3 5], want [5 5] or [4 5 5]"},
 		{with("float padding", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key_padding_mask": f32(2, 5)}), "key_padding_mask"},
-		{[]string{"run", "extra-arg"}, "unknown command"},
+		{with("int mask", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "attn_mask": {DType: safetensors.I32, Shape: []int{5, 5}, Data: make([]byte, 100)}}), `"attn_mask" is I32, want BOOL or U8`},
+		{[]string{"run", "extra-arg"}, `run takes no arguments, got "extra-arg"`},
+		{[]string{"explain", "extra-arg"}, `explain takes no arguments`},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-		if code != 1 || len(lines) != 1 || !strings.HasPrefix(stderr, "mha: ") || !strings.Contains(stderr, c.want) {
+		if code != 1 || len(lines) != 1 || !strings.HasPrefix(stderr, "mha: ") || strings.HasPrefix(stderr, "mha: mha: ") || !strings.Contains(stderr, c.want) {
 			t.Errorf("mha %v:\n exit %d, stdout %q, stderr %q\n want exit 1 and one line saying %q", c.args[1:], code, stdout, stderr, c.want)
 		}
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a failed run left an output file")
+	}
+}
+
+// TestRunPrefix loads a layer stored inside a bigger checkpoint, with and without the prefix's
+// final dot, ignoring the other layer's tensors.
+func TestRunPrefix(t *testing.T) {
+	g, err := safetensors.ReadFile("../../testdata/golden/self_basic.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, input := splitGolden(t, g)
+	wf, err := safetensors.ReadFile(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]safetensors.Tensor{"layers.1.self_attn.out_proj.weight": f32(3, 3)}
+	for _, name := range wf.Names() {
+		big["layers.0.self_attn."+name], _ = wf.Raw(name)
+	}
+	weights := writeFile(t, big)
+	for _, prefix := range []string{"layers.0.self_attn.", "layers.0.self_attn"} {
+		out := filepath.Join(t.TempDir(), "out.safetensors")
+		if code, _, stderr := runCLI("run", "--weights", weights, "--prefix", prefix, "--input", input, "--heads", "2", "--out", out); code != 0 {
+			t.Fatalf("--prefix %s: exit %d, %s", prefix, code, stderr)
+		}
+		res, _ := safetensors.ReadFile(out)
+		got, _ := res.Float32("output")
+		want, _, _ := g.Float64("output")
+		if e := tensor.RelError(got.Data, want); e > 1e-5 {
+			t.Errorf("--prefix %s: relative error %.3g", prefix, e)
+		}
 	}
 }
 
@@ -164,7 +207,7 @@ func TestRunFullyMasked(t *testing.T) {
 	input := writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 3, 4), "key_padding_mask": safetensors.FromBool(pad)})
 	out := filepath.Join(t.TempDir(), "out.safetensors")
 	code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out)
-	if code != 0 || !strings.Contains(stderr, "6 (batch, head, query) rows had every key masked") {
+	if code != 0 || !strings.Contains(stderr, "6 (batch, head, query) rows had no key to attend") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	f, err := safetensors.ReadFile(out)

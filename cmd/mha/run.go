@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/mhalab/mha/safetensors"
 	"github.com/spf13/cobra"
@@ -22,10 +23,12 @@ bias_v) and the inputs from --input: query [B,Tq,E] or [Tq,E]; optional key and 
 neither; without them it is self-attention); optional key_padding_mask [B,Tk] (BOOL or U8, true =
 padding); optional attn_mask [Tq,Tk] or [B*H,Tq,Tk] (BOOL/U8: true = may not attend; float: added
 to the scaled scores). It writes output [B,Tq,E] and, with --need-weights, attn_weights to --out.`,
-		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required: the .safetensors file to write")
+			}
+			if info, err := os.Stat(out); err == nil && info.IsDir() {
+				return fmt.Errorf("--out %s is a directory, want a file name", out)
 			}
 			j, err := f.load()
 			if err != nil {
@@ -50,7 +53,7 @@ to the scaled scores). It writes output [B,Tq,E] and, with --need-weights, attn_
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			if r.FullyMasked > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had every key masked; their output and weights are 0 (PyTorch gives NaN)\n", r.FullyMasked)
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; those heads give weights 0 and output 0 there, so the output is out_proj.bias (PyTorch gives NaN)\n", r.FullyMasked)
 			}
 			return nil
 		},
