@@ -36,11 +36,7 @@ func (f *layerFlags) load() (*job, error) {
 	case f.heads < 0:
 		return nil, fmt.Errorf("--heads is %d, want the number of heads (> 0)", f.heads)
 	}
-	prefix := f.prefix
-	if prefix != "" && !strings.HasSuffix(prefix, ".") {
-		prefix += "." // PyTorch's module paths end in a dot before the parameter name
-	}
-	l, err := loadLayer(f.weights, prefix, f.heads, f.addZeroAttn)
+	l, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +55,9 @@ func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, er
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if !f.Has(prefix+"out_proj.weight") && f.Has(prefix+".out_proj.weight") {
+		prefix += "." // a PyTorch module path given without the dot before the parameter names
 	}
 	sd := map[string]*tensor.Tensor{}
 	for _, name := range f.Names() {

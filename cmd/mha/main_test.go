@@ -183,9 +183,10 @@ func TestRunPrefix(t *testing.T) {
 	big := map[string]safetensors.Tensor{"layers.1.self_attn.out_proj.weight": f32(3, 3)}
 	for _, name := range wf.Names() {
 		big["layers.0.self_attn."+name], _ = wf.Raw(name)
+		big["x"+name], _ = wf.Raw(name) // a prefix that is not a module path
 	}
 	weights := writeFile(t, big)
-	for _, prefix := range []string{"layers.0.self_attn.", "layers.0.self_attn"} {
+	for _, prefix := range []string{"layers.0.self_attn.", "layers.0.self_attn", "x"} {
 		out := filepath.Join(t.TempDir(), "out.safetensors")
 		if code, _, stderr := runCLI("run", "--weights", weights, "--prefix", prefix, "--input", input, "--heads", "2", "--out", out); code != 0 {
 			t.Fatalf("--prefix %s: exit %d, %s", prefix, code, stderr)
