@@ -407,12 +407,11 @@ func appendRows[F kernel.Float](x []F, p *plan, e int, bias []float32, zero bool
 	if p.tkx == p.tk {
 		return x
 	}
+	bf := as[F](bias)
 	y := make([]F, 0, p.b*p.tkx*e)
 	for b := range p.b {
 		y = append(y, x[b*p.tk*e:(b+1)*p.tk*e]...)
-		if bias != nil {
-			y = append(y, as[F](bias)...)
-		}
+		y = append(y, bf...) // empty without add_bias_kv
 		if zero {
 			y = append(y, make([]F, e)...)
 		}

@@ -523,3 +523,30 @@ func TestCausal(t *testing.T) {
 		t.Error("key 2 did not move queries 2 and 3")
 	}
 }
+
+// TestTraceScores checks that the trace's raw and scaled scores are Q_h·K_hᵀ and that scaled over
+// √d, including head dim 1, where the scale is 1.
+func TestTraceScores(t *testing.T) {
+	for _, cfg := range []Config{{EmbedDim: 3, NumHeads: 3, Seed: 15}, {EmbedDim: 8, NumHeads: 2, Seed: 16}} {
+		l := newLayer(t, cfg)
+		tr, err := l.Reference(randTensor(tensor.NewRNG(11), 1, 3, cfg.EmbedDim), nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := cfg.HeadDim()
+		for h := range tr.H {
+			for i := range tr.Tq {
+				for j := range tr.Tk {
+					s := 0.0
+					for c := range d {
+						s += tr.Q[i*tr.E+h*d+c] * tr.K[j*tr.E+h*d+c]
+					}
+					idx := (h*tr.Tq+i)*tr.Tk + j
+					if math.Abs(tr.Scores[idx]-s) > 1e-12 || math.Abs(tr.Scaled[idx]-s/math.Sqrt(float64(d))) > 1e-12 {
+						t.Fatalf("d=%d head %d [%d,%d]: scores %v, scaled %v, want %v and %v", d, h, i, j, tr.Scores[idx], tr.Scaled[idx], s, s/math.Sqrt(float64(d)))
+					}
+				}
+			}
+		}
+	}
+}

@@ -94,16 +94,14 @@ type Steps[F Float] struct {
 func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *Steps[F]) (fullyMasked int) {
 	tk := h.Tk
 	w = w[:h.Tq*tk]
-	alpha := scale
 	if steps != nil && steps.Scores != nil {
-		alpha = 1
-	}
-	kernel.Gemm(false, true, h.Tq, tk, h.D, alpha, h.Q, h.LdQ, h.K, h.LdK, 0, w, tk)
-	if alpha != scale {
+		kernel.Gemm(false, true, h.Tq, tk, h.D, 1, h.Q, h.LdQ, h.K, h.LdK, 0, w, tk)
 		steps.Scores(w)
 		for i := range w {
 			w[i] *= scale
 		}
+	} else {
+		kernel.Gemm(false, true, h.Tq, tk, h.D, scale, h.Q, h.LdQ, h.K, h.LdK, 0, w, tk)
 	}
 	for i := range h.Tq {
 		Apply(b, i, w[i*tk:(i+1)*tk])

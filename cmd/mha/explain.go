@@ -158,17 +158,15 @@ func explain(j *job) (*explanation, error) {
 	sd := j.layer.StateDict()
 
 	// 1. Inputs.
-	in := step{Title: "Input", Formula: "X ∈ ℝ^{n×d_model}"}
-	inputs := []struct {
+	type input struct {
 		name string
 		t    *tensor.Tensor
-	}{{"X", j.query}}
+	}
+	in := step{Title: "Input", Formula: "X ∈ ℝ^{n×d_model}"}
+	inputs := []input{{"X", j.query}}
 	if j.key != nil {
 		in.Formula = "X_q ∈ ℝ^{n_q×d_model}, X_k ∈ ℝ^{n_k×kdim}, X_v ∈ ℝ^{n_k×vdim}"
-		inputs = []struct {
-			name string
-			t    *tensor.Tensor
-		}{{"X_q", j.query}, {"X_k", j.key}, {"X_v", j.val}}
+		inputs = []input{{"X_q", j.query}, {"X_k", j.key}, {"X_v", j.val}}
 	}
 	for _, x := range inputs {
 		x64 := toF64(x.t.Data)
@@ -205,7 +203,7 @@ func explain(j *job) (*explanation, error) {
 	// 3. Stacked projections.
 	proj := step{Title: "Projections (all heads at once)", Formula: "Q = X_q·W^Q + b_q,  K = X_k·W^K + b_k,  V = X_v·W^V + b_v"}
 	if cfg.AddBiasKV || cfg.AddZeroAttn {
-		proj.Notes = append(proj.Notes, fmt.Sprintf("K and V end with %d appended row(s): bias_k/bias_v (add_bias_kv) then zeros (add_zero_attn).", tk-tr.Tk+btoi(cfg.AddBiasKV)+btoi(cfg.AddZeroAttn)))
+		proj.Notes = append(proj.Notes, fmt.Sprintf("K and V end with %d appended row(s): bias_k/bias_v (add_bias_kv) then zeros (add_zero_attn).", btoi(cfg.AddBiasKV)+btoi(cfg.AddZeroAttn)))
 	}
 	for bi := range b {
 		proj.Matrices = append(proj.Matrices,
