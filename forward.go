@@ -35,6 +35,9 @@ type Options struct {
 	Training bool
 	// DropoutSeed seeds the dropout mask; the same seed gives the same mask.
 	DropoutSeed uint64
+	// Workers bounds how many goroutines this call runs on; 0 means runtime.GOMAXPROCS(0). The
+	// result does not depend on it.
+	Workers int
 }
 
 // Result is what Forward returns.
