@@ -76,14 +76,9 @@ type Trace struct {
 // both nil it is self-attention (key = value = query). It returns an error wrapping ErrShape
 // when an input or mask does not fit the layer or the others.
 func (l *Layer) Forward(query, key, value *tensor.Tensor, opt *Options) (*Result, error) {
-	p, err := l.plan(query, key, value, opt)
-	if err != nil {
+	r := new(Result)
+	if err := l.ForwardInto(r, query, key, value, opt); err != nil {
 		return nil, err
-	}
-	out, w, fully := run[float32](l, p, nil)
-	r := &Result{Output: &tensor.Tensor{Shape: p.outShape(l.cfg.EmbedDim), Data: out}, FullyMasked: fully}
-	if p.opt.NeedWeights {
-		r.Weights = p.weights(w, l.cfg.NumHeads)
 	}
 	return r, nil
 }
@@ -92,8 +87,8 @@ func (l *Layer) Forward(query, key, value *tensor.Tensor, opt *Options) (*Result
 // returns every intermediate. It is the oracle of the tests and the engine of `mha explain`: slow,
 // and it keeps all [Tq, Tk] matrices. Errors are as for Forward.
 func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trace, error) {
-	p, err := l.plan(query, key, value, opt)
-	if err != nil {
+	p := new(plan)
+	if err := l.plan(p, query, key, value, opt, true); err != nil {
 		return nil, err
 	}
 	tr := &Trace{B: p.b, Tq: p.tq, Tk: p.tkx, H: l.cfg.NumHeads, D: l.cfg.HeadDim(), E: l.cfg.EmbedDim}
@@ -101,9 +96,11 @@ func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trac
 	return tr, nil
 }
 
-// plan is a validated call: inputs as [B, T, features] and the sizes that follow.
+// plan is a validated call: the inputs' values, read as [B, T, features], and the sizes that
+// follow.
 type plan struct {
-	q, k, v     *tensor.Tensor
+	q, k, v     []float32
+	self        bool // key and value are the query itself
 	opt         Options
 	b, tq, tk   int
 	tkx         int // tk plus the appended bias_kv and zero_attn rows
@@ -112,17 +109,18 @@ type plan struct {
 	biasPerHead bool // AttnBias is [B·H, Tq, Tk]
 }
 
-// MaxDenseElements bounds the [Tq, Tk] attention matrices one Forward may build: the scratch of
-// one head, or all B·H of them when the weights are returned.
+// MaxDenseElements bounds the [Tq, Tk] attention matrices a call may build: those of all B·H
+// heads when Forward returns the weights, and those Reference keeps. Forward without weights
+// never builds them.
 const MaxDenseElements = 1 << 31
 
-// denseElements returns how many attention values the dense path holds at once.
-func (p *plan) denseElements(heads int) int64 {
-	n := int64(p.tq) * int64(p.tkx)
-	if p.opt.NeedWeights {
-		n *= int64(p.b) * int64(heads)
+// denseElements returns how many attention values the call holds at once: the weights of every
+// head when they are returned or traced, else none.
+func (p *plan) denseElements(heads int, traced bool) int64 {
+	if !p.opt.NeedWeights && !traced {
+		return 0
 	}
-	return n
+	return int64(p.tq) * int64(p.tkx) * int64(p.b) * int64(heads)
 }
 
 func (p *plan) outShape(e int) []int {
@@ -155,51 +153,56 @@ func (p *plan) weights(w []float32, h int) *tensor.Tensor {
 	return &tensor.Tensor{Shape: shape, Data: w}
 }
 
-// plan checks the inputs against the layer and each other.
-func (l *Layer) plan(query, key, value *tensor.Tensor, opt *Options) (*plan, error) {
+// plan checks the inputs against the layer and each other and fills p. traced says the call
+// keeps every head's attention matrices (Reference does).
+func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, traced bool) error {
 	c := l.cfg
-	p := &plan{}
+	*p = plan{}
 	if opt != nil {
 		p.opt = *opt
 	}
 	if query == nil {
-		return nil, fmt.Errorf("%w: query is nil, want [B Tq %d]", ErrShape, c.EmbedDim)
+		return fmt.Errorf("%w: query is nil, want [B Tq %d]", ErrShape, c.EmbedDim)
 	}
 	if (key == nil) != (value == nil) {
-		return nil, fmt.Errorf("%w: give key and value together, or neither for self-attention", ErrShape)
+		return fmt.Errorf("%w: give key and value together, or neither for self-attention", ErrShape)
 	}
 	if key == nil {
 		if !c.sameDims() {
-			return nil, fmt.Errorf("%w: self-attention needs kdim = vdim = E, the layer has kdim %d, vdim %d, E %d", ErrShape, c.kdim(), c.vdim(), c.EmbedDim)
+			return fmt.Errorf("%w: self-attention needs kdim = vdim = E, the layer has kdim %d, vdim %d, E %d", ErrShape, c.kdim(), c.vdim(), c.EmbedDim)
 		}
 		key, value = query, query
 	}
+	p.self = key == query && value == query
 	if err := checkData("query", query.Shape, len(query.Data)); err != nil {
-		return nil, err
+		return err
 	}
 	switch len(query.Shape) {
 	case 3:
 	case 2:
 		p.unbatched = true
 	default:
-		return nil, fmt.Errorf("%w: query is %v, want [B Tq %d] or unbatched [Tq %d]", ErrShape, query.Shape, c.EmbedDim, c.EmbedDim)
+		return fmt.Errorf("%w: query is %v, want [B Tq %d] or unbatched [Tq %d]", ErrShape, query.Shape, c.EmbedDim, c.EmbedDim)
 	}
-	var err error
-	if p.q, err = batched("query", query, p.unbatched, "Tq", c.EmbedDim); err != nil {
-		return nil, err
+	qb, tq, err := batched("query", query, p.unbatched, "Tq", c.EmbedDim)
+	if err != nil {
+		return err
 	}
-	if p.k, err = batched("key", key, p.unbatched, "Tk", c.kdim()); err != nil {
-		return nil, err
+	kb, tk, err := batched("key", key, p.unbatched, "Tk", c.kdim())
+	if err != nil {
+		return err
 	}
-	if p.v, err = batched("value", value, p.unbatched, "Tk", c.vdim()); err != nil {
-		return nil, err
+	vb, tv, err := batched("value", value, p.unbatched, "Tk", c.vdim())
+	if err != nil {
+		return err
 	}
-	p.b, p.tq, p.tk = p.q.Shape[0], p.q.Shape[1], p.k.Shape[1]
-	if p.k.Shape[0] != p.b || p.v.Shape[0] != p.b {
-		return nil, fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", ErrShape, p.b, p.k.Shape[0], p.v.Shape[0])
+	p.q, p.k, p.v = query.Data, key.Data, value.Data
+	p.b, p.tq, p.tk = qb, tq, tk
+	if kb != p.b || vb != p.b {
+		return fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", ErrShape, p.b, kb, vb)
 	}
-	if p.v.Shape[1] != p.tk {
-		return nil, fmt.Errorf("%w: key has %d rows and value %d, want the same", ErrShape, p.tk, p.v.Shape[1])
+	if tv != p.tk {
+		return fmt.Errorf("%w: key has %d rows and value %d, want the same", ErrShape, p.tk, tv)
 	}
 	p.tkx = p.tk
 	if c.AddBiasKV {
@@ -208,8 +211,8 @@ func (l *Layer) plan(query, key, value *tensor.Tensor, opt *Options) (*plan, err
 	if c.AddZeroAttn {
 		p.tkx++
 	}
-	if n := p.denseElements(c.NumHeads); n > MaxDenseElements {
-		return nil, fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) the dense path allows", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)
+	if n := p.denseElements(c.NumHeads, traced); n > MaxDenseElements {
+		return fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) allowed when they are kept (NeedWeights, Reference)", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)
 	}
 	if m := p.opt.KeyPaddingMask; m != nil {
 		want := []int{p.b, p.tk}
@@ -217,23 +220,23 @@ func (l *Layer) plan(query, key, value *tensor.Tensor, opt *Options) (*plan, err
 			want = want[1:]
 		}
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
-			return nil, err
+			return err
 		}
 		if !slices.Equal(m.Shape, want) {
-			return nil, fmt.Errorf("%w: key_padding_mask is %v, want %v", ErrShape, m.Shape, want)
+			return fmt.Errorf("%w: key_padding_mask is %v, want %v", ErrShape, m.Shape, want)
 		}
 	}
 	if m := p.opt.AttnMask; m != nil {
 		if p.maskPerHead, err = p.checkAttnMask("attn_mask", m.Shape, len(m.Data), c.NumHeads); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if m := p.opt.AttnBias; m != nil {
 		if p.biasPerHead, err = p.checkAttnMask("attn_bias", m.Shape, len(m.Data), c.NumHeads); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // checkData reports an error when a tensor's data does not fill its shape.
@@ -248,22 +251,22 @@ func checkData(name string, shape []int, n int) error {
 	return nil
 }
 
-// batched checks that t is [B, T, features] (or [T, features] when unbatched) and returns it as
-// three-dimensional.
-func batched(name string, t *tensor.Tensor, unbatched bool, rows string, features int) (*tensor.Tensor, error) {
+// batched checks that t is [B, T, features] (or [T, features] when unbatched, B = 1) and returns
+// B and T.
+func batched(name string, t *tensor.Tensor, unbatched bool, rows string, features int) (b, n int, err error) {
 	if err := checkData(name, t.Shape, len(t.Data)); err != nil {
-		return nil, err
+		return 0, 0, err
 	}
 	if unbatched {
 		if len(t.Shape) != 2 || t.Shape[1] != features {
-			return nil, fmt.Errorf("%w: %s is %v, want unbatched [%s %d] like the query", ErrShape, name, t.Shape, rows, features)
+			return 0, 0, fmt.Errorf("%w: %s is %v, want unbatched [%s %d] like the query", ErrShape, name, t.Shape, rows, features)
 		}
-		return &tensor.Tensor{Shape: []int{1, t.Shape[0], features}, Data: t.Data}, nil
+		return 1, t.Shape[0], nil
 	}
 	if len(t.Shape) != 3 || t.Shape[2] != features {
-		return nil, fmt.Errorf("%w: %s is %v, want [B %s %d]", ErrShape, name, t.Shape, rows, features)
+		return 0, 0, fmt.Errorf("%w: %s is %v, want [B %s %d]", ErrShape, name, t.Shape, rows, features)
 	}
-	return t, nil
+	return t.Shape[0], t.Shape[1], nil
 }
 
 // checkAttnMask checks an attention mask's shape, [Tq, Tk] or [B·H, Tq, Tk], and reports
@@ -303,6 +306,14 @@ func (p *plan) bias(b, h, heads int) attend.Bias {
 	return bias
 }
 
+// dropout returns the dropout of batch b, head h, or nil when the call does not drop.
+func (p *plan) dropout(b, h, heads int, prob float64) *attend.Dropout {
+	if !p.opt.Training || prob == 0 {
+		return nil
+	}
+	return &attend.Dropout{P: prob, Seed: p.opt.DropoutSeed ^ uint64(b*heads+h+1)*0x9e3779b97f4a7c15}
+}
+
 // run is the layer's computation in precision F. It returns the output [B, Tq, E], the per-head
 // weights [B, H, Tq, Tkx] when they were asked for or traced, and the count of fully masked rows.
 func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
@@ -318,9 +329,9 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	}
 
 	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, all [B, T, E].
-	q := linear(as[F](p.q.Data), p.b*p.tq, c.EmbedDim, wq, bq, e)
-	k := linear(as[F](p.k.Data), p.b*p.tk, c.kdim(), wk, bk, e)
-	v := linear(as[F](p.v.Data), p.b*p.tk, c.vdim(), wv, bv, e)
+	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq, bq, e)
+	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk, bk, e)
+	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv, bv, e)
 	k = appendRows(k, p, e, l.param("bias_k"), c.AddZeroAttn)
 	v = appendRows(v, p, e, l.param("bias_v"), c.AddZeroAttn)
 
@@ -349,11 +360,7 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 			if keepWeights {
 				wh = w[(b*heads+h)*n : (b*heads+h+1)*n]
 			}
-			var drop *attend.Dropout
-			if p.opt.Training && c.Dropout > 0 {
-				rng := tensor.NewRNG(p.opt.DropoutSeed ^ uint64(b*heads+h+1)*0x9e3779b97f4a7c15)
-				drop = &attend.Dropout{P: c.Dropout, Draw: rng.Float64}
-			}
+			drop := p.dropout(b, h, heads, c.Dropout)
 			fullyMasked += attend.Dense(hd, &bias, scale, drop, wh, traceSteps[F](tr, (b*heads+h)*n))
 		}
 	}

@@ -18,9 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
+	"github.com/mhalab/mha/internal/parallel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -98,6 +101,9 @@ func (c Config) Validate() error {
 type Layer struct {
 	cfg    Config
 	params []Param // in PyTorch's state-dict order
+
+	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
+	work sync.Pool      // *work: Forward's scratch memory, one per concurrent call
 }
 
 // Param is one named parameter. T is the layer's own tensor, not a copy.
@@ -114,7 +120,8 @@ func New(cfg Config) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Layer{cfg: cfg}
+	l := &Layer{cfg: cfg, pool: new(parallel.Pool)}
+	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
 		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
 	}

@@ -21,13 +21,14 @@ type Float = kernel.Float
 // [T, H·d] projection is used in place (Q = proj[h·d:], LdQ = H·d) without a copy.
 //
 //	Q   [Tq, D]  stride LdQ
-//	K   [Tk, D]  stride LdK
+//	K   [Tk, D]  stride LdK   (read by Dense)
+//	Kt  [D, Tk]  stride LdKt  (Kᵀ, read by Tiled instead of K)
 //	V   [Tk, Dv] stride LdV
 //	Out [Tq, Dv] stride LdOut, overwritten
 type Head[F Float] struct {
-	Q, K, V, Out         []F
-	LdQ, LdK, LdV, LdOut int
-	Tq, Tk, D, Dv        int
+	Q, K, Kt, V, Out           []F
+	LdQ, LdK, LdKt, LdV, LdOut int
+	Tq, Tk, D, Dv              int
 }
 
 // Bias says which keys each query of one head may attend to and what is added to its scaled
@@ -43,41 +44,66 @@ type Bias struct {
 	Stride int       // number of keys the masks describe
 }
 
-// Apply adds query i's bias to its row of scaled scores, setting masked keys to −Inf.
-func Apply[F Float](b *Bias, i int, row []F) {
-	n := min(b.Stride, len(row))
+// Apply adds query i's bias to row, its scaled scores for keys j0, j0+1, …, setting masked keys
+// to −Inf.
+func Apply[F Float](b *Bias, i, j0 int, row []F) {
+	n := max(0, min(b.Stride-j0, len(row))) // keys the masks describe
+	row = row[:n]
 	negInf := F(math.Inf(-1))
 	if b.Add != nil {
-		for j, a := range b.Add[i*b.Stride : i*b.Stride+n] {
+		for j, a := range b.Add[i*b.Stride+j0 : i*b.Stride+j0+n] {
 			row[j] += F(a)
 		}
 	}
 	if b.Mask != nil {
-		for j, m := range b.Mask[i*b.Stride : i*b.Stride+n] {
+		for j, m := range b.Mask[i*b.Stride+j0 : i*b.Stride+j0+n] {
 			if m {
 				row[j] = negInf
 			}
 		}
 	}
 	if b.KeyPad != nil {
-		for j, m := range b.KeyPad[:n] {
+		for j, m := range b.KeyPad[j0 : j0+n] {
 			if m {
 				row[j] = negInf
 			}
 		}
 	}
 	if b.Causal {
-		for j := i + 1; j < n; j++ {
+		for j := max(i+1-j0, 0); j < n; j++ {
 			row[j] = negInf
 		}
 	}
 }
 
 // Dropout zeroes attention weights with probability P and scales the kept ones by 1/(1−P), as
-// torch.nn.functional.dropout does in training. Draw returns a uniform value in [0, 1).
+// torch.nn.functional.dropout does in training. Whether weight (i, j) is kept depends only on
+// Seed, i and j, so every path, tile size and worker count draws the same mask.
 type Dropout struct {
 	P    float64
-	Draw func() float64
+	Seed uint64 // give each head its own
+}
+
+// Keep reports whether weight (i, j) survives.
+func (d *Dropout) Keep(i, j int) bool {
+	// splitmix64 of the seed and the position: a counter-based generator.
+	z := d.Seed + uint64(i)*0x9e3779b97f4a7c15 + uint64(j)*0xd1b54a32d192ed03
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11)/(1<<53) >= d.P
+}
+
+// apply drops row i's weights for keys j0, j0+1, … in place.
+func apply[F Float](d *Dropout, i, j0 int, row []F) {
+	keep := F(1 / (1 - d.P))
+	for j := range row {
+		if d.Keep(i, j0+j) {
+			row[j] *= keep
+		} else {
+			row[j] = 0
+		}
+	}
 }
 
 // Steps receives a head's intermediate matrices as they are computed, for tracing; each is
@@ -104,7 +130,7 @@ func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 		kernel.Gemm(false, true, h.Tq, tk, h.D, scale, h.Q, h.LdQ, h.K, h.LdK, 0, w, tk)
 	}
 	for i := range h.Tq {
-		Apply(b, i, w[i*tk:(i+1)*tk])
+		Apply(b, i, 0, w[i*tk:(i+1)*tk])
 	}
 	if steps != nil && steps.Scaled != nil {
 		steps.Scaled(w)
@@ -115,13 +141,8 @@ func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 		}
 	}
 	if drop != nil && drop.P > 0 {
-		keep := F(1 / (1 - drop.P))
-		for i := range w {
-			if drop.Draw() < drop.P {
-				w[i] = 0
-			} else {
-				w[i] *= keep
-			}
+		for i := range h.Tq {
+			apply(drop, i, 0, w[i*tk:(i+1)*tk])
 		}
 	}
 	kernel.Gemm(false, false, h.Tq, h.Dv, tk, 1, w, tk, h.V, h.LdV, 0, h.Out, h.LdOut)

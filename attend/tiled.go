@@ -1,0 +1,129 @@
+package attend
+
+import (
+	"math"
+
+	"github.com/mhalab/mha/internal/kernel"
+)
+
+// Block sizes of the tiled path: the query rows a caller should hand to one Tiled call, and the
+// keys whose scores Tiled holds at once.
+const (
+	BlockQ = 64
+	BlockK = 256
+)
+
+// Scratch is one worker's memory for Tiled. The zero value is ready to use; it grows to the
+// largest block it has seen and then stops allocating. Give each goroutine its own.
+type Scratch struct {
+	s, o, m, l []float32
+	ws         kernel.Workspace
+}
+
+func (s *Scratch) grow(rows, keys, dv int) {
+	s.s = grown(s.s, rows*keys)
+	s.o = grown(s.o, rows*dv)
+	s.m = grown(s.m, rows)
+	s.l = grown(s.l, rows)
+}
+
+func grown(x []float32, n int) []float32 {
+	if cap(x) < n {
+		return make([]float32, n)
+	}
+	return x[:n]
+}
+
+// Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
+// online softmax of FlashAttention-2: it walks the keys in tiles of BlockK, keeping per row the
+// running maximum m and sum l, and rescales the partial output when m grows, so it never holds
+// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt, not h.K. With b.Causal it skips the
+// key tiles above the diagonal.
+//
+// When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
+// leaves the rows' attention weights (after dropout, as PyTorch returns them) in w.
+//
+// A query whose keys are all masked gets weights 0 and output 0; Tiled returns how many such rows
+// it met. drop may be nil. Tiled panics when a view is too short for the sizes in h.
+func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w []float32, s *Scratch) (fullyMasked int) {
+	rows, dv := i1-i0, h.Dv
+	keys := BlockK
+	if w != nil {
+		keys = max(h.Tk, 1)
+	}
+	s.grow(rows, keys, dv)
+	m, l, o := s.m, s.l, s.o
+	for r := range rows {
+		m[r], l[r] = float32(math.Inf(-1)), 0
+	}
+	clear(o)
+	if drop != nil && drop.P == 0 {
+		drop = nil
+	}
+
+	// Keys [0, visible) may be seen by some row of the block; under the causal mask the keys in
+	// [visible, Stride) are hidden from all of them. Keys from Stride on are never masked.
+	visible := h.Tk
+	if b.Causal && w == nil {
+		visible = min(b.Stride, i1)
+	}
+	q := h.Q[i0*h.LdQ:]
+	for j0 := 0; j0 < h.Tk; {
+		if j0 == visible && visible < b.Stride {
+			j0 = b.Stride
+			continue
+		}
+		end := h.Tk
+		if j0 < visible {
+			end = visible
+		}
+		j1 := min(j0+keys, end)
+		nc := j1 - j0
+		ld := nc
+		sc := s.s
+		if w != nil {
+			sc, ld = w, h.Tk
+		}
+		s.ws.Sgemm(false, false, rows, nc, h.D, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, sc, ld, nil)
+		for r := range rows {
+			row := sc[r*ld : r*ld+nc]
+			Apply(b, i0+r, j0, row)
+			mt := max(m[r], kernel.Smax(row))
+			if math.IsInf(float64(mt), -1) {
+				clear(row) // nothing visible to this row yet
+				continue
+			}
+			if mt != m[r] {
+				if l[r] != 0 {
+					alpha := float32(math.Exp(float64(m[r] - mt)))
+					l[r] *= alpha
+					kernel.Sscal(alpha, o[r*dv:(r+1)*dv])
+				}
+				m[r] = mt
+			}
+			l[r] += kernel.Sexp(row, mt)
+			if drop != nil {
+				apply(drop, i0+r, j0, row)
+			}
+		}
+		s.ws.Sgemm(false, false, rows, dv, nc, 1, sc, ld, h.V[j0*h.LdV:], h.LdV, 1, o, dv, nil)
+		j0 = j1
+	}
+
+	for r := range rows {
+		out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
+		if l[r] == 0 {
+			fullyMasked++
+			clear(out)
+			continue
+		}
+		inv := 1 / l[r]
+		for c, v := range o[r*dv : (r+1)*dv] {
+			out[c] = v * inv
+		}
+		if w != nil {
+			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])
+		}
+	}
+	return fullyMasked
+}

@@ -1,0 +1,301 @@
+package mha
+
+import (
+	"math"
+	"runtime"
+
+	"github.com/mhalab/mha/attend"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/parallel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// ForwardInto is Forward writing into r: it reuses r.Output's and r.Weights' storage when it is
+// large enough and allocates it otherwise, so a caller that passes the same Result every time
+// makes no heap allocation once the layer has seen the largest shape (the layer keeps its
+// scratch memory between calls). The tensors r held before the call are overwritten. Errors are
+// as for Forward; on error r is left as it was.
+//
+// The float32 path runs the projections as blocked GEMMs, the attention of each (batch, head,
+// block of BlockQ queries) as one task, on up to Options.Workers goroutines. Without
+// NeedWeights it uses the tiled online softmax and never builds a [Tq, Tk] matrix; with it, it
+// builds the weights of all heads.
+func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Options) error {
+	w, _ := l.work.Get().(*work)
+	if w == nil {
+		w = new(work)
+	}
+	defer l.work.Put(w)
+	p := &w.p
+	if err := l.plan(p, query, key, value, opt, false); err != nil {
+		return err
+	}
+	e := l.cfg.EmbedDim
+	r.Output = reuse(r.Output, p.b*p.tq*e, p.b, p.tq, e)
+	w.forward(l, r)
+	if !p.opt.NeedWeights {
+		r.Weights = nil
+	}
+	if p.unbatched {
+		r.Output.Shape = r.Output.Shape[1:]
+		if r.Weights != nil {
+			r.Weights.Shape = r.Weights.Shape[1:]
+		}
+	}
+	return nil
+}
+
+// reuse returns t reshaped to shape when its storage holds n values, or a new tensor.
+func reuse(t *tensor.Tensor, n int, shape ...int) *tensor.Tensor {
+	if t == nil || cap(t.Data) < n || cap(t.Shape) < len(shape) {
+		t = &tensor.Tensor{Shape: make([]int, 0, 4), Data: make([]float32, n)}
+	}
+	t.Data = t.Data[:n]
+	t.Shape = append(t.Shape[:0], shape...)
+	return t
+}
+
+// work is one Forward's memory, kept in Layer.work between calls. It is also the parallel.Job of
+// every phase: Do dispatches on phase.
+type work struct {
+	p     plan
+	l     *Layer
+	loop  parallel.Loop
+	phase phase
+
+	buf     []float32 // projections: Q, K, V (fused: one [rows, 3E] block)
+	kt      []float32 // Kᵀ of every (batch, head): [B, H, D, Tkx]
+	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are averaged
+	wh      []float32 // where the per-head weights go (weights or the result's storage)
+	avg     []float32 // the averaged weights [B, Tq, Tkx] (the result's storage)
+
+	q, k, v       []float32 // the projections' views
+	ldq, ldk, ldv int       // their row strides
+	rq, rk        int       // their rows per batch (rk counts the appended key rows)
+
+	g       gemm // the current GEMM phase
+	qBlocks int  // query blocks per head
+	scratch []attend.Scratch
+	ws      []kernel.Workspace
+	masked  []int // fully masked rows, per worker
+}
+
+type phase int
+
+const (
+	phaseGemm phase = iota
+	phaseTranspose
+	phaseAttend
+	phaseAverage
+)
+
+// Do runs one task of the current phase.
+func (w *work) Do(worker, task int) {
+	switch w.phase {
+	case phaseGemm:
+		w.g.do(&w.ws[worker], task)
+	case phaseTranspose:
+		w.transpose(task)
+	case phaseAttend:
+		w.attend(worker, task)
+	case phaseAverage:
+		w.average(task)
+	}
+}
+
+// forward computes r.Output (sized by the caller) and the weights.
+func (w *work) forward(l *Layer, r *Result) {
+	p, c := &w.p, l.cfg
+	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
+	workers := p.opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	w.l = l
+	defer func() { w.l = nil }()
+	if len(w.scratch) < workers {
+		w.scratch = make([]attend.Scratch, workers)
+		w.ws = make([]kernel.Workspace, workers)
+		w.masked = make([]int, workers)
+	}
+	clear(w.masked)
+	run := func(ph phase, tasks int) {
+		w.phase = ph
+		l.pool.Run(&w.loop, workers, tasks, w)
+	}
+
+	// The input projections. Self-attention with stacked weights is one GEMM writing
+	// [Q | K | V] side by side; otherwise three, into Q, K and V blocks one after the other.
+	tkx, extra := p.tkx, p.tkx-p.tk
+	wq, wk, wv := l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
+	inW := l.param("in_proj_weight")
+	if inW != nil {
+		wq, wk, wv = inW[:e*e], inW[e*e:2*e*e], inW[2*e*e:]
+	}
+	bq, bk, bv := []float32(nil), []float32(nil), []float32(nil)
+	inB := l.param("in_proj_bias")
+	if inB != nil {
+		bq, bk, bv = inB[:e], inB[e:2*e], inB[2*e:]
+	}
+	if p.self && inW != nil {
+		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
+		w.buf = grown(w.buf, p.b*tkx*3*e)
+		w.q, w.k, w.v = w.buf, w.buf[e:], w.buf[2*e:]
+		w.ldq, w.ldk, w.ldv, w.rq, w.rk = 3*e, 3*e, 3*e, tkx, tkx
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: inW, bias: inB, c: w.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
+		run(phaseGemm, w.g.tasks())
+	} else {
+		nq, nk := p.b*p.tq*e, p.b*tkx*e
+		w.buf = grown(w.buf, nq+2*nk)
+		w.q, w.k, w.v = w.buf[:nq], w.buf[nq:nq+nk], w.buf[nq+nk:]
+		w.ldq, w.ldk, w.ldv, w.rq, w.rk = e, e, e, p.tq, tkx
+		for _, g := range [...]gemm{
+			{x: p.q, ldx: e, xRows: p.tq, in: e, w: wq, bias: bq, c: w.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b},
+			{x: p.k, ldx: c.kdim(), xRows: p.tk, in: c.kdim(), w: wk, bias: bk, c: w.k, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+			{x: p.v, ldx: c.vdim(), xRows: p.tk, in: c.vdim(), w: wv, bias: bv, c: w.v, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+		} {
+			w.g = g
+			run(phaseGemm, w.g.tasks())
+		}
+	}
+	if extra > 0 {
+		biasK, biasV := l.param("bias_k"), l.param("bias_v")
+		for b := range p.b {
+			row := b*tkx + p.tk
+			if biasK != nil {
+				copy(w.k[row*w.ldk:row*w.ldk+e], biasK)
+				copy(w.v[row*w.ldv:row*w.ldv+e], biasV)
+				row++
+			}
+			if c.AddZeroAttn {
+				clear(w.k[row*w.ldk : row*w.ldk+e])
+				clear(w.v[row*w.ldv : row*w.ldv+e])
+			}
+		}
+	}
+
+	// Kᵀ per head, then attention per (batch, head, query block). Head outputs overwrite their
+	// own query rows, so the concatenation of heads is Q's block, ready for the output GEMM.
+	w.kt = grown(w.kt, p.b*heads*d*tkx)
+	run(phaseTranspose, p.b*heads)
+	w.wh = nil
+	if p.opt.NeedWeights {
+		n := p.b * heads * p.tq * tkx
+		if p.opt.PerHeadWeights {
+			r.Weights = reuse(r.Weights, n, p.b, heads, p.tq, tkx)
+			w.wh = r.Weights.Data
+		} else {
+			w.weights = grown(w.weights, n)
+			w.wh = w.weights
+		}
+	}
+	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
+	run(phaseAttend, p.b*heads*w.qBlocks)
+	if p.opt.NeedWeights && !p.opt.PerHeadWeights {
+		r.Weights = reuse(r.Weights, p.b*p.tq*tkx, p.b, p.tq, tkx)
+		w.avg = r.Weights.Data
+		run(phaseAverage, p.b*p.tq)
+	}
+
+	// The output projection reads the concatenated heads in place.
+	w.g = gemm{x: w.q, ldx: w.ldq, xRows: w.rq, in: e, w: l.param("out_proj.weight"), bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	run(phaseGemm, w.g.tasks())
+	r.FullyMasked = 0
+	for _, m := range w.masked {
+		r.FullyMasked += m
+	}
+}
+
+// transpose writes Kᵀ of one (batch, head) task: kt[b, h, i, j] = K[b, j, h·D + i].
+func (w *work) transpose(task int) {
+	heads, d, tkx := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx
+	b, h := task/heads, task%heads
+	dst := w.kt[task*d*tkx : (task+1)*d*tkx]
+	src := w.k[b*w.rk*w.ldk+h*d:]
+	for j := range tkx {
+		row := src[j*w.ldk : j*w.ldk+d]
+		for i, x := range row {
+			dst[i*tkx+j] = x
+		}
+	}
+}
+
+// attend runs one (batch, head, query block) task.
+func (w *work) attend(worker, task int) {
+	p, c := &w.p, w.l.cfg
+	heads, d, tkx := c.NumHeads, c.HeadDim(), p.tkx
+	bh, blk := task/w.qBlocks, task%w.qBlocks
+	b, h := bh/heads, bh%heads
+	i0 := blk * attend.BlockQ
+	i1 := min(i0+attend.BlockQ, p.tq)
+	q := w.q[b*w.rq*w.ldq+h*d:]
+	hd := attend.Head[float32]{
+		Q: q, LdQ: w.ldq,
+		Kt: w.kt[bh*d*tkx:], LdKt: tkx,
+		V: w.v[b*w.rk*w.ldv+h*d:], LdV: w.ldv,
+		Out: q, LdOut: w.ldq,
+		Tq: p.tq, Tk: tkx, D: d, Dv: d,
+	}
+	bias := p.bias(b, h, heads)
+	var wts []float32
+	if w.wh != nil {
+		wts = w.wh[(bh*p.tq+i0)*tkx : (bh*p.tq+i1)*tkx]
+	}
+	scale := float32(1 / math.Sqrt(float64(d)))
+	w.masked[worker] += attend.Tiled(&hd, &bias, scale, p.dropout(b, h, heads, c.Dropout), i0, i1, wts, &w.scratch[worker])
+}
+
+// average writes one (batch, query) row of the head-averaged weights.
+func (w *work) average(task int) {
+	p, heads := &w.p, w.l.cfg.NumHeads
+	b, i, tkx := task/p.tq, task%p.tq, p.tkx
+	dst := w.avg[task*tkx : (task+1)*tkx]
+	clear(dst)
+	for h := range heads {
+		off := ((b*heads+h)*p.tq + i) * tkx
+		kernel.Axpy(1, w.weights[off:off+tkx], dst)
+	}
+	kernel.Sscal(1/float32(heads), dst)
+}
+
+// gemm is one parallel C = X·Wᵀ + bias for rows rows of every batch, whose rows sit at
+// different strides in X and C: batch b's rows start at row b·xRows of X and row b·cRows of C.
+type gemm struct {
+	x          []float32
+	ldx, xRows int
+	in         int
+	w, bias    []float32 // w is [n, in]
+	c          []float32
+	ldc, cRows int
+	rows       int
+	n, batches int
+}
+
+// Task blocks of the projection GEMMs: rows and columns of C per task.
+const gemmRows, gemmCols = 256, 256
+
+func (g *gemm) tasks() int {
+	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
+}
+
+func (g *gemm) do(ws *kernel.Workspace, task int) {
+	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
+	b, rest := task/(rowBlocks*colBlocks), task%(rowBlocks*colBlocks)
+	r0, c0 := rest/colBlocks*gemmRows, rest%colBlocks*gemmCols
+	rows, cols := min(gemmRows, g.rows-r0), min(gemmCols, g.n-c0)
+	var bias []float32
+	if g.bias != nil {
+		bias = g.bias[c0 : c0+cols]
+	}
+	ws.Sgemm(false, true, rows, cols, g.in, 1, g.x[(b*g.xRows+r0)*g.ldx:], g.ldx, g.w[c0*g.in:], g.in, 0, g.c[(b*g.cRows+r0)*g.ldc+c0:], g.ldc, bias)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// grown returns x resliced to n values, or a new slice when x is too small.
+func grown(x []float32, n int) []float32 {
+	if cap(x) < n {
+		return make([]float32, n)
+	}
+	return x[:n]
+}

@@ -1,0 +1,112 @@
+// Package parallel runs loops of independent tasks on a bounded set of long-lived goroutines,
+// without allocating per loop, so that a layer's Forward can use every core and still make no
+// heap allocation in steady state.
+package parallel
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Job is a loop body: Do runs task number task on behalf of worker number worker. Within one
+// Run, worker numbers are distinct between goroutines running at the same time and lie in
+// [0, workers), so a Job can give each worker its own scratch memory.
+type Job interface {
+	Do(worker, task int)
+}
+
+// Pool is a set of helper goroutines shared by the Runs that use it, including Runs from
+// several goroutines at once. The zero value is ready to use; Close stops the helpers.
+type Pool struct {
+	mu      sync.Mutex
+	helpers int        // goroutines started
+	loops   chan *Loop // loops that want help, one message per helper asked
+	closed  bool
+}
+
+// Loop is the state of one Run. Keep it with the caller's other reusable memory: a Loop must not
+// be copied, and must not be used by two Runs at once.
+type Loop struct {
+	job     Job
+	tasks   int
+	next    atomic.Int64 // next task to claim
+	workers atomic.Int32 // next worker number to hand out
+	done    sync.WaitGroup
+}
+
+// Run calls job.Do(worker, task) once for every task in [0, tasks) and returns when all are done.
+// It runs on at most workers goroutines: the caller's own and up to workers−1 of the pool's
+// helpers, started on first use. Tasks are claimed one at a time, so uneven tasks balance out.
+// Run panics if workers < 1 or the pool is closed.
+func (p *Pool) Run(l *Loop, workers, tasks int, job Job) {
+	if workers < 1 {
+		panic("parallel: Run with fewer than one worker")
+	}
+	if tasks <= 0 {
+		return
+	}
+	l.job, l.tasks = job, tasks
+	l.next.Store(0)
+	l.workers.Store(1) // the caller is worker 0
+	help := min(workers, tasks) - 1
+	if help > 0 {
+		loops := p.grow(help)
+		l.done.Add(help)
+		for range help {
+			loops <- l
+		}
+	}
+	l.work(0)
+	l.done.Wait()
+	l.job = nil
+}
+
+// work claims and runs tasks until none is left.
+func (l *Loop) work(worker int) {
+	for {
+		t := int(l.next.Add(1) - 1)
+		if t >= l.tasks {
+			return
+		}
+		l.job.Do(worker, t)
+	}
+}
+
+// grow starts helpers until there are at least n and returns the queue they serve.
+func (p *Pool) grow(n int) chan<- *Loop {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		panic("parallel: Run on a closed Pool")
+	}
+	if p.loops == nil {
+		p.loops = make(chan *Loop, queue)
+	}
+	for ; p.helpers < n; p.helpers++ {
+		go help(p.loops)
+	}
+	return p.loops
+}
+
+// queue is how many requests for help may wait before a Run's send blocks; a blocked send only
+// waits for a helper to finish its current loop.
+const queue = 256
+
+// help serves loops until the channel closes.
+func help(loops <-chan *Loop) {
+	for l := range loops {
+		l.work(int(l.workers.Add(1) - 1))
+		l.done.Done()
+	}
+}
+
+// Close stops the pool's helpers once they finish what they were asked. It must not be called
+// while a Run is in progress, and a closed Pool must not be used again.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed && p.loops != nil {
+		close(p.loops)
+	}
+	p.closed = true
+}

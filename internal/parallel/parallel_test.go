@@ -1,0 +1,97 @@
+package parallel
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// record marks each task it runs and checks the worker numbers it is given.
+type record struct {
+	t       *testing.T
+	workers int
+	hits    []atomic.Int32
+	busy    []atomic.Int32 // per worker: goroutines inside Do with that number
+}
+
+func (r *record) Do(worker, task int) {
+	if worker < 0 || worker >= r.workers {
+		r.t.Errorf("worker %d outside [0, %d)", worker, r.workers)
+		return
+	}
+	if r.busy[worker].Add(1) != 1 {
+		r.t.Errorf("worker number %d used by two goroutines at once", worker)
+	}
+	r.hits[task].Add(1)
+	runtime.Gosched()
+	r.busy[worker].Add(-1)
+}
+
+func TestRunEveryTaskOnce(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	var l Loop
+	for _, workers := range []int{1, 2, 3, 8} {
+		for _, tasks := range []int{0, 1, 2, 7, 100} {
+			r := &record{t: t, workers: workers, hits: make([]atomic.Int32, tasks), busy: make([]atomic.Int32, workers)}
+			p.Run(&l, workers, tasks, r)
+			for i := range r.hits {
+				if n := r.hits[i].Load(); n != 1 {
+					t.Fatalf("workers %d tasks %d: task %d ran %d times", workers, tasks, i, n)
+				}
+			}
+		}
+	}
+}
+
+func TestRunConcurrentCallers(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			var l Loop
+			for range 20 {
+				r := &record{t: t, workers: 3, hits: make([]atomic.Int32, 50), busy: make([]atomic.Int32, 3)}
+				p.Run(&l, 3, 50, r)
+				for i := range r.hits {
+					if n := r.hits[i].Load(); n != 1 {
+						t.Errorf("task %d ran %d times", i, n)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+type nop struct{}
+
+func (nop) Do(int, int) {}
+
+func TestRunAllocatesNothing(t *testing.T) {
+	var p Pool
+	defer p.Close()
+	var l Loop
+	p.Run(&l, 4, 16, nop{})
+	if n := testing.AllocsPerRun(100, func() { p.Run(&l, 4, 16, nop{}) }); n != 0 {
+		t.Errorf("Run allocates %v times per call, want 0", n)
+	}
+}
+
+func TestCloseStopsHelpers(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var p Pool
+	var l Loop
+	p.Run(&l, 5, 10, nop{})
+	p.Close()
+	for range 1000 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Errorf("%d goroutines after Close, want %d", runtime.NumGoroutine(), before)
+}

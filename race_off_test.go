@@ -1,0 +1,5 @@
+//go:build !race
+
+package mha
+
+const raceEnabled = false
