@@ -21,11 +21,8 @@ import (
 // NeedWeights it uses the tiled online softmax and never builds a [Tq, Tk] matrix; with it, it
 // builds the weights of all heads.
 func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Options) error {
-	w, _ := l.work.Get().(*work)
-	if w == nil {
-		w = new(work)
-	}
-	defer l.work.Put(w)
+	w := l.getWork()
+	defer l.putWork(w)
 	p := &w.p
 	if err := l.plan(p, query, key, value, opt, false); err != nil {
 		return err
@@ -45,6 +42,29 @@ func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Op
 	return nil
 }
 
+// keepWork is how many scratch sets a layer keeps between calls; more concurrent calls than this
+// allocate and leave theirs to the garbage collector.
+const keepWork = 4
+
+func (l *Layer) getWork() *work {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		w := l.free[n-1]
+		l.free = l.free[:n-1]
+		return w
+	}
+	return new(work)
+}
+
+func (l *Layer) putWork(w *work) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < keepWork {
+		l.free = append(l.free, w)
+	}
+}
+
 // reuse returns t reshaped to shape when its storage holds n values, or a new tensor.
 func reuse(t *tensor.Tensor, n int, shape ...int) *tensor.Tensor {
 	if t == nil || cap(t.Data) < n || cap(t.Shape) < len(shape) {
@@ -55,7 +75,7 @@ func reuse(t *tensor.Tensor, n int, shape ...int) *tensor.Tensor {
 	return t
 }
 
-// work is one Forward's memory, kept in Layer.work between calls. It is also the parallel.Job of
+// work is one Forward's memory, kept in Layer.free between calls. It is also the parallel.Job of
 // every phase: Do dispatches on phase.
 type work struct {
 	p     plan

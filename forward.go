@@ -215,14 +215,18 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 		return fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) allowed when they are kept (NeedWeights, Reference)", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)
 	}
 	if m := p.opt.KeyPaddingMask; m != nil {
-		want := []int{p.b, p.tk}
-		if p.unbatched {
-			want = want[1:]
-		}
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
 			return err
 		}
-		if !slices.Equal(m.Shape, want) {
+		ok := len(m.Shape) == 2 && m.Shape[0] == p.b && m.Shape[1] == p.tk
+		if p.unbatched {
+			ok = len(m.Shape) == 1 && m.Shape[0] == p.tk
+		}
+		if !ok {
+			want := []int{p.b, p.tk}
+			if p.unbatched {
+				want = want[1:]
+			}
 			return fmt.Errorf("%w: key_padding_mask is %v, want %v", ErrShape, m.Shape, want)
 		}
 	}

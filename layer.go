@@ -103,7 +103,9 @@ type Layer struct {
 	params []Param // in PyTorch's state-dict order
 
 	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
-	work sync.Pool      // *work: Forward's scratch memory, one per concurrent call
+
+	mu   sync.Mutex
+	free []*work // Forward's scratch memory, kept for the next calls
 }
 
 // Param is one named parameter. T is the layer's own tensor, not a copy.

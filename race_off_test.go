@@ -1,5 +1,0 @@
-//go:build !race
-
-package mha
-
-const raceEnabled = false
