@@ -84,7 +84,8 @@ type work struct {
 	phase phase
 
 	buf     []float32 // projections: Q, K, V (fused: one [rows, 3E] block)
-	kt      []float32 // Kᵀ of every (batch, head): [B, H, D, Tkx]
+	kt      []float32 // Kᵀ of every (batch, head): [B, H, D, ldkt], the first Tkx of each row used
+	ldkt    int
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are averaged
 	wh      []float32 // where the per-head weights go (weights or the result's storage)
 	avg     []float32 // the averaged weights [B, Tq, Tkx] (the result's storage)
@@ -196,7 +197,8 @@ func (w *work) forward(l *Layer, r *Result) {
 
 	// Kᵀ per head, then attention per (batch, head, query block). Head outputs overwrite their
 	// own query rows, so the concatenation of heads is Q's block, ready for the output GEMM.
-	w.kt = grown(w.kt, p.b*heads*d*tkx)
+	w.ldkt = paddedStride(tkx)
+	w.kt = grown(w.kt, p.b*heads*d*w.ldkt)
 	run(phaseTranspose, p.b*heads)
 	w.wh = nil
 	if p.opt.NeedWeights {
@@ -226,16 +228,32 @@ func (w *work) forward(l *Layer, r *Result) {
 	}
 }
 
-// transpose writes Kᵀ of one (batch, head) task: kt[b, h, i, j] = K[b, j, h·D + i].
+// paddedStride returns a row stride of at least n floats that is a multiple of 16 (64 bytes) but
+// not of 256, so that the rows of Kᵀ the GEMM walks down do not all fall into the same cache
+// sets.
+func paddedStride(n int) int {
+	ld := (n + 15) &^ 15
+	if ld%256 == 0 {
+		ld += 16
+	}
+	return ld
+}
+
+// transpose writes Kᵀ of one (batch, head) task: kt[b, h, i, j] = K[b, j, h·D + i]. It walks
+// the keys in blocks, so that each block's rows of K stay in cache while Kᵀ is written in order.
 func (w *work) transpose(task int) {
-	heads, d, tkx := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx
+	heads, d, tkx, ld := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx, w.ldkt
 	b, h := task/heads, task%heads
-	dst := w.kt[task*d*tkx : (task+1)*d*tkx]
+	dst := w.kt[task*d*ld : (task+1)*d*ld]
 	src := w.k[b*w.rk*w.ldk+h*d:]
-	for j := range tkx {
-		row := src[j*w.ldk : j*w.ldk+d]
-		for i, x := range row {
-			dst[i*tkx+j] = x
+	const block = 64
+	for j0 := 0; j0 < tkx; j0 += block {
+		j1 := min(j0+block, tkx)
+		for i := range d {
+			out := dst[i*ld+j0 : i*ld+j1]
+			for j := range out {
+				out[j] = src[(j0+j)*w.ldk+i]
+			}
 		}
 	}
 }
@@ -251,7 +269,7 @@ func (w *work) attend(worker, task int) {
 	q := w.q[b*w.rq*w.ldq+h*d:]
 	hd := attend.Head[float32]{
 		Q: q, LdQ: w.ldq,
-		Kt: w.kt[bh*d*tkx:], LdKt: tkx,
+		Kt: w.kt[bh*d*w.ldkt:], LdKt: w.ldkt,
 		V: w.v[b*w.rk*w.ldv+h*d:], LdV: w.ldv,
 		Out: q, LdOut: w.ldq,
 		Tq: p.tq, Tk: tkx, D: d, Dv: d,
