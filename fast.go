@@ -146,7 +146,8 @@ func (w *work) forward(l *Layer, r *Result) {
 	}
 
 	// The input projections. Self-attention with stacked weights is one GEMM writing
-	// [Q | K | V] side by side; otherwise three, into Q, K and V blocks one after the other.
+	// [Q | K | V] side by side; cross-attention is one for Q and one for [K | V] when key and
+	// value are the same tensor, else one each.
 	tkx, extra := p.tkx, p.tkx-p.tk
 	wq, wk, wv := l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
 	inW := l.param("in_proj_weight")
@@ -166,17 +167,31 @@ func (w *work) forward(l *Layer, r *Result) {
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: inW, bias: inB, c: w.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
 		run(phaseGemm, w.g.tasks())
 	} else {
-		nq, nk := p.b*p.tq*e, p.b*tkx*e
-		w.buf = grown(w.buf, nq+2*nk)
-		w.q, w.k, w.v = w.buf[:nq], w.buf[nq:nq+nk], w.buf[nq+nk:]
-		w.ldq, w.ldk, w.ldv, w.rq, w.rk = e, e, e, p.tq, tkx
-		for _, g := range [...]gemm{
-			{x: p.q, ldx: e, xRows: p.tq, in: e, w: wq, bias: bq, c: w.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b},
-			{x: p.k, ldx: c.kdim(), xRows: p.tk, in: c.kdim(), w: wk, bias: bk, c: w.k, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
-			{x: p.v, ldx: c.vdim(), xRows: p.tk, in: c.vdim(), w: wv, bias: bv, c: w.v, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
-		} {
-			w.g = g
+		nq := p.b * p.tq * e
+		w.buf = grown(w.buf, nq+2*p.b*tkx*e)
+		w.q, w.ldq, w.rq, w.rk = w.buf[:nq], e, p.tq, tkx
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: wq, bias: bq, c: w.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+		run(phaseGemm, w.g.tasks())
+		kv := w.buf[nq:]
+		if p.kvSame && inW != nil {
+			// Key and value are one tensor: one GEMM writes [K | V] side by side.
+			var bkv []float32
+			if inB != nil {
+				bkv = inB[e:]
+			}
+			w.k, w.v, w.ldk, w.ldv = kv, kv[e:], 2*e, 2*e
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, in: e, w: inW[e*e:], bias: bkv, c: kv, ldc: 2 * e, cRows: tkx, rows: p.tk, n: 2 * e, batches: p.b}
 			run(phaseGemm, w.g.tasks())
+		} else {
+			nk := p.b * tkx * e
+			w.k, w.v, w.ldk, w.ldv = kv[:nk], kv[nk:], e, e
+			for _, g := range [...]gemm{
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, in: c.kdim(), w: wk, bias: bk, c: w.k, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, in: c.vdim(), w: wv, bias: bv, c: w.v, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+			} {
+				w.g = g
+				run(phaseGemm, w.g.tasks())
+			}
 		}
 	}
 	if extra > 0 {

@@ -13,7 +13,7 @@ type maskCase struct {
 	name                     string
 	cfg                      Config
 	b, tq, tk                int
-	cross                    bool
+	cross, kvSame            bool
 	causal, pad, mask, bias  bool
 	perHeadMask, perHeadBias bool
 	training                 bool
@@ -67,6 +67,7 @@ func TestTiledMatchesDense(t *testing.T) {
 		{name: "self one tile", cfg: base, b: 2, tq: 9, tk: 9},
 		{name: "self many tiles", cfg: base, b: 1, tq: 300, tk: 300},
 		{name: "cross", cfg: Config{EmbedDim: 12, NumHeads: 3, KDim: 5, VDim: 7}, b: 2, tq: 70, tk: 520, cross: true},
+		{name: "cross key is value", cfg: Config{EmbedDim: 16, NumHeads: 4, AddBiasKV: true}, b: 2, tq: 70, tk: 300, cross: true, kvSame: true},
 		{name: "causal", cfg: base, b: 2, tq: 300, tk: 300, causal: true},
 		{name: "causal Tq<Tk", cfg: base, b: 1, tq: 65, tk: 530, cross: true, causal: true},
 		{name: "causal Tq>Tk", cfg: base, b: 1, tq: 300, tk: 40, cross: true, causal: true},
@@ -89,6 +90,9 @@ func TestTiledMatchesDense(t *testing.T) {
 			if c.cross {
 				k = randTensor(rng, c.b, c.tk, c.cfg.kdim())
 				v = randTensor(rng, c.b, c.tk, c.cfg.vdim())
+				if c.kvSame {
+					v = k
+				}
 			}
 			opt := c.options(rng)
 			tiled := forward(t, l, q, k, v, &opt)

@@ -101,6 +101,7 @@ func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trac
 type plan struct {
 	q, k, v     []float32
 	self        bool // key and value are the query itself
+	kvSame      bool // key and value are one tensor
 	opt         Options
 	b, tq, tk   int
 	tkx         int // tk plus the appended bias_kv and zero_attn rows
@@ -174,6 +175,7 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 		key, value = query, query
 	}
 	p.self = key == query && value == query
+	p.kvSame = key == value
 	if err := checkData("query", query.Shape, len(query.Data)); err != nil {
 		return err
 	}
