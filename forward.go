@@ -124,36 +124,6 @@ func (p *plan) denseElements(heads int, traced bool) int64 {
 	return int64(p.tq) * int64(p.tkx) * int64(p.b) * int64(heads)
 }
 
-func (p *plan) outShape(e int) []int {
-	if p.unbatched {
-		return []int{p.tq, e}
-	}
-	return []int{p.b, p.tq, e}
-}
-
-// weights shapes the per-head weights w [B, H, Tq, Tkx] as the options ask.
-func (p *plan) weights(w []float32, h int) *tensor.Tensor {
-	shape := []int{p.b, h, p.tq, p.tkx}
-	if !p.opt.PerHeadWeights {
-		n := p.tq * p.tkx
-		avg := make([]float32, p.b*n)
-		for b := range p.b {
-			dst := avg[b*n : (b+1)*n]
-			for hh := range h {
-				kernel.Axpy(1, w[(b*h+hh)*n:(b*h+hh+1)*n], dst)
-			}
-			for i := range dst {
-				dst[i] /= float32(h)
-			}
-		}
-		w, shape = avg, []int{p.b, p.tq, p.tkx}
-	}
-	if p.unbatched {
-		shape = shape[1:]
-	}
-	return &tensor.Tensor{Shape: shape, Data: w}
-}
-
 // plan checks the inputs against the layer and each other and fills p. traced says the call
 // keeps every head's attention matrices (Reference does).
 func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, traced bool) error {
