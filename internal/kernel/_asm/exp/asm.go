@@ -1,0 +1,590 @@
+// Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
+// behind kernel.Smax, kernel.Sexp and kernel.Sscal.
+//
+// Run it through go generate in internal/kernel (see exp.go); the output is committed.
+//
+// The exp algorithm is the one written out in Go in exp.go (expGeneric); the constants below
+// must stay bit-identical to the ones there (exp_test.go sweeps every path against float64
+// math.Exp, so a mismatch shows up as a failure).
+//
+//	t = x − shift
+//	n = round(t·log2e)                 to nearest even
+//	r = (t − n·ln2hi) − n·ln2lo        Cody–Waite: ln2hi has 9 significant bits, so n·ln2hi and
+//	                                   t − n·ln2hi are exact; |r| ≤ ln2/2 + a rounding
+//	p = 1 + r + c2·r² + … + c6·r⁶      Horner with FMA; c2…c6 fitted for relative error
+//	exp(t) = p·2ⁿ                      VSCALEFPS (AVX-512) or adding n to p's exponent (AVX2)
+//
+// t < tlo (results below the smallest normal float32, and −Inf) gives exactly 0, t > thi gives
+// +Inf, NaN stays NaN.
+package main
+
+import (
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Constant rows: each is one float32 repeated 8 times (32 bytes), so AVX2 code uses a row as a
+// ymm memory operand and AVX-512 code broadcasts its first element.
+const (
+	kLog2e   = iota // log2(e)
+	kNegLn2H        // −ln2hi
+	kNegLn2L        // −ln2lo
+	kC6
+	kC5
+	kC4
+	kC3
+	kC2
+	kOne
+	kTlo    // smallest t whose exp is a normal float32
+	kThi    // largest t whose exp is finite
+	kClamp  // AVX-512 clamps t to this, above thi: the result then overflows to +Inf by itself
+	kPosInf // +Inf
+	kNegInf // −Inf
+	kNaN    // a quiet NaN
+	kRows
+)
+
+// Bit patterns, identical to the constants in exp.go.
+var rowBits = [kRows]uint32{
+	kLog2e:   0x3fb8aa3b, // 1.442695
+	kNegLn2H: 0xbf318000, // −0.693359375
+	kNegLn2L: 0x395e8083, // 2.1219444e-4
+	kC6:      0x3ab55994, // 1.38359005e-3
+	kC5:      0x3c093a70, // 8.37574899e-3
+	kC4:      0x3d2aacf1, // 4.1668836e-2
+	kC3:      0x3e2aaa1e, // 0.166664571
+	kC2:      0x3efffffc, // 0.499999881
+	kOne:     0x3f800000, // 1
+	kTlo:     0xc2aeac4f, // −87.33654
+	kThi:     0x42b17217, // 88.72283
+	kClamp:   0x42b20000, // 89
+	kPosInf:  0x7f800000,
+	kNegInf:  0xff800000,
+	kNaN:     0x7fc00000,
+}
+
+// VCMPPS predicates.
+const (
+	cmpUnord = 0x03 // either operand NaN
+	cmpNLT   = 0x05 // not less than: ≥ or unordered
+	cmpLT    = 0x11 // less than, false on NaN (LT_OQ)
+	cmpGT    = 0x1e // greater than, false on NaN (GT_OQ)
+)
+
+const roundNearest = 0x08 // VROUNDPS / VRNDSCALEPS: to nearest even, no precision exception
+
+var (
+	consts   Mem // the constant rows
+	tailMask Mem // 8 × −1 then 8 × 0: the 32 bytes at offset 4·(8−k) enable the first k lanes
+)
+
+// row returns the memory operand of constant row i.
+func row(i int) Mem { return consts.Offset(32 * i) }
+
+func data() {
+	consts = GLOBL("expconsts", RODATA|NOPTR)
+	for i, b := range rowBits {
+		for j := range 8 {
+			DATA(32*i+4*j, U32(b))
+		}
+	}
+	tailMask = GLOBL("exptailmask", RODATA|NOPTR)
+	for j := range 16 {
+		v := uint32(0)
+		if j < 8 {
+			v = math.MaxUint32
+		}
+		DATA(4*j, U32(v))
+	}
+}
+
+func main() {
+	ConstraintExpr("!purego")
+	data()
+	smax512()
+	sexp512()
+	sscal512()
+	smax256()
+	sexp256()
+	sscal256()
+	Generate()
+}
+
+// sliceArgs loads the base pointer and length of the []float32 parameter x.
+func sliceArgs() (ptr, n Register) {
+	ptr = Load(Param("x").Base(), GP64())
+	n = Load(Param("x").Len(), GP64())
+	return ptr, n
+}
+
+// at returns the memory operand ptr + 4·i (i float32 elements further on).
+func at(ptr Register, i int) Mem { return Mem{Base: ptr, Disp: 4 * i} }
+
+// tailK sets k to the low n bits (n in 1…15); it clobbers RCX.
+func tailK(n Register, k Register) {
+	m := GP32()
+	MOVL(U32(1), m)
+	MOVQ(n, RCX)
+	SHLL(CL, m)
+	DECL(m)
+	KMOVW(m, k)
+}
+
+// tailYMM loads the AVX2 lane mask that enables the first n lanes (1…7); n is negated.
+func tailYMM(n Register) VecVirtual {
+	base := GP64()
+	LEAQ(tailMask, base)
+	NEGQ(n)
+	mask := YMM()
+	VMOVUPS(Mem{Base: base, Index: n, Scale: 4, Disp: 32}, mask)
+	return mask
+}
+
+// loop emits the usual strip-mined loop: while n ≥ step { body(); ptr += step; n −= step }.
+func loop(name string, ptr, n Register, step int, body func()) {
+	Label(name)
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_done"))
+	body()
+	ADDQ(U32(4*step), ptr)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name))
+	Label(name + "_done")
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512
+
+func smax512() {
+	TEXT("smaxAVX512", NOSPLIT, "func(x []float32) float32")
+	Doc("smaxAVX512 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.")
+	ptr, n := sliceArgs()
+	// Neither VMAXPS nor VRANGEPS propagates a quiet NaN, so nan collects VCMPPS-unordered
+	// masks on the side; an unordered compare of two vectors catches a NaN in either.
+	acc := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+	for _, a := range acc {
+		VBROADCASTSS(row(kNegInf), a)
+	}
+	nan := K()
+	KXORW(nan, nan, nan)
+	loop("smax512_64", ptr, n, 64, func() {
+		x := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+		for u := range x {
+			VMOVUPS(at(ptr, 16*u), x[u])
+		}
+		for u := range x {
+			VMAXPS(x[u], acc[u], acc[u])
+		}
+		k0, k1 := K(), K()
+		VCMPPS(U8(cmpUnord), x[1], x[0], k0)
+		VCMPPS(U8(cmpUnord), x[3], x[2], k1)
+		KORW(k1, k0, k0)
+		KORW(k0, nan, nan)
+	})
+	loop("smax512_16", ptr, n, 16, func() {
+		x, k := ZMM(), K()
+		VMOVUPS(at(ptr, 0), x)
+		VMAXPS(x, acc[0], acc[0])
+		VCMPPS(U8(cmpUnord), x, x, k)
+		KORW(k, nan, nan)
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("smax512_reduce"))
+	kin, k := K(), K()
+	tailK(n, kin)
+	x := ZMM()
+	VMOVUPS_Z(at(ptr, 0), kin, x)  // zeros past the end: no NaN there
+	VMAXPS(x, acc[1], kin, acc[1]) // merge masking: the other lanes keep acc
+	VCMPPS(U8(cmpUnord), x, x, k)
+	KORW(k, nan, nan)
+
+	Label("smax512_reduce")
+	KORTESTW(nan, nan)
+	JNZ(LabelRef("smax512_nan"))
+	VMAXPS(acc[1], acc[0], acc[0])
+	VMAXPS(acc[3], acc[2], acc[2])
+	VMAXPS(acc[2], acc[0], acc[0])
+	hsum512(acc[0], func(a, b Op) { VMAXPS(a, b, b) })
+	VZEROUPPER() // keeps the low 128 bits; Store writes with MOVSS
+	Store(acc[0].AsX(), ReturnIndex(0))
+	RET()
+
+	Label("smax512_nan")
+	VZEROUPPER()
+	r := XMM()
+	MOVSS(row(kNaN), r)
+	Store(r, ReturnIndex(0))
+	RET()
+}
+
+// hsum512 folds the 16 lanes of z into lane 0 with op(a, b), which sets b to b ∘ a.
+func hsum512(z VecVirtual, op func(a, b Op)) {
+	y := YMM()
+	VEXTRACTF64X4(U8(1), z, y)
+	op(y, z.AsY())
+	hsum256(z.AsY().(VecVirtual), op)
+}
+
+// hsum256 folds the 8 lanes of y into lane 0 with op.
+func hsum256(y VecVirtual, op func(a, b Op)) {
+	x, h := y.AsX(), XMM()
+	VEXTRACTF128(U8(1), y, h)
+	op(h, x)
+	VPERMILPS(U8(0x4e), x, h) // swap the 64-bit halves
+	op(h, x)
+	VPERMILPS(U8(0xb1), x, h) // swap neighbours
+	op(h, x)
+}
+
+// exp512 holds the registers of the AVX-512 exp.
+type exp512 struct {
+	negShift, log2e, nhi, nlo, c6, tlo, clamp VecVirtual
+	coef                                      [5]VecVirtual // c5, c4, c3, c2, 1
+	acc                                       [4]VecVirtual
+}
+
+// block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
+// tail mask kin (not nil), one vector is read and written under the mask only.
+func (e *exp512) block(mem []Mem, kin Op) {
+	nv := len(mem)
+	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
+	for u := range nv {
+		t[u], nn[u], p[u], k[u] = ZMM(), ZMM(), ZMM(), K()
+	}
+	for u := range nv {
+		if kin != nil {
+			VMOVUPS_Z(mem[u], kin, t[u])
+			VADDPS(e.negShift, t[u], t[u])
+		} else {
+			VADDPS(mem[u], e.negShift, t[u]) // t = x + (−shift) = x − shift
+		}
+	}
+	for u := range nv {
+		// k: lanes to keep, t ≥ tlo or NaN; the others (−Inf included) become 0.
+		if kin != nil {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], kin, k[u])
+		} else {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], k[u])
+		}
+	}
+	for u := range nv {
+		VMINPS(t[u], e.clamp, t[u]) // min(clamp, t), NaN stays: VMINPS returns the 2nd source
+	}
+	for u := range nv {
+		VMULPS(e.log2e, t[u], nn[u])
+	}
+	for u := range nv {
+		VRNDSCALEPS(U8(roundNearest), nn[u], nn[u])
+	}
+	for u := range nv {
+		VFMADD231PS(e.nhi, nn[u], t[u]) // t − n·ln2hi, exact
+	}
+	for u := range nv {
+		VFMADD231PS(e.nlo, nn[u], t[u]) // r
+	}
+	for u := range nv {
+		VMOVAPS(e.c6, p[u])
+	}
+	for _, c := range append(e.coef[:], e.coef[4]) { // c5, c4, c3, c2, 1, 1
+		for u := range nv {
+			VFMADD213PS(c, t[u], p[u]) // p = p·r + c
+		}
+	}
+	for u := range nv {
+		VSCALEFPS_Z(nn[u], p[u], k[u], p[u]) // p·2ⁿ, 0 outside k
+	}
+	for u := range nv {
+		if kin != nil {
+			VMOVUPS(p[u], kin, mem[u])
+		} else {
+			VMOVUPS(p[u], mem[u])
+		}
+	}
+	for u := range nv {
+		VADDPS(p[u], e.acc[u], e.acc[u])
+	}
+}
+
+func sexp512() {
+	TEXT("sexpAVX512", NOSPLIT, "func(x []float32, negShift float32) float32")
+	Doc("sexpAVX512 sets x[i] = exp(x[i] + negShift) and returns the sum of the new values.")
+	ptr, n := sliceArgs()
+	var e exp512
+	e.negShift = ZMM()
+	VBROADCASTSS(Load(Param("negShift"), XMM()), e.negShift)
+	bcast := func(i int) VecVirtual {
+		z := ZMM()
+		VBROADCASTSS(row(i), z)
+		return z
+	}
+	e.log2e, e.nhi, e.nlo, e.c6 = bcast(kLog2e), bcast(kNegLn2H), bcast(kNegLn2L), bcast(kC6)
+	e.tlo, e.clamp = bcast(kTlo), bcast(kClamp)
+	for i, r := range []int{kC5, kC4, kC3, kC2, kOne} {
+		e.coef[i] = bcast(r)
+	}
+	for i := range e.acc {
+		e.acc[i] = ZMM()
+		VXORPS(e.acc[i], e.acc[i], e.acc[i])
+	}
+	loop("sexp512_64", ptr, n, 64, func() {
+		e.block([]Mem{at(ptr, 0), at(ptr, 16), at(ptr, 32), at(ptr, 48)}, nil)
+	})
+	loop("sexp512_16", ptr, n, 16, func() {
+		e.block([]Mem{at(ptr, 0)}, nil)
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sexp512_reduce"))
+	kin := K()
+	tailK(n, kin)
+	e.acc[0], e.acc[1] = e.acc[1], e.acc[0] // the tail adds into acc[1]
+	e.block([]Mem{at(ptr, 0)}, kin)
+	e.acc[0], e.acc[1] = e.acc[1], e.acc[0]
+
+	Label("sexp512_reduce")
+	VADDPS(e.acc[1], e.acc[0], e.acc[0])
+	VADDPS(e.acc[3], e.acc[2], e.acc[2])
+	VADDPS(e.acc[2], e.acc[0], e.acc[0])
+	hsum512(e.acc[0], func(a, b Op) { VADDPS(a, b, b) })
+	VZEROUPPER()
+	Store(e.acc[0].AsX(), ReturnIndex(0))
+	RET()
+}
+
+func sscal512() {
+	TEXT("sscalAVX512", NOSPLIT, "func(s float32, x []float32)")
+	Doc("sscalAVX512 multiplies every value of x by s.")
+	ptr, n := sliceArgs()
+	s := ZMM()
+	VBROADCASTSS(Load(Param("s"), XMM()), s)
+	loop("sscal512_64", ptr, n, 64, func() {
+		v := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+		for u := range v {
+			VMULPS(at(ptr, 16*u), s, v[u])
+		}
+		for u := range v {
+			VMOVUPS(v[u], at(ptr, 16*u))
+		}
+	})
+	loop("sscal512_16", ptr, n, 16, func() {
+		v := ZMM()
+		VMULPS(at(ptr, 0), s, v)
+		VMOVUPS(v, at(ptr, 0))
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sscal512_done"))
+	k := K()
+	tailK(n, k)
+	v := ZMM()
+	VMOVUPS_Z(at(ptr, 0), k, v)
+	VMULPS(s, v, v)
+	VMOVUPS(v, k, at(ptr, 0))
+	Label("sscal512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA: 16 ymm registers, so the constants stay in memory as full-width operands.
+
+func smax256() {
+	TEXT("smaxAVX2", NOSPLIT, "func(x []float32) float32")
+	Doc("smaxAVX2 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.")
+	ptr, n := sliceArgs()
+	// VMAXPS does not propagate NaN, so nan collects VCMPPS-unordered masks on the side.
+	acc := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
+	for _, a := range acc {
+		VBROADCASTSS(row(kNegInf), a)
+	}
+	nan := YMM()
+	VXORPS(nan, nan, nan)
+	loop("smax256_32", ptr, n, 32, func() {
+		x := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
+		for u := range x {
+			VMOVUPS(at(ptr, 8*u), x[u])
+		}
+		for u := range x {
+			VMAXPS(x[u], acc[u], acc[u])
+		}
+		VCMPPS(U8(cmpUnord), x[1], x[0], x[0]) // a NaN in x[0] or x[1]
+		VCMPPS(U8(cmpUnord), x[3], x[2], x[2])
+		VORPS(x[2], x[0], x[0])
+		VORPS(x[0], nan, nan)
+	})
+	oneVector := func(x VecVirtual) {
+		VMAXPS(x, acc[0], acc[0])
+		VCMPPS(U8(cmpUnord), x, x, x)
+		VORPS(x, nan, nan)
+	}
+	loop("smax256_8", ptr, n, 8, func() {
+		x := YMM()
+		VMOVUPS(at(ptr, 0), x)
+		oneVector(x)
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("smax256_reduce"))
+	mask := tailYMM(n)
+	x, ninf := YMM(), YMM()
+	VMASKMOVPS(at(ptr, 0), mask, x)
+	VBROADCASTSS(row(kNegInf), ninf)
+	VBLENDVPS(mask, x, ninf, x) // −Inf in the lanes past the end
+	oneVector(x)
+
+	Label("smax256_reduce")
+	VPTEST(nan, nan)
+	JNZ(LabelRef("smax256_nan"))
+	VMAXPS(acc[1], acc[0], acc[0])
+	VMAXPS(acc[3], acc[2], acc[2])
+	VMAXPS(acc[2], acc[0], acc[0])
+	hsum256(acc[0], func(a, b Op) { VMAXPS(a, b, b) })
+	VZEROUPPER() // keeps the low 128 bits; Store writes with MOVSS
+	Store(acc[0].AsX(), ReturnIndex(0))
+	RET()
+
+	Label("smax256_nan")
+	r := XMM()
+	VZEROUPPER()
+	MOVSS(row(kNaN), r)
+	Store(r, ReturnIndex(0))
+	RET()
+}
+
+// block256 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
+// tail mask (not nil), one vector is read and written under the mask only.
+func block256(negShift VecVirtual, acc []VecVirtual, mem []Mem, mask VecVirtual) {
+	nv := len(mem)
+	t, nn, r, p := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv)
+	for u := range nv {
+		t[u], nn[u], r[u], p[u] = YMM(), YMM(), YMM(), YMM()
+	}
+	for u := range nv {
+		if mask != nil {
+			VMASKMOVPS(mem[u], mask, t[u])
+			VADDPS(negShift, t[u], t[u])
+		} else {
+			VADDPS(mem[u], negShift, t[u]) // t = x + (−shift) = x − shift
+		}
+	}
+	for u := range nv {
+		VMULPS(row(kLog2e), t[u], nn[u])
+	}
+	for u := range nv {
+		VROUNDPS(U8(roundNearest), nn[u], nn[u])
+	}
+	for u := range nv {
+		VMOVAPS(t[u], r[u])
+	}
+	for u := range nv {
+		VFMADD231PS(row(kNegLn2H), nn[u], r[u]) // t − n·ln2hi, exact
+	}
+	for u := range nv {
+		VFMADD231PS(row(kNegLn2L), nn[u], r[u])
+	}
+	for u := range nv {
+		VMOVUPS(row(kC6), p[u])
+	}
+	for _, c := range []int{kC5, kC4, kC3, kC2, kOne, kOne} {
+		for u := range nv {
+			VFMADD213PS(row(c), r[u], p[u]) // p = p·r + c
+		}
+	}
+	// p·2ⁿ by adding n to the exponent field: p's exponent is −1 or 0 and n ∈ [−126, 128] for
+	// tlo ≤ t ≤ thi, where the sum stays a normal number. Outside, n is out of range or NaN
+	// (VCVTTPS2DQ then gives 0x80000000, which shifts to 0, so a NaN p stays NaN) and the two
+	// masks below replace the value.
+	for u := range nv {
+		VCVTTPS2DQ(nn[u], nn[u])
+	}
+	for u := range nv {
+		VPSLLD(U8(23), nn[u], nn[u])
+	}
+	for u := range nv {
+		VPADDD(nn[u], p[u], p[u])
+	}
+	for u := range nv {
+		VCMPPS(U8(cmpGT), row(kThi), t[u], nn[u])
+	}
+	for u := range nv {
+		VBLENDVPS(nn[u], row(kPosInf), p[u], p[u]) // t > thi: +Inf
+	}
+	for u := range nv {
+		VCMPPS(U8(cmpLT), row(kTlo), t[u], nn[u])
+	}
+	for u := range nv {
+		VANDNPS(p[u], nn[u], p[u]) // t < tlo: 0
+	}
+	for u := range nv {
+		if mask != nil {
+			VANDPS(mask, p[u], p[u]) // the lanes past the end add 0 to the sum
+			VMASKMOVPS(p[u], mask, mem[u])
+		} else {
+			VMOVUPS(p[u], mem[u])
+		}
+	}
+	for u := range nv {
+		VADDPS(p[u], acc[u], acc[u])
+	}
+}
+
+func sexp256() {
+	TEXT("sexpAVX2", NOSPLIT, "func(x []float32, negShift float32) float32")
+	Doc("sexpAVX2 sets x[i] = exp(x[i] + negShift) and returns the sum of the new values.")
+	ptr, n := sliceArgs()
+	negShift := YMM()
+	VBROADCASTSS(Load(Param("negShift"), XMM()), negShift)
+	acc := []VecVirtual{YMM(), YMM()}
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	loop("sexp256_16", ptr, n, 16, func() {
+		block256(negShift, acc, []Mem{at(ptr, 0), at(ptr, 8)}, nil)
+	})
+	loop("sexp256_8", ptr, n, 8, func() {
+		block256(negShift, acc, []Mem{at(ptr, 0)}, nil)
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sexp256_reduce"))
+	mask := tailYMM(n)
+	block256(negShift, acc[1:], []Mem{at(ptr, 0)}, mask)
+
+	Label("sexp256_reduce")
+	VADDPS(acc[1], acc[0], acc[0])
+	hsum256(acc[0], func(a, b Op) { VADDPS(a, b, b) })
+	VZEROUPPER() // keeps the low 128 bits; Store writes with MOVSS
+	Store(acc[0].AsX(), ReturnIndex(0))
+	RET()
+}
+
+func sscal256() {
+	TEXT("sscalAVX2", NOSPLIT, "func(s float32, x []float32)")
+	Doc("sscalAVX2 multiplies every value of x by s.")
+	ptr, n := sliceArgs()
+	s := YMM()
+	VBROADCASTSS(Load(Param("s"), XMM()), s)
+	loop("sscal256_32", ptr, n, 32, func() {
+		v := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
+		for u := range v {
+			VMULPS(at(ptr, 8*u), s, v[u])
+		}
+		for u := range v {
+			VMOVUPS(v[u], at(ptr, 8*u))
+		}
+	})
+	loop("sscal256_8", ptr, n, 8, func() {
+		v := YMM()
+		VMULPS(at(ptr, 0), s, v)
+		VMOVUPS(v, at(ptr, 0))
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sscal256_done"))
+	mask := tailYMM(n)
+	v := YMM()
+	VMASKMOVPS(at(ptr, 0), mask, v)
+	VMULPS(s, v, v)
+	VMASKMOVPS(v, mask, at(ptr, 0))
+	Label("sscal256_done")
+	VZEROUPPER()
+	RET()
+}

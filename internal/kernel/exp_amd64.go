@@ -1,0 +1,34 @@
+//go:build !purego
+
+package kernel
+
+func smax(i isa, x []float32) float32 {
+	switch i {
+	case avx512:
+		return smaxAVX512(x)
+	case avx2:
+		return smaxAVX2(x)
+	}
+	return smaxGeneric(x)
+}
+
+func sexp(i isa, x []float32, shift float32) float32 {
+	switch i {
+	case avx512:
+		return sexpAVX512(x, -shift)
+	case avx2:
+		return sexpAVX2(x, -shift)
+	}
+	return sexpGeneric(x, shift)
+}
+
+func sscal(i isa, s float32, x []float32) {
+	switch i {
+	case avx512:
+		sscalAVX512(s, x)
+	case avx2:
+		sscalAVX2(s, x)
+	default:
+		sscalGeneric(s, x)
+	}
+}

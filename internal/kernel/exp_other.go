@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package kernel
+
+func smax(_ isa, x []float32) float32 { return smaxGeneric(x) }
+
+func sexp(_ isa, x []float32, shift float32) float32 { return sexpGeneric(x, shift) }
+
+func sscal(_ isa, s float32, x []float32) { sscalGeneric(s, x) }

@@ -1,0 +1,434 @@
+package kernel
+
+import (
+	"flag"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var exhaustive = flag.Bool("exp.exhaustive", false, "TestSexpExhaustive: check every float32 in [expTlo, expThi] on every ISA (minutes)")
+
+// Accuracy promised in Sexp's doc comment (measured: 1.21 ULP, 1.0e-7 at worst).
+const (
+	maxULP = 1.5
+	maxRel = 1.5e-7
+)
+
+// expErr measures got = exp(t) in float32 against the float64 exp of the same t. It returns
+// the error in units of the last place of the float32 nearest want and relatively, or ok false
+// when got breaks the contract outright (wrong zero, Inf or NaN).
+func expErr(t, got float32) (ulps, rel float64, ok bool) {
+	want := math.Exp(float64(t))
+	switch {
+	case t != t:
+		return 0, 0, got != got
+	case t < expTlo:
+		return 0, 0, got == 0 && !math.Signbit(float64(got)) // flushed: never a subnormal
+	case t > expThi:
+		return 0, 0, math.IsInf(float64(got), 1)
+	case math.IsInf(float64(got), 0) || got != got || got < math.SmallestNonzeroFloat32*(1<<23):
+		return 0, 0, false
+	}
+	_, e := math.Frexp(want) // want = m·2^e, m ∈ [0.5, 1): one float32 ulp is 2^(e−24)
+	d := math.Abs(float64(got) - want)
+	return d / math.Ldexp(1, e-24), d / want, true
+}
+
+// errStats accumulates the worst error seen.
+type errStats struct {
+	ulps, rel float64
+	at        float32
+	n         int
+}
+
+func (s *errStats) add(t, got float32) bool {
+	u, r, ok := expErr(t, got)
+	s.n++
+	if u > s.ulps {
+		s.ulps, s.at = u, t
+	}
+	s.rel = max(s.rel, r)
+	return ok
+}
+
+func (s *errStats) merge(o errStats) {
+	if o.ulps > s.ulps {
+		s.ulps, s.at = o.ulps, o.at
+	}
+	s.rel = max(s.rel, o.rel)
+	s.n += o.n
+}
+
+// checkExp runs sexp on every ISA over ts (shift 0) and checks each value.
+func checkExp(t *testing.T, name string, ts []float32) {
+	t.Helper()
+	for _, i := range available() {
+		x := append([]float32(nil), ts...)
+		sexp(i, x, 0)
+		var s errStats
+		bad := 0
+		for j, v := range ts {
+			if !s.add(v, x[j]) {
+				if bad++; bad <= 5 {
+					t.Errorf("%v %s: exp(%v) = %v, want %v", i, name, v, x[j], math.Exp(float64(v)))
+				}
+			}
+		}
+		t.Logf("%v %s: %d points, max error %.3f ULP (at %v), relative %.3g", i, name, s.n, s.ulps, s.at, s.rel)
+		if s.ulps > maxULP || s.rel > maxRel {
+			t.Errorf("%v %s: max error %.3f ULP (at %v), relative %.3g; want ≤ %v ULP, ≤ %v", i, name, s.ulps, s.at, s.rel, maxULP, maxRel)
+		}
+	}
+}
+
+// TestSexpAccuracy sweeps (a) every 263rd float32 in [−88, 0] (4.3 million values, every
+// binade), (b) an even grid of 2 million points on [−88, 0] and (c) a million random values in
+// [−100, 90], on every ISA, against float64 math.Exp.
+func TestSexpAccuracy(t *testing.T) {
+	lo := math.Float32bits(-88)
+	var a []float32
+	for b := uint32(0x80000000); b <= lo; b += 263 {
+		a = append(a, math.Float32frombits(b))
+	}
+	a = append(a, 0, float32(math.Copysign(0, -1)), -88, expTlo, math.Nextafter32(expTlo, -100))
+	checkExp(t, "bits [-88,0]", a)
+
+	grid := make([]float32, 2_000_000)
+	for j := range grid {
+		grid[j] = float32(-88 * float64(j) / float64(len(grid)-1))
+	}
+	checkExp(t, "grid [-88,0]", grid)
+
+	r := rand.New(rand.NewPCG(3, 4))
+	rnd := make([]float32, 1_000_000)
+	for j := range rnd {
+		rnd[j] = float32(-100 + 190*r.Float64())
+	}
+	rnd = append(rnd, expThi, math.Nextafter32(expThi, 100), 88.5, 89, 100)
+	checkExp(t, "random [-100,90]", rnd)
+}
+
+// TestSexpExhaustive checks every float32 in [expTlo, expThi] on every ISA; it runs only with
+// -exp.exhaustive (a few minutes on two cores) and reports the numbers quoted in Sexp's doc.
+func TestSexpExhaustive(t *testing.T) {
+	if !*exhaustive {
+		t.Skip("run with -exp.exhaustive")
+	}
+	// Non-negative values run from bits 0 up to expThi, negative ones from 0x80000000 up to expTlo.
+	ranges := [][2]uint32{{0, math.Float32bits(expThi)}, {0x80000000, math.Float32bits(expTlo)}}
+	for _, i := range available() {
+		var mu sync.Mutex
+		var all errStats
+		var wg sync.WaitGroup
+		const chunk = 1 << 16
+		work := make(chan uint32)
+		for range runtime.GOMAXPROCS(0) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]float32, chunk)
+				var s errStats
+				for start := range work {
+					rg := ranges[0]
+					if start >= 0x80000000 {
+						rg = ranges[1]
+					}
+					n := uint32(min(chunk, uint64(rg[1])-uint64(start)+1))
+					for j := range n {
+						buf[j] = math.Float32frombits(start + j)
+					}
+					x := buf[:n]
+					in := append([]float32(nil), x...)
+					sexp(i, x, 0)
+					for j, v := range in {
+						if !s.add(v, x[j]) {
+							t.Errorf("%v: exp(%v) = %v", i, v, x[j])
+						}
+					}
+				}
+				mu.Lock()
+				all.merge(s)
+				mu.Unlock()
+			}()
+		}
+		for _, rg := range ranges {
+			for b := uint64(rg[0]); b <= uint64(rg[1]); b += chunk {
+				work <- uint32(b)
+			}
+		}
+		close(work)
+		wg.Wait()
+		t.Logf("%v: %d values, max error %.3f ULP (at %v), relative %.3g", i, all.n, all.ulps, all.at, all.rel)
+		if all.ulps > maxULP || all.rel > maxRel {
+			t.Errorf("%v: max error %.3f ULP, relative %.3g", i, all.ulps, all.rel)
+		}
+	}
+}
+
+// guarded returns a slice of n values from r at an odd offset inside a larger buffer whose
+// other entries hold a sentinel, and a function that reports whether the sentinels survived.
+func guarded(r *rand.Rand, n, off int, lo, hi float64) ([]float32, func() bool) {
+	const sentinel = 12345.678
+	buf := make([]float32, n+off+40)
+	for j := range buf {
+		buf[j] = sentinel
+	}
+	x := buf[off : off+n : off+n]
+	for j := range x {
+		x[j] = float32(lo + (hi-lo)*r.Float64())
+	}
+	return x, func() bool {
+		for j, v := range buf {
+			if (j < off || j >= off+n) && v != sentinel {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// TestSexpLengths covers every tail length: each value against float64 exp, the sum against
+// the float64 sum of the outputs, and nothing written outside the slice.
+func TestSexpLengths(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, i := range available() {
+		for n := range 200 {
+			if n > 70 && n%16 != 15 {
+				continue
+			}
+			for _, off := range []int{0, 3} {
+				const shift = 1.75
+				x, intact := guarded(r, n, off, -30, 4)
+				in := append([]float32(nil), x...)
+				sum := sexp(i, x, shift)
+				var want float64
+				for j, v := range in {
+					tj := v - shift
+					if u, _, ok := expErr(tj, x[j]); !ok || u > maxULP {
+						t.Fatalf("%v n=%d: exp(%v) = %v (%.2f ULP), want %v", i, n, tj, x[j], u, math.Exp(float64(tj)))
+					}
+					want += float64(x[j])
+				}
+				if d := math.Abs(float64(sum) - want); d > 0x1p-24*float64(n/4+8)*want {
+					t.Errorf("%v n=%d: sum %v, float64 sum of the outputs %v (diff %.3g)", i, n, sum, want, d)
+				}
+				if !intact() {
+					t.Errorf("%v n=%d off=%d: wrote outside the slice", i, n, off)
+				}
+			}
+		}
+	}
+}
+
+// TestSexpSpecial checks −Inf → 0 exactly, NaN propagation, underflow to 0 and overflow to
+// +Inf, in every lane position.
+func TestSexpSpecial(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	cases := []struct {
+		in, shift float32
+		want      float32 // NaN: want NaN
+	}{
+		{-inf, 0, 0},
+		{-inf, -3, 0},
+		{-1e30, 0, 0},
+		{-100, 0, 0},
+		{-88, 0, 0},
+		{math.Nextafter32(expTlo, -100), 0, 0},
+		{0, 90, 0},
+		{inf, 0, inf},
+		{1e30, 0, inf},
+		{89, 0, inf},
+		{math.Nextafter32(expThi, 100), 0, inf},
+		{nan, 0, nan},
+		{nan, -1e30, nan},
+		{0, 0, 1},
+		{3, 3, 1},
+		{float32(math.Copysign(0, -1)), 0, 1},
+	}
+	for _, i := range available() {
+		for _, c := range cases {
+			for _, n := range []int{1, 5, 8, 16, 17, 33, 64, 70} {
+				for pos := range n {
+					x := make([]float32, n)
+					for j := range x {
+						x[j] = c.shift - 1 // exp(−1) elsewhere
+					}
+					x[pos] = c.in
+					sum := sexp(i, x, c.shift)
+					got := x[pos]
+					if c.want != c.want {
+						if got == got || sum == sum {
+							t.Fatalf("%v n=%d pos=%d: exp(%v − %v) = %v, sum %v; want NaN", i, n, pos, c.in, c.shift, got, sum)
+						}
+						continue
+					}
+					if got != c.want || math.Signbit(float64(got)) {
+						t.Fatalf("%v n=%d pos=%d: exp(%v − %v) = %v, want %v", i, n, pos, c.in, c.shift, got, c.want)
+					}
+					e1 := float32(math.Exp(-1))
+					for j, v := range x {
+						if j != pos && math.Abs(float64(v-e1)) > 2e-7 {
+							t.Fatalf("%v n=%d pos=%d: neighbour x[%d] = %v, want exp(−1)", i, n, pos, j, v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSexpAgree checks that the ISAs agree with the pure-Go path to within 1 ULP on the
+// arguments attention produces, and that AVX2 and AVX-512, which round alike, agree bit for
+// bit on a sweep of all float32 values (every 997th, specials included).
+func TestSexpAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	x := make([]float32, 4099)
+	for j := range x {
+		x[j] = float32(-40 * r.Float64())
+	}
+	want := append([]float32(nil), x...)
+	sexpGeneric(want, 0.5)
+	for _, i := range available() {
+		got := append([]float32(nil), x...)
+		sexp(i, got, 0.5)
+		for j := range got {
+			a, b := math.Float32bits(got[j]), math.Float32bits(want[j])
+			if max(a, b)-min(a, b) > 1 {
+				t.Fatalf("%v: exp(%v) = %v, generic %v", i, x[j]-0.5, got[j], want[j])
+			}
+		}
+	}
+
+	if best != avx512 {
+		t.Skip("AVX2 against AVX-512 needs AVX-512")
+	}
+	var all []float32
+	for b := uint64(0); b < 1<<32; b += 997 {
+		all = append(all, math.Float32frombits(uint32(b)))
+	}
+	a2, a5 := append([]float32(nil), all...), append([]float32(nil), all...)
+	sexp(avx2, a2, 0)
+	sexp(avx512, a5, 0)
+	for j := range all {
+		if math.Float32bits(a2[j]) != math.Float32bits(a5[j]) && (a2[j] == a2[j] || a5[j] == a5[j]) {
+			t.Fatalf("exp(%v): AVX2 %v, AVX-512 %v", all[j], a2[j], a5[j])
+		}
+	}
+}
+
+func TestSmax(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, i := range available() {
+		if got := smax(i, nil); got != -inf {
+			t.Errorf("%v: Smax(empty) = %v, want −Inf", i, got)
+		}
+		for n := 1; n <= 70; n++ {
+			allNeg := make([]float32, n)
+			for j := range allNeg {
+				allNeg[j] = -inf
+			}
+			if got := smax(i, allNeg); got != -inf {
+				t.Errorf("%v n=%d: Smax(all −Inf) = %v, want −Inf", i, n, got)
+			}
+			for pos := range n {
+				x, intact := guarded(r, n, 1, -50, -10)
+				for j := range x {
+					if r.IntN(3) == 0 {
+						x[j] = -inf // masked keys
+					}
+				}
+				x[pos] = -3
+				if got := smax(i, x); got != -3 {
+					t.Fatalf("%v n=%d pos=%d: Smax = %v, want −3", i, n, pos, got)
+				}
+				x[pos] = inf
+				if got := smax(i, x); got != inf {
+					t.Fatalf("%v n=%d pos=%d: Smax = %v, want +Inf", i, n, pos, got)
+				}
+				x[pos] = nan
+				if got := smax(i, x); got == got {
+					t.Fatalf("%v n=%d pos=%d: Smax = %v with a NaN, want NaN", i, n, pos, got)
+				}
+				if !intact() {
+					t.Fatalf("%v n=%d: Smax wrote memory", i, n)
+				}
+			}
+		}
+	}
+}
+
+func TestSscal(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, i := range available() {
+		for n := range 71 {
+			x, intact := guarded(r, n, 2, -5, 5)
+			in := append([]float32(nil), x...)
+			const s = 0.3
+			sscal(i, s, x)
+			for j := range x {
+				if want := in[j] * s; x[j] != want {
+					t.Fatalf("%v n=%d: x[%d] = %v, want %v", i, n, j, x[j], want)
+				}
+			}
+			if !intact() {
+				t.Errorf("%v n=%d: Sscal wrote outside the slice", i, n)
+			}
+		}
+	}
+}
+
+// TestSsoftmax checks Ssoftmax against Softmax in float64.
+func TestSsoftmax(t *testing.T) {
+	inf := math.Inf(-1)
+	r := rand.New(rand.NewPCG(13, 14))
+	rows := [][]float64{
+		{0, 0},
+		{1000, 1000 + math.Log(3)},
+		{-1000, inf, -1000},
+		{inf, inf},
+		{},
+		{inf},
+		{5},
+	}
+	for _, n := range []int{3, 16, 17, 64, 100, 513} {
+		row := randSlice(r, n)
+		for j := range row {
+			row[j] *= 4
+			if j%7 == 3 {
+				row[j] = inf
+			}
+		}
+		rows = append(rows, row)
+	}
+	for _, row := range rows {
+		got := to32(row)
+		want := make([]float64, len(got)) // the float32 input, exactly
+		for j, v := range got {
+			want[j] = float64(v)
+		}
+		wantOK := Softmax(want)
+		if ok := Ssoftmax(got); ok != wantOK {
+			t.Errorf("Ssoftmax(%v) reported %v, want %v", row, ok, wantOK)
+		}
+		var sum float64
+		for j := range got {
+			if math.Abs(float64(got[j])-want[j]) > 2e-6*want[j] || (want[j] == 0) != (got[j] == 0) {
+				t.Fatalf("Ssoftmax(%v)[%d] = %v, want %v", row, j, got[j], want[j])
+			}
+			sum += float64(got[j])
+		}
+		if wantOK && math.Abs(sum-1) > 1e-6 {
+			t.Errorf("Ssoftmax(%v) sums to %v", row, sum)
+		}
+	}
+	x := []float32{1, float32(math.NaN()), 2}
+	if Ssoftmax(x); x[0] == x[0] || x[2] == x[2] {
+		t.Errorf("Ssoftmax with a NaN = %v, want all NaN", x)
+	}
+}
