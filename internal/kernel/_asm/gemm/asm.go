@@ -1,0 +1,443 @@
+// Command gemm generates the float32 matrix-multiply micro-kernels of package kernel for amd64:
+// gemm_amd64.s and its Go declarations. Run it through go generate in internal/kernel:
+//
+//	cd _asm && go run ./gemm -out ../gemm_amd64.s -stubs ../gemm_stubs_amd64.go -pkg kernel
+//
+// Each micro-kernel computes one mr×nr tile of C = alpha·A·B + bias + beta·C over a k loop,
+// keeping the whole tile in vector registers:
+//
+//   - AVX-512: mr ≤ 14 rows × 32 columns, 2 zmm per row (28 accumulators, 2 for B, 2 for
+//     broadcasts of A); the loads and stores of C and bias are masked with k-registers (for
+//     the columns past the edge of C; a full mask costs nothing measurable, so there is one
+//     epilogue for both).
+//   - AVX2+FMA: mr ≤ 6 rows × 16 columns, 2 ymm per row (12 accumulators, 2 for B, 2 for
+//     broadcasts of A); the Go driver gives edge tiles a scratch tile.
+//
+// There is one kernel per row count mr (so edge rows cost no masking) and per layout of A:
+// "N" reads A row-major in place (element (i, p) at a[i·sa + p]), "T" reads it k-major (element
+// (i, p) at a[p·sa + i]), which serves transposed A and packed A alike. B is always k-major:
+// element (p, j) at b[p·sb + j]; the driver either packs B into 32- (or 16-) wide panels or
+// points into B itself when B is row-major.
+//
+// Measured on Zen 5: the k loop is unrolled by 2, because by 4 it ran up to 20% slower when B is
+// read in place with a 4 KiB stride (the Q·Kᵀ tiles of attention) and no faster elsewhere. Left
+// out: software prefetch of C before the k loop and of B ahead in it (both slower on the
+// attention shapes) and a separate unmasked AVX-512 epilogue (no faster). The flags below
+// exist to repeat such experiments; go generate uses the defaults.
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+var (
+	unroll = flag.Int("unroll", 2, "k-loop unroll factor (1, 2 or 4)")
+	mrZ    = flag.Int("mr512", 14, "largest row count of the AVX-512 kernels (≤ 14)")
+	mrY    = flag.Int("mr256", 6, "largest row count of the AVX2 kernels (≤ 6)")
+)
+
+func main() {
+	flag.Parse()
+	ConstraintExpr("!purego")
+
+	for _, t := range []bool{false, true} {
+		for mr := 1; mr <= *mrZ; mr++ {
+			kernel(config{zmm: true, mr: mr, transA: t})
+		}
+	}
+	for _, t := range []bool{false, true} {
+		for mr := 1; mr <= *mrY; mr++ {
+			kernel(config{zmm: false, mr: mr, transA: t})
+		}
+	}
+	packBT()
+	Generate()
+}
+
+// config selects one micro-kernel.
+type config struct {
+	zmm    bool // AVX-512 (zmm, masked edge columns) or AVX2 (ymm)
+	mr     int  // rows of the C tile
+	transA bool // A is k-major (element (i, p) at a[p·sa+i]) rather than row-major
+}
+
+// name is the kernel's Go name, e.g. sgemmAVX512N14.
+func (c config) name() string {
+	isa, l := "AVX2", "N"
+	if c.zmm {
+		isa = "AVX512"
+	}
+	if c.transA {
+		l = "T"
+	}
+	return fmt.Sprintf("sgemm%s%s%d", isa, l, c.mr)
+}
+
+// width is the number of float32 lanes in one vector register.
+func (c config) width() int {
+	if c.zmm {
+		return 16
+	}
+	return 8
+}
+
+// vec is vector register i of the kernel's width.
+func (c config) vec(i int) VecPhysical {
+	if c.zmm {
+		return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+			Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
+	}
+	return []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}[i]
+}
+
+// Register plan. Vectors: accumulators acc(i, v) = vec(2i+v); B in vec(nv-4), vec(nv-3);
+// broadcasts of A in vec(nv-2), vec(nv-1), where nv is 32 (zmm) or 16 (ymm). General purpose:
+// see kernel.
+func (c config) acc(i, v int) VecPhysical { return c.vec(2*i + v) }
+
+// nvec is the number of vector registers: 32 zmm or 16 ymm.
+func (c config) nvec() int {
+	if c.zmm {
+		return 32
+	}
+	return 16
+}
+
+// breg is the register holding vector v of the current row of B.
+func (c config) breg(v int) VecPhysical { return c.vec(c.nvec() - 4 + v) }
+
+// treg is the register that receives the broadcast of A(i, p); rows alternate between two.
+func (c config) treg(i int) VecPhysical { return c.vec(c.nvec() - 2 + i%2) }
+
+// param is the stack address of the named argument of the current function.
+func param(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+// kernel emits one micro-kernel:
+//
+//	func name(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int,
+//	          alpha, beta float32, bias *float32[, mask uint32])
+//
+// It sets C[i][j] = alpha·Σ_p A(i,p)·B(p,j) + bias[j] + beta·C[i][j] for i < mr and the 2·width
+// columns j (the columns whose mask bit is set, for AVX-512). C is not read when beta is ±0.
+// bias points at 2·width values (at the masked ones for AVX-512); the driver passes −0 values
+// when there is no bias, which leave every sum, −0 included, unchanged.
+func kernel(c config) {
+	sig := "func(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, alpha, beta float32, bias *float32)"
+	if c.zmm {
+		sig = "func(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)"
+	}
+	TEXT(c.name(), NOSPLIT, sig)
+	Pragma("noescape")
+	var rows, lay string
+	if c.zmm {
+		rows = fmt.Sprintf("%d×32 tile with AVX-512", c.mr)
+	} else {
+		rows = fmt.Sprintf("%d×16 tile with AVX2+FMA", c.mr)
+	}
+	if c.transA {
+		lay = "A(i,p) = a[p·sa+i]"
+	} else {
+		lay = "A(i,p) = a[i·sa+p]"
+	}
+	Doc(fmt.Sprintf("%s computes a %s: C = alpha·A·B + bias + beta·C, %s, B(p,j) = b[p·sb+j].", c.name(), rows, lay))
+
+	w := c.width()
+	vb := 4 * w // bytes per vector
+
+	// General-purpose registers.
+	var (
+		cnt = RCX
+		bp  = RBX // B pointer
+		sb  = RDX // B k-stride, bytes
+		sb3 = RSI // 3·sb
+		ap  = RDI // A pointer (transA) / row-0 base (row-major A)
+		sa  = R8  // A stride, bytes
+		sa3 = R9  // 3·sa (transA only)
+	)
+	bases := []GPPhysical{RDI, R10, R11, R12, R13} // row-major A: base of rows 3q, 3q+1, 3q+2
+
+	MOVQ(param("b"), bp)
+	MOVQ(param("sb"), sb)
+	SHLQ(U8(2), sb)
+	LEAQ(Mem{Base: sb, Index: sb, Scale: 2}, sb3)
+	MOVQ(param("a"), ap)
+	MOVQ(param("sa"), sa)
+	SHLQ(U8(2), sa)
+	nb := (c.mr + 2) / 3
+	if c.transA {
+		LEAQ(Mem{Base: sa, Index: sa, Scale: 2}, sa3)
+	} else {
+		for q := 1; q < nb; q++ {
+			// base q = base q-1 + 3·sa
+			LEAQ(Mem{Base: bases[q-1], Index: sa, Scale: 2}, bases[q])
+			ADDQ(sa, bases[q])
+		}
+	}
+
+	for i := 0; i < c.mr; i++ {
+		for v := 0; v < 2; v++ {
+			r := c.acc(i, v)
+			VXORPS(r, r, r)
+		}
+	}
+
+	// aAddr is the address of A(i, u) relative to the current k position.
+	aAddr := func(i, u int) Mem {
+		if c.transA {
+			m := Mem{Base: ap, Disp: 4 * i}
+			switch u {
+			case 1:
+				m.Index, m.Scale = sa, 1
+			case 2:
+				m.Index, m.Scale = sa, 2
+			case 3:
+				m.Index, m.Scale = sa3, 1
+			}
+			return m
+		}
+		m := Mem{Base: bases[i/3], Disp: 4 * u}
+		if i%3 > 0 {
+			m.Index, m.Scale = sa, uint8(i%3)
+		}
+		return m
+	}
+	bAddr := func(u, v int) Mem {
+		m := Mem{Base: bp, Disp: v * vb}
+		switch u {
+		case 1:
+			m.Index, m.Scale = sb, 1
+		case 2:
+			m.Index, m.Scale = sb, 2
+		case 3:
+			m.Index, m.Scale = sb3, 1
+		}
+		return m
+	}
+	step := func(u int) {
+		VMOVUPS(bAddr(u, 0), c.breg(0))
+		VMOVUPS(bAddr(u, 1), c.breg(1))
+		for i := 0; i < c.mr; i++ {
+			t := c.treg(i)
+			VBROADCASTSS(aAddr(i, u), t)
+			VFMADD231PS(c.breg(0), t, c.acc(i, 0))
+			VFMADD231PS(c.breg(1), t, c.acc(i, 1))
+		}
+	}
+	advance := func(steps int) {
+		switch steps {
+		case 1:
+			ADDQ(sb, bp)
+		case 2:
+			LEAQ(Mem{Base: bp, Index: sb, Scale: 2}, bp)
+		case 4:
+			LEAQ(Mem{Base: bp, Index: sb, Scale: 4}, bp)
+		}
+		if c.transA {
+			switch steps {
+			case 1:
+				ADDQ(sa, ap)
+			case 2:
+				LEAQ(Mem{Base: ap, Index: sa, Scale: 2}, ap)
+			case 4:
+				LEAQ(Mem{Base: ap, Index: sa, Scale: 4}, ap)
+			}
+			return
+		}
+		for q := 0; q < nb; q++ {
+			ADDQ(U8(4*steps), bases[q])
+		}
+	}
+
+	u := *unroll
+	shift := map[int]int{1: 0, 2: 1, 4: 2}[u]
+	MOVQ(param("k"), cnt)
+	if u > 1 {
+		SHRQ(U8(shift), cnt)
+		JZ(LabelRef(c.name() + "_tail"))
+	} else {
+		TESTQ(cnt, cnt)
+		JZ(LabelRef(c.name() + "_epilogue"))
+	}
+	Label(c.name() + "_loop")
+	for s := 0; s < u; s++ {
+		step(s)
+	}
+	advance(u)
+	DECQ(cnt)
+	JNZ(LabelRef(c.name() + "_loop"))
+
+	if u > 1 {
+		Label(c.name() + "_tail")
+		MOVQ(param("k"), cnt)
+		ANDQ(U8(u-1), cnt)
+		JZ(LabelRef(c.name() + "_epilogue"))
+		Label(c.name() + "_tailloop")
+		step(0)
+		advance(1)
+		DECQ(cnt)
+		JNZ(LabelRef(c.name() + "_tailloop"))
+	}
+
+	// Epilogue: acc = alpha·acc + bias, then + beta·C unless beta is ±0, then store.
+	Label(c.name() + "_epilogue")
+	alpha, beta := c.breg(0), c.breg(1)
+	bias := []VecPhysical{c.treg(0), c.treg(1)}
+	VBROADCASTSS(param("alpha"), alpha)
+	VBROADCASTSS(param("beta"), beta)
+	cp, ldc := RAX, R14 // R14 (g in ABIInternal) is free in ABI0 code; the wrapper restores it
+	MOVQ(param("bias"), RSI)
+	MOVQ(param("c"), cp)
+	MOVQ(param("ldc"), ldc)
+	SHLQ(U8(2), ldc)
+	if c.zmm {
+		MOVL(param("mask"), EDX)
+		KMOVW(RDX.As32(), K1)
+		SHRL(U8(16), RDX.As32())
+		KMOVW(RDX.As32(), K2)
+		VMOVUPS_Z(Mem{Base: RSI}, K1, bias[0])
+		VMOVUPS_Z(Mem{Base: RSI, Disp: vb}, K2, bias[1])
+	} else {
+		VMOVUPS(Mem{Base: RSI}, bias[0])
+		VMOVUPS(Mem{Base: RSI, Disp: vb}, bias[1])
+	}
+	for i := 0; i < c.mr; i++ {
+		for v := 0; v < 2; v++ {
+			VFMADD213PS(bias[v], alpha, c.acc(i, v))
+		}
+	}
+	MOVL(param("beta"), EBX)
+	ANDL(U32(0x7fffffff), RBX.As32())
+	JZ(LabelRef(c.name() + "_beta0"))
+
+	masks := []Op{K1, K2}
+	store := func(withC, masked bool) {
+		for i := 0; i < c.mr; i++ {
+			for v := 0; v < 2; v++ {
+				m := Mem{Base: cp, Disp: v * vb}
+				if withC {
+					if masked {
+						VFMADD231PS_Z(m, beta, masks[v], c.acc(i, v))
+					} else {
+						VFMADD231PS(m, beta, c.acc(i, v))
+					}
+				}
+				if masked {
+					VMOVUPS(c.acc(i, v), masks[v], m)
+				} else {
+					VMOVUPS(c.acc(i, v), m)
+				}
+			}
+			if i+1 < c.mr {
+				ADDQ(ldc, cp)
+			}
+		}
+		VZEROUPPER()
+		RET()
+	}
+	store(true, c.zmm)
+	Label(c.name() + "_beta0")
+	store(false, c.zmm)
+}
+
+// packBT emits
+//
+//	func sgemmPackBT(dst, src *float32, ld, kc, nj, nr int)
+//
+// which transposes an nj×kc block of a row-major matrix (row stride ld) into kc rows of stride
+// nr: dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj. nj and kc must be positive multiples of 8.
+// It uses AVX only.
+func packBT() {
+	TEXT("sgemmPackBT", NOSPLIT, "func(dst, src *float32, ld, kc, nj, nr int)")
+	Pragma("noescape")
+	Doc("sgemmPackBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.")
+	dst, src, ld, ld3, nr, kc := RDI, RSI, RDX, R8, R9, RCX
+	row, out, jj := R10, R11, R12
+	MOVQ(param("dst"), dst)
+	MOVQ(param("src"), src)
+	MOVQ(param("ld"), ld)
+	SHLQ(U8(2), ld)
+	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
+	MOVQ(param("nr"), nr)
+	SHLQ(U8(2), nr) // bytes per packed row
+	MOVQ(param("kc"), kc)
+	SHRQ(U8(3), kc)
+	r := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
+	t := []VecPhysical{Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
+
+	Label("packbt_p")
+	// For this block of 8 k values: walk down the nr rows of src, 8 at a time.
+	MOVQ(src, row)
+	MOVQ(dst, out)
+	MOVQ(param("nj"), jj)
+	SHRQ(U8(3), jj)
+	Label("packbt_j")
+	rowAddr := func(q int) Mem {
+		// rows 0..3 from row, rows 4..7 from row + 4·ld
+		m := Mem{Base: row}
+		switch q % 4 {
+		case 1:
+			m.Index, m.Scale = ld, 1
+		case 2:
+			m.Index, m.Scale = ld, 2
+		case 3:
+			m.Index, m.Scale = ld3, 1
+		}
+		return m
+	}
+	for q := 0; q < 4; q++ {
+		VMOVUPS(rowAddr(q), r[q])
+	}
+	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
+	for q := 4; q < 8; q++ {
+		VMOVUPS(rowAddr(q), r[q])
+	}
+	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
+	// 8×8 transpose.
+	for q := 0; q < 8; q += 2 {
+		VUNPCKLPS(r[q+1], r[q], t[q])
+		VUNPCKHPS(r[q+1], r[q], t[q+1])
+	}
+	// s0..s7 into r
+	VSHUFPS(U8(0x44), t[2], t[0], r[0])
+	VSHUFPS(U8(0xEE), t[2], t[0], r[1])
+	VSHUFPS(U8(0x44), t[3], t[1], r[2])
+	VSHUFPS(U8(0xEE), t[3], t[1], r[3])
+	VSHUFPS(U8(0x44), t[6], t[4], r[4])
+	VSHUFPS(U8(0xEE), t[6], t[4], r[5])
+	VSHUFPS(U8(0x44), t[7], t[5], r[6])
+	VSHUFPS(U8(0xEE), t[7], t[5], r[7])
+	for q := 0; q < 4; q++ {
+		VPERM2F128(U8(0x20), r[q+4], r[q], t[q])
+		VPERM2F128(U8(0x31), r[q+4], r[q], t[q+4])
+	}
+	// Column q of the block is packed row q.
+	MOVQ(out, RAX)
+	for q := 0; q < 8; q++ {
+		VMOVUPS(t[q], Mem{Base: RAX})
+		if q < 7 {
+			ADDQ(nr, RAX)
+		}
+	}
+	ADDQ(U8(32), out)
+	DECQ(jj)
+	JNZ(LabelRef("packbt_j"))
+
+	ADDQ(U8(32), src)
+	// dst += 8 packed rows
+	LEAQ(Mem{Base: dst, Index: nr, Scale: 8}, dst)
+	DECQ(kc)
+	JNZ(LabelRef("packbt_p"))
+	VZEROUPPER()
+	RET()
+}

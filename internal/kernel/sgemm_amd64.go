@@ -1,0 +1,251 @@
+//go:build !purego
+
+package kernel
+
+import "math"
+
+//go:generate sh -c "cd _asm && go run ./gemm -out ../gemm_amd64.s -stubs ../gemm_stubs_amd64.go -pkg kernel"
+
+// The vector path of Sgemm. A micro-kernel (gemm_amd64.s) keeps an mr×nr tile of C in registers
+// while it walks k: per k step it loads nr values of B (two vectors) and broadcasts mr values of
+// A, one per row. The driver here cuts C into such tiles:
+//
+//   - Rows: m is split into ⌈m/mrMax⌉ tiles of nearly equal height (every tile gets mrMax or a
+//     row or two less), so no tile is a thin remainder; there is a kernel for every height.
+//   - Columns: nr-wide panels; the last one is masked (AVX-512) or goes through a scratch tile
+//     (AVX2).
+//   - A is read in place, row-major or, when transposed, k-major: one kernel family each. A row
+//     panel (mr×kc, ≤ 14 KiB) stays in L1 while the kernel sweeps the columns. A transposed A
+//     that serves several column panels is first copied into a contiguous panel: its k steps
+//     lie a whole row of A apart, and with strides of 1 KiB multiples they collide in L1 (AVX2
+//     TN 1024³ went from 83 to 116 GFLOP/s). Packing a row-major A would need a transpose,
+//     and reading it in place measured as fast as peak, so it is never packed.
+//   - B is read in place when it is row-major and the problem is small (the attention tiles),
+//     otherwise packed, kc×nc at a time, into nr-wide k-major panels that stay in L2. A
+//     transposed B is always packed: that is where transB is handled.
+//   - k is cut into kc blocks when B is packed; the first block applies beta, the last the bias.
+
+const (
+	mrAVX512 = 14 // largest tile height of the AVX-512 kernels
+	nrAVX512 = 32 // tile width of the AVX-512 kernels: two zmm
+	mrAVX2   = 6  // largest tile height of the AVX2 kernels
+	nrAVX2   = 16 // tile width of the AVX2 kernels: two ymm
+)
+
+// Blocking. Variables rather than constants so benchmarks can tune them.
+var (
+	blockK = 256 // kc: k values per packed block of B
+	blockN = 512 // nc: columns per packed block of B (kc×nc floats = 512 KiB, half of L2)
+
+	// B is read in place (NN and TN) when m ≤ inPlaceM and k·n ≤ inPlaceKN: packing would
+	// cost more than the strided reads it saves.
+	inPlaceM  = 256
+	inPlaceKN = 128 * 1024
+
+	// A transposed A is copied panel by panel when it serves at least this many column panels.
+	packAMinN = [...]int{avx2: 4, avx512: 4}
+)
+
+// kernel512 is an AVX-512 micro-kernel (gemm_amd64.s): for its mr rows and the ≤ 32 columns whose
+// mask bit is set it sets C = alpha·A·B + bias + beta·C over k steps, reading C only when beta
+// is not ±0. Strides sa, sb, ldc count float32 values; B and bias are read 32 wide (masked for
+// bias), A as the kernel family's layout says.
+type kernel512 func(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)
+
+// kernel256 is an AVX2 micro-kernel: kernel512 without the mask, always 16 columns wide.
+type kernel256 func(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, alpha, beta float32, bias *float32)
+
+// Kernels indexed by tile height; N reads A row-major, T k-major.
+var (
+	kernels512N = [mrAVX512 + 1]kernel512{nil, sgemmAVX512N1, sgemmAVX512N2, sgemmAVX512N3, sgemmAVX512N4, sgemmAVX512N5, sgemmAVX512N6, sgemmAVX512N7, sgemmAVX512N8, sgemmAVX512N9, sgemmAVX512N10, sgemmAVX512N11, sgemmAVX512N12, sgemmAVX512N13, sgemmAVX512N14}
+	kernels512T = [mrAVX512 + 1]kernel512{nil, sgemmAVX512T1, sgemmAVX512T2, sgemmAVX512T3, sgemmAVX512T4, sgemmAVX512T5, sgemmAVX512T6, sgemmAVX512T7, sgemmAVX512T8, sgemmAVX512T9, sgemmAVX512T10, sgemmAVX512T11, sgemmAVX512T12, sgemmAVX512T13, sgemmAVX512T14}
+	kernels256N = [mrAVX2 + 1]kernel256{nil, sgemmAVX2N1, sgemmAVX2N2, sgemmAVX2N3, sgemmAVX2N4, sgemmAVX2N5, sgemmAVX2N6}
+	kernels256T = [mrAVX2 + 1]kernel256{nil, sgemmAVX2T1, sgemmAVX2T2, sgemmAVX2T3, sgemmAVX2T4, sgemmAVX2T5, sgemmAVX2T6}
+)
+
+// negZero is the bias of a call without one: adding −0 leaves every value as it is, −0 included.
+var negZero = func() (z [nrAVX512]float32) {
+	for i := range z {
+		z[i] = float32(math.Copysign(0, -1))
+	}
+	return
+}()
+
+// sgemmVector holds the buffers of the assembly path.
+type sgemmVector struct {
+	pack  []float32 // packed panels of B (kc×nr each)
+	apack []float32 // one packed row panel of a transposed A (kc×mr)
+	edge  []float32 // one zero-padded panel of B read in place past the end of its slice
+
+	tile  [mrAVX2 * nrAVX2]float32 // AVX2 edge tiles of C
+	btile [nrAVX2]float32          // bias of an AVX2 edge tile
+}
+
+// run is sgemm on AVX-512 or AVX2 for m, n, k > 0 and alpha ≠ 0, with the slices checked.
+func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	mrMax, nr := mrAVX2, nrAVX2
+	if is == avx512 {
+		mrMax, nr = mrAVX512, nrAVX512
+	}
+	packB := transB || m > inPlaceM || k*n > inPlaceKN
+	kc, nc := k, n
+	if packB {
+		kc, nc = min(k, blockK), min(n, blockN)
+		if nc < n {
+			nc = max(nc/nr*nr, nr)
+		}
+		w.pack = grow(w.pack, kc*((nc+nr-1)/nr*nr))
+	}
+	tiles := (m + mrMax - 1) / mrMax // row tiles; the first m%tiles are one row taller
+	short, taller := m/tiles, m%tiles
+
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			if packB {
+				w.packB(transB, kcur, ncur, nr, b, pc, jc, ldb)
+			}
+			bt := beta
+			if pc > 0 {
+				bt = 1
+			}
+			var bs []float32 // bias of this pass: only the last adds it
+			if pc+kcur == k {
+				bs = bias
+			}
+			i0 := 0
+			for t := range tiles {
+				mr := short
+				if t < taller {
+					mr++
+				}
+				var ap *float32
+				sa := lda
+				switch {
+				case !transA:
+					ap = &a[i0*lda+pc]
+				case ncur >= packAMinN[is]*nr:
+					// A k-major with a large stride: each k step would touch a new line, and
+					// strides of 1 KiB multiples make them collide in L1. Copy the panel once;
+					// ncur/nr kernels reuse it.
+					w.apack = grow(w.apack, kcur*mr)
+					for p := range kcur {
+						src := a[(pc+p)*lda+i0 : (pc+p)*lda+i0+mr]
+						copy(w.apack[p*mr:p*mr+mr], src)
+					}
+					ap, sa = &w.apack[0], mr
+				default:
+					ap = &a[pc*lda+i0]
+				}
+				coff := i0 * ldc
+				for jr := 0; jr < ncur; jr += nr {
+					nrc := min(nr, ncur-jr)
+					var bp *float32
+					sb := nr
+					if packB {
+						bp = &w.pack[jr*kcur]
+					} else {
+						bp, sb = w.inPlaceB(b, ldb, pc, kcur, jc+jr, nr, nrc)
+					}
+					biasp := &negZero[0]
+					if bs != nil {
+						biasp = &bs[jc+jr]
+					}
+					cp := coff + jc + jr
+					if is == avx512 {
+						mask := ^uint32(0)
+						if nrc < nr {
+							mask = 1<<nrc - 1
+						}
+						kern := kernels512N[mr]
+						if transA {
+							kern = kernels512T[mr]
+						}
+						kern(kcur, ap, sa, bp, sb, &c[cp], ldc, alpha, bt, biasp, mask)
+						continue
+					}
+					kern := kernels256N[mr]
+					if transA {
+						kern = kernels256T[mr]
+					}
+					if nrc == nr {
+						kern(kcur, ap, sa, bp, sb, &c[cp], ldc, alpha, bt, biasp)
+						continue
+					}
+					// Edge tile: run the kernel on a scratch tile and copy the valid part.
+					if bs != nil {
+						clear(w.btile[:])
+						copy(w.btile[:], bs[jc+jr:jc+jr+nrc])
+						biasp = &w.btile[0]
+					}
+					if bt != 0 {
+						for i := range mr {
+							copy(w.tile[i*nrAVX2:i*nrAVX2+nrc], c[cp+i*ldc:cp+i*ldc+nrc])
+						}
+					}
+					kern(kcur, ap, sa, bp, sb, &w.tile[0], nrAVX2, alpha, bt, biasp)
+					for i := range mr {
+						copy(c[cp+i*ldc:cp+i*ldc+nrc], w.tile[i*nrAVX2:i*nrAVX2+nrc])
+					}
+				}
+				i0 += mr
+			}
+		}
+	}
+}
+
+// inPlaceB returns the address and k-stride of the kc×nr panel of a row-major B whose top-left
+// value is b[pc·ldb+j]. Only nrc ≤ nr of its columns are wanted, but the kernel reads nr; when
+// those reads would run past the end of b the panel is copied, zero-padded, into w.edge.
+func (w *sgemmVector) inPlaceB(b []float32, ldb, pc, kc, j, nr, nrc int) (*float32, int) {
+	off := pc*ldb + j
+	if nrc == nr || off+(kc-1)*ldb+nr <= len(b) {
+		return &b[off], ldb
+	}
+	w.edge = grow(w.edge, kc*nr)
+	for p := range kc {
+		row := w.edge[p*nr : (p+1)*nr]
+		copy(row, b[off+p*ldb:off+p*ldb+nrc])
+		clear(row[nrc:])
+	}
+	return &w.edge[0], nr
+}
+
+// packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack as ⌈nc/nr⌉ panels of
+// kc×nr values, k-major, the last one zero-padded.
+func (w *sgemmVector) packB(transB bool, kc, nc, nr int, b []float32, pc, jc, ldb int) {
+	for jr := 0; jr < nc; jr += nr {
+		nrc := min(nr, nc-jr)
+		dst := w.pack[jr*kc : jr*kc+kc*nr]
+		if !transB {
+			src := b[pc*ldb+jc+jr:]
+			for p := range kc {
+				row := dst[p*nr : p*nr+nr]
+				copy(row, src[p*ldb:p*ldb+nrc])
+				if nrc < nr {
+					clear(row[nrc:])
+				}
+			}
+			continue
+		}
+		// op(B)(p, j) = b[j·ldb + p]: transpose. Whole 8×8 blocks go to the assembly.
+		src := b[(jc+jr)*ldb+pc:]
+		p8, j8 := kc/8*8, nrc/8*8
+		if p8 > 0 && j8 > 0 {
+			_ = src[(j8-1)*ldb+p8-1] // the assembly reads no further
+			sgemmPackBT(&dst[0], &src[0], ldb, p8, j8, nr)
+		}
+		for p := range kc {
+			row := dst[p*nr : p*nr+nr]
+			jstart := 0
+			if p < p8 {
+				jstart = j8
+			}
+			for j := jstart; j < nrc; j++ {
+				row[j] = src[j*ldb+p]
+			}
+			clear(row[nrc:])
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package kernel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// sgemmBench is one benchmarked Sgemm problem.
+type sgemmBench struct {
+	name           string
+	m, n, k        int
+	transA, transB bool
+	lda, ldb       int // 0: the operand's width
+	beta           float32
+}
+
+func sgemmBenches() []sgemmBench {
+	var out []sgemmBench
+	for _, f := range []struct {
+		name   string
+		ta, tb bool
+	}{{"NN", false, false}, {"NT", false, true}, {"TN", true, false}} {
+		out = append(out, sgemmBench{name: "shape=1024x1024x1024/" + f.name, m: 1024, n: 1024, k: 1024, transA: f.ta, transB: f.tb})
+	}
+	// The projections C = X·Wᵀ with W stored [3E, E], E = 768.
+	for _, t := range []int{512, 1024, 2048} {
+		out = append(out, sgemmBench{name: fmt.Sprintf("shape=proj-T=%d/NT", t), m: t, n: 2304, k: 768, transB: true})
+	}
+	// The tiled attention: S = Q·Kᵀ from Q inside [T, 3E] rows and Kᵀ stored [d, T]; O += P·V with
+	// V inside [T, 3E] rows.
+	for _, s := range [][2]int{{128, 128}, {64, 64}, {128, 64}} {
+		out = append(out, sgemmBench{name: fmt.Sprintf("shape=attn-QK-%dx%dx64/NN", s[0], s[1]), m: s[0], n: s[1], k: 64, lda: 2304, ldb: 1024})
+	}
+	for _, s := range [][2]int{{128, 128}, {64, 64}, {128, 64}} {
+		out = append(out, sgemmBench{name: fmt.Sprintf("shape=attn-PV-%dx64x%d/NN", s[0], s[1]), m: s[0], n: 64, k: s[1], ldb: 2304, beta: 1})
+	}
+	return out
+}
+
+// BenchmarkSgemm measures Sgemm on one goroutine per instruction set and shape, reporting
+// GFLOP/s (2·m·n·k per call).
+func BenchmarkSgemm(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, is := range available() {
+		for _, s := range sgemmBenches() {
+			b.Run(fmt.Sprintf("isa=%v/%s", is, s.name), func(b *testing.B) {
+				ar, ac := s.m, s.k
+				if s.transA {
+					ar, ac = s.k, s.m
+				}
+				br, bc := s.k, s.n
+				if s.transB {
+					br, bc = s.n, s.k
+				}
+				lda, ldb := max(s.lda, ac), max(s.ldb, bc)
+				a := to32(randSlice(r, ar*lda))
+				bm := to32(randSlice(r, br*ldb))
+				c := to32(randSlice(r, s.m*s.n))
+				var w Workspace
+				w.sgemm(is, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, ldb, s.beta, c, s.n, nil)
+				b.ResetTimer()
+				for b.Loop() {
+					w.sgemm(is, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, ldb, s.beta, c, s.n, nil)
+				}
+				b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// sgemmCase is one Sgemm problem: shape, transposes and padded leading dimensions.
+type sgemmCase struct {
+	m, n, k          int
+	transA, transB   bool
+	padA, padB, padC int // extra values per row beyond the width
+}
+
+// logical returns random op(A) (m×k) and op(B) (k×n), row-major without padding, rounded to
+// float32.
+func (tc sgemmCase) logical(r *rand.Rand) (opA, opB []float64) {
+	round := func(x []float64) []float64 {
+		for i := range x {
+			x[i] = float64(float32(x[i]))
+		}
+		return x
+	}
+	return round(randSlice(r, tc.m*tc.k)), round(randSlice(r, tc.k*tc.n))
+}
+
+// operands lays op(A) and op(B) out as the case's A and B (transposed as its flags say, with its
+// padding) and adds a random C. Each slice is exactly as long as its shape needs, so a kernel
+// that reads past the last row's end fails; the padding between the rows of A and B is NaN, so
+// a kernel that lets a value from outside the matrix into a result shows it.
+func (tc sgemmCase) operands(r *rand.Rand, opA, opB []float64) (a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	lay := func(x []float64, rows, cols int, trans bool, pad int) ([]float64, int) {
+		if trans {
+			rows, cols = cols, rows
+		}
+		ld := cols + pad
+		if rows == 0 || cols == 0 {
+			return nil, ld
+		}
+		out := make([]float64, (rows-1)*ld+cols)
+		for i := range out {
+			out[i] = math.NaN()
+		}
+		for i := range rows {
+			for j := range cols {
+				if trans {
+					out[i*ld+j] = x[j*rows+i]
+				} else {
+					out[i*ld+j] = x[i*cols+j]
+				}
+			}
+		}
+		return out, ld
+	}
+	a, lda = lay(opA, tc.m, tc.k, tc.transA, tc.padA)
+	b, ldb = lay(opB, tc.k, tc.n, tc.transB, tc.padB)
+	ldc = tc.n + tc.padC
+	if tc.m > 0 && tc.n > 0 {
+		c = randSlice(r, (tc.m-1)*ldc+tc.n)
+		for i := range c {
+			c[i] = float64(float32(c[i]))
+		}
+	}
+	return
+}
+
+// reference returns op(A)·op(B) and |op(A)|·|op(B)|, m×n with row stride n, in float64, from
+// the row-major op(A) (m×k) and op(B) (k×n).
+func (tc sgemmCase) reference(opA, opB []float64) (prod, mag []float64) {
+	m, n, k := tc.m, tc.n, tc.k
+	prod, mag = make([]float64, m*n), make([]float64, m*n)
+	for i := range m {
+		for p, x := range opA[i*k : i*k+k] {
+			for j, y := range opB[p*n : p*n+n] {
+				prod[i*n+j] += x * y
+				mag[i*n+j] += abs(x * y)
+			}
+		}
+	}
+	return prod, mag
+}
+
+// sgemmTol is the error bound the tests allow on one value of C: float32 accumulation of k
+// products errs by at most about k·u·Σ|a·b| (u = 2⁻²⁴, the unit roundoff), the scaling by alpha,
+// the addition of beta·C and of the bias by a few more u of their magnitudes. We allow
+// (k+4)·2u on the sum of the magnitudes, twice the worst case, so a wrong index or a lost term
+// (an error of order |a·b| itself) still fails.
+func sgemmTol(k int, alpha, mag, betaC, bias float64) float64 {
+	const eps = 1.0 / (1 << 23) // 2u
+	return float64(k+4) * eps * (abs(alpha)*mag + abs(betaC) + abs(bias))
+}
+
+// abs is math.Abs without its unsafe bit conversion, which -race builds check on every call.
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// sgemmShapes are the m, n, k of TestSgemm: odd sizes around the tile and block sizes.
+var sgemmShapes = [][3]int{
+	{1, 1, 1}, {7, 13, 5}, {33, 1, 1000}, {5, 6, 0}, {0, 5, 3}, {4, 0, 3},
+	{2, 3, 4}, {15, 33, 17}, {29, 47, 300}, {64, 64, 64}, {128, 128, 64}, {96, 64, 128},
+	{300, 40, 9}, // m > inPlaceM: B packed even for NN
+	{1023, 769, 33},
+}
+
+// TestSgemm checks every instruction set, transpose form and (alpha, beta, bias) combination on
+// odd shapes and padded strides against the float64 definition.
+func TestSgemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range sgemmShapes {
+		shape := sgemmCase{m: s[0], n: s[1], k: s[2]}
+		opA, opB := shape.logical(r)
+		prod, mag := shape.reference(opA, opB)
+		bias := randSlice(r, shape.n)
+		for f := range 4 {
+			tc := shape
+			tc.transA, tc.transB = f&1 != 0, f&2 != 0
+			tc.padA, tc.padB, tc.padC = (f+tc.m)%3, (f+tc.n+1)%4, f%2*5
+			testSgemmCase(t, r, tc, opA, opB, prod, mag, bias)
+		}
+	}
+}
+
+// testSgemmCase runs one case on every instruction set with several alpha, beta and bias.
+func testSgemmCase(t *testing.T, r *rand.Rand, tc sgemmCase, opA, opB, prod, mag, bias []float64) {
+	t.Helper()
+	type combo struct {
+		alpha, beta float64
+		bias        bool
+	}
+	var combos []combo
+	for _, ab := range [][2]float64{{1, 0}, {1, 1}, {-1.5, 0.5}, {0, 0.5}, {0, 0}, {0.5, 1}, {1, -1.5}} {
+		combos = append(combos, combo{ab[0], ab[1], false}, combo{ab[0], ab[1], true})
+	}
+	if tc.m*tc.n*tc.k > 1<<20 {
+		combos = []combo{{1, 0, false}, {-1.5, 0.5, true}} // keep the large shape quick
+	}
+	a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+	a32, b32, bias32 := to32(a), to32(b), to32(bias)
+	for _, is := range available() {
+		var w Workspace
+		for _, cb := range combos {
+			name := fmt.Sprintf("%v/%dx%dx%d/tA=%v,tB=%v/alpha=%v,beta=%v,bias=%v", is, tc.m, tc.n, tc.k, tc.transA, tc.transB, cb.alpha, cb.beta, cb.bias)
+			c32 := to32(c)
+			if cb.beta == 0 {
+				for i := range c32 {
+					c32[i] = float32(math.NaN()) // beta 0 must not read C
+				}
+			}
+			var bs []float32
+			if cb.bias {
+				bs = bias32
+			}
+			w.sgemm(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(cb.alpha), a32, lda, b32, ldb, float32(cb.beta), c32, ldc, bs)
+			checkSgemm(t, name, tc, cb.alpha, cb.beta, prod, mag, c, c32, ldc, bias, cb.bias)
+		}
+	}
+}
+
+// checkSgemm compares got (C after the call) with alpha·prod + beta·c0 + bias, and checks that
+// the padding between rows of C was left alone.
+func checkSgemm(t *testing.T, name string, tc sgemmCase, alpha, beta float64, prod, mag, c0 []float64, got []float32, ldc int, bias []float64, withBias bool) {
+	t.Helper()
+	for i := range tc.m {
+		for j := range ldc {
+			idx := i*ldc + j
+			if idx >= len(got) {
+				break
+			}
+			if j >= tc.n {
+				if g := float64(got[idx]); g != c0[idx] && !(beta == 0 && g != g) { // NaN stays NaN
+					t.Fatalf("%s: padding C[%d][%d] changed to %v", name, i, j, got[idx])
+				}
+				continue
+			}
+			betaC := 0.0
+			if beta != 0 {
+				betaC = beta * c0[idx]
+			}
+			bj := 0.0
+			if withBias {
+				bj = bias[j]
+			}
+			want := alpha*prod[i*tc.n+j] + betaC + bj
+			tol := sgemmTol(tc.k, alpha, mag[i*tc.n+j], betaC, bj)
+			if d := abs(float64(got[idx]) - want); !(d <= tol) {
+				t.Fatalf("%s: C[%d][%d] = %v, want %v (|error| %.3g > bound %.3g)", name, i, j, got[idx], want, d, tol)
+			}
+		}
+	}
+}
+
+// TestSgemmAttentionShapes runs the shapes the tiled attention calls, with its strides: A and B
+// inside wider matrices, B read in place.
+func TestSgemmAttentionShapes(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []sgemmCase{
+		{m: 128, n: 128, k: 64, padA: 2304 - 64, padB: 512 - 128},   // S = Q·Kᵀ (Kᵀ stored)
+		{m: 70, n: 100, k: 64, padA: 2304 - 64, padB: 1024 - 100},   // ragged tile
+		{m: 128, n: 64, k: 128, padA: 0, padB: 2304 - 64, padC: 64}, // O += P·V
+		{m: 64, n: 64, k: 96, padB: 2304 - 64},
+	} {
+		opA, opB := tc.logical(r)
+		a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+		prod, mag := tc.reference(opA, opB)
+		a32 := to32(a)
+		// B inside a longer slice whose tail is NaN: the last panel is read in place.
+		b32 := to32(append(b, make([]float64, 2*ldb)...))
+		for i := len(b); i < len(b32); i++ {
+			b32[i] = float32(math.NaN())
+		}
+		for _, is := range available() {
+			var w Workspace
+			for _, beta := range []float64{0, 1} {
+				c32 := to32(c)
+				w.sgemm(is, false, false, tc.m, tc.n, tc.k, 0.125, a32, lda, b32, ldb, float32(beta), c32, ldc, nil)
+				checkSgemm(t, fmt.Sprintf("%v/%dx%dx%d/beta=%v", is, tc.m, tc.n, tc.k, beta), tc, 0.125, beta, prod, mag, c, c32, ldc, nil, false)
+			}
+		}
+	}
+}
+
+// TestSgemmNoAllocs checks that a warmed Workspace serves repeated calls without allocating.
+func TestSgemmNoAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, is := range available() {
+		for _, tc := range []sgemmCase{
+			{m: 128, n: 128, k: 64, padB: 100},       // B in place
+			{m: 300, n: 600, k: 300, transB: true},   // packed, blocked in k and n
+			{m: 13, n: 45, k: 7, transA: true},       // edge tiles
+			{m: 6, n: 37, k: 9, padB: 0, padC: 0},    // in-place B edge panel copied
+			{m: 40, n: 20, k: 600, transB: false},    // k blocks
+			{m: 280, n: 20, k: 10, transA: true},     // packed NN-like, TN
+			{m: 257, n: 33, k: 5, transB: true},      // row tiles of mixed height
+			{m: 64, n: 64, k: 128, padA: 5, padB: 3}, // attention PV
+		} {
+			opA, opB := tc.logical(r)
+			a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+			a32, b32, c32, bias := to32(a), to32(b), to32(c), to32(randSlice(r, tc.n))
+			var w Workspace
+			call := func() {
+				w.sgemm(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, 1, a32, lda, b32, ldb, 0.5, c32, ldc, bias)
+			}
+			call()
+			if n := testing.AllocsPerRun(10, call); n != 0 {
+				t.Errorf("%v %+v: %v allocations per call with a warm Workspace, want 0", is, tc, n)
+			}
+		}
+	}
+}
+
+// TestSgemmPanics checks that short slices are refused.
+func TestSgemmPanics(t *testing.T) {
+	for _, is := range available() {
+		for name, f := range map[string]func(w *Workspace){
+			"A": func(w *Workspace) {
+				w.sgemm(is, false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2, nil)
+			},
+			"B": func(w *Workspace) {
+				w.sgemm(is, false, true, 2, 3, 2, 1, make([]float32, 4), 2, make([]float32, 5), 2, 0, make([]float32, 6), 3, nil)
+			},
+			"C": func(w *Workspace) {
+				w.sgemm(is, true, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2, nil)
+			},
+			"lda": func(w *Workspace) {
+				w.sgemm(is, false, false, 2, 2, 2, 1, make([]float32, 8), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2, nil)
+			},
+			"bias": func(w *Workspace) {
+				w.sgemm(is, false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2, make([]float32, 1))
+			},
+		} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%v: Sgemm accepted a short %s", is, name)
+					}
+				}()
+				f(new(Workspace))
+			}()
+		}
+	}
+}
+
+// TestSgemmPackBT checks the transposing packer on its own, including blocks that leave a
+// ragged edge to the Go code.
+func TestSgemmPackBT(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, is := range available() {
+		for _, s := range [][3]int{{32, 8, 40}, {17, 19, 23}, {64, 300, 310}, {8, 8, 8}, {3, 5, 7}} {
+			n, k, ldb := s[0], s[1], s[2]
+			b := to32(randSlice(r, (n-1)*ldb+k))
+			// I·op(B) with op(B) = Bᵀ (B stored n×k) is Bᵀ itself, exactly.
+			id := make([]float32, k*k)
+			for i := range k {
+				id[i*k+i] = 1
+			}
+			c := make([]float32, k*n)
+			var w Workspace
+			w.sgemm(is, false, true, k, n, k, 1, id, k, b, ldb, 0, c, n, nil)
+			for p := range k {
+				for j := range n {
+					if c[p*n+j] != b[j*ldb+p] {
+						t.Fatalf("%v %v: C[%d][%d] = %v, want %v", is, s, p, j, c[p*n+j], b[j*ldb+p])
+					}
+				}
+			}
+		}
+	}
+}
