@@ -55,6 +55,28 @@ func ExampleLayer_Forward() {
 	// fully masked rows: 0
 }
 
+// A serving loop: ForwardInto reuses the result's memory, so after the first call a forward makes
+// no heap allocation. Workers bounds the goroutines one call uses.
+func ExampleLayer_ForwardInto() {
+	layer, err := mha.New(mha.Config{EmbedDim: 64, NumHeads: 4, Seed: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	x := tensor.New(1, 100, 64)
+	var r mha.Result
+	for step := range 3 {
+		tensor.NewRNG(uint64(step)).Normal(x, 1) // the next batch
+		if err := layer.ForwardInto(&r, x, nil, nil, &mha.Options{Causal: true, Workers: 2}); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(step, r.Output.Shape)
+	}
+	// Output:
+	// 0 [1 100 64]
+	// 1 [1 100 64]
+	// 2 [1 100 64]
+}
+
 // Loading a PyTorch checkpoint: torch's state_dict saved with safetensors.torch.save_file.
 func ExampleLayer_LoadStateDict() {
 	// Here the file is made in memory; with a real one, use safetensors.ReadFile(path).
