@@ -73,22 +73,6 @@ func Sscal(s float32, x []float32) {
 	sscal(best, s, x)
 }
 
-// Ssoftmax replaces row with softmax(row) in float32 on the fastest instruction set the CPU
-// has: Softmax[float32] built from Smax, Sexp and Sscal, with the same semantics. It subtracts
-// the row's maximum first so that large logits do not overflow; entries equal to −Inf get
-// weight 0. A row whose entries are all −Inf (every key masked), or an empty row, is set to
-// zeros and Ssoftmax reports false; otherwise it reports true. A NaN anywhere makes the whole
-// row NaN.
-func Ssoftmax(row []float32) bool {
-	m := Smax(row)
-	if m == float32(math.Inf(-1)) {
-		clear(row)
-		return false
-	}
-	Sscal(1/Sexp(row, m), row)
-	return true
-}
-
 // expf returns exp(t) by the algorithm above, in pure Go.
 func expf(t float32) float32 {
 	if !(t >= expTlo && t <= expThi) {

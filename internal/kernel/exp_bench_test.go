@@ -91,28 +91,3 @@ func BenchmarkSmax(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkSsoftmax times the fused float32 softmax of a row against the generic
-// Softmax[float32] (isa=softmax) that goes through float64 math.Exp.
-func BenchmarkSsoftmax(b *testing.B) {
-	for _, n := range expBenchSizes {
-		b.Run(fmt.Sprintf("isa=%v/n=%d", best, n), func(b *testing.B) {
-			rows := benchRows(n)
-			k := 0
-			for b.Loop() {
-				Ssoftmax(rows[k])
-				k = (k + 1) % len(rows)
-			}
-			reportGelem(b, n)
-		})
-		b.Run(fmt.Sprintf("isa=softmax/n=%d", n), func(b *testing.B) {
-			rows := benchRows(n)
-			k := 0
-			for b.Loop() {
-				Softmax(rows[k])
-				k = (k + 1) % len(rows)
-			}
-			reportGelem(b, n)
-		})
-	}
-}
