@@ -150,7 +150,7 @@ func TestWorkersDoNotChangeResults(t *testing.T) {
 // TestForwardIntoAllocatesNothing proves the steady state makes no heap allocation, with and
 // without weights.
 func TestForwardIntoAllocatesNothing(t *testing.T) {
-	l := newLayer(t, Config{EmbedDim: 32, NumHeads: 4, Seed: 3, AddBiasKV: true})
+	l := newLayer(t, Config{EmbedDim: 32, NumHeads: 4, Seed: 3, AddBiasKV: true, Dropout: 0.1})
 	rng := tensor.NewRNG(4)
 	q := randTensor(rng, 2, 70, 32)
 	k, v := randTensor(rng, 2, 70, 32), randTensor(rng, 2, 70, 32)
@@ -161,6 +161,7 @@ func TestForwardIntoAllocatesNothing(t *testing.T) {
 		{Causal: true, KeyPaddingMask: pad},
 		{NeedWeights: true},
 		{NeedWeights: true, PerHeadWeights: true},
+		{Training: true, DropoutSeed: 3},
 	} {
 		for _, cross := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%+v cross=%v", *opt, cross), func(t *testing.T) {
