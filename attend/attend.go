@@ -47,7 +47,10 @@ type Bias struct {
 // Apply adds query i's bias to row, its scaled scores for keys j0, j0+1, …, setting masked keys
 // to −Inf.
 func Apply[F Float](b *Bias, i, j0 int, row []F) {
-	n := max(0, min(b.Stride-j0, len(row))) // keys the masks describe
+	n := min(b.Stride-j0, len(row)) // keys the masks describe
+	if n <= 0 {
+		return
+	}
 	row = row[:n]
 	negInf := F(math.Inf(-1))
 	if b.Add != nil {
