@@ -28,7 +28,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newExplainCmd())
+	root.AddCommand(newRunCmd(), newExplainCmd(), newBenchCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

@@ -1,0 +1,926 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+	"github.com/spf13/cobra"
+)
+
+// benchScripts are the PyTorch and ONNX Runtime helpers of --torch and --ort. They are written
+// to a cache directory at run time, so mha bench works from any directory.
+//
+//go:embed benchscripts
+var benchScripts embed.FS
+
+// benchWorkerEnv is set to "1" in the environment of the child that times mha itself. The
+// binary ignores it; a test binary, which cannot take mha's command line directly, looks for it
+// in TestMain and runs execute instead of the tests.
+const benchWorkerEnv = "MHA_BENCH_WORKER"
+
+// Seeds of the benchmarked layer's parameters and of its input.
+const benchLayerSeed, benchInputSeed = 1, 2
+
+// defaultPython is the interpreter of --torch and --ort: Debian's, where apt-get's python3-torch
+// is installed.
+const defaultPython = "/usr/bin/python3"
+
+// torchInstallHint is what to install for --torch and --ort on Debian.
+const torchInstallHint = "apt-get install python3-torch libopenblas0-pthread"
+
+// benchFlags are mha bench's flags as given.
+type benchFlags struct {
+	seq                          string
+	embed, heads, batch, threads int
+	runs, warmup                 int
+	causal, needWeights          bool
+	json, torch, ort, worker     bool
+	python                       string
+}
+
+// benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
+type benchConfig struct {
+	seqs                         []int
+	embed, heads, batch, threads int
+	runs, warmup                 int
+	causal, needWeights          bool
+}
+
+// flops is the work of one forward call at sequence length t: 8·T·E²·B for the four projections
+// and 4·T²·E·B for Q·Kᵀ and weights·V. Causal attention is counted in full, so that skipping the
+// masked half shows as a higher rate.
+func (c *benchConfig) flops(t int) float64 {
+	b, e, tt := float64(c.batch), float64(c.embed), float64(t)
+	return 8*tt*e*e*b + 4*tt*tt*e*b
+}
+
+// newBenchCmd returns mha bench, which also serves, with the hidden --worker flag, as the child
+// process that times mha itself.
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--torch] [--ort] [--json]",
+		Short: "Time self-attention forward calls, against this machine's FMA peak, PyTorch and ONNX Runtime",
+		Long: `Bench times mha's self-attention forward call (mha.Layer.Forward on x [B, T, E]) for each
+sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
+calls, the rate in GFLOP/s, that rate as a percentage of this machine's float32 FMA peak, and
+memory. The peak is measured at start with the same thread count by a register-only FMA loop
+(each thread's rate while it runs, so other processes do not lower it).
+
+FLOPs per forward = 8·T·E²·B (the four projections) + 4·T²·E·B (Q·Kᵀ and weights·V). Causal
+attention is counted with the same FLOPs, so the work it skips shows as a higher rate (and the
+percentage of peak may pass 100).
+
+Every (implementation, T) runs in a fresh child process, and the implementations take turns at
+each T, so they share the machine's state. peak_rss_mib is the child's peak resident memory;
+extra_mib is how far it rose above the child's resident memory once the layer and the input
+existed (the work space of the calls; -1 where the platform does not tell).
+
+--torch adds PyTorch 1.13 through --python (Debian's python3-torch): "torch" is
+nn.MultiheadAttention(E, H, batch_first=True) in eval mode under inference_mode (it takes its
+fused fast path when there is no mask and H is even), "torch-sdpa" the same computation around
+F._scaled_dot_product_attention, "torch-jemalloc" "torch" with libjemalloc preloaded (when
+Debian's libjemalloc2 is installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed
+once into the user cache directory) on a torch.onnx export of the same module, checked against
+PyTorch's output before it is timed. Each prints the ratio of mha's speed to theirs per T.
+
+--json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
+			if f.worker {
+				return benchWorker(cfg, cmd.OutOrStdout())
+			}
+			return runBench(&f, cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.seq, "seq", "512,1024,2048,4096", "sequence lengths T to time, comma-separated")
+	fl.IntVar(&f.embed, "embed", 768, "embedding dimension E")
+	fl.IntVar(&f.heads, "heads", 12, "number of heads H, a divisor of E")
+	fl.IntVar(&f.batch, "batch", 1, "batch size B")
+	fl.IntVar(&f.threads, "threads", runtime.GOMAXPROCS(0), "threads for every implementation and for the FMA peak")
+	fl.BoolVar(&f.causal, "causal", false, "causal self-attention (query i sees keys ≤ i)")
+	fl.BoolVar(&f.needWeights, "need-weights", false, "also return the attention weights, averaged over heads")
+	fl.IntVar(&f.runs, "runs", 7, "timed calls per measurement (the median and the fastest are reported)")
+	fl.IntVar(&f.warmup, "warmup", 2, "untimed calls before the timed ones")
+	fl.BoolVar(&f.json, "json", false, "print JSON lines instead of a table")
+	fl.BoolVar(&f.torch, "torch", false, "also time PyTorch: torch, torch-sdpa, torch-jemalloc")
+	fl.BoolVar(&f.ort, "ort", false, "also time ONNX Runtime (onnxruntime-node, through node and npm)")
+	fl.StringVar(&f.python, "python", defaultPython, "Python with PyTorch, for --torch and --ort")
+	fl.BoolVar(&f.worker, "worker", false, "time mha at the one T of --seq in this process and print the raw result (used by mha bench itself)")
+	_ = fl.MarkHidden("worker")
+	return cmd
+}
+
+// config checks the flags and returns the benchmark they describe.
+func (f *benchFlags) config() (*benchConfig, error) {
+	seqs, err := parseSeq(f.seq)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &benchConfig{seqs: seqs, embed: f.embed, heads: f.heads, batch: f.batch, threads: f.threads,
+		runs: f.runs, warmup: f.warmup, causal: f.causal, needWeights: f.needWeights}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"embed", f.embed}, {"heads", f.heads}, {"batch", f.batch}, {"threads", f.threads}, {"runs", f.runs}} {
+		if p.v <= 0 {
+			return nil, fmt.Errorf("--%s is %d, want a positive integer", p.name, p.v)
+		}
+	}
+	if f.warmup < 0 {
+		return nil, fmt.Errorf("--warmup is %d, want 0 or more untimed calls", f.warmup)
+	}
+	if f.embed%f.heads != 0 {
+		return nil, fmt.Errorf("--heads %d does not divide --embed %d, want a divisor of %d (each head gets E/H features)", f.heads, f.embed, f.embed)
+	}
+	if err := (mha.Config{EmbedDim: f.embed, NumHeads: f.heads}).Validate(); err != nil {
+		return nil, fmt.Errorf("--embed %d --heads %d: %s", f.embed, f.heads, strings.TrimPrefix(err.Error(), "mha: "))
+	}
+	const maxInput = 1 << 31 // floats in x [B, T, E]: 8 GiB
+	for _, t := range seqs {
+		if t > maxInput/f.embed/f.batch {
+			return nil, fmt.Errorf("--seq %d with --batch %d and --embed %d gives an input of more than 2^31 floats, want a smaller size", t, f.batch, f.embed)
+		}
+	}
+	if f.worker && len(seqs) != 1 {
+		return nil, fmt.Errorf("--worker times one sequence length, got --seq %s", f.seq)
+	}
+	if (f.torch || f.ort) && f.python == "" {
+		return nil, fmt.Errorf("--python is empty, want the Python that has PyTorch (such as %s)", defaultPython)
+	}
+	return cfg, nil
+}
+
+// parseSeq reads a comma-separated list of positive sequence lengths.
+func parseSeq(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("--seq is empty, want a comma-separated list of sequence lengths such as 512,1024")
+	}
+	var seqs []int
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		t, err := strconv.Atoi(field)
+		if err != nil || t <= 0 {
+			return nil, fmt.Errorf("--seq %q: %q is not a positive integer, want a comma-separated list of sequence lengths such as 512,1024", s, field)
+		}
+		seqs = append(seqs, t)
+	}
+	return seqs, nil
+}
+
+// workerResult is what a child prints: its times and memory. ort_bench.js and torch_mha.py print
+// the same fields.
+type workerResult struct {
+	MS      []float64 `json:"ms"`           // one per timed call
+	BaseKiB int64     `json:"rss_base_kib"` // resident memory once the layer and input exist; -1 if unknown
+	PeakKiB int64     `json:"rss_peak_kib"` // peak resident memory at the end; -1 if unknown
+}
+
+// benchWorker times mha at cfg's one sequence length in this process and prints a workerResult
+// line.
+func benchWorker(cfg *benchConfig, w io.Writer) error {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.threads))
+	t := cfg.seqs[0]
+	l, err := mha.New(mha.Config{EmbedDim: cfg.embed, NumHeads: cfg.heads, Seed: benchLayerSeed})
+	if err != nil {
+		return err
+	}
+	x := tensor.New(cfg.batch, t, cfg.embed)
+	tensor.NewRNG(benchInputSeed).Normal(x, 1)
+	opt := &mha.Options{Causal: cfg.causal, NeedWeights: cfg.needWeights, Workers: cfg.threads}
+	runtime.GC()
+	res := workerResult{BaseKiB: procStatusKiB("VmRSS")}
+	for range cfg.warmup {
+		if _, err := l.Forward(x, nil, nil, opt); err != nil {
+			return err
+		}
+	}
+	for range cfg.runs {
+		t0 := time.Now()
+		if _, err := l.Forward(x, nil, nil, opt); err != nil {
+			return err
+		}
+		res.MS = append(res.MS, float64(time.Since(t0).Nanoseconds())/1e6)
+	}
+	res.PeakKiB = procStatusKiB("VmHWM")
+	return json.NewEncoder(w).Encode(res)
+}
+
+// procStatusKiB reads a memory line (VmRSS, VmHWM) of /proc/self/status in KiB; -1 where there is
+// no such file (outside Linux).
+func procStatusKiB(key string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return v
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// benchImpl is one implementation under test: a name and the child process that times it at
+// sequence length t.
+type benchImpl struct {
+	name    string
+	command func(t int) *exec.Cmd
+}
+
+// benchRow is one measurement, as --json prints it.
+type benchRow struct {
+	Impl        string  `json:"impl"`
+	T           int     `json:"T"`
+	B           int     `json:"B"`
+	E           int     `json:"E"`
+	H           int     `json:"H"`
+	Causal      bool    `json:"causal"`
+	NeedWeights bool    `json:"need_weights"`
+	Threads     int     `json:"threads"`
+	MS          float64 `json:"ms"`     // median of the timed calls
+	MSMin       float64 `json:"ms_min"` // fastest timed call
+	GFLOPS      float64 `json:"gflops"` // flops(T) over the median
+	PeakPct     float64 `json:"peak_pct"`
+	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+	ExtraMiB    float64 `json:"extra_mib"` // peak − resident memory after setup; -1 if unknown
+}
+
+// peakRow is --json's first line.
+type peakRow struct {
+	PeakGFLOPS float64 `json:"peak_gflops"`
+	ISA        string  `json:"isa"`
+	Threads    int     `json:"threads"`
+}
+
+// runBench measures every implementation the flags ask for at every sequence length and prints
+// the results.
+func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find the mha binary to run the measurements in: %v", err)
+	}
+	impls := []benchImpl{{"mha", func(t int) *exec.Cmd {
+		c := exec.Command(exe, cfg.workerArgs(t)...)
+		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
+		return c
+	}}}
+	var info []string // lines for the human output's header
+	if f.torch || f.ort {
+		dir, err := writeBenchScripts()
+		if err != nil {
+			return err
+		}
+		probe, err := probeTorch(f.python, dir, cfg.threads)
+		if err != nil {
+			return err
+		}
+		if f.torch {
+			info = append(info, probe.describe(cfg))
+			if !probe.fastBLAS() {
+				fmt.Fprintf(stderr, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", probe.blasName(), probe.MMGFLOPS)
+			}
+			impls = append(impls, torchImpls(f.python, dir, cfg, stderr)...)
+		}
+		if f.ort {
+			im, line, err := prepareORT(f.python, dir, cfg, stderr)
+			if err != nil {
+				return err
+			}
+			info = append(info, line)
+			impls = append(impls, im)
+		}
+	}
+
+	if busy, ok := busyCPUs(200 * time.Millisecond); ok && busy >= 0.2 {
+		fmt.Fprintf(stderr, "note: other processes kept %.1f of %d CPUs busy just before measuring, so timings will vary; compare implementations within one run\n", busy, runtime.NumCPU())
+	}
+	prev := runtime.GOMAXPROCS(max(cfg.threads, runtime.GOMAXPROCS(0)))
+	peak := kernel.PeakGFLOPS(cfg.threads, kernel.DefaultPeakDuration)
+	runtime.GOMAXPROCS(prev)
+
+	out := newBenchPrinter(stdout, f.json, cfg, impls)
+	if err := out.header(peak, info); err != nil {
+		return err
+	}
+	for _, t := range cfg.seqs {
+		for _, im := range impls {
+			r, err := measure(im, t)
+			if err != nil {
+				return err
+			}
+			if err := out.row(cfg.row(im.name, t, r, peak)); err != nil {
+				return err
+			}
+		}
+	}
+	return out.ratios()
+}
+
+// busyCPUs returns how many CPUs' worth of time the machine spent busy during d, from
+// /proc/stat, while this process sleeps; ok is false where there is no /proc/stat (outside
+// Linux).
+func busyCPUs(d time.Duration) (busy float64, ok bool) {
+	read := func() (total, idle float64, ok bool) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0, false
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != "cpu" {
+			return 0, 0, false
+		}
+		for i, s := range f[1:] {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return 0, 0, false
+			}
+			total += v
+			if i == 3 || i == 4 { // idle, iowait
+				idle += v
+			}
+		}
+		return total, idle, true
+	}
+	t0, i0, ok0 := read()
+	time.Sleep(d)
+	t1, i1, ok1 := read()
+	if !ok0 || !ok1 || t1 <= t0 {
+		return 0, false
+	}
+	return (1 - (i1-i0)/(t1-t0)) * float64(runtime.NumCPU()), true
+}
+
+// workerArgs is the command line of the child that times mha at sequence length t.
+func (c *benchConfig) workerArgs(t int) []string {
+	args := []string{"bench", "--worker", "--seq", strconv.Itoa(t),
+		"--embed", strconv.Itoa(c.embed), "--heads", strconv.Itoa(c.heads), "--batch", strconv.Itoa(c.batch),
+		"--threads", strconv.Itoa(c.threads), "--runs", strconv.Itoa(c.runs), "--warmup", strconv.Itoa(c.warmup)}
+	if c.causal {
+		args = append(args, "--causal")
+	}
+	if c.needWeights {
+		args = append(args, "--need-weights")
+	}
+	return args
+}
+
+// scriptArgs are the shape and timing arguments torch_mha.py and ort_bench.js share.
+func (c *benchConfig) scriptArgs(t int) []string {
+	return []string{"--B", strconv.Itoa(c.batch), "--T", strconv.Itoa(t), "--E", strconv.Itoa(c.embed),
+		"--threads", strconv.Itoa(c.threads), "--runs", strconv.Itoa(c.runs), "--warmup", strconv.Itoa(c.warmup)}
+}
+
+// measurement is one child's result: its times and memory in KiB.
+type measurement struct {
+	ms                []float64
+	peakKiB, extraKiB int64 // -1 if unknown
+}
+
+// measure runs im's child at sequence length t and collects its result.
+func measure(im benchImpl, t int) (*measurement, error) {
+	c := im.command(t)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		return nil, fmt.Errorf("%s at T=%d failed: %s", im.name, t, childFailure(err, &stderr))
+	}
+	var r workerResult
+	if err := lastJSONLine(stdout.Bytes(), &r); err != nil || len(r.MS) == 0 {
+		return nil, fmt.Errorf("%s at T=%d printed no result (want a JSON line with \"ms\"), got %q", im.name, t, lastLine(stdout.String()))
+	}
+	m := &measurement{ms: r.MS, peakKiB: rusageMaxRSSKiB(c.ProcessState), extraKiB: -1}
+	if m.peakKiB < 0 {
+		m.peakKiB = r.PeakKiB
+	}
+	if r.BaseKiB >= 0 && r.PeakKiB >= 0 {
+		m.extraKiB = max(r.PeakKiB-r.BaseKiB, 0)
+	}
+	return m, nil
+}
+
+// row turns a measurement into a benchRow.
+func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benchRow {
+	med, fastest := median(m.ms), slices.Min(m.ms)
+	gflops := c.flops(t) / (med / 1e3) / 1e9
+	mib := func(kib int64) float64 {
+		if kib < 0 {
+			return -1
+		}
+		return round(float64(kib)/1024, 1)
+	}
+	return benchRow{Impl: impl, T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
+		NeedWeights: c.needWeights, Threads: c.threads, MS: sig4(med), MSMin: sig4(fastest),
+		GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
+		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB)}
+}
+
+// median returns the median of x (the mean of the middle two when len(x) is even).
+func median(x []float64) float64 {
+	s := slices.Sorted(slices.Values(x))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// round rounds x to the given number of decimal places.
+func round(x float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(x*p) / p
+}
+
+// sig4 rounds x to four significant digits, for JSON that is short but never rounds a small
+// positive rate to 0.
+func sig4(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 4, 64), 64)
+	return v
+}
+
+// rusageMaxRSSKiB is a finished child's peak resident memory in KiB from its rusage, or -1
+// where the platform's rusage has none. It reads syscall.Rusage's Maxrss by reflection, because
+// Windows's syscall.Rusage has no such field and a type assertion would not compile there.
+func rusageMaxRSSKiB(ps *os.ProcessState) int64 {
+	if ps == nil {
+		return -1
+	}
+	v := reflect.ValueOf(ps.SysUsage())
+	if v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return -1
+	}
+	f := v.FieldByName("Maxrss")
+	if !f.IsValid() || !f.CanInt() {
+		return -1
+	}
+	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
+		return f.Int() / 1024 // bytes there, KiB elsewhere
+	}
+	return f.Int()
+}
+
+// childFailure says why a child failed: the last line it wrote to stderr (a Python traceback's
+// last line is the exception), or how it ended.
+func childFailure(err error, stderr *bytes.Buffer) string {
+	msg := strings.TrimPrefix(lastLine(stderr.String()), "mha: ")
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && !ee.Exited() {
+		if msg != "" {
+			return fmt.Sprintf("%v (%s)", err, msg)
+		}
+		return fmt.Sprintf("%v (out of memory?)", err)
+	}
+	if msg == "" {
+		return err.Error()
+	}
+	return msg
+}
+
+// lastLine returns the last non-blank line of s, trimmed.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// lastJSONLine decodes the last line of out that starts with '{' into v.
+func lastJSONLine(out []byte, v any) error {
+	var last []byte
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<26)
+	for sc.Scan() {
+		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 && line[0] == '{' {
+			last = append(last[:0], line...)
+		}
+	}
+	if last == nil {
+		return errors.New("no JSON line")
+	}
+	return json.Unmarshal(last, v)
+}
+
+// writeBenchScripts writes the embedded scripts to a directory of the user's cache and returns
+// it. The directory is named after the hash of package.json and package-lock.json, so the
+// onnxruntime-node that npm installs there is reused until those change; the scripts themselves
+// are rewritten whenever they differ from this binary's.
+func writeBenchScripts() (string, error) {
+	entries, err := fs.ReadDir(benchScripts, "benchscripts")
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		b, err := benchScripts.ReadFile(path.Join("benchscripts", e.Name()))
+		if err != nil {
+			return "", err
+		}
+		files[e.Name()] = b
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, "mha", "bench-"+shortHash(files["package.json"], files["package-lock.json"]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cannot make the directory for the benchmark scripts: %v", err)
+	}
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, b) {
+			continue
+		}
+		if err := writeFileAtomic(p, b); err != nil {
+			return "", fmt.Errorf("cannot write the benchmark script %s: %v", p, err)
+		}
+	}
+	return dir, nil
+}
+
+// shortHash is the first 12 hex digits of the SHA-256 of the parts, each prefixed by its length.
+func shortHash(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d\n", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// writeFileAtomic writes b to p through a temporary file and a rename, so that a concurrent mha
+// bench never sees half a file.
+func writeFileAtomic(p string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// torchProbe is what torch_mha.py probe reports about the PyTorch installation.
+type torchProbe struct {
+	Version  string   `json:"torch"`
+	BLAS     []string `json:"blas"`      // the libblas files mapped into the process
+	MMGFLOPS float64  `json:"mm_gflops"` // torch.mm 512³ rate
+}
+
+// slowMM is the torch.mm 512³ rate below which PyTorch's matrix products are taken to run on the
+// reference BLAS (about 8 GFLOP/s here; OpenBLAS does 70–230 on two cores, and more than 25 on
+// one core of any AVX2 machine).
+const slowMM = 25
+
+// fastBLAS reports whether PyTorch's matrix products run on an optimised BLAS: the libblas it
+// loaded is OpenBLAS, BLIS or MKL (Debian's alternatives), or, where that cannot be seen (no
+// /proc, or a PyTorch with its BLAS built in), torch.mm is fast. A slow torch.mm counts as
+// slow whatever the library.
+func (p *torchProbe) fastBLAS() bool {
+	if p.MMGFLOPS < slowMM {
+		return false
+	}
+	if len(p.BLAS) == 0 {
+		return true
+	}
+	for _, lib := range p.BLAS {
+		if l := strings.ToLower(lib); strings.Contains(l, "openblas") || strings.Contains(l, "blis") || strings.Contains(l, "mkl") {
+			return true
+		}
+	}
+	return false
+}
+
+// blasName names the BLAS library PyTorch uses, as well as it can.
+func (p *torchProbe) blasName() string {
+	if len(p.BLAS) == 0 {
+		return "its built-in or an unknown BLAS"
+	}
+	return strings.Join(p.BLAS, ", ")
+}
+
+// describe is the human output's line about PyTorch.
+func (p *torchProbe) describe(cfg *benchConfig) string {
+	path := "its unfused path (a causal attn_mask or an odd H rules the fast path out)"
+	if !cfg.causal && cfg.heads%2 == 0 {
+		path = "its fused fast path, torch._native_multi_head_attention"
+	}
+	return fmt.Sprintf("PyTorch %s, BLAS %s (torch.mm 512³ at %.0f GFLOP/s); torch = nn.MultiheadAttention on %s",
+		p.Version, p.blasName(), p.MMGFLOPS, path)
+}
+
+// probeTorch checks that python runs and imports torch, and reports on its BLAS.
+func probeTorch(python, dir string, threads int) (*torchProbe, error) {
+	if _, err := exec.LookPath(python); err != nil {
+		return nil, fmt.Errorf("--torch and --ort need Python with PyTorch, but %s was not found; install it with %s", python, torchInstallHint)
+	}
+	c := exec.Command(python, filepath.Join(dir, "torch_mha.py"), "probe", "--threads", strconv.Itoa(threads))
+	c.Env = torchEnv(threads)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		return nil, fmt.Errorf("--torch and --ort need PyTorch, but %s could not import it (%s); install it with %s", python, childFailure(err, &stderr), torchInstallHint)
+	}
+	var p torchProbe
+	if err := lastJSONLine(stdout.Bytes(), &p); err != nil {
+		return nil, fmt.Errorf("%s torch_mha.py probe printed no result, got %q", python, lastLine(stdout.String()))
+	}
+	return &p, nil
+}
+
+// torchEnv is the environment of the Python children: every thread pool PyTorch may use
+// (OpenMP, and OpenBLAS's own, which torch.set_num_threads does not reach in Debian's build)
+// sized to threads.
+func torchEnv(threads int) []string {
+	n := strconv.Itoa(threads)
+	return append(os.Environ(), "OMP_NUM_THREADS="+n, "OPENBLAS_NUM_THREADS="+n, "MKL_NUM_THREADS="+n)
+}
+
+// torchImpls are the PyTorch variants: torch, torch-sdpa and, when libjemalloc is installed,
+// torch-jemalloc.
+func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchImpl {
+	variant := func(name, v, preload string) benchImpl {
+		return benchImpl{name, func(t int) *exec.Cmd {
+			args := append([]string{filepath.Join(dir, "torch_mha.py"), "run", "--variant", v,
+				"--H", strconv.Itoa(cfg.heads), "--seed", strconv.Itoa(benchLayerSeed)}, cfg.scriptArgs(t)...)
+			if cfg.causal {
+				args = append(args, "--causal")
+			}
+			if cfg.needWeights {
+				args = append(args, "--need-weights")
+			}
+			c := exec.Command(python, args...)
+			c.Env = torchEnv(cfg.threads)
+			if preload != "" {
+				if old := os.Getenv("LD_PRELOAD"); old != "" {
+					preload += ":" + old
+				}
+				c.Env = append(c.Env, "LD_PRELOAD="+preload)
+			}
+			return c
+		}}
+	}
+	impls := []benchImpl{variant("torch", "torch", ""), variant("torch-sdpa", "torch-sdpa", "")}
+	if lib := findJemalloc(); lib != "" {
+		impls = append(impls, variant("torch-jemalloc", "torch", lib))
+	} else {
+		fmt.Fprintln(stderr, "note: skipping torch-jemalloc: libjemalloc.so.2 not found; install it with apt-get install libjemalloc2")
+	}
+	return impls
+}
+
+// findJemalloc returns the path of Debian's libjemalloc.so.2, or "" when it is not installed.
+func findJemalloc() string {
+	for _, pattern := range []string{"/usr/lib/*-linux-gnu/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2", "/usr/lib64/libjemalloc.so.2"} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0]
+		}
+	}
+	return ""
+}
+
+// ortVersion is the onnxruntime-node version package.json pins.
+func ortVersion() string {
+	b, err := benchScripts.ReadFile("benchscripts/package.json")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		panic(err)
+	}
+	return pkg.Dependencies["onnxruntime-node"]
+}
+
+// prepareORT installs onnxruntime-node into dir (once), exports the layer to ONNX (once per
+// shape and options), checks ONNX Runtime's output against PyTorch's, and returns the "ort"
+// implementation with the human output's line about it.
+func prepareORT(python, dir string, cfg *benchConfig, stderr io.Writer) (benchImpl, string, error) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return benchImpl{}, "", fmt.Errorf("--ort needs Node.js, but node was not found in PATH; install it with apt-get install nodejs npm")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return benchImpl{}, "", fmt.Errorf("--ort needs npm to install onnxruntime-node, but npm was not found in PATH; install it with apt-get install npm")
+	}
+	version := ortVersion()
+	marker := filepath.Join(dir, "node_modules", ".mha-installed")
+	if _, err := os.Stat(marker); err != nil {
+		fmt.Fprintf(stderr, "note: installing onnxruntime-node %s into %s (once)\n", version, dir)
+		// The CPU binaries ship in the package; its install script only fetches CUDA ones.
+		c := exec.Command(npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund")
+		c.Dir = dir
+		c.Env = append(os.Environ(), "ONNXRUNTIME_NODE_INSTALL=skip")
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			return benchImpl{}, "", fmt.Errorf("npm ci of onnxruntime-node %s in %s failed: %s", version, dir, childFailure(err, &out))
+		}
+		if err := os.WriteFile(marker, []byte(version+"\n"), 0o644); err != nil {
+			return benchImpl{}, "", err
+		}
+	}
+
+	// The export script's hash is in the name: a changed script makes new models.
+	script, err := benchScripts.ReadFile("benchscripts/ort_export.py")
+	if err != nil {
+		return benchImpl{}, "", err
+	}
+	name := fmt.Sprintf("mha_E%d_H%d_seed%d_%s", cfg.embed, cfg.heads, benchLayerSeed, shortHash(script)[:8])
+	exportArgs := []string{filepath.Join(dir, "ort_export.py"), "--E", strconv.Itoa(cfg.embed), "--H", strconv.Itoa(cfg.heads),
+		"--seed", strconv.Itoa(benchLayerSeed)}
+	if cfg.causal {
+		name += "_causal"
+		exportArgs = append(exportArgs, "--causal")
+	}
+	if cfg.needWeights {
+		name += "_weights"
+		exportArgs = append(exportArgs, "--need-weights")
+	}
+	model, check := filepath.Join(dir, name+".onnx"), filepath.Join(dir, name+".check.json")
+	_, errModel := os.Stat(model)
+	_, errCheck := os.Stat(check)
+	if errModel != nil || errCheck != nil {
+		c := exec.Command(python, append(exportArgs, "--out", model, "--check", check)...)
+		c.Env = torchEnv(cfg.threads)
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			return benchImpl{}, "", fmt.Errorf("exporting the layer to ONNX with %s failed: %s", python, childFailure(err, &out))
+		}
+	}
+
+	c := exec.Command(node, filepath.Join(dir, "ort_bench.js"), "check", "--model", model, "--check", check,
+		"--threads", strconv.Itoa(cfg.threads))
+	c.Dir = dir
+	var stdout, errb bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &errb
+	if err := c.Run(); err != nil {
+		return benchImpl{}, "", fmt.Errorf("ONNX Runtime check of %s failed: %s", model, childFailure(err, &errb))
+	}
+	var res struct {
+		RelErr float64 `json:"rel_err"`
+	}
+	if err := lastJSONLine(stdout.Bytes(), &res); err != nil {
+		return benchImpl{}, "", fmt.Errorf("ONNX Runtime check of %s printed no result, got %q", model, lastLine(stdout.String()))
+	}
+	line := fmt.Sprintf("ONNX Runtime: onnxruntime-node %s, CPU, %d intra-op threads; its output matches PyTorch's (relative error %.1e)",
+		version, cfg.threads, res.RelErr)
+	im := benchImpl{"ort", func(t int) *exec.Cmd {
+		c := exec.Command(node, append([]string{filepath.Join(dir, "ort_bench.js"), "run", "--model", model,
+			"--seed", strconv.Itoa(benchInputSeed)}, cfg.scriptArgs(t)...)...)
+		c.Dir = dir
+		return c
+	}}
+	return im, line, nil
+}
+
+// benchPrinter writes the results as a table with ratio lines, or as JSON lines.
+type benchPrinter struct {
+	w     io.Writer
+	json  bool
+	cfg   *benchConfig
+	names []string
+	ms    map[int]map[string]float64 // median ms by T and implementation
+}
+
+func newBenchPrinter(w io.Writer, asJSON bool, cfg *benchConfig, impls []benchImpl) *benchPrinter {
+	p := &benchPrinter{w: w, json: asJSON, cfg: cfg, ms: map[int]map[string]float64{}}
+	for _, im := range impls {
+		p.names = append(p.names, im.name)
+	}
+	return p
+}
+
+// Column layout of the human table.
+const (
+	benchHead = "%6s  %-14s  %10s  %10s  %8s  %7s  %12s  %9s\n"
+	benchRowF = "%6d  %-14s  %10s  %10s  %8s  %6s%%  %12s  %9s\n"
+)
+
+// header prints the FMA peak and what is measured.
+func (p *benchPrinter) header(peak float64, info []string) error {
+	if p.json {
+		return json.NewEncoder(p.w).Encode(peakRow{PeakGFLOPS: sig4(peak), ISA: kernel.PeakISA(), Threads: p.cfg.threads})
+	}
+	c := p.cfg
+	fmt.Fprintf(p.w, "self-attention forward: E=%d H=%d B=%d causal=%t need_weights=%t, %d threads; median and fastest of %d calls after %d warm-up\n",
+		c.embed, c.heads, c.batch, c.causal, c.needWeights, c.threads, c.runs, c.warmup)
+	fmt.Fprintf(p.w, "FMA peak %.1f GFLOP/s (%s, %d threads); FLOPs per forward = 8·T·E²·B + 4·T²·E·B (causal counted in full)\n",
+		peak, kernel.PeakISA(), c.threads)
+	for _, line := range info {
+		fmt.Fprintln(p.w, line)
+	}
+	fmt.Fprintln(p.w)
+	_, err := fmt.Fprintf(p.w, benchHead, "T", "impl", "ms", "min ms", "GFLOP/s", "% peak", "peak RSS MiB", "extra MiB")
+	return err
+}
+
+// row prints one measurement.
+func (p *benchPrinter) row(r benchRow) error {
+	if p.ms[r.T] == nil {
+		p.ms[r.T] = map[string]float64{}
+	}
+	p.ms[r.T][r.Impl] = r.MS
+	if p.json {
+		return json.NewEncoder(p.w).Encode(r)
+	}
+	_, err := fmt.Fprintf(p.w, benchRowF, r.T, r.Impl, fmtMS(r.MS), fmtMS(r.MSMin), fmtRate(r.GFLOPS), fmtRate(r.PeakPct), fmtMiB(r.PeakRSSMiB), fmtMiB(r.ExtraMiB))
+	return err
+}
+
+// ratios prints, in the table form, mha's speed over each other implementation's per T.
+func (p *benchPrinter) ratios() error {
+	if p.json || len(p.names) < 2 {
+		return nil
+	}
+	others := p.names[1:]
+	fmt.Fprintln(p.w)
+	fmt.Fprintln(p.w, "speed of mha / speed of the other (the other's median ms / mha's):")
+	fmt.Fprintf(p.w, "%6s", "T")
+	for _, name := range others {
+		fmt.Fprintf(p.w, "  %*s", max(len(name), 6), name)
+	}
+	fmt.Fprintln(p.w)
+	for _, t := range p.cfg.seqs {
+		fmt.Fprintf(p.w, "%6d", t)
+		for _, name := range others {
+			fmt.Fprintf(p.w, "  %*s", max(len(name), 6), fmt.Sprintf("%.2f×", p.ms[t][name]/p.ms[t]["mha"]))
+		}
+		if _, err := fmt.Fprintln(p.w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fmtMS formats milliseconds with about four significant digits.
+func fmtMS(ms float64) string {
+	switch {
+	case ms >= 1000:
+		return strconv.FormatFloat(ms, 'f', 0, 64)
+	case ms >= 100:
+		return strconv.FormatFloat(ms, 'f', 1, 64)
+	case ms >= 10:
+		return strconv.FormatFloat(ms, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(ms, 'f', 3, 64)
+}
+
+// fmtRate formats a rate or a percentage with one decimal, or three significant digits below 1.
+func fmtRate(v float64) string {
+	if v < 1 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// fmtMiB formats a memory size in MiB, "-" when unknown.
+func fmtMiB(mib float64) string {
+	if mib < 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(mib, 'f', 1, 64)
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestMain lets this test binary stand in for the mha binary in mha bench's children: bench
+// re-executes os.Executable(), which under go test is this binary, with benchWorkerEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(benchWorkerEnv) == "1" {
+		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchFlagErrors checks that every bad flag ends with exit status 1 and one line on stderr
+// that names the flag, before anything is measured.
+func TestBenchFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--seq", ""}, "--seq is empty"},
+		{[]string{"--seq", "512,,1024"}, `"" is not a positive integer`},
+		{[]string{"--seq", "512,abc"}, `"abc" is not a positive integer`},
+		{[]string{"--seq", "-8"}, `"-8" is not a positive integer`},
+		{[]string{"--seq", "0"}, `"0" is not a positive integer`},
+		{[]string{"--embed", "0"}, "--embed is 0, want a positive integer"},
+		{[]string{"--heads", "-2"}, "--heads is -2, want a positive integer"},
+		{[]string{"--heads", "5"}, "--heads 5 does not divide --embed 768"},
+		{[]string{"--batch", "0"}, "--batch is 0"},
+		{[]string{"--threads", "0"}, "--threads is 0"},
+		{[]string{"--runs", "0"}, "--runs is 0"},
+		{[]string{"--warmup", "-1"}, "--warmup is -1"},
+		{[]string{"--embed", "131072", "--heads", "1"}, "--embed 131072 --heads 1: invalid config"},
+		{[]string{"--seq", "4000000", "--embed", "1024", "--heads", "8"}, "more than 2^31 floats"},
+		{[]string{"--runs", "x"}, `invalid argument "x" for "--runs"`},
+		{[]string{"--torch", "--python", ""}, "--python is empty"},
+		{[]string{"--worker", "--seq", "8,16"}, "--worker times one sequence length"},
+		{[]string{"extra"}, "bench takes no arguments"},
+	} {
+		code, stdout, stderr := runCLI(append([]string{"bench"}, tc.args...)...)
+		if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "mha: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want exit 1, one line on stderr containing %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+}
+
+// benchLines runs mha bench with --json and returns its peak line and measurement rows.
+func benchLines(t *testing.T, args ...string) (peakRow, []benchRow) {
+	t.Helper()
+	code, stdout, stderr := runCLI(append([]string{"bench", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("bench %q: exit %d, stderr %q", args, code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	var peak peakRow
+	dec := json.NewDecoder(strings.NewReader(lines[0]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&peak); err != nil || !(peak.PeakGFLOPS > 0) {
+		t.Fatalf("first line %q: %v; want {\"peak_gflops\": > 0, …}", lines[0], err)
+	}
+	var rows []benchRow
+	for _, line := range lines[1:] {
+		var r benchRow
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if !(r.MS > 0 && r.MSMin > 0 && r.MSMin <= r.MS && r.GFLOPS > 0 && r.PeakPct > 0 && r.PeakRSSMiB > 0 && r.ExtraMiB >= 0) {
+			t.Errorf("line %q: want positive ms ≥ ms_min, gflops, peak_pct and peak_rss_mib, extra_mib ≥ 0", line)
+		}
+		rows = append(rows, r)
+	}
+	return peak, rows
+}
+
+// TestBenchJSON runs a tiny real benchmark and checks every JSON line.
+func TestBenchJSON(t *testing.T) {
+	_, rows := benchLines(t, "--seq", "8,16", "--embed", "16", "--heads", "2", "--runs", "2", "--warmup", "1")
+	if len(rows) != 2 {
+		t.Fatalf("%d measurement lines, want 2", len(rows))
+	}
+	for i, want := range []int{8, 16} {
+		r := rows[i]
+		if r.Impl != "mha" || r.T != want || r.B != 1 || r.E != 16 || r.H != 2 || r.Causal || r.NeedWeights || r.Threads < 1 {
+			t.Errorf("row %d = %+v, want impl mha, T %d, B 1, E 16, H 2", i, r, want)
+		}
+	}
+}
+
+// TestBenchTable runs the human form with a causal layer that returns weights, on one thread.
+func TestBenchTable(t *testing.T) {
+	code, stdout, stderr := runCLI("bench", "--seq", "12", "--embed", "8", "--heads", "2", "--batch", "2",
+		"--threads", "1", "--runs", "1", "--warmup", "0", "--causal", "--need-weights")
+	if code != 0 || stderr != "" && !strings.HasPrefix(stderr, "note: other processes kept") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"E=8 H=2 B=2 causal=true need_weights=true, 1 threads", "FMA peak", "GFLOP/s", "peak RSS MiB", "\n    12  mha "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "speed of mha") {
+		t.Errorf("ratio lines with mha alone:\n%s", stdout)
+	}
+}
+
+// TestBenchChildFailure checks that a child's error comes back as one line that names the
+// implementation and T.
+func TestBenchChildFailure(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := benchImpl{"broken", func(int) *exec.Cmd {
+		c := exec.Command(exe, "bench", "--worker", "--seq", "8,16")
+		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
+		return c
+	}}
+	_, err = measure(im, 8)
+	if err == nil || err.Error() != "broken at T=8 failed: --worker times one sequence length, got --seq 8,16" {
+		t.Errorf("measure: %v", err)
+	}
+	im.command = func(int) *exec.Cmd { return exec.Command(exe, "-test.run=^$") }
+	if _, err = measure(im, 8); err == nil || !strings.Contains(err.Error(), "printed no result") {
+		t.Errorf("measure of a child that prints no JSON: %v", err)
+	}
+}
+
+// TestBenchRatios checks the ratio table: the other's median over mha's, per T.
+func TestBenchRatios(t *testing.T) {
+	var b bytes.Buffer
+	cfg := &benchConfig{seqs: []int{64, 128}, embed: 8, heads: 2, batch: 1, threads: 2, runs: 1}
+	p := newBenchPrinter(&b, false, cfg, []benchImpl{{name: "mha"}, {name: "torch"}, {name: "torch-jemalloc"}})
+	for _, r := range []struct {
+		impl string
+		t    int
+		ms   float64
+	}{{"mha", 64, 2}, {"torch", 64, 3}, {"torch-jemalloc", 64, 1}, {"mha", 128, 4}, {"torch", 128, 2}, {"torch-jemalloc", 128, 4}} {
+		if err := p.row(cfg.row(r.impl, r.t, &measurement{ms: []float64{r.ms}, peakKiB: 1024, extraKiB: -1}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.ratios(); err != nil {
+		t.Fatal(err)
+	}
+	want := "     T   torch  torch-jemalloc\n    64   1.50×           0.50×\n   128   0.50×           1.00×\n"
+	if !strings.HasSuffix(b.String(), want) {
+		t.Errorf("ratios:\n%s\nwant it to end with\n%s", b.String(), want)
+	}
+	if f := strings.Fields(strings.Split(b.String(), "\n")[0]); f[len(f)-1] != "-" {
+		t.Errorf("unknown extra memory not shown as -:\n%s", b.String())
+	}
+}
+
+// TestMedianAndFlops checks the statistics and the FLOP count.
+func TestMedianAndFlops(t *testing.T) {
+	if m := median([]float64{5, 1, 3}); m != 3 {
+		t.Errorf("median(5, 1, 3) = %g", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median(4, 1, 3, 2) = %g", m)
+	}
+	c := &benchConfig{embed: 768, batch: 2}
+	if f, want := c.flops(512), 2*(8*512*768*768+4*512*512*768.0); f != want {
+		t.Errorf("flops(512) = %g, want %g", f, want)
+	}
+}
+
+// hasTorch reports whether the default Python imports torch; tests that need it skip otherwise.
+func hasTorch(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts Python: not in -short mode")
+	}
+	if err := exec.Command(defaultPython, "-c", "import torch").Run(); err != nil {
+		t.Skipf("%s cannot import torch (%v): apt-get install python3-torch", defaultPython, err)
+	}
+}
+
+// TestBenchTorch times the PyTorch variants at a tiny size; torch_mha.py itself checks that
+// torch-sdpa computes what nn.MultiheadAttention computes, here with a causal mask and weights.
+func TestBenchTorch(t *testing.T) {
+	hasTorch(t)
+	_, rows := benchLines(t, "--torch", "--seq", "16", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0",
+		"--causal", "--need-weights")
+	var impls []string
+	for _, r := range rows {
+		impls = append(impls, r.Impl)
+		if r.T != 16 || !r.Causal || !r.NeedWeights {
+			t.Errorf("row %+v, want T 16, causal, need_weights", r)
+		}
+	}
+	want := []string{"mha", "torch", "torch-sdpa"}
+	if findJemalloc() != "" {
+		want = append(want, "torch-jemalloc")
+	}
+	if !slices.Equal(impls, want) {
+		t.Errorf("implementations %q, want %q", impls, want)
+	}
+}
+
+// TestBenchORT exports the layer, checks ONNX Runtime against PyTorch and times it. It skips
+// without torch, node or npm, and when npm cannot install onnxruntime-node (no network).
+func TestBenchORT(t *testing.T) {
+	hasTorch(t)
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	args := []string{"bench", "--json", "--ort", "--seq", "16", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0"}
+	code, stdout, stderr := runCLI(args...)
+	if code != 0 && strings.Contains(stderr, "npm ci") {
+		t.Skipf("cannot install onnxruntime-node: %s", stderr)
+	}
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[2], `"impl":"ort","T":16`) {
+		t.Errorf("output %q, want a peak line, an mha line and an ort line at T=16", stdout)
+	}
+}

@@ -1,0 +1,55 @@
+// Command peak writes peak_amd64.s: register-only FMA loops that measure how many float32
+// FLOPs a core can issue when nothing waits on memory. Kernel's go:generate line runs it:
+//
+//	go generate -run peak ./internal/kernel
+//
+// Each loop keeps more independent accumulators in flight than FMA latency × FMA ports on any
+// x86 core we know (4 cycles × 2 ports = 8), so the FMA units, not the dependency chains, bound
+// the loop.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Accumulator counts: zmm has 32 registers, ymm 16; one more holds the multiplicand.
+const (
+	zmmAccumulators = 16
+	ymmAccumulators = 12
+)
+
+func main() {
+	ConstraintExpr("!purego")
+	one := ConstData("peakOne", F32(1))
+	loop("fmaZMM", zmmAccumulators, ZMM, one,
+		fmt.Sprintf("fmaZMM runs n iterations of %d independent zmm VFMADD231PS (AVX-512F).", zmmAccumulators))
+	loop("fmaYMM", ymmAccumulators, YMM, one,
+		fmt.Sprintf("fmaYMM runs n iterations of %d independent ymm VFMADD231PS (AVX2 + FMA).", ymmAccumulators))
+	Generate()
+}
+
+// loop emits func name(n int): acc[i] += one·one for every accumulator, n times. n must be ≥ 1.
+func loop(name string, accs int, vec func() reg.VecVirtual, one Mem, doc string) {
+	TEXT(name, NOSPLIT, "func(n int)")
+	Doc(doc)
+	n := Load(Param("n"), GP64())
+	x := vec()
+	VBROADCASTSS(one, x)
+	acc := make([]reg.VecVirtual, accs)
+	for i := range acc {
+		acc[i] = vec()
+		VXORPS(acc[i], acc[i], acc[i])
+	}
+	Label(name + "_loop")
+	for _, a := range acc {
+		VFMADD231PS(x, x, a)
+	}
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	VZEROUPPER()
+	RET()
+}

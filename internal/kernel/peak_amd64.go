@@ -1,0 +1,23 @@
+//go:build !purego
+
+package kernel
+
+//go:generate go run -C _asm ./peak -out ../peak_amd64.s -pkg kernel
+
+// fmaZMM runs n ≥ 1 iterations of 16 independent zmm VFMADD231PS (AVX-512F); peak_amd64.s.
+func fmaZMM(n int)
+
+// fmaYMM runs n ≥ 1 iterations of 12 independent ymm VFMADD231PS (AVX2 + FMA); peak_amd64.s.
+func fmaYMM(n int)
+
+// peakLoop returns the register-only FMA loop for instruction set i and the FLOPs of one of its
+// iterations (2 per lane per FMA).
+func peakLoop(i isa) (loop func(n int) float32, flopsPerIter int) {
+	switch i {
+	case avx512:
+		return func(n int) float32 { fmaZMM(n); return 0 }, 2 * 16 * 16
+	case avx2:
+		return func(n int) float32 { fmaYMM(n); return 0 }, 2 * 8 * 12
+	}
+	return fmaGo, fmaGoFLOPs
+}

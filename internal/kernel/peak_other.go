@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package kernel
+
+// peakLoop returns the portable peak loop (fmaGo) and the FLOPs of one of its iterations: without
+// the assembly every instruction set runs as generic.
+func peakLoop(isa) (loop func(n int) float32, flopsPerIter int) {
+	return fmaGo, fmaGoFLOPs
+}
