@@ -2,6 +2,8 @@
 //
 //	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors
 //	mha explain  [--weights W --input IN --heads N] [--format text|markdown|json]
+//	mha bench    [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--causal] [--need-weights]
+//	             [--threads N] [--torch] [--ort] [--json]
 //
 // Every error ends the program with exit status 1 and one line on stderr.
 package main
