@@ -42,11 +42,11 @@ func TestApplyRange(t *testing.T) {
 // TestDropoutKeep checks the counter-based mask: the same bits for the same (seed, i, j), and
 // about P dropped.
 func TestDropoutKeep(t *testing.T) {
-	d := &Dropout{P: 0.3, Seed: 42}
+	d, again := &Dropout{P: 0.3, Seed: 42}, &Dropout{P: 0.3, Seed: 42}
 	dropped := 0
 	for i := range 300 {
 		for j := range 300 {
-			if d.Keep(i, j) != d.Keep(i, j) {
+			if d.Keep(i, j) != again.Keep(i, j) {
 				t.Fatal("Keep is not a function of (seed, i, j)")
 			}
 			if !d.Keep(i, j) {
