@@ -58,6 +58,8 @@ func (l *Layer) getWork() *work {
 }
 
 func (l *Layer) putWork(w *work) {
+	w.p, w.g = plan{}, gemm{} // drop the references to the caller's tensors
+	w.q, w.k, w.v, w.wh, w.avg = nil, nil, nil, nil, nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.free) < keepWork {
