@@ -163,14 +163,14 @@ func (w *work) forward(l *Layer, r *Result) {
 	}
 	if p.self && inW != nil {
 		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
-		w.buf = grown(w.buf, p.b*tkx*3*e)
+		w.buf = kernel.Grow(w.buf, p.b*tkx*3*e)
 		w.q, w.k, w.v = w.buf, w.buf[e:], w.buf[2*e:]
 		w.ldq, w.ldk, w.ldv, w.rq, w.rk = 3*e, 3*e, 3*e, tkx, tkx
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: inW, bias: inB, c: w.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
 		run(phaseGemm, w.g.tasks())
 	} else {
 		nq := p.b * p.tq * e
-		w.buf = grown(w.buf, nq+2*p.b*tkx*e)
+		w.buf = kernel.Grow(w.buf, nq+2*p.b*tkx*e)
 		w.q, w.ldq, w.rq, w.rk = w.buf[:nq], e, p.tq, tkx
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: wq, bias: bq, c: w.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
 		run(phaseGemm, w.g.tasks())
@@ -215,7 +215,7 @@ func (w *work) forward(l *Layer, r *Result) {
 	// Kᵀ per head, then attention per (batch, head, query block). Head outputs overwrite their
 	// own query rows, so the concatenation of heads is Q's block, ready for the output GEMM.
 	w.ldkt = paddedStride(tkx)
-	w.kt = grown(w.kt, p.b*heads*d*w.ldkt)
+	w.kt = kernel.Grow(w.kt, p.b*heads*d*w.ldkt)
 	run(phaseTranspose, p.b*heads)
 	w.wh = nil
 	if p.opt.NeedWeights {
@@ -224,7 +224,7 @@ func (w *work) forward(l *Layer, r *Result) {
 			r.Weights = reuse(r.Weights, n, p.b, heads, p.tq, tkx)
 			w.wh = r.Weights.Data
 		} else {
-			w.weights = grown(w.weights, n)
+			w.weights = kernel.Grow(w.weights, n)
 			w.wh = w.weights
 		}
 	}
@@ -346,11 +346,3 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// grown returns x resliced to n values, or a new slice when x is too small.
-func grown(x []float32, n int) []float32 {
-	if cap(x) < n {
-		return make([]float32, n)
-	}
-	return x[:n]
-}

@@ -21,17 +21,10 @@ type Scratch struct {
 }
 
 func (s *Scratch) grow(rows, keys, dv int) {
-	s.s = grown(s.s, rows*keys)
-	s.o = grown(s.o, rows*dv)
-	s.m = grown(s.m, rows)
-	s.l = grown(s.l, rows)
-}
-
-func grown(x []float32, n int) []float32 {
-	if cap(x) < n {
-		return make([]float32, n)
-	}
-	return x[:n]
+	s.s = kernel.Grow(s.s, rows*keys)
+	s.o = kernel.Grow(s.o, rows*dv)
+	s.m = kernel.Grow(s.m, rows)
+	s.l = kernel.Grow(s.l, rows)
 }
 
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the

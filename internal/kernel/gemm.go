@@ -20,17 +20,7 @@ func Gemm[F Float](transA, transB bool, m, n, k int, alpha F, a []F, lda int, b 
 	if m == 0 || n == 0 {
 		return
 	}
-	checkLen("C", c, m, n, ldc)
-	if transA {
-		checkLen("A", a, k, m, lda)
-	} else {
-		checkLen("A", a, m, k, lda)
-	}
-	if transB {
-		checkLen("B", b, n, k, ldb)
-	} else {
-		checkLen("B", b, k, n, ldb)
-	}
+	checkOperands(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	for i := range m {
 		row := c[i*ldc : i*ldc+n]
 		if beta == 0 {
@@ -78,6 +68,22 @@ func Gemm[F Float](transA, transB bool, m, n, k int, alpha F, a []F, lda int, b 
 				ci[j] += alpha * s
 			}
 		}
+	}
+}
+
+// checkOperands panics unless A, B and C hold the matrices a GEMM of these sizes reads and
+// writes.
+func checkOperands[F Float](transA, transB bool, m, n, k int, a []F, lda int, b []F, ldb int, c []F, ldc int) {
+	checkLen("C", c, m, n, ldc)
+	if transA {
+		checkLen("A", a, k, m, lda)
+	} else {
+		checkLen("A", a, m, k, lda)
+	}
+	if transB {
+		checkLen("B", b, n, k, ldb)
+	} else {
+		checkLen("B", b, k, n, ldb)
 	}
 }
 

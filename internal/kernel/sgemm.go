@@ -34,17 +34,7 @@ func (w *Workspace) sgemm(is isa, transA, transB bool, m, n, k int, alpha float3
 	if m == 0 || n == 0 {
 		return
 	}
-	checkLen("C", c, m, n, ldc)
-	if transA {
-		checkLen("A", a, k, m, lda)
-	} else {
-		checkLen("A", a, m, k, lda)
-	}
-	if transB {
-		checkLen("B", b, n, k, ldb)
-	} else {
-		checkLen("B", b, k, n, ldb)
-	}
+	checkOperands(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if bias != nil && len(bias) < n {
 		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
 	}
@@ -81,8 +71,9 @@ func scaleAddBias(m, n int, beta float32, c []float32, ldc int, bias []float32) 
 	}
 }
 
-// grow returns buf resliced to n values, reallocated when its capacity is short.
-func grow(buf []float32, n int) []float32 {
+// Grow returns buf resliced to n values, or a new slice when its capacity is short: the growth
+// rule of every reusable scratch buffer.
+func Grow(buf []float32, n int) []float32 {
 	if cap(buf) < n {
 		return make([]float32, n)
 	}

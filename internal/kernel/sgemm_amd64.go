@@ -94,7 +94,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 		if nc < n {
 			nc = max(nc/nr*nr, nr)
 		}
-		w.pack = grow(w.pack, kc*((nc+nr-1)/nr*nr))
+		w.pack = Grow(w.pack, kc*((nc+nr-1)/nr*nr))
 	}
 	tiles := (m + mrMax - 1) / mrMax // row tiles; the first m%tiles are one row taller
 	short, taller := m/tiles, m%tiles
@@ -129,7 +129,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 					// A k-major with a large stride: each k step would touch a new line, and
 					// strides of 1 KiB multiples make them collide in L1. Copy the panel once;
 					// ncur/nr kernels reuse it.
-					w.apack = grow(w.apack, kcur*mr)
+					w.apack = Grow(w.apack, kcur*mr)
 					for p := range kcur {
 						src := a[(pc+p)*lda+i0 : (pc+p)*lda+i0+mr]
 						copy(w.apack[p*mr:p*mr+mr], src)
@@ -203,7 +203,7 @@ func (w *sgemmVector) inPlaceB(b []float32, ldb, pc, kc, j, nr, nrc int) (*float
 	if nrc == nr || off+(kc-1)*ldb+nr <= len(b) {
 		return &b[off], ldb
 	}
-	w.edge = grow(w.edge, kc*nr)
+	w.edge = Grow(w.edge, kc*nr)
 	for p := range kc {
 		row := w.edge[p*nr : (p+1)*nr]
 		copy(row, b[off+p*ldb:off+p*ldb+nrc])

@@ -22,11 +22,11 @@ type sgemmGeneric struct {
 func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	kc := min(k, kcGo)
 	if transB {
-		g.b = grow(g.b, kc*((n+nrGo-1)/nrGo*nrGo))
+		g.b = Grow(g.b, kc*((n+nrGo-1)/nrGo*nrGo))
 	} else {
-		g.b = grow(g.b, kc*nrGo) // the ragged last panel only
+		g.b = Grow(g.b, kc*nrGo) // the ragged last panel only
 	}
-	g.a = grow(g.a, kc*((min(m, mcGo)+mrGo-1)/mrGo*mrGo))
+	g.a = Grow(g.a, kc*((min(m, mcGo)+mrGo-1)/mrGo*mrGo))
 	var acc [mrGo * nrGo]float32
 	nfull := n / nrGo * nrGo // columns in whole panels
 	for pc := 0; pc < k; pc += kc {
@@ -51,11 +51,11 @@ func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []
 					nr := min(nrGo, n-jr)
 					switch {
 					case transB:
-						tile2x4(&acc, ap, g.b[jr*kcur:jr*kcur+kcur*nrGo])
+						tile2x4(&acc, kcur, ap, g.b[jr*kcur:jr*kcur+kcur*nrGo], nrGo)
 					case jr < nfull:
-						tile2x4s(&acc, kcur, ap, b[pc*ldb+jr:], ldb)
+						tile2x4(&acc, kcur, ap, b[pc*ldb+jr:], ldb)
 					default:
-						tile2x4(&acc, ap, g.b[:kcur*nrGo])
+						tile2x4(&acc, kcur, ap, g.b[:kcur*nrGo], nrGo)
 					}
 					for i := range mr {
 						row := c[(ic+ir+i)*ldc+jr : (ic+ir+i)*ldc+jr+nr]
@@ -115,33 +115,10 @@ func packGo(dst []float32, kmajor bool, kc, nc, w int, x []float32, pc, ld int) 
 	}
 }
 
-// tile2x4 sets acc[i·4+j] = Σ_p ap[p·2+i]·bp[p·4+j] over the packed panels ap (2 wide) and bp
-// (4 wide), which hold the same number of k steps. 2×4 is the largest tile whose accumulators and
-// operands fit the 15 XMM registers Go code may use without spilling: 4×4 spills and runs at
-// half the speed.
-func tile2x4(acc *[mrGo * nrGo]float32, ap, bp []float32) {
-	var c00, c01, c02, c03, c10, c11, c12, c13 float32
-	for len(ap) >= 2 && len(bp) >= 4 {
-		a := (*[2]float32)(ap)
-		b := (*[4]float32)(bp)
-		a0, a1 := a[0], a[1]
-		b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c02 += a0 * b2
-		c03 += a0 * b3
-		c10 += a1 * b0
-		c11 += a1 * b1
-		c12 += a1 * b2
-		c13 += a1 * b3
-		ap, bp = ap[2:], bp[4:]
-	}
-	*acc = [8]float32{c00, c01, c02, c03, c10, c11, c12, c13}
-}
-
-// tile2x4s is tile2x4 over kc k steps with B read in place: bp[p·sb+j]. It panics if ap or bp
+// tile2x4 sets acc[i·4+j] = Σ_p ap[p·2+i]·bp[p·sb+j] over kc k steps: ap is a packed A panel
+// (2 wide), bp is B read with row stride sb (nrGo for a packed panel). It panics if ap or bp
 // is too short.
-func tile2x4s(acc *[mrGo * nrGo]float32, kc int, ap, bp []float32, sb int) {
+func tile2x4(acc *[mrGo * nrGo]float32, kc int, ap, bp []float32, sb int) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 float32
 	ap = ap[:2*kc]
 	for p := range kc {
