@@ -21,6 +21,11 @@ import (
 // NeedWeights it uses the tiled online softmax and never builds a [Tq, Tk] matrix; with it, it
 // builds the weights of all heads.
 func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Options) error {
+	return l.forward(r, nil, query, key, value, opt)
+}
+
+// forward is ForwardInto, keeping what Backward needs in s when s is not nil.
+func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
 	w := l.getWork()
 	defer l.putWork(w)
 	p := &w.p
@@ -29,7 +34,11 @@ func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Op
 	}
 	e := l.cfg.EmbedDim
 	r.Output = reuse(r.Output, p.b*p.tq*e, p.b, p.tq, e)
-	w.forward(l, r)
+	w.a = &w.own
+	if s != nil {
+		w.a = &s.a
+	}
+	w.forward(l, r, s)
 	if !p.opt.NeedWeights {
 		r.Weights = nil
 	}
@@ -38,6 +47,9 @@ func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Op
 		if r.Weights != nil {
 			r.Weights.Shape = r.Weights.Shape[1:]
 		}
+	}
+	if s != nil {
+		s.p, s.l = *p, l
 	}
 	return nil
 }
@@ -58,8 +70,9 @@ func (l *Layer) getWork() *work {
 }
 
 func (l *Layer) putWork(w *work) {
-	w.p, w.g = plan{}, gemm{} // drop the references to the caller's tensors
-	w.q, w.k, w.v, w.wh, w.avg = nil, nil, nil, nil, nil
+	// Drop the references to the caller's tensors and to a Saved.
+	w.p, w.g, w.wg, w.a, w.s = plan{}, gemm{}, wgrad{}, nil, nil
+	w.wh, w.rw, w.out, w.dy, w.gr = nil, nil, nil, nil, nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.free) < keepWork {
@@ -77,7 +90,50 @@ func reuse(t *tensor.Tensor, n int, shape ...int) *tensor.Tensor {
 	return t
 }
 
-// work is one Forward's memory, kept in Layer.free between calls. It is also the parallel.Job of
+// acts are a forward's projections, laid out for the attention tasks: the layer's scratch in
+// inference, kept in a Saved for Backward in training.
+type acts struct {
+	buf []float32 // Q, K, V: one [B, Tkx, 3E] block when fused, else Q then K and V
+	kt  []float32 // Kᵀ of every (batch, head): [B, H, D, ldkt], the first Tkx of each row used
+
+	fused         bool      // self-attention with stacked weights: one GEMM writes [Q | K | V]
+	kvFused       bool      // key and value are one tensor: one GEMM writes [K | V]
+	q, k, v       []float32 // the projections' views into buf, from offsets qo, ko, vo
+	qo, ko, vo    int
+	ldq, ldk, ldv int // their row strides
+	rq, rk        int // their rows per batch (rk counts the appended key rows)
+	ldkt          int
+}
+
+// split returns the views of q, k and v into buf, a buffer laid out as a.buf.
+func (a *acts) split(buf []float32) (q, k, v []float32) {
+	return buf[a.qo:], buf[a.ko:], buf[a.vo:]
+}
+
+// layout sizes buf for a call of plan p to a layer with embed dim e, whose input projection
+// weights are stacked (in_proj_weight) or not, and points q, k and v into it.
+func (a *acts) layout(p *plan, e int, stacked bool) {
+	tkx := p.tkx
+	a.fused, a.kvFused = p.self && stacked, !p.self && p.kvSame && stacked
+	switch nq, nk := p.b*p.tq*e, p.b*tkx*e; {
+	case a.fused:
+		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
+		a.buf = kernel.Grow(a.buf, p.b*tkx*3*e)
+		a.qo, a.ko, a.vo = 0, e, 2*e
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = 3*e, 3*e, 3*e, tkx, tkx
+	case a.kvFused:
+		a.buf = kernel.Grow(a.buf, nq+2*nk)
+		a.qo, a.ko, a.vo = 0, nq, nq+e
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, 2*e, 2*e, p.tq, tkx
+	default:
+		a.buf = kernel.Grow(a.buf, nq+2*nk)
+		a.qo, a.ko, a.vo = 0, nq, nq+nk
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, e, e, p.tq, tkx
+	}
+	a.q, a.k, a.v = a.split(a.buf)
+}
+
+// work is one call's memory, kept in Layer.free between calls. It is also the parallel.Job of
 // every phase: Do dispatches on phase.
 type work struct {
 	p     plan
@@ -85,31 +141,39 @@ type work struct {
 	loop  parallel.Loop
 	phase phase
 
-	buf     []float32 // projections: Q, K, V (fused: one [rows, 3E] block)
-	kt      []float32 // Kᵀ of every (batch, head): [B, H, D, ldkt], the first Tkx of each row used
-	ldkt    int
-	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are averaged
-	wh      []float32 // where the per-head weights go (weights or the result's storage)
-	avg     []float32 // the averaged weights [B, Tq, Tkx] (the result's storage)
+	a   *acts // the projections: &own, or a Saved's
+	own acts
+	s   *Saved // where a training forward keeps its state; nil otherwise
 
-	q, k, v       []float32 // the projections' views
-	ldq, ldk, ldv int       // their row strides
-	rq, rk        int       // their rows per batch (rk counts the appended key rows)
-
-	g       gemm // the current GEMM phase
-	qBlocks int  // query blocks per head
+	out     []float32 // where the heads write: Q's block, or Saved.concat
+	ldo, ro int       // its row stride and rows per batch
+	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
+	wh      []float32 // where the per-head weights go (before dropout)
+	rw      *Result   // the result whose Weights the weights phase fills
+	dy      []float32 // Backward: the output gradient [B, Tq, E]
+	gr      *Grads    // Backward: where the gradients go
+	dbuf    []float32 // Backward: gradients of the projections, laid out as acts.buf
+	dconcat []float32 // Backward: gradient of the concatenated heads [B, Tq, E]
+	g       gemm      // the current GEMM phase
+	wg      wgrad     // the current weight-gradient phase
+	qBlocks int       // query blocks per head
 	scratch []attend.Scratch
+	back    []attend.BackScratch
 	ws      []kernel.Workspace
-	masked  []int // fully masked rows, per worker
+	rows    [][]float32 // a row of weights per worker
+	masked  []int       // fully masked rows, per worker
+	lse     []float32   // where the row log-sum-exps go: Saved.lse or nil
 }
 
 type phase int
 
 const (
 	phaseGemm phase = iota
+	phaseWgrad
 	phaseTranspose
 	phaseAttend
-	phaseAverage
+	phaseWeights
+	phaseBackward
 )
 
 // Do runs one task of the current phase.
@@ -117,128 +181,154 @@ func (w *work) Do(worker, task int) {
 	switch w.phase {
 	case phaseGemm:
 		w.g.do(&w.ws[worker], task)
+	case phaseWgrad:
+		w.wg.do(&w.ws[worker], task)
 	case phaseTranspose:
 		w.transpose(task)
 	case phaseAttend:
 		w.attend(worker, task)
-	case phaseAverage:
-		w.average(task)
+	case phaseWeights:
+		w.finishWeights(worker, task)
+	case phaseBackward:
+		w.backward(worker, task)
 	}
 }
 
-// forward computes r.Output (sized by the caller) and the weights.
-func (w *work) forward(l *Layer, r *Result) {
-	p, c := &w.p, l.cfg
+// run runs phase ph's tasks on the call's workers.
+func (w *work) run(ph phase, tasks int) {
+	w.phase = ph
+	w.l.pool.Run(&w.loop, w.workers(), tasks, w)
+}
+
+// workers returns the call's worker count and sizes the per-worker scratch for it.
+func (w *work) workers() int {
+	n := w.p.opt.Workers
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	if len(w.ws) < n {
+		w.scratch = make([]attend.Scratch, n)
+		w.back = make([]attend.BackScratch, n)
+		w.ws = make([]kernel.Workspace, n)
+		w.rows = make([][]float32, n)
+		w.masked = make([]int, n)
+	}
+	return n
+}
+
+// projections returns the layer's input projection weights and biases (nil without biases).
+func (l *Layer) projections() (wq, wk, wv, bq, bk, bv []float32) {
+	e := l.cfg.EmbedDim
+	wq, wk, wv = l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
+	if w := l.param("in_proj_weight"); w != nil {
+		wq, wk, wv = w[:e*e], w[e*e:2*e*e], w[2*e*e:]
+	}
+	if b := l.param("in_proj_bias"); b != nil {
+		bq, bk, bv = b[:e], b[e:2*e], b[2*e:]
+	}
+	return
+}
+
+// forward computes r.Output (sized by the caller) and the weights, keeping in s (when not nil)
+// what Backward needs.
+func (w *work) forward(l *Layer, r *Result, s *Saved) {
+	p, c, a := &w.p, l.cfg, w.a
 	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
-	workers := p.opt.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	w.l = l
+	w.l, w.s = l, s
 	defer func() { w.l = nil }()
-	if len(w.scratch) < workers {
-		w.scratch = make([]attend.Scratch, workers)
-		w.ws = make([]kernel.Workspace, workers)
-		w.masked = make([]int, workers)
-	}
-	clear(w.masked)
-	run := func(ph phase, tasks int) {
-		w.phase = ph
-		l.pool.Run(&w.loop, workers, tasks, w)
-	}
+	clear(w.masked[:w.workers()])
 
 	// The input projections. Self-attention with stacked weights is one GEMM writing
 	// [Q | K | V] side by side; cross-attention is one for Q and one for [K | V] when key and
 	// value are the same tensor, else one each.
-	tkx, extra := p.tkx, p.tkx-p.tk
-	wq, wk, wv := l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
-	inW := l.param("in_proj_weight")
-	if inW != nil {
-		wq, wk, wv = inW[:e*e], inW[e*e:2*e*e], inW[2*e*e:]
-	}
-	bq, bk, bv := []float32(nil), []float32(nil), []float32(nil)
-	inB := l.param("in_proj_bias")
-	if inB != nil {
-		bq, bk, bv = inB[:e], inB[e:2*e], inB[2*e:]
-	}
-	if p.self && inW != nil {
-		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
-		w.buf = kernel.Grow(w.buf, p.b*tkx*3*e)
-		w.q, w.k, w.v = w.buf, w.buf[e:], w.buf[2*e:]
-		w.ldq, w.ldk, w.ldv, w.rq, w.rk = 3*e, 3*e, 3*e, tkx, tkx
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: inW, bias: inB, c: w.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
-		run(phaseGemm, w.g.tasks())
+	tkx := p.tkx
+	wq, wk, wv, bq, bk, bv := l.projections()
+	inW, inB := l.param("in_proj_weight"), l.param("in_proj_bias")
+	a.layout(p, e, inW != nil)
+	if a.fused {
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
+		w.run(phaseGemm, w.g.tasks())
 	} else {
-		nq := p.b * p.tq * e
-		w.buf = kernel.Grow(w.buf, nq+2*p.b*tkx*e)
-		w.q, w.ldq, w.rq, w.rk = w.buf[:nq], e, p.tq, tkx
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, in: e, w: wq, bias: bq, c: w.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
-		run(phaseGemm, w.g.tasks())
-		kv := w.buf[nq:]
-		if p.kvSame && inW != nil {
-			// Key and value are one tensor: one GEMM writes [K | V] side by side.
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+		w.run(phaseGemm, w.g.tasks())
+		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.k, w.v, w.ldk, w.ldv = kv, kv[e:], 2*e, 2*e
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, in: e, w: inW[e*e:], bias: bkv, c: kv, ldc: 2 * e, cRows: tkx, rows: p.tk, n: 2 * e, batches: p.b}
-			run(phaseGemm, w.g.tasks())
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW[e*e:], ldw: e, trans: true, bias: bkv, c: a.k, ldc: 2 * e, cRows: tkx, rows: p.tk, n: 2 * e, batches: p.b}
+			w.run(phaseGemm, w.g.tasks())
 		} else {
-			nk := p.b * tkx * e
-			w.k, w.v, w.ldk, w.ldv = kv[:nk], kv[nk:], e, e
 			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, in: c.kdim(), w: wk, bias: bk, c: w.k, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, in: c.vdim(), w: wv, bias: bv, c: w.v, ldc: e, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: e, batches: p.b},
 			} {
 				w.g = g
-				run(phaseGemm, w.g.tasks())
+				w.run(phaseGemm, w.g.tasks())
 			}
 		}
 	}
-	if extra > 0 {
+	if tkx > p.tk {
 		biasK, biasV := l.param("bias_k"), l.param("bias_v")
 		for b := range p.b {
 			row := b*tkx + p.tk
 			if biasK != nil {
-				copy(w.k[row*w.ldk:row*w.ldk+e], biasK)
-				copy(w.v[row*w.ldv:row*w.ldv+e], biasV)
+				copy(a.k[row*a.ldk:row*a.ldk+e], biasK)
+				copy(a.v[row*a.ldv:row*a.ldv+e], biasV)
 				row++
 			}
 			if c.AddZeroAttn {
-				clear(w.k[row*w.ldk : row*w.ldk+e])
-				clear(w.v[row*w.ldv : row*w.ldv+e])
+				clear(a.k[row*a.ldk : row*a.ldk+e])
+				clear(a.v[row*a.ldv : row*a.ldv+e])
 			}
 		}
 	}
 
-	// Kᵀ per head, then attention per (batch, head, query block). Head outputs overwrite their
-	// own query rows, so the concatenation of heads is Q's block, ready for the output GEMM.
-	w.ldkt = paddedStride(tkx)
-	w.kt = kernel.Grow(w.kt, p.b*heads*d*w.ldkt)
-	run(phaseTranspose, p.b*heads)
-	w.wh = nil
+	// Kᵀ per head, then attention per (batch, head, query block). The heads write side by side
+	// into the concatenation: their own query columns, which they no longer need, or Saved's
+	// own buffer in training, where Backward needs Q.
+	a.ldkt = paddedStride(tkx)
+	a.kt = kernel.Grow(a.kt, p.b*heads*d*a.ldkt)
+	w.run(phaseTranspose, p.b*heads)
+	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
+	if s != nil {
+		s.concat = kernel.Grow(s.concat, p.b*p.tq*e)
+		s.lse = kernel.Grow(s.lse, p.b*heads*p.tq)
+		w.out, w.ldo, w.ro, w.lse = s.concat, e, p.tq, s.lse
+		s.dense = p.opt.NeedWeights
+	}
 	if p.opt.NeedWeights {
 		n := p.b * heads * p.tq * tkx
-		if p.opt.PerHeadWeights {
+		switch {
+		case s != nil:
+			s.probs = kernel.Grow(s.probs, n)
+			w.wh = s.probs
+		case p.opt.PerHeadWeights:
 			r.Weights = reuse(r.Weights, n, p.b, heads, p.tq, tkx)
 			w.wh = r.Weights.Data
-		} else {
+		default:
 			w.weights = kernel.Grow(w.weights, n)
 			w.wh = w.weights
 		}
 	}
 	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
-	run(phaseAttend, p.b*heads*w.qBlocks)
-	if p.opt.NeedWeights && !p.opt.PerHeadWeights {
-		r.Weights = reuse(r.Weights, p.b*p.tq*tkx, p.b, p.tq, tkx)
-		w.avg = r.Weights.Data
-		run(phaseAverage, p.b*p.tq)
+	w.run(phaseAttend, p.b*heads*w.qBlocks)
+	if p.opt.NeedWeights {
+		if p.opt.PerHeadWeights {
+			r.Weights = reuse(r.Weights, p.b*heads*p.tq*tkx, p.b, heads, p.tq, tkx)
+		} else {
+			r.Weights = reuse(r.Weights, p.b*p.tq*tkx, p.b, p.tq, tkx)
+		}
+		// Per-head weights written straight into the result need only the dropout.
+		if !p.opt.PerHeadWeights || s != nil || (p.opt.Training && c.Dropout > 0) {
+			w.rw = r
+			w.run(phaseWeights, p.b*p.tq)
+		}
 	}
 
 	// The output projection reads the concatenated heads in place.
-	w.g = gemm{x: w.q, ldx: w.ldq, xRows: w.rq, in: e, w: l.param("out_proj.weight"), bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
-	run(phaseGemm, w.g.tasks())
+	w.g = gemm{x: w.out, ldx: w.ldo, xRows: w.ro, k: e, w: l.param("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
 		r.FullyMasked += m
@@ -259,67 +349,104 @@ func paddedStride(n int) int {
 // transpose writes Kᵀ of one (batch, head) task: kt[b, h, i, j] = K[b, j, h·D + i]. It walks
 // the keys in blocks, so that each block's rows of K stay in cache while Kᵀ is written in order.
 func (w *work) transpose(task int) {
-	heads, d, tkx, ld := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx, w.ldkt
+	a := w.a
+	heads, d, tkx, ld := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx, a.ldkt
 	b, h := task/heads, task%heads
-	dst := w.kt[task*d*ld : (task+1)*d*ld]
-	src := w.k[b*w.rk*w.ldk+h*d:]
+	dst := a.kt[task*d*ld : (task+1)*d*ld]
+	src := a.k[b*a.rk*a.ldk+h*d:]
 	const block = 64
 	for j0 := 0; j0 < tkx; j0 += block {
 		j1 := min(j0+block, tkx)
 		for i := range d {
 			out := dst[i*ld+j0 : i*ld+j1]
 			for j := range out {
-				out[j] = src[(j0+j)*w.ldk+i]
+				out[j] = src[(j0+j)*a.ldk+i]
 			}
 		}
 	}
 }
 
+// head returns the operands of batch b, head h, with the output written to (or read from) the
+// concatenation w.out.
+func (w *work) head(b, h int) attend.Head[float32] {
+	a, p, d := w.a, &w.p, w.l.cfg.HeadDim()
+	bh := b*w.l.cfg.NumHeads + h
+	return attend.Head[float32]{
+		Q: a.q[b*a.rq*a.ldq+h*d:], LdQ: a.ldq,
+		K: a.k[b*a.rk*a.ldk+h*d:], LdK: a.ldk,
+		Kt: a.kt[bh*d*a.ldkt:], LdKt: a.ldkt,
+		V: a.v[b*a.rk*a.ldv+h*d:], LdV: a.ldv,
+		Out: w.out[b*w.ro*w.ldo+h*d:], LdOut: w.ldo,
+		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
+	}
+}
+
+// scale returns the attention's score scale 1/√d.
+func (l *Layer) scale() float32 { return float32(1 / math.Sqrt(float64(l.cfg.HeadDim()))) }
+
 // attend runs one (batch, head, query block) task.
 func (w *work) attend(worker, task int) {
-	p, c := &w.p, w.l.cfg
-	heads, d, tkx := c.NumHeads, c.HeadDim(), p.tkx
+	p, heads, tkx := &w.p, w.l.cfg.NumHeads, w.p.tkx
 	bh, blk := task/w.qBlocks, task%w.qBlocks
 	b, h := bh/heads, bh%heads
 	i0 := blk * attend.BlockQ
 	i1 := min(i0+attend.BlockQ, p.tq)
-	q := w.q[b*w.rq*w.ldq+h*d:]
-	hd := attend.Head[float32]{
-		Q: q, LdQ: w.ldq,
-		Kt: w.kt[bh*d*w.ldkt:], LdKt: w.ldkt,
-		V: w.v[b*w.rk*w.ldv+h*d:], LdV: w.ldv,
-		Out: q, LdOut: w.ldq,
-		Tq: p.tq, Tk: tkx, D: d, Dv: d,
-	}
+	hd := w.head(b, h)
 	bias := p.bias(b, h, heads)
-	var wts []float32
+	var wts, lse []float32
 	if w.wh != nil {
 		wts = w.wh[(bh*p.tq+i0)*tkx : (bh*p.tq+i1)*tkx]
 	}
-	scale := float32(1 / math.Sqrt(float64(d)))
-	w.masked[worker] += attend.Tiled(&hd, &bias, scale, p.dropout(b, h, heads, c.Dropout), i0, i1, wts, &w.scratch[worker])
+	if w.lse != nil {
+		lse = w.lse[bh*p.tq+i0 : bh*p.tq+i1]
+	}
+	w.masked[worker] += attend.Tiled(&hd, &bias, w.l.scale(), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, &w.scratch[worker])
 }
 
-// average writes one (batch, query) row of the head-averaged weights.
-func (w *work) average(task int) {
+// finishWeights writes one (batch, query) row of the returned weights from the per-head
+// weights the attention left before dropout: per head with dropout applied, or averaged over
+// the heads.
+func (w *work) finishWeights(worker, task int) {
 	p, heads := &w.p, w.l.cfg.NumHeads
 	b, i, tkx := task/p.tq, task%p.tq, p.tkx
-	dst := w.avg[task*tkx : (task+1)*tkx]
-	clear(dst)
+	var avg []float32
+	if !p.opt.PerHeadWeights {
+		avg = w.rw.Weights.Data[task*tkx : (task+1)*tkx]
+		clear(avg)
+		w.rows[worker] = kernel.Grow(w.rows[worker], tkx)
+	}
 	for h := range heads {
 		off := ((b*heads+h)*p.tq + i) * tkx
-		kernel.Axpy(1, w.weights[off:off+tkx], dst)
+		src, dst := w.wh[off:off+tkx], w.rows[worker]
+		if avg == nil {
+			dst = w.rw.Weights.Data[off : off+tkx]
+		}
+		copy(dst, src) // a no-op when the heads wrote into the result
+		if drop := p.dropout(b, h, heads, w.l.cfg.Dropout); drop != nil {
+			drop.Apply(i, 0, dst)
+		}
+		if avg != nil {
+			kernel.Axpy(1, dst, avg)
+		}
 	}
-	kernel.Sscal(1/float32(heads), dst)
+	if avg != nil {
+		kernel.Sscal(1/float32(heads), avg)
+	}
 }
 
-// gemm is one parallel C = X·Wᵀ + bias for rows rows of every batch, whose rows sit at
-// different strides in X and C: batch b's rows start at row b·xRows of X and row b·cRows of C.
+// gemm is one parallel C = X·op(W) + bias (+ beta·C) for rows rows of every batch, whose rows
+// sit at different strides in X and C: batch b's rows start at row b·xRows of X and row b·cRows
+// of C. op(W) is Wᵀ with W [n, k] when trans is set (a forward projection), else W [k, n] (the
+// input gradient of one).
 type gemm struct {
 	x          []float32
 	ldx, xRows int
-	in         int
-	w, bias    []float32 // w is [n, in]
+	k          int
+	w          []float32
+	ldw        int
+	trans      bool
+	bias       []float32
+	beta       float32
 	c          []float32
 	ldc, cRows int
 	rows       int
@@ -342,7 +469,41 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	if g.bias != nil {
 		bias = g.bias[c0 : c0+cols]
 	}
-	ws.Sgemm(false, true, rows, cols, g.in, 1, g.x[(b*g.xRows+r0)*g.ldx:], g.ldx, g.w[c0*g.in:], g.in, 0, g.c[(b*g.cRows+r0)*g.ldc+c0:], g.ldc, bias)
+	w := g.w[c0:]
+	if g.trans {
+		w = g.w[c0*g.ldw:]
+	}
+	ws.Sgemm(false, g.trans, rows, cols, g.k, 1, g.x[(b*g.xRows+r0)*g.ldx:], g.ldx, w, g.ldw, g.beta, g.c[(b*g.cRows+r0)*g.ldc+c0:], g.ldc, bias)
+}
+
+// wgrad is one parallel weight gradient of a projection Y = X·Wᵀ + b: it adds Σ_batches
+// dYᵀ·X to dW [n, k] and the column sums of dY to db (when not nil), over the first rows rows of
+// every batch. Each task owns a block of dW, so the sums run in a fixed order.
+type wgrad struct {
+	dy         []float32
+	ldy, yRows int
+	x          []float32
+	ldx, xRows int
+	dw, db     []float32
+	rows, n, k int
+	batches    int
+}
+
+func (g *wgrad) tasks() int { return ceilDiv(g.n, gemmRows) * ceilDiv(g.k, gemmCols) }
+
+func (g *wgrad) do(ws *kernel.Workspace, task int) {
+	colBlocks := ceilDiv(g.k, gemmCols)
+	n0, k0 := task/colBlocks*gemmRows, task%colBlocks*gemmCols
+	nn, kk := min(gemmRows, g.n-n0), min(gemmCols, g.k-k0)
+	for b := range g.batches {
+		dy := g.dy[b*g.yRows*g.ldy+n0:]
+		ws.Sgemm(true, false, nn, kk, g.rows, 1, dy, g.ldy, g.x[b*g.xRows*g.ldx+k0:], g.ldx, 1, g.dw[n0*g.k+k0:], g.k, nil)
+		if g.db != nil && k0 == 0 {
+			for r := range g.rows {
+				kernel.Axpy(1, dy[r*g.ldy:r*g.ldy+nn], g.db[n0:n0+nn])
+			}
+		}
+	}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

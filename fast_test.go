@@ -58,12 +58,10 @@ func (c maskCase) options(rng *tensor.RNG) Options {
 	return opt
 }
 
-// TestTiledMatchesDense checks the tiled path (no weights) against the dense one (weights
-// requested) and both against the float64 reference, on shapes that span several query blocks
-// and key tiles, with every mask kind.
-func TestTiledMatchesDense(t *testing.T) {
+// maskCases are shapes that span several query blocks and key tiles, with every mask kind.
+func maskCases() []maskCase {
 	base := Config{EmbedDim: 16, NumHeads: 2}
-	cases := []maskCase{
+	return []maskCase{
 		{name: "self one tile", cfg: base, b: 2, tq: 9, tk: 9},
 		{name: "self many tiles", cfg: base, b: 1, tq: 300, tk: 300},
 		{name: "cross", cfg: Config{EmbedDim: 12, NumHeads: 3, KDim: 5, VDim: 7}, b: 2, tq: 70, tk: 520, cross: true},
@@ -80,21 +78,31 @@ func TestTiledMatchesDense(t *testing.T) {
 			causal: true, pad: true, mask: true, bias: true, perHeadBias: true},
 		{name: "dropout", cfg: Config{EmbedDim: 16, NumHeads: 2, Dropout: 0.3}, b: 2, tq: 70, tk: 300, cross: true, pad: true, training: true},
 	}
-	for i, c := range cases {
+}
+
+// inputs returns case i's layer and inputs (key and value nil for self-attention).
+func (c maskCase) inputs(t *testing.T, i int) (l *Layer, q, k, v *tensor.Tensor, opt Options) {
+	c.cfg.Seed = uint64(i + 1)
+	l = newLayer(t, c.cfg)
+	rng := tensor.NewRNG(uint64(i + 50))
+	q = randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
+	if c.cross {
+		k = randTensor(rng, c.b, c.tk, c.cfg.kdim())
+		v = randTensor(rng, c.b, c.tk, c.cfg.vdim())
+		if c.kvSame {
+			v = k
+		}
+	}
+	return l, q, k, v, c.options(rng)
+}
+
+// TestTiledMatchesDense checks the tiled path (no weights) against the dense one (weights
+// requested) and both against the float64 reference, on shapes that span several query blocks
+// and key tiles, with every mask kind.
+func TestTiledMatchesDense(t *testing.T) {
+	for i, c := range maskCases() {
 		t.Run(c.name, func(t *testing.T) {
-			c.cfg.Seed = uint64(i + 1)
-			l := newLayer(t, c.cfg)
-			rng := tensor.NewRNG(uint64(i + 50))
-			q := randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
-			var k, v *tensor.Tensor
-			if c.cross {
-				k = randTensor(rng, c.b, c.tk, c.cfg.kdim())
-				v = randTensor(rng, c.b, c.tk, c.cfg.vdim())
-				if c.kvSame {
-					v = k
-				}
-			}
-			opt := c.options(rng)
+			l, q, k, v, opt := c.inputs(t, i)
 			tiled := forward(t, l, q, k, v, &opt)
 			opt.NeedWeights = true
 			dense := forward(t, l, q, k, v, &opt)

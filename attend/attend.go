@@ -88,7 +88,7 @@ type Dropout struct {
 }
 
 // Keep reports whether weight (i, j) survives.
-func (d *Dropout) Keep(i, j int) bool {
+func (d Dropout) Keep(i, j int) bool {
 	// splitmix64 of the seed and the position: a counter-based generator.
 	z := d.Seed + uint64(i)*0x9e3779b97f4a7c15 + uint64(j)*0xd1b54a32d192ed03
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
@@ -97,8 +97,11 @@ func (d *Dropout) Keep(i, j int) bool {
 	return float64(z>>11)/(1<<53) >= d.P
 }
 
+// Apply drops row i's weights for keys j0, j0+1, … in place, as the forward pass does.
+func (d Dropout) Apply(i, j0 int, row []float32) { apply(d, i, j0, row) }
+
 // apply drops row i's weights for keys j0, j0+1, … in place.
-func apply[F Float](d *Dropout, i, j0 int, row []F) {
+func apply[F Float](d Dropout, i, j0 int, row []F) {
 	keep := F(1 / (1 - d.P))
 	for j := range row {
 		if d.Keep(i, j0+j) {
@@ -145,7 +148,7 @@ func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 	}
 	if drop != nil && drop.P > 0 {
 		for i := range h.Tq {
-			apply(drop, i, 0, w[i*tk:(i+1)*tk])
+			apply(*drop, i, 0, w[i*tk:(i+1)*tk])
 		}
 	}
 	kernel.Gemm(false, false, h.Tq, h.Dv, tk, 1, w, tk, h.V, h.LdV, 0, h.Out, h.LdOut)

@@ -34,11 +34,14 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // key tiles above the diagonal.
 //
 // When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
-// leaves the rows' attention weights (after dropout, as PyTorch returns them) in w.
+// leaves the rows' attention weights in w, before dropout (apply the same Dropout to them to get
+// what PyTorch returns). When lse is not nil it receives each row's log-sum-exp m + ln l of the
+// scaled, biased scores, which Backward needs to recompute the weights; it is +Inf for a row
+// whose keys are all masked, so that exp(s − lse) is 0 there.
 //
 // A query whose keys are all masked gets weights 0 and output 0; Tiled returns how many such rows
 // it met. drop may be nil. Tiled panics when a view is too short for the sizes in h.
-func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w []float32, s *Scratch) (fullyMasked int) {
+func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	keys := BlockK
 	if w != nil {
@@ -73,9 +76,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		j1 := min(j0+keys, end)
 		nc := j1 - j0
 		ld := nc
-		sc := s.s
+		sc, pv := s.s, s.s // the scores, then the weights the PV product reads
 		if w != nil {
 			sc, ld = w, h.Tk
+			pv = sc
+			if drop != nil {
+				pv = s.s // w keeps the weights before dropout
+			}
 		}
 		s.ws.Sgemm(false, false, rows, nc, h.D, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, sc, ld, nil)
 		for r := range rows {
@@ -96,10 +103,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			l[r] += kernel.Sexp(row, mt)
 			if drop != nil {
-				apply(drop, i0+r, j0, row)
+				dst := pv[r*ld : r*ld+nc]
+				copy(dst, row)
+				apply(*drop, i0+r, j0, dst)
 			}
 		}
-		s.ws.Sgemm(false, false, rows, dv, nc, 1, sc, ld, h.V[j0*h.LdV:], h.LdV, 1, o, dv, nil)
+		s.ws.Sgemm(false, false, rows, dv, nc, 1, pv, ld, h.V[j0*h.LdV:], h.LdV, 1, o, dv, nil)
 		j0 = j1
 	}
 
@@ -108,7 +117,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		if l[r] == 0 {
 			fullyMasked++
 			clear(out)
+			if lse != nil {
+				lse[r] = float32(math.Inf(1))
+			}
 			continue
+		}
+		if lse != nil {
+			lse[r] = m[r] + float32(math.Log(float64(l[r])))
 		}
 		inv := 1 / l[r]
 		for c, v := range o[r*dv : (r+1)*dv] {

@@ -1,0 +1,121 @@
+package attend
+
+import (
+	"github.com/mhalab/mha/internal/kernel"
+)
+
+// Grad is where Backward adds one head's gradients, as row-major views with row strides like
+// Head's:
+//
+//	DQ [Tq, D]  stride LdDQ
+//	DK [Tk, D]  stride LdDK
+//	DV [Tk, Dv] stride LdDV
+type Grad struct {
+	DQ, DK, DV       []float32
+	LdDQ, LdDK, LdDV int
+}
+
+// BackScratch is one worker's memory for Backward. The zero value is ready to use; give each
+// goroutine its own.
+type BackScratch struct {
+	p, dp, delta []float32
+	ws           kernel.Workspace
+}
+
+// Backward adds to g the gradients of one head's attention, given dOut [Tq, Dv] (stride
+// ldDOut), the gradient of the loss with respect to h.Out. h must hold the forward's operands
+// (Q, K, Kt, V) and its output in h.Out, and b, scale and drop must be the forward's.
+//
+// With p nil it is the FlashAttention-2 backward: it recomputes each tile of weights from the
+// scores and lse, the per-row log-sum-exp that Tiled returned, walking key blocks of BlockK
+// outside and query blocks of BlockQ inside, so it holds no more than BlockQ·BlockK weights at
+// once. With p the forward's weights before dropout, [Tq, Tk] row-major (Tiled's w), it reads
+// them instead: the dense backward. Either way, with
+//
+//	P the weights, Z the dropout's scaled keep mask (1 without dropout), D_i = dOut_i·Out_i:
+//	dV = (P∘Z)ᵀ·dOut,  dS = P∘((dOut·Vᵀ)∘Z − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
+//
+// A row whose keys were all masked has P = 0 and adds nothing. Backward panics when a view is
+// too short for the sizes in h.
+func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch) {
+	if drop != nil && drop.P == 0 {
+		drop = nil
+	}
+	s.delta = kernel.Grow(s.delta, h.Tq)
+	for i := range h.Tq {
+		s.delta[i] = kernel.Dot(dOut[i*ldDOut:i*ldDOut+h.Dv], h.Out[i*h.LdOut:i*h.LdOut+h.Dv])
+	}
+	keys := BlockK
+	if p != nil {
+		keys = max(h.Tk, 1)
+	}
+	s.p = kernel.Grow(s.p, BlockQ*keys)
+	s.dp = kernel.Grow(s.dp, BlockQ*keys)
+
+	// Key blocks do not straddle b.Stride, so that a block's causal keys are all below it.
+	for j0 := 0; j0 < h.Tk; {
+		end := h.Tk
+		if j0 < b.Stride && p == nil {
+			end = b.Stride
+		}
+		j1 := min(j0+keys, end)
+		first := 0 // under the causal mask, queries before j0 see none of these keys
+		if b.Causal && j0 < b.Stride {
+			first = j0 / BlockQ * BlockQ
+		}
+		for i0 := first; i0 < h.Tq; i0 += BlockQ {
+			tile(h, g, dOut, ldDOut, lse, b, scale, drop, p, s, i0, min(i0+BlockQ, h.Tq), j0, j1)
+		}
+		j0 = j1
+	}
+}
+
+// tile is Backward's work on queries [i0, i1) and keys [j0, j1).
+func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch, i0, i1, j0, j1 int) {
+	rows, nc, d, dv := i1-i0, j1-j0, h.D, h.Dv
+	q, do := h.Q[i0*h.LdQ:], dOut[i0*ldDOut:]
+
+	// P, the weights before dropout: read, or recomputed as exp(scale·Q·Kᵀ + bias − lse).
+	pt, ldp := s.p, nc
+	if p != nil {
+		pt, ldp = p[i0*h.Tk+j0:], h.Tk
+	} else {
+		s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, pt, ldp, nil)
+		for r := range rows {
+			row := pt[r*ldp : r*ldp+nc]
+			Apply(b, i0+r, j0, row)
+			kernel.Sexp(row, lse[i0+r])
+		}
+	}
+
+	// dV += (P∘Z)ᵀ·dOut. With dropout, P∘Z goes to dp, which is free until dOut·Vᵀ.
+	pz := pt
+	if drop != nil {
+		pz = s.dp
+		for r := range rows {
+			row := pz[r*nc : r*nc+nc]
+			copy(row, pt[r*ldp:r*ldp+nc])
+			drop.Apply(i0+r, j0, row)
+		}
+		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, nc, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
+	} else {
+		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ldp, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
+	}
+
+	// dS = P∘((dOut·Vᵀ)∘Z − D), in dp.
+	ds := s.dp
+	s.ws.Sgemm(false, true, rows, nc, dv, 1, do, ldDOut, h.V[j0*h.LdV:], h.LdV, 0, ds, nc, nil)
+	for r := range rows {
+		row, pr, delta := ds[r*nc:r*nc+nc], pt[r*ldp:r*ldp+nc], s.delta[i0+r]
+		if drop != nil {
+			drop.Apply(i0+r, j0, row)
+		}
+		for j, x := range row {
+			row[j] = pr[j] * (x - delta)
+		}
+	}
+
+	// dQ += scale·dS·K and dK += scale·dSᵀ·Q.
+	s.ws.Sgemm(false, false, rows, d, nc, scale, ds, nc, h.K[j0*h.LdK:], h.LdK, 1, g.DQ[i0*g.LdDQ:], g.LdDQ, nil)
+	s.ws.Sgemm(true, false, nc, d, rows, scale, ds, nc, q, h.LdQ, 1, g.DK[j0*g.LdDK:], g.LdDK, nil)
+}

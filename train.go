@@ -1,0 +1,251 @@
+package mha
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mhalab/mha/attend"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// Saved is what ForwardTrain keeps for Backward: the projections Q, K, V and Kᵀ, the
+// concatenated head outputs, each row's log-sum-exp, and, when the forward returned weights,
+// every head's weights before dropout. That is O(T·E) memory, plus B·H·Tq·Tk with weights.
+// The zero value is ready to use; reuse one across steps to avoid allocation. A Saved holds one
+// forward at a time: each forward whose backward is pending needs its own.
+type Saved struct {
+	l      *Layer // the layer that filled it; nil until then
+	p      plan
+	a      acts
+	concat []float32 // [B, Tq, E] head outputs side by side
+	lse    []float32 // [B, H, Tq] row log-sum-exp of the scaled, biased scores
+	probs  []float32 // [B, H, Tq, Tkx] weights before dropout, when dense
+	dense  bool      // the forward kept the weights: Backward uses them
+}
+
+// ForwardTrain is ForwardInto that also keeps in s what Backward needs. The inputs and the
+// layer's parameters must not change until Backward returns. Errors are as for Forward.
+func (l *Layer) ForwardTrain(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
+	return l.forward(r, s, query, key, value, opt)
+}
+
+// Grads receives the gradients of a loss. Backward adds into it, as PyTorch accumulates into
+// .grad, so one Grads can sum the gradients of several batches; Zero clears it.
+type Grads struct {
+	// Query is dL/dquery [B, Tq, E]. For self-attention (key and value nil, or both the query
+	// itself) it is the whole gradient with respect to the input, and Key and Value stay nil.
+	Query *tensor.Tensor
+	// Key and Value are dL/dkey [B, Tk, kdim] and dL/dvalue [B, Tk, vdim] of cross-attention.
+	// When key and value are one tensor, its gradient is their sum.
+	Key, Value *tensor.Tensor
+	// Params are the gradients of the layer's parameters, with the names, shapes and order of
+	// Parameters (PyTorch's: in_proj_weight, in_proj_bias, …).
+	Params []Param
+}
+
+// Zero sets every gradient in g to 0.
+func (g *Grads) Zero() {
+	for _, t := range []*tensor.Tensor{g.Query, g.Key, g.Value} {
+		if t != nil {
+			clear(t.Data)
+		}
+	}
+	for _, p := range g.Params {
+		clear(p.T.Data)
+	}
+}
+
+// Backward adds to g the gradients of a loss L with respect to the layer's parameters and
+// inputs, given gradOutput = dL/dOutput [B, Tq, E] ([Tq, E] unbatched) of the ForwardTrain
+// that filled s. A nil tensor in g (or nil g.Params) is first allocated with zeros.
+//
+// When that forward returned weights, Backward reads the saved weights (the dense backward);
+// otherwise it recomputes them tile by tile from the saved row log-sum-exp, the backward of
+// FlashAttention-2, in O(T·E) memory. Dropout replays the forward's mask. Rows whose keys were
+// all masked add nothing: their gradients are 0, never NaN.
+//
+// It returns an error wrapping ErrShape when gradOutput or a tensor in g does not fit, or when s
+// was not filled by this layer's ForwardTrain.
+func (l *Layer) Backward(g *Grads, s *Saved, gradOutput *tensor.Tensor) error {
+	if s.l != l {
+		return fmt.Errorf("%w: Backward needs the Saved of a ForwardTrain of this layer", ErrShape)
+	}
+	p, e := &s.p, l.cfg.EmbedDim
+	if gradOutput == nil || !p.fits(gradOutput.Shape, p.tq, e) || len(gradOutput.Data) != p.b*p.tq*e {
+		got := "nil"
+		if gradOutput != nil {
+			got = fmt.Sprint(gradOutput.Shape)
+		}
+		return fmt.Errorf("%w: gradOutput is %s, want %v like the output", ErrShape, got, p.shape(p.tq, e))
+	}
+	if err := l.prepare(g, p); err != nil {
+		return err
+	}
+	w := l.getWork()
+	defer l.putWork(w)
+	w.p, w.a, w.s, w.l, w.dy, w.gr = *p, &s.a, s, l, gradOutput.Data, g
+	defer func() { w.l = nil }()
+	w.backwardLayer()
+	return nil
+}
+
+// prepare allocates g's missing tensors for a call of plan p and checks the present ones.
+func (l *Layer) prepare(g *Grads, p *plan) error {
+	c := l.cfg
+	check := func(t **tensor.Tensor, name string, rows, cols int) error {
+		if *t == nil {
+			*t = tensor.New(p.shape(rows, cols)...)
+			return nil
+		}
+		if !p.fits((*t).Shape, rows, cols) || len((*t).Data) != rows*cols*p.b {
+			return fmt.Errorf("%w: Grads.%s is %v, want %v", ErrShape, name, (*t).Shape, p.shape(rows, cols))
+		}
+		return nil
+	}
+	if err := check(&g.Query, "Query", p.tq, c.EmbedDim); err != nil {
+		return err
+	}
+	if !p.self {
+		if err := check(&g.Key, "Key", p.tk, c.kdim()); err != nil {
+			return err
+		}
+		if err := check(&g.Value, "Value", p.tk, c.vdim()); err != nil {
+			return err
+		}
+	}
+	if g.Params == nil {
+		for _, q := range l.params {
+			g.Params = append(g.Params, Param{q.Name, tensor.New(q.T.Shape...)})
+		}
+		return nil
+	}
+	if len(g.Params) != len(l.params) {
+		return fmt.Errorf("%w: Grads.Params has %d tensors, want %d (%s)", ErrShape, len(g.Params), len(l.params), describe(l.params))
+	}
+	for i, q := range l.params {
+		gp := g.Params[i]
+		if gp.Name != q.Name || gp.T == nil || !slices.Equal(gp.T.Shape, q.T.Shape) || len(gp.T.Data) != len(q.T.Data) {
+			return fmt.Errorf("%w: Grads.Params[%d] is %s %v, want %s %v", ErrShape, i, gp.Name, shapeOf(gp.T), q.Name, q.T.Shape)
+		}
+	}
+	return nil
+}
+
+// shape returns the shape of a [B, rows, cols] tensor of the call ([rows, cols] unbatched).
+func (p *plan) shape(rows, cols int) []int {
+	if p.unbatched {
+		return []int{rows, cols}
+	}
+	return []int{p.b, rows, cols}
+}
+
+// fits reports whether s is p.shape(rows, cols), without building it.
+func (p *plan) fits(s []int, rows, cols int) bool {
+	if p.unbatched {
+		return len(s) == 2 && s[0] == rows && s[1] == cols
+	}
+	return len(s) == 3 && s[0] == p.b && s[1] == rows && s[2] == cols
+}
+
+func shapeOf(t *tensor.Tensor) any {
+	if t == nil {
+		return "nil"
+	}
+	return t.Shape
+}
+
+// grad returns the gradient of the parameter called name, or nil when the layer has none.
+func (w *work) grad(name string) []float32 {
+	for i, p := range w.l.params {
+		if p.Name == name {
+			return w.gr.Params[i].T.Data
+		}
+	}
+	return nil
+}
+
+// backwardLayer runs the layer's backward pass, in the reverse order of forward.
+func (w *work) backwardLayer() {
+	l, p, a, s := w.l, &w.p, w.a, w.s
+	c := l.cfg
+	e, heads, tkx := c.EmbedDim, c.NumHeads, p.tkx
+	w.workers()
+
+	// The output projection Y = concat·W_oᵀ + b_o: dW_o += dYᵀ·concat, db_o += Σ dY, and
+	// dconcat = dY·W_o.
+	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: s.concat, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
+	w.run(phaseWgrad, w.wg.tasks())
+	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*e)
+	w.g = gemm{x: w.dy, ldx: e, xRows: p.tq, k: e, w: l.param("out_proj.weight"), ldw: e, c: w.dconcat, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.run(phaseGemm, w.g.tasks())
+
+	// Attention, per (batch, head): the gradients of Q, K and V land in dbuf, laid out as the
+	// projections are in acts.buf.
+	w.dbuf = kernel.Grow(w.dbuf, len(a.buf))
+	clear(w.dbuf)
+	w.out, w.ldo, w.ro = s.concat, e, p.tq
+	w.run(phaseBackward, p.b*heads)
+	dq, dk, dv := a.split(w.dbuf)
+
+	// The appended rows: bias_k and bias_v get their rows' gradients; the zero rows are constant.
+	if gk := w.grad("bias_k"); gk != nil {
+		gv := w.grad("bias_v")
+		for b := range p.b {
+			row := b*tkx + p.tk
+			kernel.Axpy(1, dk[row*a.ldk:row*a.ldk+e], gk)
+			kernel.Axpy(1, dv[row*a.ldv:row*a.ldv+e], gv)
+		}
+	}
+
+	// The input projections X·Wᵀ + b: dW += dProjᵀ·X, db += Σ dProj, dX += dProj·W.
+	wq, wk, wv, _, _, _ := l.projections()
+	if a.fused {
+		w.project(w.dbuf, 3*e, tkx, p.q, e, p.tq, l.param("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, 3*e)
+		return
+	}
+	gq, gk, gv := w.grad("q_proj_weight"), w.grad("k_proj_weight"), w.grad("v_proj_weight")
+	if gw := w.grad("in_proj_weight"); gw != nil {
+		gq, gk, gv = gw[:e*e], gw[e*e:2*e*e], gw[2*e*e:]
+	}
+	var bq, bk, bv []float32
+	if gb := w.grad("in_proj_bias"); gb != nil {
+		bq, bk, bv = gb[:e], gb[e:2*e], gb[2*e:]
+	}
+	w.project(dq, a.ldq, a.rq, p.q, e, p.tq, wq, gq, bq, w.gr.Query.Data, e)
+	w.project(dk, a.ldk, a.rk, p.k, c.kdim(), p.tk, wk, gk, bk, w.gr.Key.Data, e)
+	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, e)
+}
+
+// project is the backward of one input projection Y = X·Wᵀ + b, for X [B, rows, in] and W
+// [n, in]: it adds dYᵀ·X to dW, Σ dY to db (when not nil) and dY·W to dX. dY's rows are
+// strided by ldy, with yRows rows per batch of which the first rows count.
+func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, wt, dw, db, dx []float32, n int) {
+	b := w.p.b
+	w.wg = wgrad{dy: dy, ldy: ldy, yRows: yRows, x: x, ldx: in, xRows: rows, dw: dw, db: db, rows: rows, n: n, k: in, batches: b}
+	w.run(phaseWgrad, w.wg.tasks())
+	w.g = gemm{x: dy, ldx: ldy, xRows: yRows, k: n, w: wt, ldw: in, beta: 1, c: dx, ldc: in, cRows: rows, rows: rows, n: in, batches: b}
+	w.run(phaseGemm, w.g.tasks())
+}
+
+// backward runs the attention backward of one (batch, head) task.
+func (w *work) backward(worker, task int) {
+	p, a, s := &w.p, w.a, w.s
+	heads, d := w.l.cfg.NumHeads, w.l.cfg.HeadDim()
+	b, h := task/heads, task%heads
+	hd := w.head(b, h)
+	dq, dk, dv := a.split(w.dbuf)
+	g := attend.Grad{
+		DQ: dq[b*a.rq*a.ldq+h*d:], LdDQ: a.ldq,
+		DK: dk[b*a.rk*a.ldk+h*d:], LdDK: a.ldk,
+		DV: dv[b*a.rk*a.ldv+h*d:], LdDV: a.ldv,
+	}
+	bias := p.bias(b, h, heads)
+	var probs []float32
+	if s.dense {
+		n := p.tq * p.tkx
+		probs = s.probs[task*n : (task+1)*n]
+	}
+	e := w.l.cfg.EmbedDim
+	attend.Backward(&hd, &g, w.dconcat[b*p.tq*e+h*d:], e, s.lse[task*p.tq:(task+1)*p.tq], &bias, w.l.scale(), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
+}
