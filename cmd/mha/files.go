@@ -20,7 +20,9 @@ type layerFlags struct {
 // job is one forward call read from files.
 type job struct {
 	layer           *mha.Layer
+	prefix          string // of the parameter names in the weights file
 	query, key, val *tensor.Tensor
+	gradOutput      *tensor.Tensor // dL/doutput, for --backward
 	opt             mha.Options
 }
 
@@ -36,7 +38,7 @@ func (f *layerFlags) load() (*job, error) {
 	case f.heads < 0:
 		return nil, fmt.Errorf("--heads is %d, want the number of heads (> 0)", f.heads)
 	}
-	l, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
+	l, prefix, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
 	if err != nil {
 		return nil, err
 	}
@@ -44,17 +46,18 @@ func (f *layerFlags) load() (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.layer = l
+	j.layer, j.prefix = l, prefix
 	j.opt.Causal = f.causal
 	return j, nil
 }
 
 // loadLayer builds a layer from an nn.MultiheadAttention state dict stored in path, taking the
-// tensors whose names start with prefix (which is stripped).
-func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, error) {
+// tensors whose names start with prefix (which is stripped). It returns the prefix it used: the
+// one given, with a dot added when it names a module.
+func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, string, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if !f.Has(prefix+"out_proj.weight") && f.Has(prefix+".out_proj.weight") {
 		prefix += "." // a PyTorch module path given without the dot before the parameter names
@@ -65,34 +68,34 @@ func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, er
 			continue
 		}
 		if err := needFloat(f, name); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, "", fmt.Errorf("%s: %w", path, err)
 		}
 		t, err := f.Float32(name)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, "", fmt.Errorf("%s: %w", path, err)
 		}
 		sd[strings.TrimPrefix(name, prefix)] = t
 	}
 	if len(sd) == 0 {
-		return nil, fmt.Errorf("%s: no tensor named %q… (has %s)", path, prefix, strings.Join(f.Names(), ", "))
+		return nil, "", fmt.Errorf("%s: no tensor named %q… (has %s)", path, prefix, strings.Join(f.Names(), ", "))
 	}
 	cfg, err := mha.InferConfig(sd, heads)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	cfg.AddZeroAttn = addZeroAttn
 	l, err := mha.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	if err := l.LoadStateDict(sd); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	return l, nil
+	return l, prefix, nil
 }
 
 // inputNames are the tensors an input file may hold.
-var inputNames = []string{"query", "key", "value", "key_padding_mask", "attn_mask"}
+var inputNames = []string{"query", "key", "value", "key_padding_mask", "attn_mask", "grad_output"}
 
 // loadInput reads the query, optional key and value, and masks from path.
 func loadInput(path string, cfg mha.Config) (*job, error) {
@@ -128,6 +131,9 @@ func loadInput(path string, cfg mha.Config) (*job, error) {
 		return nil, err
 	}
 	if j.val, err = float("value"); err != nil {
+		return nil, err
+	}
+	if j.gradOutput, err = float("grad_output"); err != nil {
 		return nil, err
 	}
 	if f.Has("key_padding_mask") {

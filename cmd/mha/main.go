@@ -1,6 +1,6 @@
 // Command mha runs, explains and measures multi-head attention layers.
 //
-//	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors
+//	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors [--backward]
 //	mha explain  [--weights W --input IN --heads N] [--format text|markdown|json]
 //	mha bench    [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--causal] [--need-weights]
 //	             [--threads N] [--torch] [--ort] [--json]

@@ -32,7 +32,7 @@ func splitGolden(t *testing.T, f *safetensors.File) (weights, input string) {
 		switch {
 		case slices.Contains(inputNames, name):
 			in[name] = raw
-		case name == "grad_output" || name == "output" || strings.HasPrefix(name, "attn_weights") || strings.HasPrefix(name, "grad."):
+		case name == "output" || strings.HasPrefix(name, "attn_weights") || strings.HasPrefix(name, "grad."):
 		default:
 			w[name] = raw
 		}
@@ -48,8 +48,8 @@ func splitGolden(t *testing.T, f *safetensors.File) (weights, input string) {
 	return weights, input
 }
 
-// TestRunAgreesWithPyTorch runs every golden case through `mha run` and compares the written
-// output and per-head weights with PyTorch's.
+// TestRunAgreesWithPyTorch runs every golden case through `mha run --backward` and compares the
+// written output, per-head weights and gradients with PyTorch's.
 func TestRunAgreesWithPyTorch(t *testing.T) {
 	paths, _ := filepath.Glob("../../testdata/golden/*.safetensors")
 	if len(paths) == 0 {
@@ -64,7 +64,7 @@ func TestRunAgreesWithPyTorch(t *testing.T) {
 			weights, input := splitGolden(t, g)
 			out := filepath.Join(t.TempDir(), "out.safetensors")
 			args := []string{"run", "--weights", weights, "--input", input, "--heads", g.Metadata["num_heads"],
-				"--out", out, "--need-weights", "--average-weights=false"}
+				"--out", out, "--need-weights", "--average-weights=false", "--backward"}
 			if g.Metadata["causal"] == "true" {
 				args = append(args, "--causal")
 			}
@@ -78,7 +78,16 @@ func TestRunAgreesWithPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for name, golden := range map[string]string{"output": "output", "attn_weights": "attn_weights_per_head"} {
+			pairs := map[string]string{"output": "output", "attn_weights": "attn_weights_per_head"}
+			for _, name := range g.Names() {
+				if strings.HasPrefix(name, "grad.") {
+					pairs[name] = name
+				}
+			}
+			if len(res.Names()) != len(pairs) {
+				t.Errorf("wrote %s, want %d tensors", strings.Join(res.Names(), ", "), len(pairs))
+			}
+			for name, golden := range pairs {
 				got, err := res.Float32(name)
 				if err != nil {
 					t.Fatal(err)
@@ -147,6 +156,9 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--weights", weights, "--input", input, "--heads", "2", "--out", "/nonexistent/dir/out.safetensors"}, "/nonexistent/dir"},
 		{with("bad width", map[string]safetensors.Tensor{"query": f32(2, 5, 7)}), "query is [2 5 7], want [B Tq 8]"},
 		{with("no query", map[string]safetensors.Tensor{"key": f32(2, 5, 8), "value": f32(2, 5, 8)}), `no tensor "query"`},
+		{append(slices.Clone(ok), "--backward"), "--backward needs grad_output [B Tq E]"},
+		{with("grad without --backward", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "grad_output": f32(2, 5, 8)}), "holds grad_output; pass --backward"},
+		{append(with("bad grad", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "grad_output": f32(2, 4, 8)}), "--backward"), "gradOutput is [2 4 8], want [2 5 8]"},
 		{with("key only", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "key": f32(2, 5, 8)}), "only one of key and value"},
 		{with("typo", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "keys": f32(2, 5, 8)}), `unexpected tensor "keys"`},
 		{with("bool query", map[string]safetensors.Tensor{"query": safetensors.FromBool(tensor.NewBool(2, 5, 8))}), `"query" is BOOL, want a float dtype`},
@@ -188,14 +200,23 @@ func TestRunPrefix(t *testing.T) {
 	weights := writeFile(t, big)
 	for _, prefix := range []string{"layers.0.self_attn.", "layers.0.self_attn", "x"} {
 		out := filepath.Join(t.TempDir(), "out.safetensors")
-		if code, _, stderr := runCLI("run", "--weights", weights, "--prefix", prefix, "--input", input, "--heads", "2", "--out", out); code != 0 {
+		if code, _, stderr := runCLI("run", "--weights", weights, "--prefix", prefix, "--input", input, "--heads", "2", "--out", out, "--backward"); code != 0 {
 			t.Fatalf("--prefix %s: exit %d, %s", prefix, code, stderr)
 		}
 		res, _ := safetensors.ReadFile(out)
-		got, _ := res.Float32("output")
-		want, _, _ := g.Float64("output")
-		if e := tensor.RelError(got.Data, want); e > 1e-5 {
-			t.Errorf("--prefix %s: relative error %.3g", prefix, e)
+		full := strings.TrimSuffix(prefix, ".") + "."
+		if prefix == "x" {
+			full = prefix
+		}
+		for name, golden := range map[string]string{"output": "output", "grad." + full + "in_proj_weight": "grad.in_proj_weight"} {
+			got, err := res.Float32(name)
+			if err != nil {
+				t.Fatalf("--prefix %s: %v", prefix, err)
+			}
+			want, _, _ := g.Float64(golden)
+			if e := tensor.RelError(got.Data, want); e > 1e-5 {
+				t.Errorf("--prefix %s: %s: relative error %.3g", prefix, name, e)
+			}
 		}
 	}
 }
