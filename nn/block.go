@@ -1,0 +1,172 @@
+package nn
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// block is one decoder block: causal multi-head self-attention and, unless attention-only, a
+// feed-forward network fc2(GELU(fc1(x))), each with a residual connection and a LayerNorm:
+//
+//	post-norm:  x = LN1(x + MHA(x));     x = LN2(x + FFN(x))
+//	pre-norm:   x = x + MHA(LN1(x));     x = x + FFN(LN2(x))
+type block struct {
+	pre      bool
+	ln1, ln2 *layerNorm // ln2 is nil in attention-only blocks
+	attn     *mha.Layer
+	fc1, fc2 *linear // nil in attention-only blocks
+	act      gelu
+
+	res   mha.Result
+	saved mha.Saved
+	grads mha.Grads     // Params hold the Grad tensors of the attention's nn parameters
+	in    tensor.Tensor // views of the attention's input and of its output gradient, [B, T, d]
+	dOut  tensor.Tensor
+	dIn   tensor.Tensor
+	sum1  []float32 // the residual sums: x + MHA(·) and x + FFN(·), [n, d]
+	sum2  []float32
+}
+
+// newBlock builds block l of a model for c from its parameters, with its attention layer, whose
+// tensors become the values of the blocks.l.attn.* parameters.
+func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
+	prefix := "blocks." + strconv.Itoa(l) + "."
+	attn, err := mha.New(mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, Seed: attnSeed})
+	if err != nil {
+		return nil, fmt.Errorf("nn: block %d: %w", l, err)
+	}
+	b := &block{pre: c.Norm == PreNorm, ln1: newLayerNorm(ps, prefix+"ln1"), attn: attn}
+	for _, q := range attn.Parameters() {
+		p := ps.get(prefix + "attn." + q.Name)
+		if !slices.Equal(p.Value.Shape, q.T.Shape) {
+			panic(fmt.Sprintf("nn: the layout gives %s shape %v, the attention layer %v", p.Name, p.Value.Shape, q.T.Shape))
+		}
+		p.Value = q.T
+		b.grads.Params = append(b.grads.Params, mha.Param{Name: q.Name, T: p.Grad})
+	}
+	if !c.AttnOnly {
+		b.ln2 = newLayerNorm(ps, prefix+"ln2")
+		b.fc1, b.fc2 = newLinear(ps, prefix+"ffn.fc1"), newLinear(ps, prefix+"ffn.fc2")
+	}
+	return b, nil
+}
+
+// forward returns the block's output [B·T, d] for x [B·T, d], keeping what backward needs.
+// x must stay unchanged until backward has run.
+func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) ([]float32, error) {
+	n := batch * t
+	d := b.ln1.d
+	b.sum1 = kernel.Grow(b.sum1, n*d)
+	in := x
+	if b.pre {
+		in = b.ln1.forward(r, x, n)
+	}
+	b.in = tensor.Tensor{Shape: []int{batch, t, d}, Data: in}
+	if err := b.attn.ForwardTrain(&b.res, &b.saved, &b.in, nil, nil, opt); err != nil {
+		return nil, err
+	}
+	add(r, b.sum1, x, b.res.Output.Data)
+	x = b.sum1
+	if !b.pre {
+		x = b.ln1.forward(r, x, n)
+	}
+	if b.fc1 == nil {
+		return x, nil
+	}
+	b.sum2 = kernel.Grow(b.sum2, n*d)
+	in = x
+	if b.pre {
+		in = b.ln2.forward(r, x, n)
+	}
+	add(r, b.sum2, x, b.ffnForward(r, in, n))
+	if b.pre {
+		return b.sum2, nil
+	}
+	return b.ln2.forward(r, b.sum2, n), nil
+}
+
+func (b *block) ffnForward(r *runner, x []float32, n int) []float32 {
+	u := b.fc1.forward(r, x, n)
+	return b.fc2.forward(r, b.act.forward(r, u), n)
+}
+
+// ffnBackward adds dL/dx into dx given dy = dL/dFFN(x), using s's hidden-width buffers.
+func (b *block) ffnBackward(r *runner, dy, dx []float32, n int, s *scratch) {
+	dg, du := zeroed(&s.f1, n*b.fc1.out), zeroed(&s.f2, n*b.fc1.out)
+	b.fc2.backward(r, dy, dg, n)
+	b.act.backward(r, dg, du)
+	b.fc1.backward(r, du, dx, n)
+}
+
+// attnBackward adds dL/dinput of the attention into dIn, given dOut = dL/dMHA(input); dOut and
+// dIn must not overlap.
+func (b *block) attnBackward(dOut, dIn []float32) error {
+	b.dOut = tensor.Tensor{Shape: b.in.Shape, Data: dOut}
+	b.dIn = tensor.Tensor{Shape: b.in.Shape, Data: dIn}
+	b.grads.Query = &b.dIn
+	return b.attn.Backward(&b.grads, &b.saved, &b.dOut)
+}
+
+// backward writes dL/dx into dx and adds the parameters' gradients, given dy = dL/dy of the last
+// forward's output; dx and dy must not overlap.
+func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch) error {
+	d := b.ln1.d
+	if b.pre {
+		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)): dx holds dL/dx1, then dL/dx.
+		copy(dx, dy)
+		if b.fc1 != nil {
+			dh := zeroed(&s.d1, n*d)
+			b.ffnBackward(r, dy, dh, n, s)
+			b.ln2.backward(r, dh, dx, n)
+		}
+		dh := zeroed(&s.d1, n*d)
+		if err := b.attnBackward(dx, dh); err != nil {
+			return err
+		}
+		b.ln1.backward(r, dh, dx, n)
+		return nil
+	}
+	// y = LN2(s2), s2 = x1 + FFN(x1), x1 = LN1(s1), s1 = x + MHA(x).
+	dx1 := dy
+	if b.fc1 != nil {
+		ds2 := zeroed(&s.d1, n*d)
+		b.ln2.backward(r, dy, ds2, n)
+		dx1 = zeroed(&s.d2, n*d)
+		copy(dx1, ds2)
+		b.ffnBackward(r, ds2, dx1, n, s)
+	}
+	ds1 := zeroed(&s.d1, n*d)
+	b.ln1.backward(r, dx1, ds1, n)
+	copy(dx, ds1)
+	return b.attnBackward(ds1, dx)
+}
+
+// scratch holds the gradient buffers a backward pass reuses across blocks.
+type scratch struct {
+	d1, d2 []float32 // [n, d]
+	f1, f2 []float32 // [n, ffn]
+}
+
+// zeroed returns *buf grown to n values, all 0.
+func zeroed(buf *[]float32, n int) []float32 {
+	*buf = kernel.Grow(*buf, n)
+	clear(*buf)
+	return *buf
+}
+
+// addBlock is the number of values one task of add handles.
+const addBlock = 1 << 14
+
+// add sets dst = a + b elementwise.
+func add(r *runner, dst, a, b []float32) {
+	r.rows(len(dst), addBlock, func(_, _, i0, i1 int) {
+		for i := i0; i < i1; i++ {
+			dst[i] = a[i] + b[i]
+		}
+	})
+}

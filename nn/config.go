@@ -1,0 +1,108 @@
+package nn
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Config describes a causal decoder: token embedding plus positions, Layers blocks of
+// multi-head self-attention (and, unless AttnOnly, a feed-forward network), and an output head
+// over the vocabulary. It is stored as JSON in checkpoints, under the field names of its tags.
+type Config struct {
+	Vocab     int     `json:"vocab"`     // tokens are in [0, Vocab); > 0
+	SeqLen    int     `json:"seq_len"`   // the most positions a sequence may have; > 0
+	DModel    int     `json:"d_model"`   // width of the residual stream; > 0
+	Heads     int     `json:"heads"`     // attention heads per block; must divide DModel
+	Layers    int     `json:"layers"`    // number of blocks; > 0
+	FFN       int     `json:"ffn"`       // hidden width of the feed-forward network; 0 with AttnOnly, else > 0 (NewModel reads 0 as 4·DModel)
+	Norm      string  `json:"norm"`      // "post": x = LN(x + f(x)); "pre": x = x + f(LN(x)), with a final LayerNorm
+	Positions string  `json:"positions"` // "sinusoidal" (fixed, Vaswani et al.) or "learned" ([SeqLen, DModel] parameter)
+	AttnOnly  bool    `json:"attn_only"` // blocks without a feed-forward network
+	Dropout   float64 `json:"dropout"`   // attention dropout probability in training; in [0, 1)
+	Seed      uint64  `json:"seed"`      // seed of the parameter initialisation
+}
+
+// Values of Config.Norm and Config.Positions.
+const (
+	PostNorm   = "post"
+	PreNorm    = "pre"
+	Sinusoidal = "sinusoidal"
+	Learned    = "learned"
+)
+
+// MaxDim bounds Vocab, SeqLen, DModel and FFN, and MaxLayers bounds Layers, so that sizes read
+// from a file cannot overflow the arithmetic on them.
+const (
+	MaxDim    = 1 << 16
+	MaxLayers = 1 << 10
+)
+
+// ErrConfig is wrapped by every error about an invalid Config.
+var ErrConfig = errors.New("nn: invalid config")
+
+// Validate returns an error wrapping ErrConfig that names the first field out of range, what it
+// is and what it should be; nil when c describes a model NewModel can build.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"vocab", c.Vocab}, {"seq_len", c.SeqLen}, {"d_model", c.DModel}, {"heads", c.Heads}} {
+		if f.v <= 0 || f.v > MaxDim {
+			return bad("%s is %d, want a value in [1, %d]", f.name, f.v, MaxDim)
+		}
+	}
+	switch {
+	case c.DModel%c.Heads != 0:
+		return bad("d_model %d is not divisible by heads %d", c.DModel, c.Heads)
+	case c.Layers <= 0 || c.Layers > MaxLayers:
+		return bad("layers is %d, want a value in [1, %d]", c.Layers, MaxLayers)
+	case c.AttnOnly && c.FFN != 0:
+		return bad("ffn is %d with attn_only, want 0", c.FFN)
+	case c.FFN < 0 || c.FFN > MaxDim:
+		return bad("ffn is %d, want a value in [1, %d] (or 0 for 4·d_model)", c.FFN, MaxDim)
+	case c.Norm != PostNorm && c.Norm != PreNorm:
+		return bad("norm is %q, want %q or %q", c.Norm, PostNorm, PreNorm)
+	case c.Positions != Sinusoidal && c.Positions != Learned:
+		return bad("positions is %q, want %q or %q", c.Positions, Sinusoidal, Learned)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return bad("dropout is %v, want a probability in [0, 1)", c.Dropout)
+	}
+	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
+		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
+	}
+	return nil
+}
+
+// withDefaults returns c with FFN set to 4·DModel when it is 0 and the blocks have a
+// feed-forward network.
+func (c Config) withDefaults() Config {
+	if !c.AttnOnly && c.FFN == 0 {
+		c.FFN = 4 * c.DModel
+	}
+	return c
+}
+
+// ParseConfig decodes a Config from JSON, as stored in checkpoints, and validates it. It returns
+// an error when data is not one JSON object of Config's fields (an unknown field, a wrong type, a
+// number out of range, trailing data) or when the Config is invalid (wrapping ErrConfig).
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("nn: config is not a JSON object of Config fields: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, errors.New("nn: config has data after its JSON object")
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}

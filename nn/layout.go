@@ -1,0 +1,103 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// paramSpec is one parameter of a model: its PyTorch name, shape and initialisation. The layout
+// of a Config is the one list NewModel builds from and Load checks files against.
+type paramSpec struct {
+	name  string
+	shape []int
+	init  initKind
+	fanIn int  // for initBias: the input width of the Linear the bias belongs to
+	decay bool // AdamW's weight decay applies (Linear and attention weights only)
+}
+
+type initKind int
+
+const (
+	initNormal initKind = iota // N(0, 1), as nn.Embedding
+	initLinear                 // nn.Linear's weight: U(±1/√in)
+	initBias                   // nn.Linear's bias: U(±1/√in)
+	initOnes                   // LayerNorm's weight
+	initZeros                  // LayerNorm's bias
+	initAttn                   // initialised by the mha layer that owns it
+)
+
+// layout lists the parameters of a model for c (FFN resolved) in the order of PyTorch's
+// named_parameters() for the module in testdata/torch_model.py.
+func (c Config) layout() []paramSpec {
+	d, v := c.DModel, c.Vocab
+	s := []paramSpec{{name: "tok_emb.weight", shape: []int{v, d}, init: initNormal}}
+	if c.Positions == Learned {
+		s = append(s, paramSpec{name: "pos_emb.weight", shape: []int{c.SeqLen, d}, init: initNormal})
+	}
+	for l := range c.Layers {
+		p := "blocks." + strconv.Itoa(l) + "."
+		s = append(s, layerNormSpecs(p+"ln1", d)...)
+		s = append(s,
+			paramSpec{name: p + "attn.in_proj_weight", shape: []int{3 * d, d}, init: initAttn, decay: true},
+			paramSpec{name: p + "attn.in_proj_bias", shape: []int{3 * d}, init: initAttn},
+			paramSpec{name: p + "attn.out_proj.weight", shape: []int{d, d}, init: initAttn, decay: true},
+			paramSpec{name: p + "attn.out_proj.bias", shape: []int{d}, init: initAttn})
+		if !c.AttnOnly {
+			s = append(s, layerNormSpecs(p+"ln2", d)...)
+			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN)...)
+			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d)...)
+		}
+	}
+	if c.Norm == PreNorm {
+		s = append(s, layerNormSpecs("ln_f", d)...)
+	}
+	return append(s, linearSpecs("head", d, v)...)
+}
+
+func linearSpecs(name string, in, out int) []paramSpec {
+	return []paramSpec{
+		{name: name + ".weight", shape: []int{out, in}, init: initLinear, decay: true},
+		{name: name + ".bias", shape: []int{out}, init: initBias, fanIn: in},
+	}
+}
+
+func layerNormSpecs(name string, d int) []paramSpec {
+	return []paramSpec{
+		{name: name + ".weight", shape: []int{d}, init: initOnes},
+		{name: name + ".bias", shape: []int{d}, init: initZeros},
+	}
+}
+
+// newParam allocates the parameter s describes and initialises it from rng; an initAttn
+// parameter is left zero for its attention layer to replace.
+func (s paramSpec) newParam(rng *tensor.RNG) *Param {
+	p := &Param{Name: s.name, Value: tensor.New(s.shape...), Grad: tensor.New(s.shape...), NoDecay: !s.decay}
+	switch s.init {
+	case initNormal:
+		rng.Normal(p.Value, 1)
+	case initLinear:
+		rng.LinearDefault(p.Value)
+	case initBias:
+		rng.Uniform(p.Value, 1/math.Sqrt(float64(s.fanIn)))
+	case initOnes:
+		for i := range p.Value.Data {
+			p.Value.Data[i] = 1
+		}
+	}
+	return p
+}
+
+// params is a model's parameters by name, handed to the module constructors.
+type params map[string]*Param
+
+// get returns the parameter called name; it panics when the layout has none, a broken invariant.
+func (ps params) get(name string) *Param {
+	p, ok := ps[name]
+	if !ok {
+		panic(fmt.Sprintf("nn: the layout has no parameter %q", name))
+	}
+	return p
+}

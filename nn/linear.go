@@ -1,0 +1,48 @@
+package nn
+
+import (
+	"github.com/mhalab/mha/internal/kernel"
+)
+
+// linear is nn.Linear: y = x·Wᵀ + b with W [out, in] and b [out], over n rows of x [n, in].
+type linear struct {
+	in, out      int
+	weight, bias *Param
+
+	x []float32 // the last forward's input [n, in], read by backward (not owned)
+	y []float32 // the last forward's output [n, out]
+}
+
+func newLinear(ps params, name string) *linear {
+	w := ps.get(name + ".weight")
+	return &linear{out: w.Value.Shape[0], in: w.Value.Shape[1], weight: w, bias: ps.get(name + ".bias")}
+}
+
+// forward returns y = x·Wᵀ + b for x [n, in]; y is the module's buffer, overwritten by the next
+// forward. x must stay unchanged until backward has run.
+func (l *linear) forward(r *runner, x []float32, n int) []float32 {
+	l.x = x
+	l.y = kernel.Grow(l.y, n*l.out)
+	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.Value.Data, l.in, 0, l.y, l.out, l.bias.Value.Data)
+	return l.y
+}
+
+// backward adds dL/dW = dyᵀ·x and dL/db = Σ_rows dy into the gradients and, when dx is not nil,
+// dL/dx = dy·W into dx [n, in], given dy = dL/dy [n, out] of the last forward.
+func (l *linear) backward(r *runner, dy, dx []float32, n int) {
+	r.gemmAcc(l.out, l.in, n, dy, l.x, l.weight.Grad.Data)
+	sumRows(r, dy, n, l.out, l.bias.Grad.Data)
+	if dx != nil {
+		r.gemm(false, false, n, l.in, l.out, dy, l.out, l.weight.Value.Data, l.in, 1, dx, l.in, nil)
+	}
+}
+
+// sumRows adds the n rows of x [n, width] into dst [width], in tasks of gemmCols columns, each
+// summing its rows in order.
+func sumRows(r *runner, x []float32, n, width int, dst []float32) {
+	r.rows(width, gemmCols, func(_, _, j0, j1 int) {
+		for i := range n {
+			kernel.Axpy(1, x[i*width+j0:i*width+j1], dst[j0:j1])
+		}
+	})
+}

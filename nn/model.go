@@ -1,0 +1,290 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/parallel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// Model is a causal transformer decoder (see Config) with explicit forward and backward passes.
+// Its parameters use the names and layouts of the PyTorch module in testdata/torch_model.py, so
+// a state dict moves between the two as is.
+//
+// A Model holds the state of its last Forward, Loss and Backward: it is not safe for concurrent
+// use. Run one model per goroutine.
+type Model struct {
+	cfg    Config
+	params []*Param
+	emb    *embedding
+	blocks []*block
+	lnF    *layerNorm // pre-norm only
+	head   *linear
+	r      runner
+
+	b, t    int       // the last forward's batch and length; 0 before the first
+	tokens  []int     // a copy of its tokens
+	logits  []float32 // [B·T, Vocab]
+	dlogits []float32 // dL/dlogits of the last Loss
+	kept    bool      // the last forward kept the attention weights
+	state   state
+	scr     scratch
+	dx, dy  []float32 // the residual stream's gradient, [B·T, d], alternating between blocks
+}
+
+// state says which call may come next.
+type state int
+
+const (
+	stateFresh   state = iota // no forward yet, or the last one failed
+	stateForward              // Forward ran: Loss may follow
+	stateLoss                 // Loss ran: Backward may follow
+)
+
+// RunOptions are the per-call options of Forward. The zero value (or nil) is evaluation mode
+// on GOMAXPROCS goroutines.
+type RunOptions struct {
+	// Training turns attention dropout (Config.Dropout) on.
+	Training bool
+	// Seed seeds the dropout masks; vary it from step to step. Each layer derives its own.
+	Seed uint64
+	// KeepWeights keeps every layer's attention weights, per head, for Weights.
+	KeepWeights bool
+	// Workers bounds the goroutines the passes run on; 0 means GOMAXPROCS. Results do not
+	// depend on it.
+	Workers int
+}
+
+// NewModel returns a model for cfg with parameters initialised as PyTorch initialises the
+// matching module (nn.Embedding N(0, 1), nn.Linear U(±1/√in) for weight and bias, LayerNorm 1
+// and 0, nn.MultiheadAttention's own scheme), drawn from cfg.Seed; the values differ from
+// PyTorch's because the generators differ. An FFN of 0 without AttnOnly becomes 4·DModel, as
+// Config() then reports. It returns an error wrapping ErrConfig when cfg is invalid.
+func NewModel(cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m := &Model{cfg: cfg, r: runner{pool: new(parallel.Pool)}}
+	runtime.AddCleanup(m, (*parallel.Pool).Close, m.r.pool)
+	rng := tensor.NewRNG(cfg.Seed)
+	ps := make(params)
+	for _, s := range cfg.layout() {
+		p := s.newParam(rng)
+		m.params = append(m.params, p)
+		ps[p.Name] = p
+	}
+	m.emb = newEmbedding(ps, cfg)
+	for l := range cfg.Layers {
+		b, err := newBlock(ps, cfg, l, mix(cfg.Seed, uint64(l)))
+		if err != nil {
+			return nil, err
+		}
+		m.blocks = append(m.blocks, b)
+	}
+	if cfg.Norm == PreNorm {
+		m.lnF = newLayerNorm(ps, "ln_f")
+	}
+	m.head = newLinear(ps, "head")
+	return m, nil
+}
+
+// mix derives a seed from seed and i (the splitmix64 finaliser of their combination), so that
+// layers get independent streams.
+func mix(seed, i uint64) uint64 {
+	z := seed + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// Config returns the model's configuration, with FFN resolved.
+func (m *Model) Config() Config { return m.cfg }
+
+// Params returns the model's parameters in a fixed order (PyTorch's named_parameters order).
+// The Params are the model's own: an optimizer updates them in place.
+func (m *Model) Params() []*Param { return slices.Clone(m.params) }
+
+// NumParams returns the number of scalar parameters.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, p := range m.params {
+		n += len(p.Value.Data)
+	}
+	return n
+}
+
+// Forward runs the model on tokens [B, T] (row-major, len b·t) and returns the logits
+// [B, T, Vocab], whose storage is the model's and is overwritten by the next Forward. The model
+// keeps a copy of the tokens and what Backward needs. It returns an error, leaving no forward
+// for Loss, when b or t is not positive, t > SeqLen, len(tokens) ≠ b·t, or a token is outside
+// [0, Vocab).
+func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
+	m.state = stateFresh
+	if opt == nil {
+		opt = new(RunOptions)
+	}
+	c := m.cfg
+	switch {
+	case b <= 0 || t <= 0:
+		return nil, fmt.Errorf("nn: batch %d and length %d, want both > 0", b, t)
+	case t > c.SeqLen:
+		return nil, fmt.Errorf("nn: length %d is more than the model's seq_len %d", t, c.SeqLen)
+	case len(tokens) != b*t:
+		return nil, fmt.Errorf("nn: %d tokens for batch %d × length %d, want %d", len(tokens), b, t, b*t)
+	}
+	for i, tok := range tokens {
+		if tok < 0 || tok >= c.Vocab {
+			return nil, fmt.Errorf("nn: token %d at position %d (batch %d, step %d) is outside [0, %d)", tok, i, i/t, i%t, c.Vocab)
+		}
+	}
+	m.r.setWorkers(opt.Workers)
+	m.b, m.t = b, t
+	m.tokens = append(m.tokens[:0], tokens...)
+	x := m.emb.forward(m.tokens, b, t)
+	mo := mha.Options{Causal: true, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: m.r.workers}
+	for l, blk := range m.blocks {
+		mo.DropoutSeed = mix(opt.Seed, uint64(l))
+		var err error
+		if x, err = blk.forward(&m.r, x, b, t, &mo); err != nil {
+			return nil, fmt.Errorf("nn: block %d: %w", l, err)
+		}
+	}
+	if m.lnF != nil {
+		x = m.lnF.forward(&m.r, x, b*t)
+	}
+	m.logits = m.head.forward(&m.r, x, b*t)
+	m.kept = opt.KeepWeights
+	m.state = stateForward
+	return &tensor.Tensor{Shape: []int{b, t, c.Vocab}, Data: m.logits}, nil
+}
+
+// Weights returns the attention weights of block layer from the last Forward, [B, H, T, T]
+// after dropout, or nil when that Forward did not keep them or there is no such layer. The
+// storage is the model's, overwritten by the next Forward.
+func (m *Model) Weights(layer int) *tensor.Tensor {
+	if !m.kept || m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	return m.blocks[layer].res.Weights
+}
+
+// Loss computes the softmax cross-entropy of the last Forward's logits against targets [B, T],
+// averaged over the scored positions (scored [B, T], or nil for all), and dL/dlogits for
+// Backward. It returns the mean loss, the number of scored positions whose largest logit is the
+// target (the first, on ties), and the number scored. Targets of unscored positions are not
+// read. It returns an error when no Forward preceded it, when a length differs from B·T, when a
+// scored target is outside [0, Vocab), or when no position is scored.
+func (m *Model) Loss(targets []int, scored []bool) (loss float64, correct, counted int, err error) {
+	if m.state == stateFresh {
+		return 0, 0, 0, errors.New("nn: Loss needs a Forward first")
+	}
+	n, v := m.b*m.t, m.cfg.Vocab
+	if len(targets) != n {
+		return 0, 0, 0, fmt.Errorf("nn: %d targets for the forward's %d positions", len(targets), n)
+	}
+	if scored != nil && len(scored) != n {
+		return 0, 0, 0, fmt.Errorf("nn: scored mask of %d values for the forward's %d positions", len(scored), n)
+	}
+	for i, tgt := range targets {
+		if (scored == nil || scored[i]) && (tgt < 0 || tgt >= v) {
+			return 0, 0, 0, fmt.Errorf("nn: target %d at position %d is outside [0, %d)", tgt, i, v)
+		}
+	}
+	m.dlogits = kernel.Grow(m.dlogits, n*v)
+	loss, correct, counted = crossEntropy(&m.r, m.logits, v, targets, scored, m.dlogits)
+	if counted == 0 {
+		return 0, 0, 0, errors.New("nn: no position is scored")
+	}
+	m.state = stateLoss
+	return loss, correct, counted, nil
+}
+
+// Backward adds the gradient of the last Loss with respect to every parameter into its Grad
+// (clear them with ZeroGrads between steps). It may run once per Loss; it returns an error when
+// no Loss precedes it.
+func (m *Model) Backward() error {
+	if m.state != stateLoss {
+		return errors.New("nn: Backward needs a Forward and a Loss first")
+	}
+	m.state = stateForward
+	n, d := m.b*m.t, m.cfg.DModel
+	dy, dx := zeroed(&m.dy, n*d), zeroed(&m.dx, n*d)
+	m.head.backward(&m.r, m.dlogits, dy, n)
+	if m.lnF != nil {
+		m.lnF.backward(&m.r, dy, dx, n)
+		dy, dx = dx, dy
+	}
+	for l := len(m.blocks) - 1; l >= 0; l-- {
+		if err := m.blocks[l].backward(&m.r, dy, dx, n, &m.scr); err != nil {
+			return fmt.Errorf("nn: block %d: %w", l, err)
+		}
+		dy, dx = dx, dy
+	}
+	m.emb.backward(dy, m.t)
+	return nil
+}
+
+// LoadStateDict copies sd's tensors into the model's parameters, strictly: every parameter must
+// be present with its exact shape, and no other name may appear. On error, which names the
+// tensor and both shapes, the model is unchanged.
+func (m *Model) LoadStateDict(sd map[string]*tensor.Tensor) error {
+	shapes := make(map[string][]int, len(sd))
+	for name, t := range sd {
+		if t == nil {
+			return fmt.Errorf("nn: state dict tensor %q is nil", name)
+		}
+		if n, err := tensor.NumElements(t.Shape); err != nil || n != len(t.Data) {
+			return fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(t.Data), t.Shape)
+		}
+		shapes[name] = t.Shape
+	}
+	if err := checkShapes(m.cfg.layout(), shapes); err != nil {
+		return err
+	}
+	for _, p := range m.params {
+		copy(p.Value.Data, sd[p.Name].Data)
+	}
+	return nil
+}
+
+// StateDict returns the parameters' values by name. The tensors are the model's own.
+func (m *Model) StateDict() map[string]*tensor.Tensor {
+	sd := make(map[string]*tensor.Tensor, len(m.params))
+	for _, p := range m.params {
+		sd[p.Name] = p.Value
+	}
+	return sd
+}
+
+// checkShapes returns an error unless have holds exactly the parameters of layout, each with its
+// shape.
+func checkShapes(layout []paramSpec, have map[string][]int) error {
+	for _, s := range layout {
+		shape, ok := have[s.name]
+		if !ok {
+			return fmt.Errorf("nn: missing parameter %q %v", s.name, s.shape)
+		}
+		if !slices.Equal(shape, s.shape) {
+			return fmt.Errorf("nn: parameter %q is %v, want %v", s.name, shape, s.shape)
+		}
+	}
+	if len(have) != len(layout) {
+		known := make(map[string]bool, len(layout))
+		for _, s := range layout {
+			known[s.name] = true
+		}
+		for _, name := range slices.Sorted(maps.Keys(have)) {
+			if !known[name] {
+				return fmt.Errorf("nn: unexpected tensor %q %v: the model has no such parameter", name, have[name])
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,373 @@
+package nn
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+func testConfig() Config {
+	return Config{Vocab: 11, SeqLen: 8, DModel: 8, Heads: 2, Layers: 2, Norm: PreNorm, Positions: Learned, Seed: 1}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Vocab = 0 }, "vocab is 0, want a value in [1, 65536]"},
+		{func(c *Config) { c.SeqLen = MaxDim + 1 }, "seq_len is 65537, want a value in [1, 65536]"},
+		{func(c *Config) { c.DModel = -1 }, "d_model is -1"},
+		{func(c *Config) { c.Heads = 3 }, "d_model 8 is not divisible by heads 3"},
+		{func(c *Config) { c.Layers = 0 }, "layers is 0, want a value in [1, 1024]"},
+		{func(c *Config) { c.AttnOnly, c.FFN = true, 16 }, "ffn is 16 with attn_only, want 0"},
+		{func(c *Config) { c.FFN = -1 }, "ffn is -1, want a value in [1, 65536] (or 0 for 4·d_model)"},
+		{func(c *Config) { c.Norm = "" }, `norm is "", want "post" or "pre"`},
+		{func(c *Config) { c.Positions = "rope" }, `positions is "rope", want "sinusoidal" or "learned"`},
+		{func(c *Config) { c.Dropout = 1 }, "dropout is 1, want a probability in [0, 1)"},
+		{func(c *Config) { c.Dropout = math.NaN() }, "dropout is NaN"},
+		{func(c *Config) { c.DModel, c.Heads = 20000, 1 }, "the default ffn 4·d_model = 80000 is larger than 65536"},
+	} {
+		cfg := testConfig()
+		c.edit(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", cfg, err, c.want)
+		}
+		if _, err := NewModel(cfg); err == nil {
+			t.Errorf("NewModel accepted %+v", cfg)
+		}
+	}
+	if err := testConfig().Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	want := testConfig()
+	want.Dropout, want.Seed = 0.125, math.MaxUint64
+	data, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseConfig(data); err != nil || got != want {
+		t.Errorf("ParseConfig(%s) = %+v, %v", data, got, err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"vocab":11,"bogus":1}`, `unknown field "bogus"`},
+		{string(data) + ` {}`, "data after its JSON object"},
+		{`{"vocab":"11"}`, "cannot unmarshal string"},
+		{`{"vocab":1e400}`, "cannot unmarshal number"},
+		{``, "not a JSON object"},
+		{`null`, "vocab is 0"},
+		{`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"mid","positions":"learned"}`, `norm is "mid"`},
+	} {
+		if _, err := ParseConfig([]byte(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseConfig(%q): %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+// FuzzParseConfig checks that ParseConfig never panics, that what it accepts is valid, and that
+// an accepted config survives a JSON round trip unchanged.
+func FuzzParseConfig(f *testing.F) {
+	data, _ := json.Marshal(testConfig())
+	f.Add(data)
+	f.Add([]byte(`{"vocab":3,"seq_len":2,"d_model":4,"heads":4,"layers":1,"attn_only":true,"norm":"post","positions":"sinusoidal","dropout":0.5}`))
+	f.Add([]byte(`{"vocab":1e3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted an invalid config: %v", err)
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c2, err := ParseConfig(again); err != nil || c2 != c {
+			t.Fatalf("round trip of %+v gave %+v, %v", c, c2, err)
+		}
+	})
+}
+
+// TestParams checks the parameter count against its closed form, the names, and which
+// parameters are excluded from weight decay.
+func TestParams(t *testing.T) {
+	for _, cfg := range []Config{
+		testConfig(),
+		{Vocab: 5, SeqLen: 4, DModel: 6, Heads: 3, Layers: 3, FFN: 10, Norm: PostNorm, Positions: Sinusoidal},
+		{Vocab: 5, SeqLen: 4, DModel: 6, Heads: 3, Layers: 1, AttnOnly: true, Norm: PostNorm, Positions: Learned},
+	} {
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := m.Config()
+		if cfg.FFN == 0 && !cfg.AttnOnly && c.FFN != 4*cfg.DModel {
+			t.Errorf("Config().FFN = %d, want 4·d_model = %d", c.FFN, 4*cfg.DModel)
+		}
+		v, d, f, s := c.Vocab, c.DModel, c.FFN, c.SeqLen
+		block := 2*d + 4*d*d + 4*d // ln1, attention
+		if !c.AttnOnly {
+			block += 2*d + d*f + f + f*d + d // ln2, fc1, fc2
+		}
+		want := v*d + c.Layers*block + d*v + v
+		if c.Positions == Learned {
+			want += s * d
+		}
+		if c.Norm == PreNorm {
+			want += 2 * d
+		}
+		if m.NumParams() != want {
+			t.Errorf("%+v: %d parameters, want %d", c, m.NumParams(), want)
+		}
+		for _, p := range m.Params() {
+			decay := strings.HasSuffix(p.Name, "proj_weight") || strings.HasSuffix(p.Name, "proj.weight") ||
+				strings.HasSuffix(p.Name, "fc1.weight") || strings.HasSuffix(p.Name, "fc2.weight") || p.Name == "head.weight"
+			if p.NoDecay == decay {
+				t.Errorf("%s: NoDecay %v", p.Name, p.NoDecay)
+			}
+			if !slices.Equal(p.Value.Shape, p.Grad.Shape) {
+				t.Errorf("%s: value %v, grad %v", p.Name, p.Value.Shape, p.Grad.Shape)
+			}
+		}
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	m, err := NewModel(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := m.Loss(make([]int, 4), nil); err == nil || !strings.Contains(err.Error(), "needs a Forward") {
+		t.Errorf("Loss before Forward: %v", err)
+	}
+	if err := m.Backward(); err == nil || !strings.Contains(err.Error(), "needs a Forward and a Loss") {
+		t.Errorf("Backward before Loss: %v", err)
+	}
+	for _, c := range []struct {
+		tokens []int
+		b, t   int
+		want   string
+	}{
+		{make([]int, 4), 0, 4, "batch 0 and length 4, want both > 0"},
+		{make([]int, 9), 1, 9, "length 9 is more than the model's seq_len 8"},
+		{make([]int, 5), 2, 3, "5 tokens for batch 2 × length 3, want 6"},
+		{[]int{0, 1, 11, 2}, 2, 2, "token 11 at position 2 (batch 1, step 0) is outside [0, 11)"},
+		{[]int{0, -1}, 1, 2, "token -1 at position 1"},
+	} {
+		if _, err := m.Forward(c.tokens, c.b, c.t, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Forward(%v, %d, %d): %v, want %q", c.tokens, c.b, c.t, err, c.want)
+		}
+	}
+	if _, _, _, err := m.Loss(make([]int, 4), nil); err == nil {
+		t.Error("Loss after a failed Forward succeeded")
+	}
+	if _, err := m.Forward([]int{1, 2, 3, 4}, 2, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		targets []int
+		scored  []bool
+		want    string
+	}{
+		{[]int{1, 2, 3}, nil, "3 targets for the forward's 4 positions"},
+		{[]int{1, 2, 3, 4}, []bool{true}, "scored mask of 1 values for the forward's 4 positions"},
+		{[]int{1, 2, 11, 4}, nil, "target 11 at position 2 is outside [0, 11)"},
+		{[]int{1, 2, 3, 4}, make([]bool, 4), "no position is scored"},
+	} {
+		if _, _, _, err := m.Loss(c.targets, c.scored); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Loss(%v, %v): %v, want %q", c.targets, c.scored, err, c.want)
+		}
+	}
+	if _, _, _, err := m.Loss([]int{1, 2, -1, 4}, []bool{true, true, false, true}); err != nil {
+		t.Errorf("an unscored target of -1: %v", err)
+	}
+	if err := m.Backward(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Backward(); err == nil {
+		t.Error("a second Backward for one Loss succeeded")
+	}
+}
+
+// TestWeights checks the kept attention weights: [B, H, T, T], causal, rows summing to 1; and
+// that the backward through them (mha's dense path) gives the gradients of the tiled path.
+func TestWeights(t *testing.T) {
+	cfg := testConfig()
+	tokens, targets := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, []int{2, 3, 4, 5, 6, 7, 8, 9, 10, 0}
+	var grads [][]float32
+	for _, keep := range []bool{false, true} {
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(tokens, 2, 5, &RunOptions{KeepWeights: keep}); err != nil {
+			t.Fatal(err)
+		}
+		for l := range cfg.Layers {
+			w := m.Weights(l)
+			if !keep {
+				if w != nil {
+					t.Errorf("layer %d: weights without KeepWeights", l)
+				}
+				continue
+			}
+			if !slices.Equal(w.Shape, []int{2, cfg.Heads, 5, 5}) {
+				t.Fatalf("layer %d: weights %v, want [2 %d 5 5]", l, w.Shape, cfg.Heads)
+			}
+			for row := range len(w.Data) / 5 {
+				i, sum := row%5, 0.0
+				for j, x := range w.Data[row*5 : row*5+5] {
+					if j > i && x != 0 {
+						t.Errorf("layer %d: query %d attends key %d", l, i, j)
+					}
+					sum += float64(x)
+				}
+				if math.Abs(sum-1) > 1e-6 {
+					t.Errorf("layer %d: row %d sums to %v", l, row, sum)
+				}
+			}
+		}
+		if m.Weights(-1) != nil || m.Weights(cfg.Layers) != nil {
+			t.Error("weights of a layer that does not exist")
+		}
+		if _, _, _, err := m.Loss(targets, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(); err != nil {
+			t.Fatal(err)
+		}
+		var all []float32
+		for _, p := range m.Params() {
+			all = append(all, p.Grad.Data...)
+		}
+		grads = append(grads, all)
+	}
+	if e := tensor.RelError(grads[1], f64(grads[0])); e > 1e-6 {
+		t.Errorf("gradients with kept weights differ from the tiled path's by %.3g", e)
+	}
+}
+
+// TestDropoutGradient checks the model's gradient in training mode with attention dropout
+// against float32 finite differences of the loss under the same dropout seed, for coordinates
+// of parameters below, inside and above the attention.
+func TestDropoutGradient(t *testing.T) {
+	cfg := testConfig()
+	cfg.Dropout = 0.3
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7}
+	targets := []int{1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9}
+	opt := &RunOptions{Training: true, Seed: 7}
+	loss := func() float64 {
+		if _, err := m.Forward(tokens, 2, 7, opt); err != nil {
+			t.Fatal(err)
+		}
+		l, _, _, err := m.Loss(targets, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	trained := loss()
+	if err := m.Backward(); err != nil {
+		t.Fatal(err)
+	}
+	opt.Training = false
+	if eval := loss(); eval == trained {
+		t.Fatalf("dropout changed nothing: loss %v in training and in evaluation", eval)
+	}
+	opt.Training = true
+	var fd, an []float64
+	for _, p := range m.Params() {
+		if !strings.Contains(p.Name, "blocks.0.attn.in_proj") && p.Name != "tok_emb.weight" && p.Name != "blocks.1.ffn.fc1.weight" {
+			continue
+		}
+		for i := 0; i < len(p.Value.Data); i += 7 {
+			old := p.Value.Data[i]
+			const h = 1e-2
+			p.Value.Data[i] = old + h
+			up := loss()
+			p.Value.Data[i] = old - h
+			down := loss()
+			p.Value.Data[i] = old
+			fd = append(fd, (up-down)/(2*h))
+			an = append(an, float64(p.Grad.Data[i]))
+		}
+	}
+	e := tensor.RelError(an, fd)
+	t.Logf("gradient relative error %.3g against finite differences (%d coordinates)", e, len(fd))
+	if e > 1e-3 {
+		t.Errorf("gradient relative error %.3g against finite differences (%d coordinates)", e, len(fd))
+	}
+}
+
+// trainSteps trains a fresh model for cfg with AdamW for the given steps on a fixed stream of
+// batches [8, 16] (640 rows per pass with B = 40: several tasks in every loop), in training
+// mode with a new dropout seed per step.
+func trainSteps(t *testing.T, cfg Config, workers, steps int) (*Model, *AdamW) {
+	t.Helper()
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := NewAdamW(m.Params(), AdamWConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const b, n = 40, 16
+	rng := tensor.NewRNG(99)
+	tokens, targets := make([]int, b*n), make([]int, b*n)
+	for step := range steps {
+		for i := range tokens {
+			tokens[i] = int(rng.Float64() * float64(cfg.Vocab))
+		}
+		for i := range targets {
+			targets[i] = tokens[i-i%n] // the first token of the sequence
+		}
+		if _, err := m.Forward(tokens, b, n, &RunOptions{Training: true, Seed: uint64(step) + 1, Workers: workers}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := m.Loss(targets, nil); err != nil {
+			t.Fatal(err)
+		}
+		ZeroGrads(m.Params())
+		if err := m.Backward(); err != nil {
+			t.Fatal(err)
+		}
+		if err := opt.Step(1e-2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m, opt
+}
+
+// TestTrainingIsDeterministic trains two fresh models with the same seed for 3 steps, with 1
+// and with 2 workers, and wants the same parameters bit for bit, different from the initial ones.
+func TestTrainingIsDeterministic(t *testing.T) {
+	for _, norm := range []string{PreNorm, PostNorm} {
+		cfg := Config{Vocab: 13, SeqLen: 16, DModel: 16, Heads: 2, Layers: 2, Norm: norm, Positions: Learned, Dropout: 0.1, Seed: 5}
+		a, _ := trainSteps(t, cfg, 1, 3)
+		b, _ := trainSteps(t, cfg, 2, 3)
+		init, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range a.Params() {
+			sameBits(t, p.Name, p.Value.Data, b.Params()[i].Value.Data)
+			if slices.Equal(p.Value.Data, init.Params()[i].Value.Data) {
+				t.Errorf("%s: %s did not change in training", norm, p.Name)
+			}
+		}
+	}
+}
