@@ -4,8 +4,9 @@
 // A Task makes batches of B sequences of length T. Tokens[b, t] is the model's input and
 // Targets[b, t] what it must predict at position t having read Tokens[b, 0..t]; Scored[b, t] says
 // whether position t counts for loss and accuracy; Attn[b, t, :] is the ground-truth attention D,
-// the distribution over key positions ≤ t that a correct model reads to make that prediction. D's
-// row is all zero exactly where the position is not scored. Targets holds a valid token id at every
+// 1 at each key position ≤ t that a correct model reads to make that prediction (several where
+// the answer sits at each of them, or needs all of them) and 0 elsewhere. D's row is all zero
+// exactly where the position is not scored. Targets holds a valid token id at every
 // position, but only scored ones mean anything.
 //
 // Sequence i of a batch depends only on the seed and i: it is drawn from a ChaCha8 generator keyed
@@ -22,28 +23,28 @@
 //
 // # induction
 //
-// Repeated random tokens, after Olsson et al. (2022). Position 0 holds BOS (id Vocab−2), positions
-// 1…n hold n distinct content tokens x_0 … x_{n−1} drawn from [0, Vocab−2), positions n+1…2n
-// repeat them, and PAD (id Vocab−1) fills the rest. Targets are the next token. Scored are the
-// repeated positions whose next token is repeated too, t = n+1 … 2n−1, where the target is
-// x_{t−n} and D[t, t−n+1] = 1: the token after the earlier occurrence of the current token (which
-// occurs once before, as the x are distinct). The first half is not scored: its next token is
-// random. The last repeated token x_{n−1} is the target at 2n−1 and, when 2n = T, lies just past
-// the input.
+// Repeated random tokens, after Olsson et al. (2022). Position 0 holds BOS (id Vocab−1); from
+// position 1 on, a block of n distinct content tokens x_0 … x_{n−1} drawn from [0, Vocab−1)
+// repeats to the end of the sequence, so position p ≥ 1 holds x_{(p−1) mod n}. Targets are the
+// next token. Scored are the positions whose token was seen before, t = n+1 … T−1: the target is
+// the token that followed it, and D[t, j] = 1 at every earlier j = t−n+1, t−2n+1, … ≥ 2, the
+// positions right after the earlier occurrences of the current token. The first copy is not
+// scored: its next token is random.
 //
-// n is drawn per sequence, uniformly from max(2, ⌈m/2⌉) … m with m = ⌊SeqLen/2⌋, so the copy's
-// offset varies: only matching content (a previous-token head feeding an induction head) solves
-// the task, not attending a fixed distance back. BOS gives heads with nothing to do a place to
-// rest, as in Olsson et al.'s repeated random tokens; padding comes after every scored position,
-// so a causal model never sees it before a prediction. Defaults: SeqLen 32 (n from 8 to 16),
-// Vocab max(32, m+2); Vocab must leave at least m content tokens.
+// n is drawn per sequence, uniformly from max(2, ⌈m/2⌉) … m with m = max(2, ⌊SeqLen/3⌋), so
+// there are at least three copies and the copy's offset varies: only matching content (a
+// previous-token head feeding an induction head) solves the task, not attending a fixed distance
+// back. Every copy but the last is read by the copies after it, so a previous-token head has work
+// at every position. BOS gives heads with nothing to do a place to rest, as in Olsson et al.'s
+// repeated random tokens. Defaults: SeqLen 32 (n from 5 to 10), Vocab max(32, m+1); Vocab must
+// leave at least m content tokens.
 //
 // # sort
 //
 // With n = SeqLen/2: positions 0…n−1 hold x_0 … x_{n−1} uniform over [0, Vocab−1), position n
 // holds the separator SEP (id Vocab−1), positions n+1…2n−1 hold the sorted values s_0 … s_{n−2}
 // (ascending, duplicates kept); s_{n−1} is only a target. Targets are the next token: at t = n+i
-// the target is s_i, scored for t = n … 2n−1. D[n+i, j] = 1/c for each of the c input positions
+// the target is s_i, scored for t = n … 2n−1. D[n+i, j] = 1 for each of the input positions
 // j < n with x_j = s_i. SeqLen must be even. Defaults: SeqLen 16, Vocab 11 (values 0–9 and SEP).
 //
 // # brackets
@@ -62,6 +63,6 @@
 //
 // Modular addition, after Power et al. (2022) and Nanda et al. (2023). Tokens are a, b and "="
 // (id p) with a and b uniform over [0, p) and p = Vocab−1 prime; the target at position 2 is
-// (a+b) mod p, scored only there, and D[2, 0] = D[2, 1] = ½. Pairs are drawn with replacement
+// (a+b) mod p, scored only there, and D[2, 0] = D[2, 1] = 1. Pairs are drawn with replacement
 // from all p² of them, so no pair is held out. SeqLen is 3. Defaults: Vocab 54 (p = 53).
 package tasks

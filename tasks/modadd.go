@@ -33,8 +33,8 @@ func newModAdd(cfg Config) (*task, error) {
 		fill: func(r *rand.Rand, s sequence) {
 			a, b := r.IntN(p), r.IntN(p)
 			s.shift([]int{a, b, p, (a + b) % p})
-			s.attend(2, 0, 0.5)
-			s.attend(2, 1, 0.5)
+			s.attend(2, 0, 1)
+			s.attend(2, 1, 1)
 		},
 	}, nil
 }

@@ -41,24 +41,12 @@ func newSort(cfg Config) (*task, error) {
 			text = append(append(text, sep), sorted...)
 			s.shift(text)
 			for i, want := range sorted {
-				c := float32(countOf(values, want))
 				for j, x := range values {
 					if x == want {
-						s.attend(half+i, j, 1/c)
+						s.attend(half+i, j, 1)
 					}
 				}
 			}
 		},
 	}, nil
-}
-
-// countOf returns how many elements of xs equal x.
-func countOf(xs []int, x int) int {
-	c := 0
-	for _, y := range xs {
-		if y == x {
-			c++
-		}
-	}
-	return c
 }

@@ -26,9 +26,10 @@ type Batch struct {
 	Targets []int
 	// Scored [B, T] marks the positions that count for loss and accuracy.
 	Scored []bool
-	// Attn [B, T, T] is the ground-truth attention D: row (b, t) is the distribution over key
-	// positions ≤ t that query t should attend (it sums to 1) where Scored[b, t], and all zero
-	// elsewhere.
+	// Attn [B, T, T] is the ground-truth attention D: row (b, t) holds 1 at each key position
+	// ≤ t that query t should attend where Scored[b, t] (several where the answer sits at each
+	// of them, or needs all of them), and is all zero elsewhere. The fraction of a head's
+	// attention that falls on the 1s is its ground-truth score.
 	Attn []float32
 }
 

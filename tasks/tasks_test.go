@@ -49,8 +49,8 @@ func sequences(b Batch) []seq {
 	return out
 }
 
-// checkShape checks what every task promises: sizes, ids in range, and D rows that are causal
-// distributions where scored and zero elsewhere.
+// checkShape checks what every task promises: sizes, ids in range, and D rows of causal 0/1
+// marks, some where scored and none elsewhere.
 func checkShape(tk Task, b Batch) error {
 	n, v := tk.SeqLen(), tk.Vocab()
 	if b.T != n || len(b.Tokens) != b.B*n || len(b.Targets) != b.B*n || len(b.Scored) != b.B*n || len(b.Attn) != b.B*n*n {
@@ -62,15 +62,17 @@ func checkShape(tk Task, b Batch) error {
 			if x, y := s.tokens[t], s.targets[t]; x < 0 || x >= v || y < 0 || y >= v {
 				return fmt.Errorf("sequence %d position %d: token %d, target %d, want ids in [0, %d)", i, t, x, y, v)
 			}
-			sum := 0.0
+			marked := 0
 			for k, w := range s.row(t) {
-				if w < 0 || k > t && w != 0 {
-					return fmt.Errorf("sequence %d: D[%d, %d] = %v, want ≥ 0 and 0 past the query", i, t, k, w)
+				if w != 0 && w != 1 || k > t && w != 0 {
+					return fmt.Errorf("sequence %d: D[%d, %d] = %v, want 0 or 1, and 0 past the query", i, t, k, w)
 				}
-				sum += float64(w)
+				if w == 1 {
+					marked++
+				}
 			}
-			if want := map[bool]float64{true: 1, false: 0}[s.scored[t]]; math.Abs(sum-want) > 1e-6 {
-				return fmt.Errorf("sequence %d: D row %d sums to %v with scored %v, want %v", i, t, sum, s.scored[t], want)
+			if (marked > 0) != s.scored[t] {
+				return fmt.Errorf("sequence %d: D row %d marks %d keys with scored %v, want some exactly where scored", i, t, marked, s.scored[t])
 			}
 		}
 	}
@@ -103,48 +105,40 @@ var checkers = map[string]func(tk Task, cfg Config, s seq) error{
 		return nil
 	},
 	"induction": func(tk Task, _ Config, s seq) error {
-		bos, pad, T := tk.Vocab()-2, tk.Vocab()-1, len(s.tokens)
+		bos, T := tk.Vocab()-1, len(s.tokens)
 		if s.tokens[0] != bos {
 			return fmt.Errorf("tokens start %v, want BOS %d", s.tokens[0], bos)
 		}
-		n := 0 // length of the first copy: the first repeat is at n+1
+		n := 0 // length of one copy: the first repeat is at n+1
 		for p := 2; p < T && n == 0; p++ {
 			if slices.Contains(s.tokens[1:p], s.tokens[p]) {
 				n = p - 1
 			}
 		}
-		if n < 2 {
-			return fmt.Errorf("tokens %v: no repeat after a first copy of at least 2", s.tokens)
+		if n < 2 || 3*n > T+1 && n > 2 {
+			return fmt.Errorf("tokens %v: copies of %d, want at least 2 tokens and three copies", s.tokens, n)
 		}
 		for t := 1; t < T; t++ {
-			switch x := s.tokens[t]; {
-			case t <= n && x >= bos:
-				return fmt.Errorf("first copy holds %d at %d, want a content token below %d", x, t, bos)
-			case t > n && t <= 2*n && x != s.tokens[t-n]:
-				return fmt.Errorf("repeat holds %d at %d, want %d", x, t, s.tokens[t-n])
-			case t > 2*n && x != pad:
-				return fmt.Errorf("position %d past the repeat holds %d, want PAD %d", t, x, pad)
+			if x := s.tokens[t]; x >= bos || t > n && x != s.tokens[t-n] {
+				return fmt.Errorf("position %d holds %d, want a content token repeating every %d", t, x, n)
 			}
 			if t+1 < T && s.targets[t] != s.tokens[t+1] {
 				return fmt.Errorf("target at %d is %d, want the next token %d", t, s.targets[t], s.tokens[t+1])
 			}
-			if want := t > n && t < 2*n; s.scored[t] != want {
-				return fmt.Errorf("first copy of %d: position %d scored %v, want %v", n, t, s.scored[t], want)
+			if s.scored[t] != (t > n) {
+				return fmt.Errorf("copies of %d: position %d scored %v, want %v", n, t, s.scored[t], t > n)
 			}
 			if !s.scored[t] {
 				continue
 			}
-			var earlier []int // earlier occurrences of the current token
-			for j := range t {
-				if s.tokens[j] == s.tokens[t] {
-					earlier = append(earlier, j)
+			for j, w := range s.row(t) { // D marks the keys right after earlier copies of the token
+				after := j >= 2 && j <= t && s.tokens[j-1] == s.tokens[t]
+				if (w == 1) != after {
+					return fmt.Errorf("position %d: D %v, want 1 exactly after the earlier copies of token %d", t, s.row(t), s.tokens[t])
 				}
-			}
-			if len(earlier) != 1 {
-				return fmt.Errorf("token %d at %d occurs earlier at %v, want once", s.tokens[t], t, earlier)
-			}
-			if j := earlier[0]; s.targets[t] != s.tokens[j+1] || !oneHot(s.row(t), j+1) {
-				return fmt.Errorf("position %d: target %d, D %v; want token %d and D on %d", t, s.targets[t], s.row(t), s.tokens[j+1], j+1)
+				if after && s.targets[t] != s.tokens[j] {
+					return fmt.Errorf("position %d: target %d, but %d follows the earlier copy at %d", t, s.targets[t], s.tokens[j], j-1)
+				}
 			}
 		}
 		return nil
@@ -180,11 +174,11 @@ var checkers = map[string]func(tk Task, cfg Config, s seq) error{
 				return fmt.Errorf("position %d: target %d, want %d", t, s.targets[t], want)
 			}
 			for j, w := range s.row(t) {
-				var d float64
+				var d float32
 				if j < n && s.tokens[j] == want {
-					d = 1 / float64(counts[want])
+					d = 1
 				}
-				if math.Abs(float64(w)-d) > 1e-7 {
+				if w != d {
 					return fmt.Errorf("D[%d, %d] = %v, want %v", t, j, w, d)
 				}
 			}
@@ -234,8 +228,8 @@ var checkers = map[string]func(tk Task, cfg Config, s seq) error{
 			}
 		}
 		if !slices.Equal(s.scored, []bool{false, false, true}) || s.targets[2] != sum ||
-			!slices.Equal(s.row(2), []float32{0.5, 0.5, 0}) {
-			return fmt.Errorf("scored %v, target %d, D %v; want position 2 only, %d, [0.5 0.5 0]", s.scored, s.targets[2], s.row(2), sum)
+			!slices.Equal(s.row(2), []float32{1, 1, 0}) {
+			return fmt.Errorf("scored %v, target %d, D %v; want position 2 only, %d, [1 1 0]", s.scored, s.targets[2], s.row(2), sum)
 		}
 		return nil
 	},
@@ -405,19 +399,19 @@ func TestInductionOffsetsVary(t *testing.T) {
 		first := slices.Index(s.scored, true) // n+1
 		seen[first-1] = true
 	}
-	for n := 8; n <= 16; n++ {
+	for n := 5; n <= 10; n++ {
 		if !seen[n] {
-			t.Errorf("no sequence in 200 has a first copy of %d tokens; saw %v, want every n in 8..16", n, seen)
+			t.Errorf("no sequence in 200 has copies of %d tokens; saw %v, want every n in 5..10", n, seen)
 		}
 	}
-	if len(seen) != 9 {
-		t.Errorf("first copies of lengths %v, want exactly 8..16", seen)
+	if len(seen) != 6 {
+		t.Errorf("copies of lengths %v, want exactly 5..10", seen)
 	}
 }
 
 // TestCoverage checks that default batches hold the cases that make the tasks hard: brackets
 // whose matching opener is not the current token, every bracket type, and sort inputs with
-// repeated values, whose D is split.
+// repeated values, whose D marks several positions.
 func TestCoverage(t *testing.T) {
 	br := mustNew(t, "brackets", Config{})
 	far, types := 0, map[int]bool{}
@@ -433,16 +427,22 @@ func TestCoverage(t *testing.T) {
 		t.Errorf("brackets: %d closers match an earlier opener than the current token, types %v; want some and all 3", far, types)
 	}
 	srt := mustNew(t, "sort", Config{})
-	split := 0
+	several := 0
 	for _, s := range sequences(mustBatch(t, srt, 1, 16)) {
 		for q, scored := range s.scored {
-			if scored && slices.Max(s.row(q)) < 1 {
-				split++
+			ones := 0
+			for _, w := range s.row(q) {
+				if w == 1 {
+					ones++
+				}
+			}
+			if scored && ones > 1 {
+				several++
 			}
 		}
 	}
-	if split == 0 {
-		t.Error("sort: no scored position has D split over repeated values, want some")
+	if several == 0 {
+		t.Error("sort: no scored position has D on several repeated values, want some")
 	}
 }
 
@@ -454,8 +454,8 @@ func TestDefaultsAndSymbols(t *testing.T) {
 		symbols       map[int]string
 	}{
 		{"prev-token", Config{}, 16, 32, map[int]string{0: "0", 15: "15", 16: "?16", -1: "?-1"}},
-		{"induction", Config{}, 32, 32, map[int]string{29: "29", 30: "BOS", 31: "PAD"}},
-		{"induction", Config{SeqLen: 100}, 52, 100, map[int]string{50: "BOS", 51: "PAD"}},
+		{"induction", Config{}, 32, 32, map[int]string{30: "30", 31: "BOS", 32: "?32"}},
+		{"induction", Config{SeqLen: 100}, 34, 100, map[int]string{32: "32", 33: "BOS"}},
 		{"sort", Config{}, 11, 16, map[int]string{9: "9", 10: "SEP"}},
 		{"brackets", Config{}, 6, 32, map[int]string{0: "(", 1: "[", 2: "{", 3: ")", 4: "]", 5: "}", 6: "?6"}},
 		{"brackets", Config{Vocab: 10}, 10, 32, map[int]string{3: "<", 4: "(4", 8: ">", 9: ")4"}},
@@ -492,7 +492,7 @@ func TestConfigErrors(t *testing.T) {
 		{"prev-token", Config{K: -1}, "tasks: prev-token: K is -1, want 1 to 31 (below SeqLen 32)"},
 		{"induction", Config{K: 2}, "tasks: induction: K is 2, want 0 (K is prev-token's offset)"},
 		{"induction", Config{SeqLen: 3}, "tasks: induction: SeqLen is 3, want 4 to 4096"},
-		{"induction", Config{SeqLen: 40, Vocab: 21}, "tasks: induction: Vocab is 21, want 22 to 65536 (BOS, PAD and"},
+		{"induction", Config{SeqLen: 40, Vocab: 13}, "tasks: induction: Vocab is 13, want 14 to 65536 (BOS and at least"},
 		{"sort", Config{SeqLen: 9}, "tasks: sort: SeqLen is 9, want an even number"},
 		{"sort", Config{Vocab: 2}, "tasks: sort: Vocab is 2, want 3 to 65536"},
 		{"brackets", Config{Vocab: 7}, "tasks: brackets: Vocab is 7, want an even number"},

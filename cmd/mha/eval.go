@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/probe"
+	"github.com/mhalab/mha/tasks"
+	"github.com/spf13/cobra"
+)
+
+func newEvalCmd() *cobra.Command {
+	var (
+		task, checkpoint string
+		cfg              probe.EvalConfig
+		asJSON           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "eval --task NAME [--checkpoint MODEL.safetensors] [--json]",
+		Short: "Measure a trained model's accuracy and what each of its heads attends to",
+		Long: `Eval runs a checkpoint written by 'mha train' on fresh sequences of its task and prints the
+accuracy (per scored position and per whole sequence) and, for every head, three scores:
+
+  prev-token   mean α(t, t−1): 1 for a head that always looks at the previous token
+  prefix-match Olsson et al. 2022: on random tokens repeated once, the weight on the token after
+               the earlier copy of the current one (1 for an induction head)
+  ground-truth S = Σ(A⊙D)/ΣA with D the task's correct attention (1 for a head that attends only
+               where the task says it should)`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if task == "" {
+				return fmt.Errorf("--task is required: one of %s", joinNames())
+			}
+			if checkpoint == "" {
+				return fmt.Errorf("--checkpoint is required: a model written by 'mha train --task %s'", task)
+			}
+			m, meta, _, err := nn.Load(checkpoint)
+			if err != nil {
+				return err
+			}
+			t, err := taskOf(task, meta)
+			if err != nil {
+				return err
+			}
+			if cfg.Seed == 0 {
+				cfg.Seed = evalSeed
+			}
+			rep, err := probe.Evaluate(m, t, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+			}
+			printReport(cmd.OutOrStdout(), rep)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&task, "task", "", "the task: "+joinNames())
+	fl.StringVar(&checkpoint, "checkpoint", "", "model written by 'mha train'")
+	fl.IntVar(&cfg.Batches, "batches", 8, "batches to evaluate on")
+	fl.IntVar(&cfg.Batch, "batch", 64, "sequences per batch")
+	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the evaluation sequences (0: a fixed seed far from training's)")
+	fl.IntVar(&cfg.Workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// taskOf returns the task called name, with the task config the checkpoint was trained with.
+func taskOf(name string, meta map[string]string) (tasks.Task, error) {
+	var tc trainConfig
+	if s, ok := meta["train_config"]; ok {
+		if err := json.Unmarshal([]byte(s), &tc); err != nil {
+			return nil, fmt.Errorf("checkpoint metadata train_config: %w", err)
+		}
+		if tc.Task != name {
+			return nil, fmt.Errorf("the checkpoint was trained on task %s, not %s", tc.Task, name)
+		}
+	}
+	return tasks.New(name, tc.TaskConfig)
+}
+
+func printReport(w io.Writer, rep *probe.Report) {
+	fmt.Fprintf(w, "task %s: %d sequences, %d scored positions\n", rep.Task, rep.Sequences, rep.Positions)
+	fmt.Fprintf(w, "loss %.4f  accuracy %.2f%%  sequence accuracy %.2f%%\n\n", rep.Loss, 100*rep.Accuracy, 100*rep.SeqAccuracy)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "layer\thead\tprev-token\tprefix-match\tground-truth\t")
+	for _, h := range rep.Heads {
+		prefix := "–"
+		if h.PrefixMatching != nil {
+			prefix = fmt.Sprintf("%.3f", *h.PrefixMatching)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%s\t%.3f\t\n", h.Layer, h.Head, h.PrevToken, prefix, h.GroundTruth)
+	}
+	tw.Flush()
+}
+
+func joinNames() string {
+	s := ""
+	for i, n := range tasks.Names() {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}

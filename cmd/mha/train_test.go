@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/probe"
+)
+
+// tiny are the flags of a model small enough to train in a test.
+var tiny = []string{"--layers", "1", "--heads", "2", "--d-model", "16", "--steps", "40", "--batch", "8", "--warmup", "5", "--quiet"}
+
+// TestTrainIsReproducible trains the same small model twice, and once on a different worker
+// count, and expects byte-identical checkpoints (the same values with other workers, whose count
+// the metadata records) that eval reads.
+func TestTrainIsReproducible(t *testing.T) {
+	dir := t.TempDir()
+	var files [][]byte
+	for i, workers := range []string{"2", "2", "1"} {
+		out := filepath.Join(dir, "m"+string(rune('a'+i))+".safetensors")
+		args := append([]string{"train", "--task", "prev-token", "--workers", workers, "--out", out}, tiny...)
+		code, stdout, stderr := runCLI(args...)
+		if code != 0 || !strings.Contains(stdout, "wrote "+out) {
+			t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, b)
+	}
+	if !bytes.Equal(files[0], files[1]) {
+		t.Error("two runs with the same seed and workers wrote different checkpoints")
+	}
+	m2, _, _, err := nn.Load(filepath.Join(dir, "ma.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, _, _, err := nn.Load(filepath.Join(dir, "mc.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m2.StateDict()
+	for name, p := range m1.StateDict() {
+		if !slices.Equal(p.Data, want[name].Data) {
+			t.Errorf("%s: 1 and 2 workers trained different values", name)
+		}
+	}
+
+	code, stdout, stderr := runCLI("eval", "--task", "prev-token", "--checkpoint", filepath.Join(dir, "ma.safetensors"), "--json", "--batches", "2", "--batch", "16")
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	var rep probe.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("eval --json printed %q: %v", stdout, err)
+	}
+	if rep.Task != "prev-token" || rep.Sequences != 32 || len(rep.Heads) != 2 || rep.Accuracy < 0 || rep.Accuracy > 1 {
+		t.Errorf("report %+v", rep)
+	}
+	code, stdout, _ = runCLI("eval", "--task", "prev-token", "--checkpoint", filepath.Join(dir, "ma.safetensors"), "--batches", "1")
+	if code != 0 || !strings.Contains(stdout, "prev-token  prefix-match  ground-truth") {
+		t.Errorf("eval table: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestTrainInterrupted cancels a run and expects a checkpoint of the steps done and an error
+// that says so.
+func TestTrainInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	tc := trainConfig{Task: "sort", Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}
+	mc := nn.Config{Layers: 1, Heads: 2, DModel: 8, Norm: nn.PreNorm, Positions: nn.Learned}
+	err := train(ctx, tc, mc, out, []string{"mha", "train"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "interrupted at step 0 of 10; saved the model so far to "+out) {
+		t.Fatalf("error %v", err)
+	}
+	if _, meta, _, err := nn.Load(out); err != nil || meta["step"] != "0" {
+		t.Errorf("checkpoint: meta %v, error %v", meta, err)
+	}
+}
+
+// TestTrainEvalErrors checks the flag and file errors of train and eval.
+func TestTrainEvalErrors(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.safetensors")
+	if code, _, stderr := runCLI(append([]string{"train", "--task", "sort", "--steps", "1", "--warmup", "0", "--out", model}, tiny[:6]...)...); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train"}, "--task is required: one of brackets, induction, modadd, prev-token, sort"},
+		{[]string{"train", "--task", "chess"}, `chess`},
+		{[]string{"train", "--task", "sort", "--steps", "0"}, "--steps is 0, want > 0"},
+		{[]string{"train", "--task", "sort", "--batch", "-1"}, "--batch is -1, want > 0"},
+		{[]string{"train", "--task", "sort", "--heads", "3"}, "d_model 64 is not divisible by heads 3"},
+		{[]string{"train", "--task", "sort", "--norm", "middle"}, `norm is "middle"`},
+		{[]string{"eval"}, "--task is required"},
+		{[]string{"eval", "--task", "sort"}, "--checkpoint is required"},
+		{[]string{"eval", "--task", "induction", "--checkpoint", model}, "trained on task sort, not induction"},
+		{[]string{"eval", "--task", "sort", "--checkpoint", filepath.Join(dir, "none")}, "no such file"},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want it to contain %q", c.args, code, stderr, c.want)
+		}
+	}
+}
