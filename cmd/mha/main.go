@@ -1,9 +1,12 @@
-// Command mha runs, explains and measures multi-head attention layers.
+// Command mha runs, explains, measures and trains multi-head attention.
 //
 //	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors [--backward]
 //	mha explain  [--weights W --input IN --heads N] [--format text|markdown|json]
 //	mha bench    [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--causal] [--need-weights]
 //	             [--threads N] [--torch] [--ort] [--json]
+//	mha train    --task NAME [--layers 2 --heads 4 --d-model 64 --steps 2000 --batch 32 --lr 1e-3]
+//	             [--seed 1] [--out MODEL.safetensors]
+//	mha eval     --task NAME [--checkpoint MODEL.safetensors] [--json]
 //
 // Every error ends the program with exit status 1 and one line on stderr.
 package main
@@ -30,7 +33,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newExplainCmd(), newBenchCmd())
+	root.AddCommand(newRunCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
