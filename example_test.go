@@ -115,3 +115,53 @@ func ExampleLayer_LoadStateDict() {
 	// Output:
 	// E=4 H=2 bias=true params=80
 }
+
+// One training step of a layer by hand: ForwardTrain keeps what Backward needs, Backward adds
+// the gradients of the loss (here L = Σ output², so dL/doutput = 2·output) into a Grads, and
+// plain gradient descent updates the parameters.
+func ExampleLayer_Backward() {
+	layer, err := mha.New(mha.Config{EmbedDim: 8, NumHeads: 2, Seed: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	x := tensor.New(2, 5, 8) // [B, T, E]
+	tensor.NewRNG(2).Normal(x, 1)
+	var (
+		r     mha.Result
+		saved mha.Saved
+		grads mha.Grads
+	)
+	loss := func() float64 {
+		if err := layer.ForwardTrain(&r, &saved, x, nil, nil, &mha.Options{Causal: true}); err != nil {
+			log.Fatal(err)
+		}
+		s := 0.0
+		for _, y := range r.Output.Data {
+			s += float64(y * y)
+		}
+		return s
+	}
+	for step := range 3 {
+		l := loss()
+		dy := r.Output.Clone()
+		for i := range dy.Data {
+			dy.Data[i] *= 2
+		}
+		grads.Zero()
+		if err := layer.Backward(&grads, &saved, dy); err != nil {
+			log.Fatal(err)
+		}
+		for i, p := range layer.Parameters() {
+			for j, g := range grads.Params[i].T.Data {
+				p.T.Data[j] -= 0.01 * g
+			}
+		}
+		fmt.Printf("step %d: loss %.3f\n", step, l)
+	}
+	fmt.Println("dL/dx:", grads.Query.Shape, "dL/d"+grads.Params[0].Name+":", grads.Params[0].T.Shape)
+	// Output:
+	// step 0: loss 9.314
+	// step 1: loss 2.907
+	// step 2: loss 1.808
+	// dL/dx: [2 5 8] dL/din_proj_weight: [24 8]
+}

@@ -77,6 +77,15 @@ func Load(path string) (m *Model, meta map[string]string, extra map[string]*tens
 	return m, meta, extra, nil
 }
 
+// Parse is Load of a checkpoint's bytes, such as one embedded in a binary.
+func Parse(data []byte) (m *Model, meta map[string]string, extra map[string]*tensor.Tensor, err error) {
+	f, err := safetensors.Parse(data)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return fromFile(f)
+}
+
 // fromFile is Load of a parsed file.
 func fromFile(f *safetensors.File) (*Model, map[string]string, map[string]*tensor.Tensor, error) {
 	raw, ok := f.Metadata[ConfigKey]

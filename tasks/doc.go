@@ -23,21 +23,21 @@
 //
 // # induction
 //
-// Repeated random tokens, after Olsson et al. (2022). Position 0 holds BOS (id Vocab−1); from
-// position 1 on, a block of n distinct content tokens x_0 … x_{n−1} drawn from [0, Vocab−1)
-// repeats to the end of the sequence, so position p ≥ 1 holds x_{(p−1) mod n}. Targets are the
-// next token. Scored are the positions whose token was seen before, t = n+1 … T−1: the target is
-// the token that followed it, and D[t, j] = 1 at every earlier j = t−n+1, t−2n+1, … ≥ 2, the
-// positions right after the earlier occurrences of the current token. The first copy is not
-// scored: its next token is random.
+// Repeated random tokens, after Olsson et al. (2022). Position 0 holds BOS (id Vocab−2), positions
+// 1…n hold n distinct content tokens x_0 … x_{n−1} drawn from [0, Vocab−2), positions n+1…2n
+// repeat them, and PAD (id Vocab−1) fills the rest. Targets are the next token. Scored are the
+// repeated positions whose next token is repeated too, t = n+1 … 2n−1, where the target is
+// x_{t−n} and D[t, t−n+1] = 1: the token after the earlier occurrence of the current token (which
+// occurs once before, as the x are distinct). The first half is not scored: its next token is
+// random. The last repeated token x_{n−1} is the target at 2n−1 and, when 2n = T, lies just past
+// the input.
 //
-// n is drawn per sequence, uniformly from max(2, ⌈m/2⌉) … m with m = max(2, ⌊SeqLen/3⌋), so
-// there are at least three copies and the copy's offset varies: only matching content (a
-// previous-token head feeding an induction head) solves the task, not attending a fixed distance
-// back. Every copy but the last is read by the copies after it, so a previous-token head has work
-// at every position. BOS gives heads with nothing to do a place to rest, as in Olsson et al.'s
-// repeated random tokens. Defaults: SeqLen 32 (n from 5 to 10), Vocab max(32, m+1); Vocab must
-// leave at least m content tokens.
+// n is drawn per sequence, uniformly from max(2, ⌈m/2⌉) … m with m = ⌊SeqLen/2⌋, so the copy's
+// offset varies: only matching content (a previous-token head feeding an induction head) solves
+// the task, not attending a fixed distance back. BOS gives heads with nothing to do a place to
+// rest, as in Olsson et al.'s repeated random tokens; padding comes after every scored position,
+// so a causal model never sees it before a prediction. Defaults: SeqLen 32 (n from 8 to 16),
+// Vocab max(32, m+2); Vocab must leave at least m content tokens.
 //
 // # sort
 //

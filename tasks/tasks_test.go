@@ -105,40 +105,48 @@ var checkers = map[string]func(tk Task, cfg Config, s seq) error{
 		return nil
 	},
 	"induction": func(tk Task, _ Config, s seq) error {
-		bos, T := tk.Vocab()-1, len(s.tokens)
+		bos, pad, T := tk.Vocab()-2, tk.Vocab()-1, len(s.tokens)
 		if s.tokens[0] != bos {
 			return fmt.Errorf("tokens start %v, want BOS %d", s.tokens[0], bos)
 		}
-		n := 0 // length of one copy: the first repeat is at n+1
+		n := 0 // length of the first copy: the first repeat is at n+1
 		for p := 2; p < T && n == 0; p++ {
 			if slices.Contains(s.tokens[1:p], s.tokens[p]) {
 				n = p - 1
 			}
 		}
-		if n < 2 || 3*n > T+1 && n > 2 {
-			return fmt.Errorf("tokens %v: copies of %d, want at least 2 tokens and three copies", s.tokens, n)
+		if n < 2 {
+			return fmt.Errorf("tokens %v: no repeat after a first copy of at least 2", s.tokens)
 		}
 		for t := 1; t < T; t++ {
-			if x := s.tokens[t]; x >= bos || t > n && x != s.tokens[t-n] {
-				return fmt.Errorf("position %d holds %d, want a content token repeating every %d", t, x, n)
+			switch x := s.tokens[t]; {
+			case t <= n && x >= bos:
+				return fmt.Errorf("first copy holds %d at %d, want a content token below %d", x, t, bos)
+			case t > n && t <= 2*n && x != s.tokens[t-n]:
+				return fmt.Errorf("repeat holds %d at %d, want %d", x, t, s.tokens[t-n])
+			case t > 2*n && x != pad:
+				return fmt.Errorf("position %d past the repeat holds %d, want PAD %d", t, x, pad)
 			}
 			if t+1 < T && s.targets[t] != s.tokens[t+1] {
 				return fmt.Errorf("target at %d is %d, want the next token %d", t, s.targets[t], s.tokens[t+1])
 			}
-			if s.scored[t] != (t > n) {
-				return fmt.Errorf("copies of %d: position %d scored %v, want %v", n, t, s.scored[t], t > n)
+			if want := t > n && t < 2*n; s.scored[t] != want {
+				return fmt.Errorf("first copy of %d: position %d scored %v, want %v", n, t, s.scored[t], want)
 			}
 			if !s.scored[t] {
 				continue
 			}
-			for j, w := range s.row(t) { // D marks the keys right after earlier copies of the token
-				after := j >= 2 && j <= t && s.tokens[j-1] == s.tokens[t]
-				if (w == 1) != after {
-					return fmt.Errorf("position %d: D %v, want 1 exactly after the earlier copies of token %d", t, s.row(t), s.tokens[t])
+			var earlier []int // earlier occurrences of the current token
+			for j := range t {
+				if s.tokens[j] == s.tokens[t] {
+					earlier = append(earlier, j)
 				}
-				if after && s.targets[t] != s.tokens[j] {
-					return fmt.Errorf("position %d: target %d, but %d follows the earlier copy at %d", t, s.targets[t], s.tokens[j], j-1)
-				}
+			}
+			if len(earlier) != 1 {
+				return fmt.Errorf("token %d at %d occurs earlier at %v, want once", s.tokens[t], t, earlier)
+			}
+			if j := earlier[0]; s.targets[t] != s.tokens[j+1] || !oneHot(s.row(t), j+1) {
+				return fmt.Errorf("position %d: target %d, D %v; want token %d and D on %d", t, s.targets[t], s.row(t), s.tokens[j+1], j+1)
 			}
 		}
 		return nil
@@ -399,13 +407,13 @@ func TestInductionOffsetsVary(t *testing.T) {
 		first := slices.Index(s.scored, true) // n+1
 		seen[first-1] = true
 	}
-	for n := 5; n <= 10; n++ {
+	for n := 8; n <= 16; n++ {
 		if !seen[n] {
-			t.Errorf("no sequence in 200 has copies of %d tokens; saw %v, want every n in 5..10", n, seen)
+			t.Errorf("no sequence in 200 has a first copy of %d tokens; saw %v, want every n in 8..16", n, seen)
 		}
 	}
-	if len(seen) != 6 {
-		t.Errorf("copies of lengths %v, want exactly 5..10", seen)
+	if len(seen) != 9 {
+		t.Errorf("first copies of lengths %v, want exactly 8..16", seen)
 	}
 }
 
@@ -454,8 +462,8 @@ func TestDefaultsAndSymbols(t *testing.T) {
 		symbols       map[int]string
 	}{
 		{"prev-token", Config{}, 16, 32, map[int]string{0: "0", 15: "15", 16: "?16", -1: "?-1"}},
-		{"induction", Config{}, 32, 32, map[int]string{30: "30", 31: "BOS", 32: "?32"}},
-		{"induction", Config{SeqLen: 100}, 34, 100, map[int]string{32: "32", 33: "BOS"}},
+		{"induction", Config{}, 32, 32, map[int]string{29: "29", 30: "BOS", 31: "PAD"}},
+		{"induction", Config{SeqLen: 100}, 52, 100, map[int]string{50: "BOS", 51: "PAD"}},
 		{"sort", Config{}, 11, 16, map[int]string{9: "9", 10: "SEP"}},
 		{"brackets", Config{}, 6, 32, map[int]string{0: "(", 1: "[", 2: "{", 3: ")", 4: "]", 5: "}", 6: "?6"}},
 		{"brackets", Config{Vocab: 10}, 10, 32, map[int]string{3: "<", 4: "(4", 8: ">", 9: ")4"}},
@@ -492,7 +500,7 @@ func TestConfigErrors(t *testing.T) {
 		{"prev-token", Config{K: -1}, "tasks: prev-token: K is -1, want 1 to 31 (below SeqLen 32)"},
 		{"induction", Config{K: 2}, "tasks: induction: K is 2, want 0 (K is prev-token's offset)"},
 		{"induction", Config{SeqLen: 3}, "tasks: induction: SeqLen is 3, want 4 to 4096"},
-		{"induction", Config{SeqLen: 40, Vocab: 13}, "tasks: induction: Vocab is 13, want 14 to 65536 (BOS and at least"},
+		{"induction", Config{SeqLen: 40, Vocab: 21}, "tasks: induction: Vocab is 21, want 22 to 65536 (BOS, PAD and"},
 		{"sort", Config{SeqLen: 9}, "tasks: sort: SeqLen is 9, want an even number"},
 		{"sort", Config{Vocab: 2}, "tasks: sort: Vocab is 2, want 3 to 65536"},
 		{"brackets", Config{Vocab: 7}, "tasks: brackets: Vocab is 7, want an even number"},

@@ -14,7 +14,6 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
-	"github.com/mhalab/mha/tensor"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
@@ -113,7 +112,7 @@ func taskList() string {
 }
 
 // train runs the training that tc and mc describe and writes the checkpoint to out. args is the
-// command line, stored in the checkpoint.
+// command line (os.Args), stored in the checkpoint as "mha" and its arguments.
 func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
 	task, err := tasks.New(tc.Task, tc.TaskConfig)
 	if err != nil {
@@ -186,7 +185,7 @@ func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args [
 	elapsed := time.Since(start)
 	interrupted := step < tc.Steps
 
-	meta := map[string]string{"command": strings.Join(args, " "), "step": fmt.Sprint(step)}
+	meta := map[string]string{"command": strings.Join(append([]string{"mha"}, args[1:]...), " "), "step": fmt.Sprint(step)}
 	tcJSON, err := json.Marshal(tc)
 	if err != nil {
 		return err
@@ -201,11 +200,7 @@ func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args [
 		fmt.Fprintf(stdout, "trained %d steps in %s (%.0f tokens/s), last loss %.4f; eval: accuracy %.2f%%, sequences %.2f%%\n",
 			step, elapsed.Round(time.Second), float64(tokens)/elapsed.Seconds(), loss, 100*rep.Accuracy, 100*rep.SeqAccuracy)
 	}
-	extra := map[string]*tensor.Tensor{}
-	for name, t := range opt.State() {
-		extra[name] = t
-	}
-	if err := nn.Save(out, m, meta, extra); err != nil {
+	if err := nn.Save(out, m, meta, nil); err != nil {
 		return err
 	}
 	if interrupted {
