@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/mhalab/mha/models"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
@@ -28,15 +29,23 @@ accuracy (per scored position and per whole sequence) and, for every head, three
   prefix-match Olsson et al. 2022: on random tokens repeated once, the weight on the token after
                the earlier copy of the current one (1 for an induction head)
   ground-truth S = Σ(A⊙D)/ΣA with D the task's correct attention (1 for a head that attends only
-               where the task says it should)`,
+               where the task says it should)
+
+Without --checkpoint it evaluates the model shipped for the task (see models/README.md).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if task == "" {
 				return fmt.Errorf("--task is required: one of %s", joinNames())
 			}
+			var (
+				m    *nn.Model
+				meta map[string]string
+				err  error
+			)
 			if checkpoint == "" {
-				return fmt.Errorf("--checkpoint is required: a model written by 'mha train --task %s'", task)
+				m, meta, err = models.Open(task)
+			} else {
+				m, meta, _, err = nn.Load(checkpoint)
 			}
-			m, meta, _, err := nn.Load(checkpoint)
 			if err != nil {
 				return err
 			}
@@ -60,7 +69,7 @@ accuracy (per scored position and per whole sequence) and, for every head, three
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&task, "task", "", "the task: "+joinNames())
-	fl.StringVar(&checkpoint, "checkpoint", "", "model written by 'mha train'")
+	fl.StringVar(&checkpoint, "checkpoint", "", "model written by 'mha train' (default: the shipped model of the task)")
 	fl.IntVar(&cfg.Batches, "batches", 8, "batches to evaluate on")
 	fl.IntVar(&cfg.Batch, "batch", 64, "sequences per batch")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the evaluation sequences (0: a fixed seed far from training's)")

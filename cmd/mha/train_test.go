@@ -107,7 +107,7 @@ func TestTrainEvalErrors(t *testing.T) {
 		{[]string{"train", "--task", "sort", "--heads", "3"}, "d_model 64 is not divisible by heads 3"},
 		{[]string{"train", "--task", "sort", "--norm", "middle"}, `norm is "middle"`},
 		{[]string{"eval"}, "--task is required"},
-		{[]string{"eval", "--task", "sort"}, "--checkpoint is required"},
+		{[]string{"eval", "--task", "sort", "--batches", "-1"}, "-1 batches"},
 		{[]string{"eval", "--task", "induction", "--checkpoint", model}, "trained on task sort, not induction"},
 		{[]string{"eval", "--task", "sort", "--checkpoint", filepath.Join(dir, "none")}, "no such file"},
 	} {
