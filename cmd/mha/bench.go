@@ -40,8 +40,9 @@ var benchScripts embed.FS
 // in TestMain and runs execute instead of the tests.
 const benchWorkerEnv = "MHA_BENCH_WORKER"
 
-// Seeds of the benchmarked layer's parameters and of its input.
-const benchLayerSeed, benchInputSeed = 1, 2
+// Seeds of the benchmarked layer's parameters, of its input and, with --backward, of the
+// gradient of its output.
+const benchLayerSeed, benchInputSeed, benchGradSeed = 1, 2, 3
 
 // defaultPython is the interpreter of --torch and --ort: Debian's, where apt-get's python3-torch
 // is installed.
@@ -52,12 +53,12 @@ const torchInstallHint = "apt-get install python3-torch libopenblas0-pthread"
 
 // benchFlags are mha bench's flags as given.
 type benchFlags struct {
-	seq                          string
-	embed, heads, batch, threads int
-	runs, warmup                 int
-	causal, needWeights          bool
-	json, torch, ort, worker     bool
-	python                       string
+	seq                           string
+	embed, heads, batch, threads  int
+	runs, warmup                  int
+	causal, needWeights, backward bool
+	json, torch, ort, worker      bool
+	python                        string
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -66,14 +67,30 @@ type benchConfig struct {
 	embed, heads, batch, threads int
 	runs, warmup                 int
 	causal, needWeights          bool
+	backward                     bool // time forward + backward instead of the forward alone
 }
 
-// flops is the work of one forward call at sequence length t: 8·T·E²·B for the four projections
-// and 4·T²·E·B for Q·Kᵀ and weights·V. Causal attention is counted in full, so that skipping the
-// masked half shows as a higher rate.
+// flops is the work of one timed call at sequence length t. A forward is 8·T·E²·B for the four
+// projections and 4·T²·E·B for Q·Kᵀ and weights·V. With backward, the conventional count of a
+// training step, 3× the forward: the backward does twice the forward's products, dX and dW for
+// each projection, and dV, dP, dQ and dK for each head. The recomputation of Q·Kᵀ in mha's
+// FlashAttention-2 backward (2·T²·E·B more) is work the algorithm chooses and is not counted.
+// Causal attention is counted in full, so that skipping the masked half shows as a higher rate.
 func (c *benchConfig) flops(t int) float64 {
 	b, e, tt := float64(c.batch), float64(c.embed), float64(t)
-	return 8*tt*e*e*b + 4*tt*tt*e*b
+	fwd := 8*tt*e*e*b + 4*tt*tt*e*b
+	if c.backward {
+		return 3 * fwd
+	}
+	return fwd
+}
+
+// pass names what is timed, as --json's "pass" field and the table's header say it.
+func (c *benchConfig) pass() string {
+	if c.backward {
+		return "forward+backward"
+	}
+	return "forward"
 }
 
 // newBenchCmd returns mha bench, which also serves, with the hidden --worker flag, as the child
@@ -81,8 +98,8 @@ func (c *benchConfig) flops(t int) float64 {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--torch] [--ort] [--json]",
-		Short: "Time self-attention forward calls, against this machine's FMA peak, PyTorch and ONNX Runtime",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json]",
+		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
 calls, the rate in GFLOP/s, that rate as a percentage of this machine's float32 FMA peak, and
@@ -93,6 +110,16 @@ FLOPs per forward = 8·T·E²·B (the four projections) + 4·T²·E·B (Q·Kᵀ 
 attention is counted with the same FLOPs, so the work it skips shows as a higher rate (and the
 percentage of peak may pass 100).
 
+--backward times one training step instead: mha.Layer.ForwardTrain and Layer.Backward with a
+fixed random gradient of the output dY [B, T, E], giving the gradients of the input and of every
+parameter; every implementation's gradients are set to zero before each call, outside the
+timing, and the call adds into them (PyTorch's accumulation into .grad). FLOPs per step = 3× the
+forward's = 24·T·E²·B + 12·T²·E·B, the conventional count: the backward does twice the
+forward's products (dX and dW of each projection; dV, dP, dQ, dK of each head). mha's
+FlashAttention-2 backward also recomputes Q·Kᵀ (2·T²·E·B more, without --need-weights); that
+is not counted. PyTorch runs in train mode with dropout 0 and autograd (its fused fast path is
+inference-only), calling out.backward(dY). --ort is forward only and is refused with --backward.
+
 Every (implementation, T) runs in a fresh child process, and the implementations take turns at
 each T, so they share the machine's state. peak_rss_mib is the child's peak resident memory;
 extra_mib is how far it rose above the child's resident memory once the layer and the input
@@ -100,13 +127,15 @@ existed (the work space of the calls; -1 where the platform does not tell).
 
 --torch adds PyTorch 1.13 through --python (Debian's python3-torch): "torch" is
 nn.MultiheadAttention(E, H, batch_first=True) in eval mode under inference_mode (it takes its
-fused fast path when there is no mask and H is even), "torch-sdpa" the same computation around
-F._scaled_dot_product_attention, "torch-jemalloc" "torch" with libjemalloc preloaded (when
-Debian's libjemalloc2 is installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed
-once into the user cache directory) on a torch.onnx export of the same module, checked against
-PyTorch's output before it is timed. Each prints the ratio of mha's speed to theirs per T.
+fused fast path when there is no mask and H is even), or in train mode with --backward;
+"torch-sdpa" the same computation around F._scaled_dot_product_attention (which has a backward
+in 1.13); "torch-jemalloc" "torch" with libjemalloc preloaded (when Debian's libjemalloc2 is
+installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
+directory) on a torch.onnx export of the same module, checked against PyTorch's output before
+it is timed. Each prints the ratio of mha's speed to theirs per T.
 
---json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement.`,
+--json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement, whose
+"pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config()
 			if err != nil {
@@ -126,6 +155,7 @@ PyTorch's output before it is timed. Each prints the ratio of mha's speed to the
 	fl.IntVar(&f.threads, "threads", runtime.GOMAXPROCS(0), "threads for every implementation and for the FMA peak")
 	fl.BoolVar(&f.causal, "causal", false, "causal self-attention (query i sees keys ≤ i)")
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also return the attention weights, averaged over heads")
+	fl.BoolVar(&f.backward, "backward", false, "time forward + backward (the gradients of the input and every parameter) instead of the forward alone")
 	fl.IntVar(&f.runs, "runs", 7, "timed calls per measurement (the median and the fastest are reported)")
 	fl.IntVar(&f.warmup, "warmup", 2, "untimed calls before the timed ones")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines instead of a table")
@@ -144,7 +174,7 @@ func (f *benchFlags) config() (*benchConfig, error) {
 		return nil, err
 	}
 	cfg := &benchConfig{seqs: seqs, embed: f.embed, heads: f.heads, batch: f.batch, threads: f.threads,
-		runs: f.runs, warmup: f.warmup, causal: f.causal, needWeights: f.needWeights}
+		runs: f.runs, warmup: f.warmup, causal: f.causal, needWeights: f.needWeights, backward: f.backward}
 	for _, p := range []struct {
 		name string
 		v    int
@@ -170,6 +200,9 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	}
 	if f.worker && len(seqs) != 1 {
 		return nil, fmt.Errorf("--worker times one sequence length, got --seq %s", f.seq)
+	}
+	if f.backward && f.ort {
+		return nil, errors.New("--ort times ONNX Runtime's forward only (its inference session has no backward), want --backward without --ort")
 	}
 	if (f.torch || f.ort) && f.python == "" {
 		return nil, fmt.Errorf("--python is empty, want the Python that has PyTorch (such as %s)", defaultPython)
@@ -206,33 +239,63 @@ type workerResult struct {
 // line.
 func benchWorker(cfg *benchConfig, w io.Writer) error {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.threads))
-	t := cfg.seqs[0]
 	l, err := mha.New(mha.Config{EmbedDim: cfg.embed, NumHeads: cfg.heads, Seed: benchLayerSeed})
 	if err != nil {
 		return err
 	}
-	x := tensor.New(cfg.batch, t, cfg.embed)
+	x := tensor.New(cfg.batch, cfg.seqs[0], cfg.embed)
 	tensor.NewRNG(benchInputSeed).Normal(x, 1)
-	opt := &mha.Options{Causal: cfg.causal, NeedWeights: cfg.needWeights, Workers: cfg.threads}
+	call := newBenchCall(cfg, l, x)
 	runtime.GC()
 	res := workerResult{BaseKiB: procStatusKiB("VmRSS")}
-	// ForwardInto with one Result is the steady state a server runs: the output's memory is
-	// reused, so the garbage collector's headroom does not count as the layer's memory.
-	var r mha.Result
 	for range cfg.warmup {
-		if err := l.ForwardInto(&r, x, nil, nil, opt); err != nil {
+		call.reset()
+		if err := call.run(); err != nil {
 			return err
 		}
 	}
 	for range cfg.runs {
+		call.reset()
 		t0 := time.Now()
-		if err := l.ForwardInto(&r, x, nil, nil, opt); err != nil {
+		if err := call.run(); err != nil {
 			return err
 		}
 		res.MS = append(res.MS, float64(time.Since(t0).Nanoseconds())/1e6)
 	}
 	res.PeakKiB = procStatusKiB("VmHWM")
 	return json.NewEncoder(w).Encode(res)
+}
+
+// benchCall is what a worker times: run, with reset called before each run, outside the timing.
+type benchCall struct {
+	run   func() error
+	reset func()
+}
+
+// newBenchCall returns the call to time on x [B, T, E]: a forward, or with cfg.backward a
+// training step, forward and backward of a fixed random dY [B, T, E] into gradients that reset
+// sets to zero. Every call reuses one Result (and Saved and Grads): the steady state a server or
+// a training loop runs, where the memory of the outputs is reused, so the garbage collector's
+// headroom does not count as the layer's memory.
+func newBenchCall(cfg *benchConfig, l *mha.Layer, x *tensor.Tensor) benchCall {
+	opt := &mha.Options{Causal: cfg.causal, NeedWeights: cfg.needWeights, Workers: cfg.threads}
+	var r mha.Result
+	if !cfg.backward {
+		return benchCall{run: func() error { return l.ForwardInto(&r, x, nil, nil, opt) }, reset: func() {}}
+	}
+	dy := tensor.New(x.Shape...)
+	tensor.NewRNG(benchGradSeed).Normal(dy, 1)
+	var s mha.Saved
+	var g mha.Grads
+	return benchCall{
+		run: func() error {
+			if err := l.ForwardTrain(&r, &s, x, nil, nil, opt); err != nil {
+				return err
+			}
+			return l.Backward(&g, &s, dy)
+		},
+		reset: g.Zero,
+	}
 }
 
 // procStatusKiB reads a memory line (VmRSS, VmHWM) of /proc/self/status in KiB; -1 where there is
@@ -264,6 +327,7 @@ type benchImpl struct {
 // benchRow is one measurement, as --json prints it.
 type benchRow struct {
 	Impl        string  `json:"impl"`
+	Pass        string  `json:"pass"` // "forward" or "forward+backward"
 	T           int     `json:"T"`
 	B           int     `json:"B"`
 	E           int     `json:"E"`
@@ -390,11 +454,20 @@ func (c *benchConfig) workerArgs(t int) []string {
 	args := []string{"bench", "--worker", "--seq", strconv.Itoa(t),
 		"--embed", strconv.Itoa(c.embed), "--heads", strconv.Itoa(c.heads), "--batch", strconv.Itoa(c.batch),
 		"--threads", strconv.Itoa(c.threads), "--runs", strconv.Itoa(c.runs), "--warmup", strconv.Itoa(c.warmup)}
+	return append(args, c.modeArgs()...)
+}
+
+// modeArgs are the flags of what is computed that mha's worker and torch_mha.py share.
+func (c *benchConfig) modeArgs() []string {
+	var args []string
 	if c.causal {
 		args = append(args, "--causal")
 	}
 	if c.needWeights {
 		args = append(args, "--need-weights")
+	}
+	if c.backward {
+		args = append(args, "--backward")
 	}
 	return args
 }
@@ -443,7 +516,7 @@ func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benc
 		}
 		return round(float64(kib)/1024, 1)
 	}
-	return benchRow{Impl: impl, T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
+	return benchRow{Impl: impl, Pass: c.pass(), T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
 		NeedWeights: c.needWeights, Threads: c.threads, MS: sig4(med), MSMin: sig4(fastest),
 		GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
 		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB)}
@@ -644,7 +717,10 @@ func (p *torchProbe) blasName() string {
 // describe is the human output's line about PyTorch.
 func (p *torchProbe) describe(cfg *benchConfig) string {
 	path := "its unfused path (a causal attn_mask or an odd H rules the fast path out)"
-	if !cfg.causal && cfg.heads%2 == 0 {
+	switch {
+	case cfg.backward:
+		path = "its unfused path in train mode with autograd (the fast path is inference-only)"
+	case !cfg.causal && cfg.heads%2 == 0:
 		path = "its fused fast path, torch._native_multi_head_attention"
 	}
 	return fmt.Sprintf("PyTorch %s, BLAS %s (torch.mm 512³ at %.0f GFLOP/s); torch = nn.MultiheadAttention on %s",
@@ -685,13 +761,7 @@ func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchI
 		return benchImpl{name, func(t int) *exec.Cmd {
 			args := append([]string{filepath.Join(dir, "torch_mha.py"), "run", "--variant", v,
 				"--H", strconv.Itoa(cfg.heads), "--seed", strconv.Itoa(benchLayerSeed)}, cfg.scriptArgs(t)...)
-			if cfg.causal {
-				args = append(args, "--causal")
-			}
-			if cfg.needWeights {
-				args = append(args, "--need-weights")
-			}
-			c := exec.Command(python, args...)
+			c := exec.Command(python, append(args, cfg.modeArgs()...)...)
 			c.Env = torchEnv(cfg.threads)
 			if preload != "" {
 				if old := os.Getenv("LD_PRELOAD"); old != "" {
@@ -849,10 +919,14 @@ func (p *benchPrinter) header(peak float64, info []string) error {
 		return json.NewEncoder(p.w).Encode(peakRow{PeakGFLOPS: sig4(peak), ISA: kernel.PeakISA(), Threads: p.cfg.threads})
 	}
 	c := p.cfg
-	fmt.Fprintf(p.w, "self-attention forward: E=%d H=%d B=%d causal=%t need_weights=%t, %d threads; median and fastest of %d calls after %d warm-up\n",
-		c.embed, c.heads, c.batch, c.causal, c.needWeights, c.threads, c.runs, c.warmup)
-	fmt.Fprintf(p.w, "FMA peak %.1f GFLOP/s (%s, %d threads); FLOPs per forward = 8·T·E²·B + 4·T²·E·B (causal counted in full)\n",
-		peak, kernel.PeakISA(), c.threads)
+	fmt.Fprintf(p.w, "self-attention %s: E=%d H=%d B=%d causal=%t need_weights=%t, %d threads; median and fastest of %d calls after %d warm-up\n",
+		c.pass(), c.embed, c.heads, c.batch, c.causal, c.needWeights, c.threads, c.runs, c.warmup)
+	count := "FLOPs per forward = 8·T·E²·B + 4·T²·E·B (causal counted in full)"
+	if c.backward {
+		count = "FLOPs per forward+backward = 3× forward = 24·T·E²·B + 12·T²·E·B (causal counted in full; not counted: the 2·T²·E·B of Q·Kᵀ that mha's backward recomputes)"
+	}
+	fmt.Fprintf(p.w, "FMA peak %.1f GFLOP/s (%s, %d threads); %s\n",
+		peak, kernel.PeakISA(), c.threads, count)
 	for _, line := range info {
 		fmt.Fprintln(p.w, line)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--seq", "4000000", "--embed", "1024", "--heads", "8"}, "more than 2^31 floats"},
 		{[]string{"--runs", "x"}, `invalid argument "x" for "--runs"`},
 		{[]string{"--torch", "--python", ""}, "--python is empty"},
+		{[]string{"--backward", "--ort"}, "--ort times ONNX Runtime's forward only"},
 		{[]string{"--worker", "--seq", "8,16"}, "--worker times one sequence length"},
 		{[]string{"extra"}, "bench takes no arguments"},
 	} {
@@ -90,8 +92,64 @@ func TestBenchJSON(t *testing.T) {
 	}
 	for i, want := range []int{8, 16} {
 		r := rows[i]
-		if r.Impl != "mha" || r.T != want || r.B != 1 || r.E != 16 || r.H != 2 || r.Causal || r.NeedWeights || r.Threads < 1 {
-			t.Errorf("row %d = %+v, want impl mha, T %d, B 1, E 16, H 2", i, r, want)
+		if r.Impl != "mha" || r.Pass != "forward" || r.T != want || r.B != 1 || r.E != 16 || r.H != 2 || r.Causal || r.NeedWeights || r.Threads < 1 {
+			t.Errorf("row %d = %+v, want impl mha, pass forward, T %d, B 1, E 16, H 2", i, r, want)
+		}
+	}
+}
+
+// TestBenchBackward runs a tiny training-step benchmark and checks its JSON lines.
+func TestBenchBackward(t *testing.T) {
+	_, rows := benchLines(t, "--backward", "--seq", "8,24", "--embed", "16", "--heads", "2", "--batch", "2",
+		"--runs", "2", "--warmup", "1")
+	if len(rows) != 2 {
+		t.Fatalf("%d measurement lines, want 2", len(rows))
+	}
+	for i, want := range []int{8, 24} {
+		r := rows[i]
+		if r.Impl != "mha" || r.Pass != "forward+backward" || r.T != want || r.B != 2 || r.E != 16 || r.H != 2 || r.Causal || r.NeedWeights {
+			t.Errorf("row %d = %+v, want impl mha, pass forward+backward, T %d, B 2, E 16, H 2", i, r, want)
+		}
+	}
+}
+
+// TestBenchBackwardHeader checks that the table says what is timed and how its FLOPs are
+// counted.
+func TestBenchBackwardHeader(t *testing.T) {
+	var b bytes.Buffer
+	cfg := &benchConfig{seqs: []int{8}, embed: 8, heads: 2, batch: 1, threads: 2, runs: 1, backward: true}
+	if err := newBenchPrinter(&b, false, cfg, []benchImpl{{name: "mha"}}).header(100, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"self-attention forward+backward: E=8 H=2 B=1", "FLOPs per forward+backward = 3× forward = 24·T·E²·B + 12·T²·E·B",
+		"not counted: the 2·T²·E·B of Q·Kᵀ that mha's backward recomputes"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("header lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestBenchWorkerBackward runs the worker that times mha's training step in this process, with
+// the tiled backward and, causal with weights, the dense one, and checks the line it prints for
+// the parent.
+func TestBenchWorkerBackward(t *testing.T) {
+	for _, mode := range [][]string{nil, {"--causal", "--need-weights"}} {
+		code, stdout, stderr := runCLI(append([]string{"bench", "--worker", "--backward", "--seq", "32", "--embed", "16",
+			"--heads", "4", "--batch", "2", "--threads", "2", "--runs", "3", "--warmup", "1"}, mode...)...)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%q: exit %d, stderr %q", mode, code, stderr)
+		}
+		var r workerResult
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil || strings.Count(stdout, "\n") != 1 {
+			t.Fatalf("%q: worker printed %q (%v), want one JSON line", mode, stdout, err)
+		}
+		if len(r.MS) != 3 || slices.Min(r.MS) <= 0 {
+			t.Errorf("%q: times %v, want 3 positive", mode, r.MS)
+		}
+		if runtime.GOOS == "linux" && !(r.BaseKiB > 0 && r.PeakKiB >= r.BaseKiB) {
+			t.Errorf("%q: memory %d KiB after setup, %d KiB peak; want 0 < base ≤ peak", mode, r.BaseKiB, r.PeakKiB)
 		}
 	}
 }
@@ -173,6 +231,10 @@ func TestMedianAndFlops(t *testing.T) {
 	if f, want := c.flops(512), 2*(8*512*768*768+4*512*512*768.0); f != want {
 		t.Errorf("flops(512) = %g, want %g", f, want)
 	}
+	c.backward = true
+	if f, want := c.flops(512), 2*(24*512*768*768+12*512*512*768.0); f != want {
+		t.Errorf("flops(512) with backward = %g, want %g", f, want)
+	}
 }
 
 // hasTorch reports whether the default Python imports torch; tests that need it skip otherwise.
@@ -186,25 +248,31 @@ func hasTorch(t *testing.T) {
 	}
 }
 
-// TestBenchTorch times the PyTorch variants at a tiny size; torch_mha.py itself checks that
-// torch-sdpa computes what nn.MultiheadAttention computes, here with a causal mask and weights.
+// TestBenchTorch times the PyTorch variants at a tiny size, the forward with a causal mask and
+// weights and the training step; torch_mha.py itself checks that torch-sdpa computes what
+// nn.MultiheadAttention computes, and for the training step the same gradients.
 func TestBenchTorch(t *testing.T) {
 	hasTorch(t)
-	_, rows := benchLines(t, "--torch", "--seq", "16", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0",
-		"--causal", "--need-weights")
-	var impls []string
-	for _, r := range rows {
-		impls = append(impls, r.Impl)
-		if r.T != 16 || !r.Causal || !r.NeedWeights {
-			t.Errorf("row %+v, want T 16, causal, need_weights", r)
+	for _, c := range []struct {
+		flag, pass  string
+		needWeights bool
+	}{{"--need-weights", "forward", true}, {"--backward", "forward+backward", false}} {
+		_, rows := benchLines(t, "--torch", "--seq", "16", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0",
+			"--causal", c.flag)
+		var impls []string
+		for _, r := range rows {
+			impls = append(impls, r.Impl)
+			if r.T != 16 || !r.Causal || r.NeedWeights != c.needWeights || r.Pass != c.pass {
+				t.Errorf("%s: row %+v, want T 16, causal, need_weights %v, pass %s", c.flag, r, c.needWeights, c.pass)
+			}
 		}
-	}
-	want := []string{"mha", "torch", "torch-sdpa"}
-	if findJemalloc() != "" {
-		want = append(want, "torch-jemalloc")
-	}
-	if !slices.Equal(impls, want) {
-		t.Errorf("implementations %q, want %q", impls, want)
+		want := []string{"mha", "torch", "torch-sdpa"}
+		if findJemalloc() != "" {
+			want = append(want, "torch-jemalloc")
+		}
+		if !slices.Equal(impls, want) {
+			t.Errorf("%s: implementations %q, want %q", c.flag, impls, want)
+		}
 	}
 }
 
@@ -226,7 +294,7 @@ func TestBenchORT(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[2], `"impl":"ort","T":16`) {
+	if len(lines) != 3 || !strings.Contains(lines[2], `"impl":"ort","pass":"forward","T":16`) {
 		t.Errorf("output %q, want a peak line, an mha line and an ort line at T=16", stdout)
 	}
 }

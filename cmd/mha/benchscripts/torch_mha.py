@@ -2,7 +2,7 @@
 
     python3 torch_mha.py probe --threads N
     python3 torch_mha.py run --variant torch|torch-sdpa --T T --B B --E E --H H --threads N
-                             --runs R --warmup W --seed S [--causal] [--need-weights]
+                             --runs R --warmup W --seed S [--causal] [--need-weights] [--backward]
 
 `probe` prints {"torch": version, "blas": [mapped libblas files], "mm_gflops": torch.mm 512³ rate}.
 `run` prints {"ms": [one time per run], "rss_base_kib": RSS once the module and input exist,
@@ -13,6 +13,12 @@ Variants: "torch" calls nn.MultiheadAttention(E, H, batch_first=True) itself (x,
 causal attn_mask when --causal); "torch-sdpa" does the same computation by hand with F.linear on
 the module's in_proj/out_proj weights around torch.nn.functional._scaled_dot_product_attention
 (PyTorch 1.13's name; is_causal instead of a mask). Both run under torch.inference_mode().
+
+With --backward each timed call is a training step instead: the module in train mode (dropout 0,
+so no fast path), x.requires_grad_(), the forward, then out.backward(dy) for a fixed random dy;
+the gradients of x and of every parameter are set to zero before each call, outside the timing,
+so the call adds into them. The check then also compares the variant's gradients with
+nn.MultiheadAttention's.
 """
 
 import argparse
@@ -102,15 +108,40 @@ def forward_fn(variant, m, x, heads, causal, need_weights):
     raise SystemExit(f"unknown variant {variant!r}, want torch or torch-sdpa")
 
 
-def check(variant, m, heads, causal, need_weights):
-    """Check on a small input that the variant computes what nn.MultiheadAttention computes."""
-    x = torch.randn(2, 9, m.embed_dim)
+def step_fn(forward, dy):
+    """Forward, then the backward of dy into the .grad of every leaf, as a function of nothing."""
+    def step():
+        out, _ = forward()
+        out.backward(dy)
+    return step
+
+
+def zero_grads(m, x):
+    """Set the gradients of m's parameters and of x to zero (the first step allocates them)."""
+    m.zero_grad(set_to_none=False)
+    if x.grad is not None:
+        x.grad.zero_()
+
+
+def rel_err(got, want):
+    return ((got - want).norm() / want.norm()).item()
+
+
+def check(variant, m, heads, causal, need_weights, backward):
+    """Check on a small input that the variant computes what nn.MultiheadAttention computes, and
+    with backward the same gradients of the input and of every parameter."""
+    x = torch.randn(2, 9, m.embed_dim, requires_grad=backward)
     mask = causal_mask(9) if causal else None
     want, want_w = m(x, x, x, need_weights=True, attn_mask=mask)
     got, got_w = forward_fn(variant, m, x, heads, causal, need_weights)()
-    err = ((got - want).norm() / want.norm()).item()
+    errs = [rel_err(got, want)]
     if need_weights:
-        err = max(err, ((got_w - want_w).norm() / want_w.norm()).item())
+        errs.append(rel_err(got_w, want_w))
+    if backward:
+        dy, leaves = torch.randn_like(want), [x, *m.parameters()]
+        grads = zip(torch.autograd.grad(got, leaves, dy), torch.autograd.grad(want, leaves, dy))
+        errs += [rel_err(g, w) for g, w in grads]
+    err = max(errs)
     if not err < 1e-4:
         raise SystemExit(f"{variant} differs from nn.MultiheadAttention by {err:.2g} (relative)")
 
@@ -118,21 +149,26 @@ def check(variant, m, heads, causal, need_weights):
 def run(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    m = torch.nn.MultiheadAttention(args.E, args.H, batch_first=True).eval()
-    with torch.inference_mode():
-        check(args.variant, m, args.H, args.causal, args.need_weights)
-        x = torch.randn(args.B, args.T, args.E)
+    m = torch.nn.MultiheadAttention(args.E, args.H, dropout=0.0, batch_first=True).train(args.backward)
+    with torch.enable_grad() if args.backward else torch.inference_mode():
+        check(args.variant, m, args.H, args.causal, args.need_weights, args.backward)
+        x = torch.randn(args.B, args.T, args.E, requires_grad=args.backward)
         f = forward_fn(args.variant, m, x, args.H, args.causal, args.need_weights)
+        reset = lambda: None
+        if args.backward:
+            f, reset = step_fn(f, torch.randn(args.B, args.T, args.E)), lambda: zero_grads(m, x)
         base = rss_kib()
         for _ in range(args.warmup):
+            reset()
             f()
         ms = []
         for _ in range(args.runs):
+            reset()
             t0 = time.perf_counter()
             f()
             ms.append((time.perf_counter() - t0) * 1e3)
     # PyTorch 1.13's conditions for torch._native_multi_head_attention, as they apply here.
-    fast = args.variant == "torch" and not args.causal and args.H % 2 == 0
+    fast = args.variant == "torch" and not args.causal and args.H % 2 == 0 and not args.backward
     print(json.dumps({"ms": ms, "rss_base_kib": base, "rss_peak_kib": peak_kib(), "fast_path": fast}))
 
 
@@ -150,6 +186,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--need-weights", action="store_true")
+    p.add_argument("--backward", action="store_true")
     args = p.parse_args()
     probe(args) if args.mode == "probe" else run(args)
 
