@@ -26,6 +26,9 @@ func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Op
 
 // forward is ForwardInto, keeping what Backward needs in s when s is not nil.
 func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
+	if s != nil {
+		s.l = nil // a failed call leaves nothing for Backward
+	}
 	w := l.getWork()
 	defer l.putWork(w)
 	p := &w.p

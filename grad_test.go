@@ -401,6 +401,14 @@ func TestBackwardErrors(t *testing.T) {
 	if err := l.ForwardTrain(&r, &s, q, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { // a failed ForwardTrain leaves nothing for Backward
+		if err := l.ForwardTrain(&r, &s, tensor.New(2, 5, 7), nil, nil, nil); err == nil {
+			t.Error("ForwardTrain accepted a query of width 7")
+		}
+		if err := l.Backward(&Grads{}, &s, q); err == nil || !strings.Contains(err.Error(), "ForwardTrain") {
+			t.Errorf("Backward after a failed ForwardTrain: %v", err)
+		}
+	}()
 	for _, c := range []struct {
 		name string
 		call func() error

@@ -25,7 +25,8 @@ type Saved struct {
 }
 
 // ForwardTrain is ForwardInto that also keeps in s what Backward needs. The inputs and the
-// layer's parameters must not change until Backward returns. Errors are as for Forward.
+// layer's parameters must not change until Backward returns. Errors are as for Forward; after
+// one, s holds nothing Backward accepts.
 func (l *Layer) ForwardTrain(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
 	return l.forward(r, s, query, key, value, opt)
 }
