@@ -221,15 +221,21 @@ func (w *work) workers() int {
 
 // projections returns the layer's input projection weights and biases (nil without biases).
 func (l *Layer) projections() (wq, wk, wv, bq, bk, bv []float32) {
-	e := l.cfg.EmbedDim
-	wq, wk, wv = l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
-	if w := l.param("in_proj_weight"); w != nil {
+	return splitProjections(l.param, l.cfg.EmbedDim)
+}
+
+// splitProjections returns the query, key and value parts of the input projections' tensors,
+// looked up by PyTorch name with get (the parameters, or their gradients): the blocks of
+// in_proj_weight and in_proj_bias, or q/k/v_proj_weight. Absent tensors give nil.
+func splitProjections(get func(name string) []float32, e int) (wq, wk, wv, bq, bk, bv []float32) {
+	wq, wk, wv = get("q_proj_weight"), get("k_proj_weight"), get("v_proj_weight")
+	if w := get("in_proj_weight"); w != nil {
 		wq, wk, wv = w[:e*e], w[e*e:2*e*e], w[2*e*e:]
 	}
-	if b := l.param("in_proj_bias"); b != nil {
+	if b := get("in_proj_bias"); b != nil {
 		bq, bk, bv = b[:e], b[e:2*e], b[2*e:]
 	}
-	return
+	return wq, wk, wv, bq, bk, bv
 }
 
 // forward computes r.Output (sized by the caller) and the weights, keeping in s (when not nil)

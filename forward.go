@@ -295,14 +295,7 @@ func (p *plan) dropout(b, h, heads int, prob float64) *attend.Dropout {
 func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
 	c := l.cfg
 	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
-	wq, wk, wv := l.param("q_proj_weight"), l.param("k_proj_weight"), l.param("v_proj_weight")
-	if w := l.param("in_proj_weight"); w != nil {
-		wq, wk, wv = w[:e*e], w[e*e:2*e*e], w[2*e*e:]
-	}
-	var bq, bk, bv []float32
-	if b := l.param("in_proj_bias"); b != nil {
-		bq, bk, bv = b[:e], b[e:2*e], b[2*e:]
-	}
+	wq, wk, wv, bq, bk, bv := l.projections()
 
 	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, all [B, T, E].
 	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq, bq, e)

@@ -205,14 +205,7 @@ func (w *work) backwardLayer() {
 		w.project(w.dbuf, 3*e, tkx, p.q, e, p.tq, l.param("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, 3*e)
 		return
 	}
-	gq, gk, gv := w.grad("q_proj_weight"), w.grad("k_proj_weight"), w.grad("v_proj_weight")
-	if gw := w.grad("in_proj_weight"); gw != nil {
-		gq, gk, gv = gw[:e*e], gw[e*e:2*e*e], gw[2*e*e:]
-	}
-	var bq, bk, bv []float32
-	if gb := w.grad("in_proj_bias"); gb != nil {
-		bq, bk, bv = gb[:e], gb[e:2*e], gb[2*e:]
-	}
+	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e)
 	w.project(dq, a.ldq, a.rq, p.q, e, p.tq, wq, gq, bq, w.gr.Query.Data, e)
 	w.project(dk, a.ldk, a.rk, p.k, c.kdim(), p.tk, wk, gk, bk, w.gr.Key.Data, e)
 	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, e)
