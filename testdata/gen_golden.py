@@ -309,11 +309,11 @@ def case_metadata(case):
 # safetensors writer and an independent reader
 # ---------------------------------------------------------------------------
 
-DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "BOOL": np.dtype("u1"), "U8": np.dtype("u1")}
+DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"), "BOOL": np.dtype("u1"), "U8": np.dtype("u1")}
 
 
 def safetensors_dtype(array):
-    return {np.float32: "F32", np.float64: "F64", np.bool_: "BOOL", np.uint8: "U8"}[array.dtype.type]
+    return {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.bool_: "BOOL", np.uint8: "U8"}[array.dtype.type]
 
 
 def write_safetensors(path, tensors, metadata):

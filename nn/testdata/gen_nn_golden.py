@@ -16,12 +16,14 @@ Each case draws from its own generator seeded from its name, so the output is de
 
 import json
 import os
-import struct
 import sys
 import zlib
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata"))
+from gen_golden import write_safetensors  # noqa: E402  (one writer for every golden file)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model  # noqa: E402
@@ -36,25 +38,6 @@ CASES = {
     "post_sinusoidal_attn_only": (dict(d_model=8, norm="post", positions="sinusoidal", attn_only=True), 0.3),
     "pre_learned_attn_only": (dict(d_model=8, norm="pre", positions="learned", attn_only=True), 0.0),
 }
-
-
-def write_safetensors(path, tensors, metadata):
-    """Header entries and data in sorted-name order, data contiguous from offset 0."""
-    dtypes = {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.bool_: "BOOL"}
-    header, chunks, offset = {"__metadata__": metadata}, [], 0
-    for name in sorted(tensors):
-        array = np.ascontiguousarray(tensors[name])
-        data = array.astype(array.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[array.dtype.type], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        f.write(b"".join(chunks))
 
 
 def make_case(name, fields, unscored):

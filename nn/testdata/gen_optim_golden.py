@@ -18,10 +18,13 @@ The metadata repeats the inputs (learning rates, configs, which parameters decay
 
 import json
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata"))
+from gen_golden import write_safetensors  # noqa: E402  (one writer for every golden file)
 
 # name, shape, gradient scale, weight decay applies
 PARAMS = [
@@ -37,24 +40,6 @@ CONFIGS = {
     "custom": dict(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
 }
 CLIP_MAX_NORM = 1.5
-
-
-def write_safetensors(path, tensors, metadata):
-    """F32 tensors in sorted-name order, data contiguous from offset 0."""
-    header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    header["__metadata__"] = metadata
-    header_bytes = json.dumps(header, separators=(",", ":")).encode()
-    header_bytes += b" " * (-len(header_bytes) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header_bytes)))
-        f.write(header_bytes)
-        f.write(b"".join(chunks))
 
 
 def adamw_trajectory(init, grads, cfg):
@@ -118,7 +103,7 @@ def main():
         "clip_max_norm": json.dumps(CLIP_MAX_NORM),
     }
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "optim_golden.safetensors")
-    write_safetensors(path, tensors, metadata)
+    write_safetensors(path, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}, metadata)
 
 
 if __name__ == "__main__":
