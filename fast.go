@@ -1,7 +1,6 @@
 package mha
 
 import (
-	"math"
 	"runtime"
 
 	"github.com/mhalab/mha/attend"
@@ -151,6 +150,7 @@ type work struct {
 	out     []float32 // where the heads write: Q's block, or Saved.concat
 	ldo, ro int       // its row stride and rows per batch
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
+	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
 	wh      []float32 // where the per-head weights go (before dropout)
 	rw      *Result   // the result whose Weights the weights phase fills
 	dy      []float32 // Backward: the output gradient [B, Tq, E]
@@ -242,7 +242,7 @@ func splitProjections(get func(name string) []float32, e int) (wq, wk, wv, bq, b
 // what Backward needs.
 func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	p, c, a := &w.p, l.cfg, w.a
-	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
+	e, heads := c.EmbedDim, c.NumHeads
 	w.l, w.s = l, s
 	defer func() { w.l = nil }()
 	clear(w.masked[:w.workers()])
@@ -297,7 +297,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// into the concatenation: their own query columns, which they no longer need, or Saved's
 	// own buffer in training, where Backward needs Q.
 	a.ldkt = paddedStride(tkx)
-	a.kt = kernel.Grow(a.kt, p.b*heads*d*a.ldkt)
+	a.kt = kernel.Grow(a.kt, p.b*e*a.ldkt)
 	w.run(phaseTranspose, p.b*heads)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
 	if s != nil {
@@ -335,8 +335,29 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		}
 	}
 
-	// The output projection reads the concatenated heads in place.
-	w.g = gemm{x: w.out, ldx: w.ldo, xRows: w.ro, k: e, w: l.param("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	if p.opt.Heads.Keep {
+		r.Heads = reuse(r.Heads, p.b*p.tq*e, p.b, p.tq, e)
+		for b := range p.b {
+			for t := range p.tq {
+				copy(r.Heads.Data[(b*p.tq+t)*e:][:e], w.out[(b*w.ro+t)*w.ldo:])
+			}
+		}
+	} else {
+		r.Heads = nil
+	}
+
+	// The output projection reads the concatenated heads in place, or their gated copy.
+	x, ldx, xRows := w.out, w.ldo, w.ro
+	if p.gated() {
+		buf := &w.gated
+		if s != nil {
+			buf = &s.gated
+		}
+		*buf = kernel.Grow(*buf, p.b*p.tq*e)
+		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
+		x, ldx, xRows = *buf, e, p.tq
+	}
+	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.param("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
 	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
@@ -355,14 +376,16 @@ func paddedStride(n int) int {
 	return ld
 }
 
-// transpose writes Kᵀ of one (batch, head) task: kt[b, h, i, j] = K[b, j, h·D + i]. It walks
-// the keys in blocks, so that each block's rows of K stay in cache while Kᵀ is written in order.
+// transpose writes Kᵀ of one (batch, head) task: kt[b, o_h + i, j] = K[b, j, o_h + i] for
+// i < d_h. It walks the keys in blocks, so that each block's rows of K stay in cache while Kᵀ is
+// written in order.
 func (w *work) transpose(task int) {
-	a := w.a
-	heads, d, tkx, ld := w.l.cfg.NumHeads, w.l.cfg.HeadDim(), w.p.tkx, a.ldkt
+	a, offs := w.a, w.l.offs
+	heads, tkx, ld := w.l.cfg.NumHeads, w.p.tkx, a.ldkt
 	b, h := task/heads, task%heads
-	dst := a.kt[task*d*ld : (task+1)*d*ld]
-	src := a.k[b*a.rk*a.ldk+h*d:]
+	o, d := offs[h], offs[h+1]-offs[h]
+	dst := a.kt[(b*offs[heads]+o)*ld : (b*offs[heads]+o+d)*ld]
+	src := a.k[b*a.rk*a.ldk+o:]
 	const block = 64
 	for j0 := 0; j0 < tkx; j0 += block {
 		j1 := min(j0+block, tkx)
@@ -378,20 +401,17 @@ func (w *work) transpose(task int) {
 // head returns the operands of batch b, head h, with the output written to (or read from) the
 // concatenation w.out.
 func (w *work) head(b, h int) attend.Head[float32] {
-	a, p, d := w.a, &w.p, w.l.cfg.HeadDim()
-	bh := b*w.l.cfg.NumHeads + h
+	a, p, offs := w.a, &w.p, w.l.offs
+	o, d, e := offs[h], offs[h+1]-offs[h], offs[len(offs)-1]
 	return attend.Head[float32]{
-		Q: a.q[b*a.rq*a.ldq+h*d:], LdQ: a.ldq,
-		K: a.k[b*a.rk*a.ldk+h*d:], LdK: a.ldk,
-		Kt: a.kt[bh*d*a.ldkt:], LdKt: a.ldkt,
-		V: a.v[b*a.rk*a.ldv+h*d:], LdV: a.ldv,
-		Out: w.out[b*w.ro*w.ldo+h*d:], LdOut: w.ldo,
+		Q: a.q[b*a.rq*a.ldq+o:], LdQ: a.ldq,
+		K: a.k[b*a.rk*a.ldk+o:], LdK: a.ldk,
+		Kt: a.kt[(b*e+o)*a.ldkt:], LdKt: a.ldkt,
+		V: a.v[b*a.rk*a.ldv+o:], LdV: a.ldv,
+		Out: w.out[b*w.ro*w.ldo+o:], LdOut: w.ldo,
 		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 	}
 }
-
-// scale returns the attention's score scale 1/√d.
-func (l *Layer) scale() float32 { return float32(1 / math.Sqrt(float64(l.cfg.HeadDim()))) }
 
 // attend runs one (batch, head, query block) task.
 func (w *work) attend(worker, task int) {
@@ -409,7 +429,7 @@ func (w *work) attend(worker, task int) {
 	if w.lse != nil {
 		lse = w.lse[bh*p.tq+i0 : bh*p.tq+i1]
 	}
-	w.masked[worker] += attend.Tiled(&hd, &bias, w.l.scale(), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, &w.scratch[worker])
+	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, &w.scratch[worker])
 }
 
 // finishWeights writes one (batch, query) row of the returned weights from the per-head

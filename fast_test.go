@@ -17,6 +17,7 @@ type maskCase struct {
 	causal, pad, mask, bias  bool
 	perHeadMask, perHeadBias bool
 	training                 bool
+	probe                    bool // gate, shift and keep the heads, the last one uniform
 }
 
 func (c maskCase) options(rng *tensor.RNG) Options {
@@ -55,7 +56,29 @@ func (c maskCase) options(rng *tensor.RNG) Options {
 		}
 		opt.AttnBias = a
 	}
+	if c.probe {
+		g := tensor.New(c.b, heads)
+		for i := range g.Data {
+			g.Data[i] = float32(3*rng.Float64() - 1)
+		}
+		shift := make([]float32, c.cfg.EmbedDim)
+		for i := range shift {
+			shift[i] = float32(rng.Float64() - 0.5)
+		}
+		uniform := make([]bool, heads)
+		uniform[heads-1] = true
+		opt.Heads = HeadOptions{Keep: true, Gate: g, Shift: shift, Uniform: uniform}
+	}
 	return opt
+}
+
+// headsIn returns the extra gradient on the head outputs that the backward tests add when opt
+// keeps the heads, [B, Tq, E]; nil otherwise.
+func headsIn(opt *Options, b, tq, e int) *tensor.Tensor {
+	if opt == nil || !opt.Heads.Keep {
+		return nil
+	}
+	return randTensor(tensor.NewRNG(77), b, tq, e)
 }
 
 // maskCases are shapes that span several query blocks and key tiles, with every mask kind.
@@ -77,6 +100,10 @@ func maskCases() []maskCase {
 		{name: "everything", cfg: Config{EmbedDim: 16, NumHeads: 4, AddBiasKV: true, AddZeroAttn: true}, b: 2, tq: 90, tk: 280, cross: true,
 			causal: true, pad: true, mask: true, bias: true, perHeadBias: true},
 		{name: "dropout", cfg: Config{EmbedDim: 16, NumHeads: 2, Dropout: 0.3}, b: 2, tq: 70, tk: 300, cross: true, pad: true, training: true},
+		{name: "heads of different sizes and scales", cfg: Config{EmbedDim: 20, NumHeads: 3, HeadDims: []int{4, 12, 4}, HeadScales: []float64{1, 0.125, 0}},
+			b: 2, tq: 130, tk: 130, causal: true},
+		{name: "gated shifted uniform heads", cfg: Config{EmbedDim: 20, NumHeads: 3, HeadDims: []int{8, 4, 8}, AddBiasKV: true}, b: 2, tq: 90, tk: 280, cross: true,
+			causal: true, pad: true, probe: true},
 	}
 }
 

@@ -38,6 +38,28 @@ type Options struct {
 	// Workers bounds how many goroutines this call runs on; 0 means runtime.GOMAXPROCS(0). The
 	// result does not depend on it.
 	Workers int
+	// Heads records or intervenes on single heads, for probes; the zero value leaves them alone.
+	Heads HeadOptions
+}
+
+// HeadOptions record and intervene on single heads. With head_h the output of head h (the
+// columns o_h … o_h + d_h of the concatenation), the output projection reads
+//
+//	Concat'[b, t, o_h + i] = Gate[b, h] · head_h[b, t, i] + Shift[o_h + i]
+//
+// instead of Concat. Gate is Michel et al.'s (2019) ξ_h: Backward returns dL/dGate, whose
+// magnitude is the head's importance. Gate 0 with Shift the head's mean output is mean
+// ablation; Uniform is uniform ablation. The zero value changes nothing.
+type HeadOptions struct {
+	// Keep returns every head's output, before Gate and Shift, in Result.Heads.
+	Keep bool
+	// Gate is [B, H] ([H] for unbatched inputs); nil means 1 everywhere.
+	Gate *tensor.Tensor
+	// Shift is [E]; nil means 0.
+	Shift []float32
+	// Uniform is [H]; a head marked true scores every key 0, so it attends uniformly over the
+	// keys its masks let it see (AttnBias is still added).
+	Uniform []bool
 }
 
 // Result is what Forward returns.
@@ -48,6 +70,10 @@ type Result struct {
 	// [B, H, Tq, Tk'] with Options.PerHeadWeights, where Tk' counts the key rows appended by
 	// add_bias_kv and add_zero_attn. Unbatched inputs drop the B dimension.
 	Weights *tensor.Tensor
+	// Heads is nil unless Options.Heads.Keep: the concatenated head outputs [B, Tq, E] before
+	// the output projection (and before Gate and Shift), head h in columns
+	// Config.HeadOffset(h) … + Config.HeadDim(h). Unbatched inputs drop the B dimension.
+	Heads *tensor.Tensor
 	// FullyMasked counts the (batch, head, query) rows whose keys were all masked (or that had no
 	// key at all). Their weights and head output are 0, so such a query's output is out_proj.bias
 	// when every head masks it; PyTorch returns NaN for them.
@@ -57,13 +83,13 @@ type Result struct {
 // Trace is every intermediate of one float64 Reference computation, laid out as in the
 // chapters. Tk counts the appended bias_kv and zero_attn rows.
 type Trace struct {
-	B, Tq, Tk, H, D, E int
+	B, Tq, Tk, H, D, E int       // D is the head size when all heads have one (0 with HeadDims of different sizes)
 	Q                  []float64 // [B, Tq, E] query projection; head h is columns h·D … (h+1)·D
 	K, V               []float64 // [B, Tk, E] key and value projections
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
 	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled (0 in fully masked rows)
-	Concat             []float64 // [B, Tq, E] head outputs side by side
+	Concat             []float64 // [B, Tq, E] head outputs side by side, before Options.Heads' Gate and Shift
 	Output             []float64 // [B, Tq, E]
 	FullyMasked        int
 }
@@ -91,7 +117,10 @@ func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trac
 	if err := l.plan(p, query, key, value, opt, true); err != nil {
 		return nil, err
 	}
-	tr := &Trace{B: p.b, Tq: p.tq, Tk: p.tkx, H: l.cfg.NumHeads, D: l.cfg.HeadDim(), E: l.cfg.EmbedDim}
+	tr := &Trace{B: p.b, Tq: p.tq, Tk: p.tkx, H: l.cfg.NumHeads, E: l.cfg.EmbedDim}
+	if l.cfg.HeadDims == nil || !slices.ContainsFunc(l.cfg.HeadDims, func(d int) bool { return d != l.cfg.HeadDims[0] }) {
+		tr.D = l.cfg.HeadDim(0)
+	}
 	tr.Output, tr.Weights, tr.FullyMasked = run[float64](l, p, tr)
 	return tr, nil
 }
@@ -212,7 +241,79 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 			return err
 		}
 	}
+	return p.checkHeads(c)
+}
+
+// checkHeads checks Options.Heads against the layer and the call.
+func (p *plan) checkHeads(c Config) error {
+	ho := &p.opt.Heads
+	if g := ho.Gate; g != nil {
+		if err := checkData("head gate", g.Shape, len(g.Data)); err != nil {
+			return err
+		}
+		want := []int{p.b, c.NumHeads}
+		if p.unbatched {
+			want = want[1:]
+		}
+		if !slices.Equal(g.Shape, want) {
+			return fmt.Errorf("%w: head gate is %v, want %v (B H)", ErrShape, g.Shape, want)
+		}
+		for i, x := range g.Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%w: head gate value %d is %v, want a finite number", ErrShape, i, x)
+			}
+		}
+	}
+	if ho.Shift != nil && len(ho.Shift) != c.EmbedDim {
+		return fmt.Errorf("%w: head shift has %d values, want E = %d", ErrShape, len(ho.Shift), c.EmbedDim)
+	}
+	if ho.Uniform != nil && len(ho.Uniform) != c.NumHeads {
+		return fmt.Errorf("%w: uniform heads has %d flags, want H = %d", ErrShape, len(ho.Uniform), c.NumHeads)
+	}
 	return nil
+}
+
+// gated reports whether the call gates or shifts the heads before the output projection.
+func (p *plan) gated() bool { return p.opt.Heads.Gate != nil || p.opt.Heads.Shift != nil }
+
+// gate returns Gate[b, h], 1 without a gate.
+func (p *plan) gate(b, h, heads int) float32 {
+	if g := p.opt.Heads.Gate; g != nil {
+		return g.Data[b*heads+h]
+	}
+	return 1
+}
+
+// scale returns head h's score scale in this call: 0 for a uniform head, else the layer's.
+func (p *plan) scale(c Config, h int) float64 {
+	if u := p.opt.Heads.Uniform; u != nil && u[h] {
+		return 0
+	}
+	return c.HeadScale(h)
+}
+
+// applyGate writes dst = Gate·src + Shift for the concatenated heads of every batch, src and dst
+// [B, rows, E] with row strides lds and ldd and rows per batch rs and rd; the first tq rows of
+// each batch count. Head h owns columns offs[h] … offs[h+1].
+func applyGate[F kernel.Float](p *plan, offs []int, src []F, lds, rs int, dst []F, ldd, rd int) {
+	heads := len(offs) - 1
+	e, shift := offs[heads], p.opt.Heads.Shift
+	for b := range p.b {
+		for t := range p.tq {
+			in, out := src[(b*rs+t)*lds:][:e], dst[(b*rd+t)*ldd:][:e]
+			for h := range heads {
+				g := F(p.gate(b, h, heads))
+				for j := offs[h]; j < offs[h+1]; j++ {
+					out[j] = g * in[j]
+				}
+			}
+			if shift != nil {
+				for j := range out {
+					out[j] += F(shift[j])
+				}
+			}
+		}
+	}
 }
 
 // checkData reports an error when a tensor's data does not fill its shape.
@@ -294,7 +395,7 @@ func (p *plan) dropout(b, h, heads int, prob float64) *attend.Dropout {
 // weights [B, H, Tq, Tkx] when they were asked for or traced, and the count of fully masked rows.
 func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
 	c := l.cfg
-	e, heads, d := c.EmbedDim, c.NumHeads, c.HeadDim()
+	e, heads := c.EmbedDim, c.NumHeads
 	wq, wk, wv, bq, bk, bv := l.projections()
 
 	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, all [B, T, E].
@@ -304,7 +405,7 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	k = appendRows(k, p, e, l.param("bias_k"), c.AddZeroAttn)
 	v = appendRows(v, p, e, l.param("bias_v"), c.AddZeroAttn)
 
-	// Each head attends in its own d-wide column block; head outputs land side by side in concat.
+	// Each head attends in its own d_h-wide column block; head outputs land side by side in concat.
 	n := p.tq * p.tkx
 	keepWeights := p.opt.NeedWeights || tr != nil
 	var w []F
@@ -314,14 +415,14 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 		w = make([]F, n)
 	}
 	concat := make([]F, p.b*p.tq*e)
-	scale := F(1 / math.Sqrt(float64(d)))
 	for b := range p.b {
 		for h := range heads {
+			o, d := l.offs[h], l.offs[h+1]-l.offs[h]
 			hd := &attend.Head[F]{
-				Q: view(q, b*p.tq*e+h*d), LdQ: e,
-				K: view(k, b*p.tkx*e+h*d), LdK: e,
-				V: view(v, b*p.tkx*e+h*d), LdV: e,
-				Out: view(concat, b*p.tq*e+h*d), LdOut: e,
+				Q: view(q, b*p.tq*e+o), LdQ: e,
+				K: view(k, b*p.tkx*e+o), LdK: e,
+				V: view(v, b*p.tkx*e+o), LdV: e,
+				Out: view(concat, b*p.tq*e+o), LdOut: e,
 				Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 			}
 			bias := p.bias(b, h, heads)
@@ -330,12 +431,17 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 				wh = w[(b*heads+h)*n : (b*heads+h+1)*n]
 			}
 			drop := p.dropout(b, h, heads, c.Dropout)
-			fullyMasked += attend.Dense(hd, &bias, scale, drop, wh, traceSteps[F](tr, (b*heads+h)*n))
+			fullyMasked += attend.Dense(hd, &bias, F(p.scale(c, h)), drop, wh, traceSteps[F](tr, (b*heads+h)*n))
 		}
 	}
 
-	// The output projection: Concat(head_1 … head_H)·W_oᵀ + b_o.
-	out = linear(concat, p.b*p.tq, e, l.param("out_proj.weight"), l.param("out_proj.bias"), e)
+	// The output projection: Concat(head_1 … head_H)·W_oᵀ + b_o, of the gated heads.
+	x := concat
+	if p.gated() {
+		x = make([]F, len(concat))
+		applyGate(p, l.offs, concat, e, p.tq, x, e, p.tq)
+	}
+	out = linear(x, p.b*p.tq, e, l.param("out_proj.weight"), l.param("out_proj.bias"), e)
 	if tr != nil {
 		tr.Q, tr.K, tr.V, tr.Concat = f64(q), f64(k), f64(v), f64(concat)
 	}

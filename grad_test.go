@@ -27,23 +27,47 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 		t.Fatal(err)
 	}
 	c := l.cfg
-	e, heads, d, tq, tkx, nb := c.EmbedDim, c.NumHeads, c.HeadDim(), p.tq, p.tkx, p.b
-	scale := 1 / math.Sqrt(float64(d))
+	e, heads, tq, tkx, nb := c.EmbedDim, c.NumHeads, p.tq, p.tkx, p.b
 	g := map[string][]float64{}
 
-	// Output projection.
+	// Output projection of the gated heads concat' = Gate·concat + Shift.
+	gated := tr.Concat
+	if p.gated() {
+		gated = make([]float64, len(tr.Concat))
+		applyGate(p, l.offs, tr.Concat, e, tq, gated, e, tq)
+	}
 	dY := as[float64](dy)
 	wo := as[float64](l.param("out_proj.weight"))
 	dC := make([]float64, nb*tq*e)
 	kernel.Gemm(false, false, nb*tq, e, e, 1, dY, e, wo, e, 0, dC, e)
 	g["out_proj.weight"] = make([]float64, e*e)
-	kernel.Gemm(true, false, e, e, nb*tq, 1, dY, e, tr.Concat, e, 0, g["out_proj.weight"], e)
+	kernel.Gemm(true, false, e, e, nb*tq, 1, dY, e, gated, e, 0, g["out_proj.weight"], e)
 	g["out_proj.bias"] = colSums(dY, nb*tq, e)
+	if gate := opt.Heads.Gate; gate != nil {
+		g["gate"] = make([]float64, nb*heads)
+		for b := range nb {
+			for h := range heads {
+				for i := range tq {
+					for x := c.HeadOffset(h); x < c.HeadOffset(h)+c.HeadDim(h); x++ {
+						r := (b*tq+i)*e + x
+						g["gate"][b*heads+h] += tr.Concat[r] * dC[r]
+						dC[r] *= float64(gate.Data[b*heads+h])
+					}
+				}
+			}
+		}
+	}
+	if hin := headsIn(opt, nb, tq, e); hin != nil {
+		for i, x := range hin.Data {
+			dC[i] += float64(x)
+		}
+	}
 
 	// Attention, head by head.
 	dQ, dK, dV := make([]float64, nb*tq*e), make([]float64, nb*tkx*e), make([]float64, nb*tkx*e)
 	for b := range nb {
 		for h := range heads {
+			o, d, scale := c.HeadOffset(h), c.HeadDim(h), p.scale(c, h)
 			n := tq * tkx
 			pr := append([]float64(nil), tr.Scaled[(b*heads+h)*n:(b*heads+h+1)*n]...)
 			for i := range tq {
@@ -59,16 +83,16 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 				}
 				return 0
 			}
-			qa := func(i, x int) float64 { return tr.Q[(b*tq+i)*e+h*d+x] }
-			ka := func(j, x int) float64 { return tr.K[(b*tkx+j)*e+h*d+x] }
-			va := func(j, x int) float64 { return tr.V[(b*tkx+j)*e+h*d+x] }
-			do := func(i, x int) float64 { return dC[(b*tq+i)*e+h*d+x] }
+			qa := func(i, x int) float64 { return tr.Q[(b*tq+i)*e+o+x] }
+			ka := func(j, x int) float64 { return tr.K[(b*tkx+j)*e+o+x] }
+			va := func(j, x int) float64 { return tr.V[(b*tkx+j)*e+o+x] }
+			do := func(i, x int) float64 { return dC[(b*tq+i)*e+o+x] }
 			for i := range tq {
 				dp := make([]float64, tkx)
 				rowSum := 0.0
 				for j := range tkx {
 					for x := range d {
-						dV[(b*tkx+j)*e+h*d+x] += pr[i*tkx+j] * z(i, j) * do(i, x)
+						dV[(b*tkx+j)*e+o+x] += pr[i*tkx+j] * z(i, j) * do(i, x)
 						dp[j] += do(i, x) * va(j, x)
 					}
 					dp[j] *= z(i, j)
@@ -77,8 +101,8 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 				for j := range tkx {
 					ds := pr[i*tkx+j] * (dp[j] - rowSum) * scale
 					for x := range d {
-						dQ[(b*tq+i)*e+h*d+x] += ds * ka(j, x)
-						dK[(b*tkx+j)*e+h*d+x] += ds * qa(i, x)
+						dQ[(b*tq+i)*e+o+x] += ds * ka(j, x)
+						dK[(b*tkx+j)*e+o+x] += ds * qa(i, x)
 					}
 				}
 			}
@@ -161,11 +185,14 @@ func backward(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy *
 	if err := l.ForwardTrain(&r, &s, q, k, v, opt); err != nil {
 		t.Fatal(err)
 	}
-	var g Grads
+	g := Grads{HeadsIn: headsIn(opt, s.p.b, s.p.tq, l.cfg.EmbedDim)}
 	if err := l.Backward(&g, &s, dy); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]float32{"query": g.Query.Data}
+	if g.Gate != nil {
+		out["gate"] = g.Gate.Data
+	}
 	if g.Key != nil {
 		if v == k { // one tensor: its gradient is the sum
 			for i, x := range g.Value.Data {
@@ -219,6 +246,8 @@ func TestReferenceGradsMatchFiniteDifferences(t *testing.T) {
 		{name: "self bias_kv zero_attn padded", cfg: Config{EmbedDim: 4, NumHeads: 2, AddBiasKV: true, AddZeroAttn: true}, b: 2, tq: 3, tk: 3, causal: true, pad: true},
 		{name: "dropout key is value", cfg: Config{EmbedDim: 4, NumHeads: 2, Dropout: 0.4}, b: 2, tq: 3, tk: 4, cross: true, kvSame: true, training: true, bias: true},
 		{name: "no bias", cfg: Config{EmbedDim: 4, NumHeads: 1, NoBias: true}, b: 1, tq: 3, tk: 3},
+		{name: "heads of different sizes, gated", cfg: Config{EmbedDim: 6, NumHeads: 3, HeadDims: []int{1, 3, 2}, HeadScales: []float64{0.7, 1, -0.5}},
+			b: 2, tq: 3, tk: 4, cross: true, causal: true, probe: true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -234,9 +263,17 @@ func TestReferenceGradsMatchFiniteDifferences(t *testing.T) {
 				for j, y := range tr.Output {
 					s += y * float64(dy.Data[j])
 				}
+				if hin := headsIn(&opt, c.b, c.tq, c.cfg.EmbedDim); hin != nil {
+					for j, y := range tr.Concat {
+						s += y * float64(hin.Data[j])
+					}
+				}
 				return s
 			}
 			tensors := map[string]*tensor.Tensor{"query": q}
+			if opt.Heads.Gate != nil {
+				tensors["gate"] = opt.Heads.Gate
+			}
 			if c.cross {
 				tensors["key"], tensors["value"] = k, v
 			}

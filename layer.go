@@ -5,9 +5,13 @@
 // The computation follows the textbook's steps, each visible in the code:
 //
 //	Q, K, V  = X_q·W_qᵀ + b_q,  X_k·W_kᵀ + b_k,  X_v·W_vᵀ + b_v   stacked projection [B, T, E]
-//	Q_i, K_i, V_i                                               head i = columns i·d … (i+1)·d
-//	head_i   = softmax(Q_i·K_iᵀ / √d + mask) · V_i              d = E / H
+//	Q_i, K_i, V_i                                               head i = columns o_i … o_i + d_i
+//	head_i   = softmax(s_i · Q_i·K_iᵀ + mask) · V_i              d_i = E / H, s_i = 1/√d_i
 //	output   = Concat(head_1 … head_H)·W_oᵀ + b_o
+//
+// Heads may also have different sizes d_i (Config.HeadDims) and their own scales s_i
+// (Config.HeadScales), and a call may gate, shift, flatten or record single heads
+// (Options.Heads) — the hooks that head-level probes need.
 //
 // One difference from PyTorch is deliberate: in a head where a query's keys are all masked, that
 // query gets weights 0 and head output 0, where PyTorch returns NaN; the layer's output there is
@@ -18,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -40,7 +45,7 @@ var (
 // NoBias=false.
 type Config struct {
 	EmbedDim    int     // E, the model dimension of queries and outputs; > 0
-	NumHeads    int     // H; must divide EmbedDim
+	NumHeads    int     // H; must divide EmbedDim unless HeadDims is set
 	KDim        int     // features of key inputs; 0 means EmbedDim
 	VDim        int     // features of value inputs; 0 means EmbedDim
 	NoBias      bool    // PyTorch's bias=False: no in_proj_bias and no out_proj.bias
@@ -48,14 +53,48 @@ type Config struct {
 	AddZeroAttn bool    // append a row of zeros to the keys and values (after bias_k/bias_v)
 	Dropout     float64 // probability of zeroing an attention weight in training; in [0, 1)
 	Seed        uint64  // seed of the parameter initialisation
+
+	// HeadDims, when not nil, gives each head its own size d_h (len H, each > 0, summing to
+	// EmbedDim): head h owns the HeadDims[h] columns from HeadOffset(h) of Q, K, V and the
+	// concatenation. nil means E/H each, as in PyTorch. The parameters keep PyTorch's shapes.
+	HeadDims []int
+	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite): its logits
+	// are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
+	HeadScales []float64
 }
 
 // MaxDim bounds every size in a Config, so that a size read from a file cannot ask for an absurd
 // allocation.
 const MaxDim = 1 << 16
 
-// HeadDim returns d = EmbedDim / NumHeads.
-func (c Config) HeadDim() int { return c.EmbedDim / c.NumHeads }
+// HeadDim returns d_h, the size of head h: HeadDims[h], or EmbedDim / NumHeads.
+func (c Config) HeadDim(h int) int {
+	if c.HeadDims != nil {
+		return c.HeadDims[h]
+	}
+	return c.EmbedDim / c.NumHeads
+}
+
+// HeadOffset returns o_h, the first column of head h in Q, K, V and the concatenation: the sum
+// of the sizes of the heads before it.
+func (c Config) HeadOffset(h int) int {
+	if c.HeadDims != nil {
+		o := 0
+		for _, d := range c.HeadDims[:h] {
+			o += d
+		}
+		return o
+	}
+	return h * (c.EmbedDim / c.NumHeads)
+}
+
+// HeadScale returns s_h, head h's score scale: HeadScales[h], or 1/√d_h.
+func (c Config) HeadScale(h int) float64 {
+	if c.HeadScales != nil {
+		return c.HeadScales[h]
+	}
+	return 1 / math.Sqrt(float64(c.HeadDim(h)))
+}
 
 func (c Config) kdim() int { return orDefault(c.KDim, c.EmbedDim) }
 func (c Config) vdim() int { return orDefault(c.VDim, c.EmbedDim) }
@@ -78,8 +117,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: embed dim is %d, want > 0", ErrConfig, c.EmbedDim)
 	case c.NumHeads <= 0:
 		return fmt.Errorf("%w: num heads is %d, want > 0", ErrConfig, c.NumHeads)
-	case c.EmbedDim%c.NumHeads != 0:
-		return fmt.Errorf("%w: embed dim %d is not divisible by num heads %d", ErrConfig, c.EmbedDim, c.NumHeads)
+	case c.HeadDims == nil && c.EmbedDim%c.NumHeads != 0:
+		return fmt.Errorf("%w: embed dim %d is not divisible by num heads %d (give HeadDims for heads of different sizes)", ErrConfig, c.EmbedDim, c.NumHeads)
+	case c.HeadDims != nil && len(c.HeadDims) != c.NumHeads:
+		return fmt.Errorf("%w: %d head dims for %d heads, want one per head", ErrConfig, len(c.HeadDims), c.NumHeads)
+	case c.HeadScales != nil && len(c.HeadScales) != c.NumHeads:
+		return fmt.Errorf("%w: %d head scales for %d heads, want one per head", ErrConfig, len(c.HeadScales), c.NumHeads)
 	case c.KDim < 0:
 		return fmt.Errorf("%w: kdim is %d, want > 0 (or 0 for embed dim)", ErrConfig, c.KDim)
 	case c.VDim < 0:
@@ -92,6 +135,23 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: dimension %d is larger than %d", ErrConfig, d, MaxDim)
 		}
 	}
+	if c.HeadDims != nil {
+		sum := 0
+		for h, d := range c.HeadDims {
+			if d <= 0 || d > MaxDim {
+				return fmt.Errorf("%w: head %d has size %d, want a size in [1, %d]", ErrConfig, h, d, MaxDim)
+			}
+			sum += d
+		}
+		if sum != c.EmbedDim {
+			return fmt.Errorf("%w: head dims %v sum to %d, want embed dim %d", ErrConfig, c.HeadDims, sum, c.EmbedDim)
+		}
+	}
+	for h, s := range c.HeadScales {
+		if math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: head %d has scale %v, want a finite number", ErrConfig, h, s)
+		}
+	}
 	return nil
 }
 
@@ -101,6 +161,7 @@ func (c Config) Validate() error {
 type Layer struct {
 	cfg    Config
 	params []Param // in PyTorch's state-dict order
+	offs   []int   // head h owns columns offs[h] … offs[h+1] of Q, K, V and the concatenation
 
 	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
 
@@ -122,7 +183,12 @@ func New(cfg Config) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.HeadDims, cfg.HeadScales = slices.Clone(cfg.HeadDims), slices.Clone(cfg.HeadScales)
 	l := &Layer{cfg: cfg, pool: new(parallel.Pool)}
+	for h := range cfg.NumHeads {
+		l.offs = append(l.offs, cfg.HeadOffset(h))
+	}
+	l.offs = append(l.offs, cfg.EmbedDim)
 	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
 		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
@@ -171,8 +237,12 @@ func (c Config) paramShapes() []paramShape {
 	return s
 }
 
-// Config returns the layer's configuration.
-func (l *Layer) Config() Config { return l.cfg }
+// Config returns the layer's configuration (a copy: changing it does not change the layer).
+func (l *Layer) Config() Config {
+	c := l.cfg
+	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
+	return c
+}
 
 // Parameters returns the layer's parameters in PyTorch's state-dict order. The tensors are the
 // layer's own: writing to them changes the layer.

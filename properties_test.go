@@ -3,6 +3,7 @@ package mha
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -466,7 +467,7 @@ func TestStateDict(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.Seed = cfg.Seed
-	if got != cfg {
+	if !reflect.DeepEqual(got, cfg) {
 		t.Fatalf("InferConfig = %+v, want %+v", got, cfg)
 	}
 	m, _ := New(got)
@@ -533,7 +534,7 @@ func TestTraceScores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := cfg.HeadDim()
+		d := cfg.HeadDim(0)
 		for h := range tr.H {
 			for i := range tr.Tq {
 				for j := range tr.Tk {

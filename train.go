@@ -19,6 +19,7 @@ type Saved struct {
 	p      plan
 	a      acts
 	concat []float32 // [B, Tq, E] head outputs side by side
+	gated  []float32 // [B, Tq, E] the concatenation after Options.Heads' Gate and Shift, when given
 	lse    []float32 // [B, H, Tq] row log-sum-exp of the scaled, biased scores
 	probs  []float32 // [B, H, Tq, Tkx] weights before dropout, when dense
 	dense  bool      // the forward kept the weights: Backward uses them
@@ -43,11 +44,18 @@ type Grads struct {
 	// Params are the gradients of the layer's parameters, with the names, shapes and order of
 	// Parameters (PyTorch's: in_proj_weight, in_proj_bias, …).
 	Params []Param
+	// Gate is dL/dGate [B, H] ([H] unbatched) when the forward had Options.Heads.Gate; it stays
+	// nil otherwise.
+	Gate *tensor.Tensor
+	// HeadsIn is an input, not a result: when not nil it is a gradient dL/dHeads [B, Tq, E] of
+	// a loss on the head outputs (Result.Heads), added to what flows back from gradOutput.
+	// Backward leaves it unchanged.
+	HeadsIn *tensor.Tensor
 }
 
 // Zero sets every gradient in g to 0.
 func (g *Grads) Zero() {
-	for _, t := range []*tensor.Tensor{g.Query, g.Key, g.Value} {
+	for _, t := range []*tensor.Tensor{g.Query, g.Key, g.Value, g.Gate} {
 		if t != nil {
 			clear(t.Data)
 		}
@@ -106,6 +114,16 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 	}
 	if err := check(&g.Query, "Query", p.tq, c.EmbedDim); err != nil {
 		return err
+	}
+	if h := g.HeadsIn; h != nil && (!p.fits(h.Shape, p.tq, c.EmbedDim) || len(h.Data) != p.b*p.tq*c.EmbedDim) {
+		return fmt.Errorf("%w: Grads.HeadsIn is %v, want %v like Result.Heads", ErrShape, h.Shape, p.shape(p.tq, c.EmbedDim))
+	}
+	if gate := p.opt.Heads.Gate; gate != nil {
+		if g.Gate == nil {
+			g.Gate = tensor.New(gate.Shape...)
+		} else if !slices.Equal(g.Gate.Shape, gate.Shape) || len(g.Gate.Data) != len(gate.Data) {
+			return fmt.Errorf("%w: Grads.Gate is %v, want %v like Options.Heads.Gate", ErrShape, g.Gate.Shape, gate.Shape)
+		}
 	}
 	if !p.self {
 		if err := check(&g.Key, "Key", p.tk, c.kdim()); err != nil {
@@ -173,13 +191,18 @@ func (w *work) backwardLayer() {
 	e, heads, tkx := c.EmbedDim, c.NumHeads, p.tkx
 	w.workers()
 
-	// The output projection Y = concat·W_oᵀ + b_o: dW_o += dYᵀ·concat, db_o += Σ dY, and
-	// dconcat = dY·W_o.
-	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: s.concat, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
+	// The output projection Y = concat'·W_oᵀ + b_o of the (gated) heads: dW_o += dYᵀ·concat',
+	// db_o += Σ dY, and dconcat' = dY·W_o.
+	x := s.concat
+	if p.gated() {
+		x = s.gated
+	}
+	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: x, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
 	w.run(phaseWgrad, w.wg.tasks())
 	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*e)
 	w.g = gemm{x: w.dy, ldx: e, xRows: p.tq, k: e, w: l.param("out_proj.weight"), ldw: e, c: w.dconcat, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
 	w.run(phaseGemm, w.g.tasks())
+	w.gateBackward()
 
 	// Attention, per (batch, head): the gradients of Q, K and V land in dbuf, laid out as the
 	// projections are in acts.buf.
@@ -211,6 +234,32 @@ func (w *work) backwardLayer() {
 	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, e)
 }
 
+// gateBackward turns dconcat' = dL/dconcat' into dL/dconcat, the gradient of the heads' own
+// outputs: it adds dL/dGate[b, h] = Σ_t head_h[b, t]·dconcat'_h[b, t] to the Grads, scales
+// each head's block by its gate, and adds Grads.HeadsIn.
+func (w *work) gateBackward() {
+	p, offs, e := &w.p, w.l.offs, w.l.cfg.EmbedDim
+	heads := len(offs) - 1
+	if gate := p.opt.Heads.Gate; gate != nil {
+		dg := w.gr.Gate.Data
+		for b := range p.b {
+			for t := range p.tq {
+				row := (b*p.tq + t) * e
+				for h := range heads {
+					cols := row + offs[h]
+					n := offs[h+1] - offs[h]
+					dc := w.dconcat[cols : cols+n]
+					dg[b*heads+h] += kernel.Dot(w.s.concat[cols:cols+n], dc)
+					kernel.Sscal(gate.Data[b*heads+h], dc)
+				}
+			}
+		}
+	}
+	if in := w.gr.HeadsIn; in != nil {
+		kernel.Axpy(1, in.Data, w.dconcat[:len(in.Data)])
+	}
+}
+
 // project is the backward of one input projection Y = X·Wᵀ + b, for X [B, rows, in] and W
 // [n, in]: it adds dYᵀ·X to dW, Σ dY to db (when not nil) and dY·W to dX. dY's rows are
 // strided by ldy, with yRows rows per batch of which the first rows count.
@@ -225,14 +274,15 @@ func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, 
 // backward runs the attention backward of one (batch, head) task.
 func (w *work) backward(worker, task int) {
 	p, a, s := &w.p, w.a, w.s
-	heads, d := w.l.cfg.NumHeads, w.l.cfg.HeadDim()
+	heads := w.l.cfg.NumHeads
 	b, h := task/heads, task%heads
+	o := w.l.offs[h]
 	hd := w.head(b, h)
 	dq, dk, dv := a.split(w.dbuf)
 	g := attend.Grad{
-		DQ: dq[b*a.rq*a.ldq+h*d:], LdDQ: a.ldq,
-		DK: dk[b*a.rk*a.ldk+h*d:], LdDK: a.ldk,
-		DV: dv[b*a.rk*a.ldv+h*d:], LdDV: a.ldv,
+		DQ: dq[b*a.rq*a.ldq+o:], LdDQ: a.ldq,
+		DK: dk[b*a.rk*a.ldk+o:], LdDK: a.ldk,
+		DV: dv[b*a.rk*a.ldv+o:], LdDV: a.ldv,
 	}
 	bias := p.bias(b, h, heads)
 	var probs []float32
@@ -241,5 +291,5 @@ func (w *work) backward(worker, task int) {
 		probs = s.probs[task*n : (task+1)*n]
 	}
 	e := w.l.cfg.EmbedDim
-	attend.Backward(&hd, &g, w.dconcat[b*p.tq*e+h*d:], e, s.lse[task*p.tq:(task+1)*p.tq], &bias, w.l.scale(), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
+	attend.Backward(&hd, &g, w.dconcat[b*p.tq*e+o:], e, s.lse[task*p.tq:(task+1)*p.tq], &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
 }
