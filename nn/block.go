@@ -25,6 +25,7 @@ type block struct {
 	res   mha.Result
 	saved mha.Saved
 	grads mha.Grads     // Params hold the Grad tensors of the attention's nn parameters
+	gated bool          // the last forward gated the heads: backward fills grads.Gate
 	in    tensor.Tensor // views of the attention's input and of its output gradient, [B, T, d]
 	dOut  tensor.Tensor
 	dIn   tensor.Tensor
@@ -36,7 +37,7 @@ type block struct {
 // tensors become the values of the blocks.l.attn.* parameters.
 func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
-	attn, err := mha.New(mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, Seed: attnSeed})
+	attn, err := mha.New(c.attention(attnSeed))
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
@@ -70,6 +71,7 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 	if err := b.attn.ForwardTrain(&b.res, &b.saved, &b.in, nil, nil, opt); err != nil {
 		return nil, err
 	}
+	b.gated = opt.Heads.Gate != nil
 	add(r, b.sum1, x, b.res.Output.Data)
 	x = b.sum1
 	if !b.pre {
@@ -104,17 +106,20 @@ func (b *block) ffnBackward(r *runner, dy, dx []float32, n int, s *scratch) {
 }
 
 // attnBackward adds dL/dinput of the attention into dIn, given dOut = dL/dMHA(input); dOut and
-// dIn must not overlap.
+// dIn must not overlap. It sets grads.Gate to dL/dGate when the forward gated the heads.
 func (b *block) attnBackward(dOut, dIn []float32) error {
 	b.dOut = tensor.Tensor{Shape: b.in.Shape, Data: dOut}
 	b.dIn = tensor.Tensor{Shape: b.in.Shape, Data: dIn}
 	b.grads.Query = &b.dIn
+	b.grads.Gate = nil
 	return b.attn.Backward(&b.grads, &b.saved, &b.dOut)
 }
 
 // backward writes dL/dx into dx and adds the parameters' gradients, given dy = dL/dy of the last
-// forward's output; dx and dy must not overlap.
-func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch) error {
+// forward's output and dHeads, an extra gradient on the attention's head outputs (or nil); dx
+// and dy must not overlap.
+func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads *tensor.Tensor) error {
+	b.grads.HeadsIn = dHeads
 	d := b.ln1.d
 	if b.pre {
 		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)): dx holds dL/dx1, then dL/dx.

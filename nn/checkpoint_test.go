@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Config() != m.Config() || !maps.Equal(gotMeta, meta) {
+	if !reflect.DeepEqual(got.Config(), m.Config()) || !maps.Equal(gotMeta, meta) {
 		t.Errorf("loaded %+v %v, want %+v %v", got.Config(), gotMeta, m.Config(), meta)
 	}
 	sd := got.StateDict()

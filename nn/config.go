@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/mhalab/mha"
 )
 
 // Config describes a causal decoder: token embedding plus positions, Layers blocks of
@@ -15,7 +17,7 @@ type Config struct {
 	Vocab     int     `json:"vocab"`     // tokens are in [0, Vocab); > 0
 	SeqLen    int     `json:"seq_len"`   // the most positions a sequence may have; > 0
 	DModel    int     `json:"d_model"`   // width of the residual stream; > 0
-	Heads     int     `json:"heads"`     // attention heads per block; must divide DModel
+	Heads     int     `json:"heads"`     // attention heads per block; must divide DModel unless HeadDims is set
 	Layers    int     `json:"layers"`    // number of blocks; > 0
 	FFN       int     `json:"ffn"`       // hidden width of the feed-forward network; 0 with AttnOnly, else > 0 (NewModel reads 0 as 4·DModel)
 	Norm      string  `json:"norm"`      // "post": x = LN(x + f(x)); "pre": x = x + f(LN(x)), with a final LayerNorm
@@ -23,6 +25,12 @@ type Config struct {
 	AttnOnly  bool    `json:"attn_only"` // blocks without a feed-forward network
 	Dropout   float64 `json:"dropout"`   // attention dropout probability in training; in [0, 1)
 	Seed      uint64  `json:"seed"`      // seed of the parameter initialisation
+
+	// HeadDims and HeadScales are mha.Config's, for every block: heads of different sizes (len
+	// Heads, summing to DModel) and per-head score scales (len Heads); nil means d_model/heads
+	// each and 1/√d_h.
+	HeadDims   []int     `json:"head_dims,omitempty"`
+	HeadScales []float64 `json:"head_scales,omitempty"`
 }
 
 // Values of Config.Norm and Config.Positions.
@@ -58,7 +66,7 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.DModel%c.Heads != 0:
+	case c.HeadDims == nil && c.DModel%c.Heads != 0:
 		return bad("d_model %d is not divisible by heads %d", c.DModel, c.Heads)
 	case c.Layers <= 0 || c.Layers > MaxLayers:
 		return bad("layers is %d, want a value in [1, %d]", c.Layers, MaxLayers)
@@ -76,7 +84,15 @@ func (c Config) Validate() error {
 	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
 		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
 	}
+	if err := c.attention(0).Validate(); err != nil {
+		return fmt.Errorf("%w: attention: %w", ErrConfig, err)
+	}
 	return nil
+}
+
+// attention returns the config of every block's attention layer, seeded with seed.
+func (c Config) attention(seed uint64) mha.Config {
+	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, Seed: seed, HeadDims: c.HeadDims, HeadScales: c.HeadScales}
 }
 
 // withDefaults returns c with FFN set to 4·DModel when it is 0 and the blocks have a

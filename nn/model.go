@@ -59,6 +59,12 @@ type RunOptions struct {
 	// Workers bounds the goroutines the passes run on; 0 means GOMAXPROCS. Results do not
 	// depend on it.
 	Workers int
+	// KeepHeads keeps every layer's head outputs, for Heads.
+	KeepHeads bool
+	// Heads, when not nil, are per-layer head interventions (mha.HeadOptions: gates, shifts,
+	// uniform heads): Heads[l] applies to block l; layers past its end are left alone. A Gate
+	// is [B, H] for the call's batch.
+	Heads []mha.HeadOptions
 }
 
 // NewModel returns a model for cfg with parameters initialised as PyTorch initialises the
@@ -104,8 +110,12 @@ func mix(seed, i uint64) uint64 {
 	return z ^ z>>31
 }
 
-// Config returns the model's configuration, with FFN resolved.
-func (m *Model) Config() Config { return m.cfg }
+// Config returns the model's configuration, with FFN resolved (a copy).
+func (m *Model) Config() Config {
+	c := m.cfg
+	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
+	return c
+}
 
 // Params returns the model's parameters in a fixed order (PyTorch's named_parameters order).
 // The Params are the model's own: an optimizer updates them in place.
@@ -151,6 +161,11 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	mo := mha.Options{Causal: true, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: m.r.workers}
 	for l, blk := range m.blocks {
 		mo.DropoutSeed = mix(opt.Seed, uint64(l))
+		mo.Heads = mha.HeadOptions{}
+		if l < len(opt.Heads) {
+			mo.Heads = opt.Heads[l]
+		}
+		mo.Heads.Keep = mo.Heads.Keep || opt.KeepHeads
 		var err error
 		if x, err = blk.forward(&m.r, x, b, t, &mo); err != nil {
 			return nil, fmt.Errorf("nn: block %d: %w", l, err)
@@ -173,6 +188,27 @@ func (m *Model) Weights(layer int) *tensor.Tensor {
 		return nil
 	}
 	return m.blocks[layer].res.Weights
+}
+
+// Heads returns the head outputs of block layer from the last Forward, [B, T, DModel] with head
+// h in columns HeadOffset(h) … + HeadDim(h) of the block's attention config (before any gate or
+// shift), or nil when that Forward did not keep them or there is no such layer. The storage is
+// the model's, overwritten by the next Forward.
+func (m *Model) Heads(layer int) *tensor.Tensor {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	return m.blocks[layer].res.Heads
+}
+
+// GateGrad returns dL/dGate [B, H] of block layer from the last Backward, when the Forward
+// before it gated that layer's heads (RunOptions.Heads[layer].Gate); nil otherwise. With gates
+// of 1 its entries are Michel et al.'s ∂L/∂ξ_h per sequence. The storage is the model's.
+func (m *Model) GateGrad(layer int) *tensor.Tensor {
+	if m.state != stateForward || layer < 0 || layer >= len(m.blocks) || !m.blocks[layer].gated {
+		return nil
+	}
+	return m.blocks[layer].grads.Gate
 }
 
 // Loss computes the softmax cross-entropy of the last Forward's logits against targets [B, T],
@@ -209,9 +245,23 @@ func (m *Model) Loss(targets []int, scored []bool) (loss float64, correct, count
 // Backward adds the gradient of the last Loss with respect to every parameter into its Grad
 // (clear them with ZeroGrads between steps). It may run once per Loss; it returns an error when
 // no Loss precedes it.
-func (m *Model) Backward() error {
+func (m *Model) Backward() error { return m.BackwardHeads(nil) }
+
+// BackwardHeads is Backward for the loss L + P, where P is a function of the head outputs (such
+// as a penalty on their redundancy): dHeads[l] is dP/dHeads(l) [B, T, DModel], or nil where P
+// does not depend on layer l; dHeads may be shorter than Layers, or nil. It returns an error
+// when no Loss precedes it or a tensor in dHeads does not have the heads' shape.
+func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 	if m.state != stateLoss {
 		return errors.New("nn: Backward needs a Forward and a Loss first")
+	}
+	if len(dHeads) > len(m.blocks) {
+		return fmt.Errorf("nn: %d head gradients for %d layers", len(dHeads), len(m.blocks))
+	}
+	for l, g := range dHeads {
+		if want := []int{m.b, m.t, m.cfg.DModel}; g != nil && (!slices.Equal(g.Shape, want) || len(g.Data) != m.b*m.t*m.cfg.DModel) {
+			return fmt.Errorf("nn: head gradient of layer %d is %v with %d values, want %v", l, g.Shape, len(g.Data), want)
+		}
 	}
 	m.state = stateForward
 	n, d := m.b*m.t, m.cfg.DModel
@@ -222,7 +272,11 @@ func (m *Model) Backward() error {
 		dy, dx = dx, dy
 	}
 	for l := len(m.blocks) - 1; l >= 0; l-- {
-		if err := m.blocks[l].backward(&m.r, dy, dx, n, &m.scr); err != nil {
+		var dh *tensor.Tensor
+		if l < len(dHeads) {
+			dh = dHeads[l]
+		}
+		if err := m.blocks[l].backward(&m.r, dy, dx, n, &m.scr, dh); err != nil {
 			return fmt.Errorf("nn: block %d: %w", l, err)
 		}
 		dy, dx = dx, dy

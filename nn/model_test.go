@@ -3,6 +3,7 @@ package nn
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Dropout = 1 }, "dropout is 1, want a probability in [0, 1)"},
 		{func(c *Config) { c.Dropout = math.NaN() }, "dropout is NaN"},
 		{func(c *Config) { c.DModel, c.Heads = 20000, 1 }, "the default ffn 4·d_model = 80000 is larger than 65536"},
+		{func(c *Config) { c.HeadDims = []int{3, 4} }, "head dims [3 4] sum to 7, want embed dim 8"},
+		{func(c *Config) { c.HeadScales = []float64{1} }, "1 head scales for 2 heads"},
 	} {
 		cfg := testConfig()
 		c.edit(&cfg)
@@ -50,11 +53,12 @@ func TestConfigValidate(t *testing.T) {
 func TestParseConfig(t *testing.T) {
 	want := testConfig()
 	want.Dropout, want.Seed = 0.125, math.MaxUint64
+	want.HeadDims, want.HeadScales = []int{2, 6}, []float64{1, 0.25}
 	data, err := json.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ParseConfig(data); err != nil || got != want {
+	if got, err := ParseConfig(data); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig(%s) = %+v, %v", data, got, err)
 	}
 	for _, c := range []struct{ in, want string }{
@@ -91,7 +95,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c2, err := ParseConfig(again); err != nil || c2 != c {
+		if c2, err := ParseConfig(again); err != nil || !reflect.DeepEqual(c2, c) {
 			t.Fatalf("round trip of %+v gave %+v, %v", c, c2, err)
 		}
 	})
