@@ -47,19 +47,11 @@ type Head struct {
 // head's previous-token, prefix-matching and ground-truth scores. It returns an error when the
 // task's sequences do not fit the model (vocabulary, length) or a size in cfg is negative.
 func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
-	if cfg.Batches < 0 || cfg.Batch < 0 {
-		return nil, fmt.Errorf("probe: %d batches of %d sequences, want sizes ≥ 0 (0 for the default)", cfg.Batches, cfg.Batch)
-	}
-	if cfg.Batches == 0 {
-		cfg.Batches = 8
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = 64
+	cfg, err := cfg.resolve(m, t)
+	if err != nil {
+		return nil, err
 	}
 	mc := m.Config()
-	if t.Vocab() > mc.Vocab || t.SeqLen() > mc.SeqLen {
-		return nil, fmt.Errorf("probe: task %s has vocab %d and length %d; the model takes vocab %d and length %d", t.Name(), t.Vocab(), t.SeqLen(), mc.Vocab, mc.SeqLen)
-	}
 	rep := &Report{Task: t.Name(), Heads: make([]Head, mc.Layers*mc.Heads)}
 	for i := range rep.Heads {
 		rep.Heads[i].Layer, rep.Heads[i].Head = i/mc.Heads, i%mc.Heads
@@ -133,6 +125,25 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// resolve returns cfg with its defaults filled in, or an error when a size is negative or the
+// task's sequences do not fit the model.
+func (cfg EvalConfig) resolve(m *nn.Model, t tasks.Task) (EvalConfig, error) {
+	if cfg.Batches < 0 || cfg.Batch < 0 {
+		return cfg, fmt.Errorf("probe: %d batches of %d sequences, want sizes ≥ 0 (0 for the default)", cfg.Batches, cfg.Batch)
+	}
+	if cfg.Batches == 0 {
+		cfg.Batches = 8
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 64
+	}
+	mc := m.Config()
+	if t.Vocab() > mc.Vocab || t.SeqLen() > mc.SeqLen {
+		return cfg, fmt.Errorf("probe: task %s has vocab %d and length %d; the model takes vocab %d and length %d", t.Name(), t.Vocab(), t.SeqLen(), mc.Vocab, mc.SeqLen)
+	}
+	return cfg, nil
 }
 
 // correctSequences counts the sequences of bt whose scored positions all have the target as
