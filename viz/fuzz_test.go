@@ -1,0 +1,69 @@
+package viz
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"strconv"
+	"testing"
+)
+
+// FuzzHeatmap draws heatmaps of any size, values, labels and scale: it must never panic, and
+// whatever it accepts must come out as a PNG and as well-formed SVG.
+func FuzzHeatmap(f *testing.F) {
+	bits := func(vs ...float64) []byte {
+		var b []byte
+		for _, v := range vs {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+		return b
+	}
+	f.Add(int8(2), int8(2), bits(0, 1, 0.5, math.NaN()), "tok", true, uint8(0), 0.0, 0.0)
+	f.Add(int8(3), int8(1), bits(math.Inf(1), math.Inf(-1), math.Copysign(0, -1)), "<a&b>\n\xff", true, uint8(1), -1.0, 1.0)
+	f.Add(int8(1), int8(3), bits(1e308, -1e308, 5e-324), "", false, uint8(2), 0.0, 0.0)
+	f.Add(int8(0), int8(5), []byte{}, "x", false, uint8(2), 3.0, 0.0)
+	f.Add(int8(40), int8(40), []byte("not floats at all"), "a very long token label indeed", true, uint8(1), 0.0, 0.0)
+	f.Add(int8(-3), int8(2), bits(1), "", true, uint8(3), 0.0, 0.0)
+	f.Fuzz(func(t *testing.T, rows, cols int8, data []byte, label string, annotate bool, scale uint8, a, b float64) {
+		h := Heatmap{Title: label, Rows: int(rows % 40), Cols: int(cols % 40), XLabel: label, YLabel: label, ValueLabel: label, Annotate: annotate}
+		n := max(0, h.Rows) * max(0, h.Cols)
+		if len(data)%5 == 4 {
+			n++ // sometimes one value too many
+		}
+		h.Values = make([]float64, n)
+		for i := range h.Values {
+			if len(data) >= 8 {
+				k := 8 * (i % (len(data) / 8))
+				h.Values[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[k:]))
+			} else if len(data) > 0 {
+				h.Values[i] = float64(data[i%len(data)]) / 255
+			}
+		}
+		if label != "" {
+			for i := range max(0, h.Rows) {
+				h.RowLabels = append(h.RowLabels, label+strconv.Itoa(i))
+			}
+			for range max(0, h.Cols) + len(label)%2 { // sometimes one label too many
+				h.ColLabels = append(h.ColLabels, label)
+			}
+		}
+		switch scale % 4 {
+		case 1:
+			h.Scale = Sequential{Min: a, Max: b}
+		case 2:
+			h.Scale = Diverging{Limit: a}
+		case 3:
+			h.Scale = Scale(nil)
+		}
+		pngErr := h.PNG(io.Discard)
+		var svg bytes.Buffer
+		svgErr := h.SVG(&svg)
+		if (pngErr == nil) != (svgErr == nil) {
+			t.Fatalf("PNG error %v, SVG error %v: they must agree", pngErr, svgErr)
+		}
+		if svgErr == nil {
+			parseSVG(t, svg.Bytes())
+		}
+	})
+}
