@@ -1,4 +1,5 @@
-// Command mha runs, explains, measures and trains multi-head attention.
+// Command mha runs, explains, measures and trains multi-head attention, and shows what every
+// head does.
 //
 //	mha run      --weights W.safetensors --input IN.safetensors --heads N --out OUT.safetensors [--backward]
 //	mha explain  [--weights W --input IN --heads N] [--format text|markdown|json]
@@ -7,6 +8,11 @@
 //	mha train    --task NAME [--layers 2 --heads 4 --d-model 64 --steps 2000 --batch 32 --lr 1e-3]
 //	             [--seed 1] [--out MODEL.safetensors]
 //	mha eval     --task NAME [--checkpoint MODEL.safetensors] [--json]
+//	mha lab      [--addr 127.0.0.1:8080]
+//	mha experiment params|averaging|routing|scaling|heads-vs-dim|mi-penalty [--quick] [--out DIR]
+//	mha viz      --model NAME --kind head|grid|similarity|pruning|importance --out FILE.png|FILE.svg
+//	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
+//	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
 //
 // Every error ends the program with exit status 1 and one line on stderr.
 package main
@@ -33,10 +39,11 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd())
+	root.AddCommand(newRunCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
+	root.AddCommand(newExperimentCmd()) // takes the experiment's name as its argument
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,24 +15,18 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
+	"github.com/mhalab/mha/train"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
 
 // trainConfig is everything a training run depends on; stored in the checkpoint, so that the
-// run can be repeated.
+// run can be repeated. The embedded train.Config's fields are flattened into its JSON, after
+// task and task_config.
 type trainConfig struct {
-	Task        string       `json:"task"`
-	TaskConfig  tasks.Config `json:"task_config"`
-	Steps       int          `json:"steps"`
-	Batch       int          `json:"batch"`
-	LR          float64      `json:"lr"`
-	MinLR       float64      `json:"min_lr"`
-	Warmup      int          `json:"warmup"`
-	WeightDecay float64      `json:"weight_decay"`
-	Clip        float64      `json:"clip"`
-	Seed        uint64       `json:"seed"`
-	Workers     int          `json:"workers"`
+	Task       string       `json:"task"`
+	TaskConfig tasks.Config `json:"task_config"`
+	train.Config
 }
 
 // evalSeed seeds the evaluation batches, far from the seeds training draws from.
@@ -68,7 +63,7 @@ included) give a bit-identical checkpoint.`,
 			if quiet {
 				progress = io.Discard
 			}
-			return train(ctx, tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
+			return runTrain(ctx, tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
 		},
 	}
 	fl := cmd.Flags()
@@ -111,33 +106,18 @@ func taskList() string {
 	return b.String()
 }
 
-// train runs the training that tc and mc describe and writes the checkpoint to out. args is the
-// command line (os.Args), stored in the checkpoint as "mha" and its arguments.
-func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
+// runTrain runs the training that tc and mc describe and writes the checkpoint to out. args is
+// the command line (os.Args), stored in the checkpoint as "mha" and its arguments.
+func runTrain(ctx context.Context, tc trainConfig, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
 	task, err := tasks.New(tc.Task, tc.TaskConfig)
 	if err != nil {
 		return err
 	}
-	switch {
-	case tc.Steps <= 0:
-		return fmt.Errorf("--steps is %d, want > 0", tc.Steps)
-	case tc.Batch <= 0:
-		return fmt.Errorf("--batch is %d, want > 0", tc.Batch)
-	case !(tc.Clip >= 0):
-		return fmt.Errorf("--clip is %v, want ≥ 0 (0: no clipping)", tc.Clip)
-	}
-	sched := nn.Schedule{LR: tc.LR, MinLR: tc.MinLR, WarmupSteps: tc.Warmup, TotalSteps: tc.Steps}
-	if err := sched.Validate(); err != nil {
+	if err := tc.Validate(); err != nil {
 		return err
 	}
 	mc.Vocab, mc.SeqLen, mc.Seed = task.Vocab(), task.SeqLen(), tc.Seed
 	m, err := nn.NewModel(mc)
-	if err != nil {
-		return err
-	}
-	params := m.Params()
-	adamCfg := nn.AdamWConfig{WeightDecay: tc.WeightDecay, NoWeightDecay: tc.WeightDecay == 0}
-	opt, err := nn.NewAdamW(params, adamCfg)
 	if err != nil {
 		return err
 	}
@@ -146,46 +126,20 @@ func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args [
 
 	bar := progressbar.NewOptions(tc.Steps, progressbar.OptionSetWriter(progress), progressbar.OptionSetPredictTime(true),
 		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(20))
-	run := &nn.RunOptions{Training: true, Workers: tc.Workers}
-	start, tokens := time.Now(), 0
-	step := 0
-	var loss float64
-	for ; step < tc.Steps; step++ {
-		if ctx.Err() != nil {
-			break
-		}
-		bt, err := task.Batch(trainSeed(tc.Seed, step), tc.Batch)
-		if err != nil {
-			return err
-		}
-		run.Seed = trainSeed(^tc.Seed, step)
-		if _, err := m.Forward(bt.Tokens, bt.B, bt.T, run); err != nil {
-			return err
-		}
-		l, correct, counted, err := m.Loss(bt.Targets, bt.Scored)
-		if err != nil {
-			return err
-		}
-		nn.ZeroGrads(params)
-		if err := m.Backward(); err != nil {
-			return err
-		}
-		if tc.Clip > 0 {
-			nn.ClipGradNorm(params, tc.Clip)
-		}
-		if err := opt.Step(sched.At(step)); err != nil {
-			return err
-		}
-		loss, tokens = l, tokens+bt.B*bt.T
-		bar.Describe(fmt.Sprintf("loss %.4f acc %5.1f%% %6.0f tok/s", l, 100*float64(correct)/float64(counted), float64(tokens)/time.Since(start).Seconds()))
+	start := time.Now()
+	res, err := train.Run(ctx, m, task, tc.Config, train.Hooks{OnStep: func(s train.StepInfo) {
+		bar.Describe(fmt.Sprintf("loss %.4f acc %5.1f%% %6.0f tok/s", s.Loss, 100*float64(s.Correct)/float64(s.Counted), float64(s.Tokens)/time.Since(start).Seconds()))
 		bar.Add(1)
+	}})
+	interrupted := err != nil && errors.Is(err, ctx.Err())
+	if err != nil && !interrupted {
+		return err
 	}
 	bar.Finish()
 	fmt.Fprintln(progress)
 	elapsed := time.Since(start)
-	interrupted := step < tc.Steps
 
-	meta := map[string]string{"command": strings.Join(append([]string{"mha"}, args[1:]...), " "), "step": fmt.Sprint(step)}
+	meta := map[string]string{"command": strings.Join(append([]string{"mha"}, args[1:]...), " "), "step": fmt.Sprint(res.Steps)}
 	tcJSON, err := json.Marshal(tc)
 	if err != nil {
 		return err
@@ -198,23 +152,14 @@ func train(ctx context.Context, tc trainConfig, mc nn.Config, out string, args [
 		}
 		meta["eval_accuracy"] = fmt.Sprintf("%.4f", rep.Accuracy)
 		fmt.Fprintf(stdout, "trained %d steps in %s (%.0f tokens/s), last loss %.4f; eval: accuracy %.2f%%, sequences %.2f%%\n",
-			step, elapsed.Round(time.Second), float64(tokens)/elapsed.Seconds(), loss, 100*rep.Accuracy, 100*rep.SeqAccuracy)
+			res.Steps, elapsed.Round(time.Second), float64(res.Tokens)/elapsed.Seconds(), res.Loss, 100*rep.Accuracy, 100*rep.SeqAccuracy)
 	}
 	if err := nn.Save(out, m, meta, nil); err != nil {
 		return err
 	}
 	if interrupted {
-		return fmt.Errorf("interrupted at step %d of %d; saved the model so far to %s", step, tc.Steps, out)
+		return fmt.Errorf("interrupted at step %d of %d; saved the model so far to %s", res.Steps, tc.Steps, out)
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", out)
 	return nil
-}
-
-// trainSeed is the seed of step's batch: a mix of the run's seed and the step, so that runs
-// with different seeds draw different batches.
-func trainSeed(seed uint64, step int) uint64 {
-	z := seed*0x9e3779b97f4a7c15 + uint64(step)
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
 }

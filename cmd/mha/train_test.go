@@ -13,6 +13,7 @@ import (
 
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
+	"github.com/mhalab/mha/train"
 )
 
 // tiny are the flags of a model small enough to train in a test.
@@ -78,9 +79,9 @@ func TestTrainInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := filepath.Join(t.TempDir(), "m.safetensors")
-	tc := trainConfig{Task: "sort", Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}
+	tc := trainConfig{Task: "sort", Config: train.Config{Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}}
 	mc := nn.Config{Layers: 1, Heads: 2, DModel: 8, Norm: nn.PreNorm, Positions: nn.Learned}
-	err := train(ctx, tc, mc, out, []string{"mha", "train"}, io.Discard, io.Discard)
+	err := runTrain(ctx, tc, mc, out, []string{"mha", "train"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "interrupted at step 0 of 10; saved the model so far to "+out) {
 		t.Fatalf("error %v", err)
 	}
@@ -102,8 +103,8 @@ func TestTrainEvalErrors(t *testing.T) {
 	}{
 		{[]string{"train"}, "--task is required: one of brackets, induction, modadd, prev-token, sort"},
 		{[]string{"train", "--task", "chess"}, `chess`},
-		{[]string{"train", "--task", "sort", "--steps", "0"}, "--steps is 0, want > 0"},
-		{[]string{"train", "--task", "sort", "--batch", "-1"}, "--batch is -1, want > 0"},
+		{[]string{"train", "--task", "sort", "--steps", "0"}, "steps is 0, want > 0"},
+		{[]string{"train", "--task", "sort", "--batch", "-1"}, "batch is -1, want > 0"},
 		{[]string{"train", "--task", "sort", "--heads", "3"}, "d_model 64 is not divisible by heads 3"},
 		{[]string{"train", "--task", "sort", "--norm", "middle"}, `norm is "middle"`},
 		{[]string{"eval"}, "--task is required"},

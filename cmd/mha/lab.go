@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/mhalab/mha/lab"
+	"github.com/spf13/cobra"
+)
+
+func newLabCmd() *cobra.Command {
+	var (
+		addr string
+		open bool
+	)
+	cmd := &cobra.Command{
+		Use:   "lab [--addr 127.0.0.1:8080] [--open=false]",
+		Short: "Serve the lab: see and measure what every head of the shipped models does",
+		Long: `Lab serves a page, embedded in this binary and needing no network, that opens on the shipped
+models: pick a task, type or generate a sequence, and see the model's predictions, the head view
+(lines from each query to the keys it attends, hover a token to focus on it), the model view (all
+layers × heads, click one to enlarge it), every head's metrics (entropy, confidence, previous-token,
+prefix-matching, ground-truth, importance) and how alike the heads of a layer are (ρ, Jensen–Shannon
+distance, argmax NMI); ablate heads and see what changes; download any picture as PNG or SVG; run
+the chapters' experiments.
+
+It listens on 127.0.0.1 unless --addr names another address: the lab has no authentication, so
+listening beyond loopback (e.g. --addr :8080) lets anyone who can reach the port use it. Port 0
+picks a free port. Ctrl-C stops it.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serveLab(ctx, addr, open, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on, HOST:PORT (port 0: any free port)")
+	fl.BoolVar(&open, "open", true, "open the page in the default browser")
+	return cmd
+}
+
+// serveLab serves the lab on addr until ctx is done, printing its URL to stdout and warnings to
+// stderr; with open it also asks the desktop to open the page.
+func serveLab(ctx context.Context, addr string, open bool, stdout, stderr io.Writer) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--addr %q: want HOST:PORT such as 127.0.0.1:8080 (%v)", addr, err)
+	}
+	srv, err := lab.New(lab.Options{})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", addr, err)
+	}
+	tcp := ln.Addr().(*net.TCPAddr)
+	url := fmt.Sprintf("http://%s/", ln.Addr())
+	if tcp.IP.IsUnspecified() {
+		url = fmt.Sprintf("http://127.0.0.1:%d/", tcp.Port)
+	}
+	if !tcp.IP.IsLoopback() {
+		fmt.Fprintf(stderr, "mha lab: warning: listening on %s, which other machines can reach; the lab has no authentication\n", ln.Addr())
+	}
+	fmt.Fprintf(stdout, "mha lab: serving %s (Ctrl-C to stop)\n", url)
+	if open {
+		if err := openBrowser(url); err != nil {
+			fmt.Fprintf(stderr, "mha lab: could not open a browser (%v); open %s yourself\n", err, url)
+		}
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "mha lab: stopped")
+	return nil
+}
+
+// openBrowser asks the desktop to open url, without waiting for the browser.
+func openBrowser(url string) error {
+	var cmd *exec.Cmd
+	switch runtime.GOOS {
+	case "darwin":
+		cmd = exec.Command("open", url)
+	case "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", url)
+	default:
+		cmd = exec.Command("xdg-open", url)
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait() // reap it; the browser outlives the opener
+	return nil
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/mhalab/mha/lab"
+	"github.com/mhalab/mha/viz"
+	"github.com/spf13/cobra"
+)
+
+// pictureFlags are the flags of `mha viz` that are /api/picture's parameters of the same name.
+var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "kind", "layer", "head", "metric", "scope"}
+
+func newVizCmd() *cobra.Command {
+	var out, format string
+	cmd := &cobra.Command{
+		Use:   "viz --model NAME --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] --out FILE.png|FILE.svg",
+		Short: "Draw a picture of a shipped model's heads as PNG or SVG, as the lab draws it",
+		Long: `Viz draws one of the lab's pictures of a shipped model (see 'mha lab') and writes it to --out, as
+PNG or SVG after the file's extension (--format, if given, must agree). The picture is the one the
+lab's page downloads for the same choices, byte for byte.
+
+Pictures of a sequence, given by exactly one of --text (symbols separated by spaces), --tokens
+(comma-separated ids) or --seed (the task's sequence drawn from the seed, with its targets), with
+the heads of --ablate (LAYER.HEAD.MODE, MODE zero, mean or uniform) ablated:
+
+  --kind head --layer L --head H               one head's attention, tokens on both axes
+  --kind grid                                  every layer × head
+  --kind similarity --layer L --metric M       a layer's head pairs: M is rho (cosine similarity
+         [--scope sequence|task]               of outputs), js (Jensen–Shannon distance) or nmi
+                                               (argmax NMI); on the sequence or on 64 task sequences
+
+Pictures of the model's task (64 sequences; no sequence flags):
+
+  --kind pruning [--metric accuracy|loss]      accuracy (or loss) as heads are zero-ablated, least
+                                               important first (Michel et al. 2019)
+  --kind importance                            every head's importance, normalised per layer`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			query := url.Values{}
+			for _, name := range pictureFlags {
+				if f := cmd.Flags().Lookup(name); f.Changed {
+					query.Set(name, f.Value.String())
+				}
+			}
+			return drawPicture(ctx, query, out, format, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.String("model", "", "the shipped model `NAME`, one per task (see 'mha lab')")
+	fl.String("kind", "", "the picture's `KIND`: head, grid, similarity, pruning or importance")
+	fl.String("text", "", "the sequence as `SYMBOLS` separated by spaces")
+	fl.String("tokens", "", "the sequence as token `IDS`, comma-separated")
+	fl.String("seed", "", "draw the sequence from the task with seed `N`")
+	fl.String("ablate", "", "heads to ablate, each `L.H.MODE` (MODE zero, mean or uniform), comma-separated")
+	fl.String("layer", "", "the layer `L` of kind head or similarity")
+	fl.String("head", "", "the head `H` of kind head")
+	fl.String("metric", "", "rho, js or nmi for kind similarity; accuracy (the default) or loss for kind pruning")
+	fl.String("scope", "", "sequence (the default) or task, for kind similarity")
+	fl.StringVar(&out, "out", "", "the `FILE` to write, NAME.png or NAME.svg")
+	fl.StringVar(&format, "format", "", "png or svg; must agree with --out's extension")
+	for _, name := range []string{"model", "kind", "out"} {
+		if err := cmd.MarkFlagRequired(name); err != nil {
+			panic(err) // the flag is defined just above
+		}
+	}
+	return cmd
+}
+
+// drawPicture draws the lab's picture that query asks for and writes it to out, as PNG or SVG
+// after out's extension, which must agree with format unless format is empty; it reports the file
+// written to stdout.
+func drawPicture(ctx context.Context, query url.Values, out, format string, stdout io.Writer) error {
+	ext, err := pictureFormat(out, format)
+	if err != nil {
+		return err
+	}
+	query.Set("format", ext)
+	srv, err := lab.New(lab.Options{})
+	if err != nil {
+		return err
+	}
+	pic, _, err := srv.Picture(ctx, query)
+	if err != nil {
+		return fmt.Errorf("viz: %w", err)
+	}
+	if err := viz.WriteFile(out, pic); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", out)
+	return nil
+}
+
+// pictureFormat returns the format, png or svg, that out's extension names, or an error when
+// the extension is another or format is given and names another.
+func pictureFormat(out, format string) (string, error) {
+	if format != "" && format != "png" && format != "svg" {
+		return "", fmt.Errorf("--format is %q, want png or svg", format)
+	}
+	ext := strings.ToLower(filepath.Ext(out))
+	if ext != ".png" && ext != ".svg" {
+		return "", fmt.Errorf("--out %q ends in %q, want a file name ending in .png or .svg", out, ext)
+	}
+	if format != "" && "."+format != ext {
+		return "", fmt.Errorf("--format is %s but --out %q ends in %s; give a name ending in .%s, or leave --format out", format, out, ext, format)
+	}
+	return ext[1:], nil
+}

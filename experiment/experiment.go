@@ -1,0 +1,103 @@
+// Package experiment runs the chapters' experiments on multi-head attention, each as a function
+// that measures something the chapters claim and returns a Result: a table, a summary, pictures
+// and the numbers behind them. Every number in a Result is computed by the run; none is typed in.
+// `mha experiment NAME` prints them and the lab shows them.
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mhalab/mha/viz"
+)
+
+// Config says how to run an experiment. The zero value is the full experiment from seed 0 on
+// GOMAXPROCS goroutines.
+type Config struct {
+	// Seed seeds every random draw of the run (initialisations, inputs, batches); the same Seed
+	// gives the same Result.
+	Seed uint64
+	// Workers bounds the goroutines of the passes; 0 means GOMAXPROCS. Results do not depend on it.
+	Workers int
+	// Quick shrinks the experiment (fewer draws, fewer steps) for tests and the lab: the same
+	// measurements with wider error bars.
+	Quick bool
+	// Steps overrides the number of training steps of the experiments that train (0: the
+	// experiment's default); the others ignore it.
+	Steps int
+}
+
+// Result is what an experiment found.
+type Result struct {
+	Name    string `json:"name"`    // the experiment's name, one of Names()
+	Title   string `json:"title"`   // one line: what it measures and which chapter claims it
+	Summary string `json:"summary"` // what the numbers show, in a few sentences with the key numbers
+	Table   Table  `json:"table"`
+	// Pictures are the experiment's heatmaps and charts; JSON leaves them out.
+	Pictures []Figure `json:"-"`
+	// Data holds the measurements behind the table as numbers (a struct of the experiment's own,
+	// documented with it), for JSON and for programs.
+	Data any `json:"data"`
+}
+
+// Table is a table of text cells: Rows[i] has one cell per column.
+type Table struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+// Figure is a picture with a short name, unique within its Result, that can name a file
+// ("weights", "variance").
+type Figure struct {
+	Name    string
+	Picture viz.Picture
+}
+
+// experiments lists the experiments by name, in the order Names returns them, each with one
+// line on what it measures.
+var experiments = []struct {
+	name, about string
+	run         func(context.Context, Config) (*Result, error)
+}{
+	{"params", "chapter 000: the parameter count formula against the built layer", Params},
+	{"averaging", "chapter 002: the variance of the mean of H heads against σ²/H", Averaging},
+	{"heads-vs-dim", "chapter 000: h = 1 … 16 heads at fixed d_model, trained on one task", HeadsDim},
+	{"mi-penalty", "chapter 002: training with a penalty on the heads' mutual information", MIPenalty},
+	{"routing", "chapter 002: d_model = 4, two heads that each route one feature", Routing},
+	{"scaling", "chapter 002: heads of d_k = 32 and 128 under three logit scales", Scaling},
+}
+
+// Names returns the names of the experiments.
+func Names() []string {
+	names := make([]string, len(experiments))
+	for i, e := range experiments {
+		names[i] = e.name
+	}
+	return names
+}
+
+// About returns one line saying what the named experiment measures, or "" for an unknown name.
+func About(name string) string {
+	for _, e := range experiments {
+		if e.name == name {
+			return e.about
+		}
+	}
+	return ""
+}
+
+// Run runs the named experiment. It returns an error when the name is unknown (listing the
+// known ones), when cfg is out of range (a negative Workers or Steps), or when the experiment
+// fails or ctx is done before it ends.
+func Run(ctx context.Context, name string, cfg Config) (*Result, error) {
+	if cfg.Workers < 0 || cfg.Steps < 0 {
+		return nil, fmt.Errorf("experiment: workers %d and steps %d, want both ≥ 0 (0: the default)", cfg.Workers, cfg.Steps)
+	}
+	for _, e := range experiments {
+		if e.name == name {
+			return e.run(ctx, cfg)
+		}
+	}
+	return nil, fmt.Errorf("experiment: unknown experiment %q, want one of %s", name, strings.Join(Names(), ", "))
+}

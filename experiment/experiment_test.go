@@ -1,0 +1,77 @@
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// run runs the named experiment in its quick form and checks what every Result must have: its
+// name, a title and summary, a table whose rows fit its columns, pictures that render as PNG
+// and SVG, and Data that encodes as JSON.
+func run(t *testing.T, name string) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), name, Config{Seed: 1, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Name != name || res.Title == "" || res.Summary == "" || len(res.Table.Rows) == 0 {
+		t.Fatalf("result %q: title %q, summary %q, %d rows", res.Name, res.Title, res.Summary, len(res.Table.Rows))
+	}
+	for i, row := range res.Table.Rows {
+		if len(row) != len(res.Table.Columns) {
+			t.Errorf("row %d has %d cells for %d columns", i, len(row), len(res.Table.Columns))
+		}
+	}
+	seen := map[string]bool{}
+	for _, f := range res.Pictures {
+		if f.Name == "" || seen[f.Name] {
+			t.Errorf("figure name %q is empty or repeated", f.Name)
+		}
+		seen[f.Name] = true
+		var png, svg bytes.Buffer
+		if err := f.Picture.PNG(&png); err != nil {
+			t.Errorf("figure %s: PNG: %v", f.Name, err)
+		}
+		if err := f.Picture.SVG(&svg); err != nil {
+			t.Errorf("figure %s: SVG: %v", f.Name, err)
+		}
+	}
+	b, err := json.Marshal(res)
+	if err != nil || !bytes.Contains(b, []byte(`"data":{`)) {
+		t.Errorf("JSON: %v\n%.200s", err, b)
+	}
+	return res
+}
+
+// TestRunErrors checks the errors of Run: an unknown name lists the experiments.
+func TestRunErrors(t *testing.T) {
+	_, err := Run(context.Background(), "nope", Config{})
+	if err == nil || err.Error() != `experiment: unknown experiment "nope", want one of `+strings.Join(Names(), ", ") {
+		t.Errorf("unknown name: %v", err)
+	}
+	if _, err := Run(context.Background(), "params", Config{Workers: -1}); err == nil || !strings.Contains(err.Error(), "workers -1") {
+		t.Errorf("negative workers: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, name := range Names() {
+		if _, err := Run(ctx, name, Config{Quick: true}); err != context.Canceled {
+			t.Errorf("%s with a cancelled context: error %v, want context.Canceled", name, err)
+		}
+	}
+	if !slices.Contains(Names(), "routing") {
+		t.Errorf("names %v lack routing", Names())
+	}
+	for _, name := range Names() {
+		if About(name) == "" {
+			t.Errorf("%s has no description", name)
+		}
+	}
+	if About("nope") != "" {
+		t.Errorf("About(nope) = %q, want \"\"", About("nope"))
+	}
+}

@@ -1,0 +1,547 @@
+package lab
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/mhalab/mha/experiment"
+)
+
+// chromium returns the path of a Chromium or Chrome binary, or "" when there is none.
+func chromium() string {
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	return ""
+}
+
+// browser drives one headless Chromium tab against a lab server.
+type browser struct {
+	t    *testing.T
+	ctx  context.Context
+	base string // the server's URL, without a trailing slash
+	shot string // the directory of screenshots, or ""
+
+	mu     sync.Mutex
+	errors []string // JavaScript exceptions and console errors
+}
+
+// do runs the actions with a time limit, failing the test on error.
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression (awaiting a promise) and decodes its value into v.
+func (b *browser) eval(what, expr string, v any) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		b.t.Fatalf("%s: %v in %s", what, err, raw)
+	}
+}
+
+// wait polls a JavaScript condition until it holds.
+func (b *browser) wait(what, cond string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
+		b.t.Fatalf("waiting for %s (%s): %v", what, cond, err)
+	}
+}
+
+// hover moves the mouse to the centre of the element sel, scrolled into view.
+func (b *browser) hover(sel string) {
+	b.t.Helper()
+	var at struct{ X, Y float64 }
+	b.eval("locate "+sel, fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		e.scrollIntoView({block: 'center'});
+		const r = e.getBoundingClientRect();
+		return {x: r.left + r.width / 2, y: r.top + r.height / 2};
+	})()`, sel), &at)
+	b.do("hover "+sel, chromedp.MouseEvent(chromedp.MouseMoved, at.X, at.Y))
+}
+
+// choose sets a <select> to value as a user would, firing its change event.
+func (b *browser) choose(sel, value string) {
+	b.t.Helper()
+	var ok bool
+	b.eval("choose "+value, fmt.Sprintf(`(() => {
+		const s = document.querySelector(%q);
+		s.value = %q;
+		s.dispatchEvent(new Event('change', {bubbles: true}));
+		return s.value === %q;
+	})()`, sel, value, value), &ok)
+	if !ok {
+		b.t.Fatalf("%s has no option %q", sel, value)
+	}
+}
+
+// Screenshot subjects besides an element's selector.
+const (
+	wholePage = ""          // the whole page, scrolled through
+	topOfPage = ":viewport" // the window, scrolled to the top
+)
+
+// screenshot saves the element sel, wholePage or topOfPage as NAME.png in the screenshot
+// directory, when there is one.
+func (b *browser) screenshot(name, sel string) {
+	b.t.Helper()
+	if b.shot == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	var (
+		png []byte
+		err error
+	)
+	switch sel {
+	case wholePage:
+		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	case topOfPage:
+		if err = chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)); err == nil {
+			png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		}
+	default:
+		png, err = chromedp.Run(ctx, chromedp.Screenshot(sel, chromedp.NodeVisible))
+	}
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shot, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// newBrowser starts the lab on a loopback port and a headless Chromium on its page. The test
+// skips when there is no Chromium, unless MHA_REQUIRE_BROWSER=1 asks it to fail. Screenshots
+// go to the directory MHA_SCREENSHOTS names, if any.
+func newBrowser(t *testing.T) *browser {
+	path := chromium()
+	if path == "" {
+		if os.Getenv("MHA_REQUIRE_BROWSER") == "1" {
+			t.Fatal("MHA_REQUIRE_BROWSER=1 but no Chromium binary was found (/usr/bin/chromium, chromium, chromium-browser, google-chrome)")
+		}
+		t.Skip("no Chromium binary found (install Debian's chromium); set MHA_REQUIRE_BROWSER=1 to make this a failure")
+	}
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1000),
+	)
+	t.Cleanup(cancelAlloc)
+	tab, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(cancelTab)
+	b := &browser{t: t, ctx: tab, base: "http://" + ln.Addr().String(), shot: os.Getenv("MHA_SCREENSHOTS")}
+	if b.shot != "" {
+		if err := os.MkdirAll(b.shot, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(tab); err != nil { // starts the browser, with no time limit on the tab's context
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	if err := chromedp.Listen(tab, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			b.errors = append(b.errors, fmt.Sprintf("%s (%s:%d)", msg, d.URL, d.LineNumber+1))
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.ConsoleAPICalledTypeError {
+				var args []string
+				for _, a := range e.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				b.errors = append(b.errors, "console.error: "+strings.Join(args, " "))
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, e := range b.errors {
+			t.Errorf("page error: %s", e)
+		}
+	})
+	return b
+}
+
+// apiCall asks the server the test drives for an answer, as the page does, to know what the
+// page must show.
+func (b *browser) apiCall(path, body string, v any) {
+	b.t.Helper()
+	res, err := http.Post(b.base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil || res.StatusCode != 200 {
+		b.t.Fatalf("%s: status %d, %v", path, res.StatusCode, err)
+	}
+}
+
+// TestBrowser drives the lab in headless Chromium as a researcher would: pick the induction
+// model, generate a sequence, hover tokens in the head view, enlarge a head of the model view,
+// ablate the induction heads, download a picture, type a bad sequence, run an experiment; and
+// checks what the page shows against the API.
+func TestBrowser(t *testing.T) {
+	b := newBrowser(t)
+	// Record what the Content-Security-Policy refuses (an inline style, a foreign script).
+	if _, err := chromedp.Call(b.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.cspViolations = [];
+			document.addEventListener('securitypolicyviolation', (e) => cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));`,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		var refused []string
+		b.eval("CSP violations", `window.cspViolations`, &refused)
+		if len(refused) > 0 {
+			t.Errorf("the Content-Security-Policy refused %q", refused)
+		}
+	}()
+	b.do("load the page", chromedp.Navigate(b.base+"/"))
+	b.wait("the first model's predictions", `document.querySelectorAll('#predictions .tile').length > 0`)
+
+	// Pick another model, then the induction model, and generate the sequence of seed 3.
+	b.choose("#model", "sort")
+	b.wait("sort's 16 positions", `document.querySelectorAll('#predictions .tile').length === 16`)
+	b.choose("#model", "induction")
+	b.wait("induction's 32 positions", `document.querySelectorAll('#predictions .tile').length === 32`)
+	var run runAnswer
+	b.apiCall("/api/run", `{"model": "induction", "seed": 3}`, &run)
+	b.do("generate seed 3", chromedp.SetValue("#seed", "3"), chromedp.Click("#generate"))
+	want := strings.Join(run.Symbols, " ")
+	b.wait("the generated sequence", fmt.Sprintf(`document.querySelector('#seq').value === %q`, want))
+
+	// Every scored position is marked, right or wrong as the model's top guess says.
+	var marks struct{ Right, Wrong int }
+	b.eval("count marks", `({right: document.querySelectorAll('.tile.right').length, wrong: document.querySelectorAll('.tile.wrong').length})`, &marks)
+	right, wrong := 0, 0
+	for _, p := range run.Predictions {
+		switch {
+		case p.Correct == nil:
+		case *p.Correct:
+			right++
+		default:
+			wrong++
+		}
+	}
+	if marks.Right != right || marks.Wrong != wrong || right == 0 {
+		t.Fatalf("page marks %d right and %d wrong, want %d and %d", marks.Right, marks.Wrong, right, wrong)
+	}
+	b.screenshot("lab-page", wholePage)
+	b.screenshot("lab-predictions", "#predictions-card")
+
+	// Head view, layer 1, all heads: hover query q; only its lines stay, as many as its
+	// weights ≥ 0.01.
+	const q = 20
+	b.wait("the head view of layer 1", `document.querySelector('#headview .hv-layer').value === '1'`)
+	lines := func(layer, query, key int) int {
+		n := 0
+		for h := range run.Weights[layer] {
+			for k, a := range run.Weights[layer][h][query] {
+				if a >= 0.01 && (key < 0 || k == key) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	b.hover(fmt.Sprintf(`#headview .col.q .tok[data-i="%d"] .hit`, q))
+	b.wait("focus on the query", fmt.Sprintf(`document.querySelector('#headview').dataset.focus === 'q%d'`, q))
+	var focus struct {
+		Visible, Foreign int
+		Info             string
+	}
+	countLines := func(side string, i int) {
+		b.eval("count lines", fmt.Sprintf(`(() => {
+			const on = [...document.querySelectorAll('#headview .edge:not(.off)')];
+			return {visible: on.length, foreign: on.filter((e) => e.dataset[%q] !== '%d').length,
+				info: document.querySelector('#headview .focus-info').textContent};
+		})()`, side, i), &focus)
+	}
+	countLines("q", q)
+	if want := lines(1, q, -1); focus.Visible != want || focus.Foreign != 0 || !strings.HasPrefix(focus.Info, fmt.Sprintf("Query %d “%s”: %d lines", q, run.Symbols[q], want)) {
+		t.Fatalf("hovering query %d: %+v, want %d lines, all of it", q, focus, want)
+	}
+	b.screenshot("lab-headview-hover", "#headview")
+
+	// The keyboard reaches the key side: focus key k and count the lines into it.
+	n := slices.Index(run.Tokens[1:], run.Tokens[q]) + 1 // first copy of the query's token
+	k := n + 1                                           // the key an induction head reads
+	b.do("focus a key", chromedp.Focus(fmt.Sprintf(`#headview .col.k .tok[data-i="%d"]`, k)))
+	b.wait("focus on the key", fmt.Sprintf(`document.querySelector('#headview').dataset.focus === 'k%d'`, k))
+	countLines("k", k)
+	wantKey := 0
+	for qq := range run.Tokens {
+		wantKey += lines(1, qq, k)
+	}
+	if focus.Visible != wantKey || focus.Foreign != 0 {
+		t.Fatalf("focusing key %d: %+v, want %d lines into it", k, focus, wantKey)
+	}
+
+	// Model view: enlarge layer 1 head 2 and read the weight of (q, k) on hover.
+	b.do("enlarge L1 H2", chromedp.Click(`#modelview .thumb[data-layer="1"][data-head="2"]`))
+	b.wait("the enlarged head", `document.querySelector('#modelview .mv-title').textContent === 'Layer 1 · head 2'`)
+	var at struct{ X, Y float64 }
+	b.eval("locate a cell", fmt.Sprintf(`(() => {
+		const c = document.querySelector('#modelview .mv-detail canvas');
+		c.scrollIntoView({block: 'center'});
+		const r = c.getBoundingClientRect(), d = c.dataset;
+		return {x: r.left + +d.x0 + (%d + 0.5) * +d.cell, y: r.top + +d.y0 + (%d + 0.5) * +d.cell};
+	})()`, k, q), &at)
+	b.do("hover a cell", chromedp.MouseEvent(chromedp.MouseMoved, at.X, at.Y))
+	tip := fmt.Sprintf("query %d “%s” → key %d “%s”: α = %.4f", q, run.Symbols[q], k, run.Symbols[k], run.Weights[1][2][q][k])
+	b.wait("the weight's tooltip", fmt.Sprintf(`document.querySelector('#modelview .tip').textContent === %q`, tip))
+	b.screenshot("lab-modelview", "#modelview")
+	// The keyboard reads the weights too: focus the matrix, then one key to the left.
+	b.do("read with the keyboard", chromedp.Focus(`#modelview .mv-detail canvas`), chromedp.KeyEvent(kb.ArrowLeft))
+	tip = fmt.Sprintf("query %d “%s” → key %d “%s”: α = %.4f", q, run.Symbols[q], k-1, run.Symbols[k-1], run.Weights[1][2][q][k-1])
+	b.wait("the weight left of it", fmt.Sprintf(`document.querySelector('#modelview .tip').textContent === %q`, tip))
+
+	// Ablate the four heads of layer 1 from the metrics table; the page must show the
+	// prediction changes and the loss and accuracy the API computes.
+	for h := range 4 {
+		b.do("add a head", chromedp.Click(fmt.Sprintf(`#heads table.metrics tbody tr[data-layer="1"][data-head="%d"] button`, h)))
+	}
+	b.wait("four chosen heads", `document.querySelectorAll('#ablation .chip').length === 4`)
+	b.choose(`#ablation .chip:nth-child(2) select`, "uniform")
+	var abl struct {
+		Positions []struct{ Changed bool }
+		Sequence  *struct {
+			Before, After struct{ Loss, Accuracy float64 }
+		}
+		Task struct {
+			Sequences     int
+			Before, After struct{ Loss, Accuracy float64 }
+		}
+	}
+	b.apiCall("/api/ablate", `{"model": "induction", "seed": 3, "ablate": [{"layer": 1, "head": 0, "mode": "zero"},
+		{"layer": 1, "head": 1, "mode": "uniform"}, {"layer": 1, "head": 2, "mode": "zero"}, {"layer": 1, "head": 3, "mode": "zero"}]}`, &abl)
+	b.do("ablate", chromedp.Click("#ablation .ab-run"))
+	b.wait("the ablation's result", `document.querySelectorAll('#ablation .ab-table tbody tr').length === 32`)
+	changed := 0
+	for _, p := range abl.Positions {
+		if p.Changed {
+			changed++
+		}
+	}
+	var shown struct {
+		Changed, Rows int
+		Seq, Task     string
+	}
+	b.eval("read the ablation", `({changed: +document.querySelector('#ablation').dataset.changed,
+		rows: document.querySelectorAll('#ablation .ab-table tr.changed').length,
+		seq: document.querySelector('#ablation .outcome[data-scope=sequence]').textContent,
+		task: document.querySelector('#ablation .outcome[data-scope=task]').textContent})`, &shown)
+	if changed == 0 || shown.Changed != changed || shown.Rows != changed {
+		t.Fatalf("the page shows %d changed predictions (%d rows), want %d", shown.Changed, shown.Rows, changed)
+	}
+	checkOutcome(t, "sequence", shown.Seq, abl.Sequence.Before.Loss, abl.Sequence.After.Loss, abl.Sequence.Before.Accuracy, abl.Sequence.After.Accuracy)
+	checkOutcome(t, "task", shown.Task, abl.Task.Before.Loss, abl.Task.After.Loss, abl.Task.Before.Accuracy, abl.Task.After.Accuracy)
+	b.screenshot("lab-ablation", "#ablation")
+
+	// Download the enlarged head as PNG from the page's link: a PNG, the server's picture.
+	var dl struct {
+		Status   int
+		Type     string
+		Head     []int
+		Size     int
+		Download string
+	}
+	b.eval("download", `(async () => {
+		const a = document.querySelector('#modelview .head-downloads a[data-format=png]');
+		const r = await fetch(a.href);
+		const bytes = new Uint8Array(await r.arrayBuffer());
+		return {status: r.status, type: r.headers.get('content-type'), head: [...bytes.slice(0, 8)], size: bytes.length, download: a.download};
+	})()`, &dl)
+	if dl.Status != 200 || dl.Type != "image/png" || !slices.Equal(dl.Head, []int{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}) || dl.Download != "induction-L1H2.png" {
+		t.Fatalf("download: %+v, want a PNG named induction-L1H2.png", dl)
+	}
+	res, err := http.Get(b.base + "/api/picture?model=induction&seed=3&kind=head&layer=1&head=2&format=png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.ContentLength != int64(dl.Size) {
+		t.Fatalf("the page downloaded %d bytes, the picture has %d", dl.Size, res.ContentLength)
+	}
+
+	// The task-wide measures, with importance.
+	b.do("task scope", chromedp.Click(`#heads .seg[data-scope=task]`))
+	b.wait("importance", `[...document.querySelectorAll('#heads td[data-key=importance]')].every((td) => td.textContent !== '–')`)
+	// Sorting by importance puts the most important head first.
+	b.do("sort by importance", chromedp.Click(`#heads button.sort[data-key=importance]`))
+	var column []float64
+	b.eval("the importance column", `[...document.querySelectorAll('#heads td[data-key=importance]')].map((td) => +td.textContent)`, &column)
+	if len(column) != 8 || !slices.IsSortedFunc(column, func(a, b float64) int { return cmp.Compare(b, a) }) {
+		t.Fatalf("importance column after sorting: %v, want 8 values, largest first", column)
+	}
+	b.screenshot("lab-heads", "#heads")
+
+	// The pruning curve shows in task scope: the server's picture, a PNG behind its link, and
+	// the order in which the heads were removed with the scores of /api/heads.
+	b.wait("the pruning curve", `(() => {
+		const i = document.querySelector('#heads .prune-img');
+		return !document.querySelector('#heads .pruning').hidden && i.complete && i.naturalWidth > 0;
+	})()`)
+	var task struct {
+		Pruning []struct {
+			Removed  int
+			Accuracy float64
+			Last     *struct{ Layer, Head int }
+		}
+	}
+	b.apiCall("/api/heads", `{"model": "induction"}`, &task)
+	var steps []string
+	b.eval("the pruning table", `[...document.querySelectorAll('#heads .prune-table tbody tr')].map((tr) =>
+		[...tr.cells].map((td) => td.textContent).join(' | '))`, &steps)
+	if len(steps) != 9 || len(task.Pruning) != 9 {
+		t.Fatalf("pruning table %q, API %d points; want 9 (0 to 8 heads removed)", steps, len(task.Pruning))
+	}
+	for i, p := range task.Pruning {
+		head := "none (the model as trained)"
+		if p.Last != nil {
+			head = fmt.Sprintf("L%d H%d", p.Last.Layer, p.Last.Head)
+		}
+		if want := fmt.Sprintf("%d · %.1f%% | %s | %.1f%% | ", p.Removed, 100*float64(p.Removed)/8, head, 100*p.Accuracy); !strings.HasPrefix(steps[i], want) {
+			t.Fatalf("pruning step %d: %q, want it to start %q", i, steps[i], want)
+		}
+	}
+	var curve struct {
+		Status   int
+		Type     string
+		Head     []int
+		Download string
+	}
+	b.eval("the curve's PNG", `(async () => {
+		const a = document.querySelector('#heads .curve-downloads a[data-format=png]');
+		const r = await fetch(a.href);
+		const bytes = new Uint8Array(await r.arrayBuffer());
+		return {status: r.status, type: r.headers.get('content-type'), head: [...bytes.slice(0, 8)], download: a.download};
+	})()`, &curve)
+	if curve.Status != 200 || curve.Type != "image/png" || !slices.Equal(curve.Head, []int{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}) || curve.Download != "induction-pruning-accuracy.png" {
+		t.Fatalf("the pruning curve's PNG link: %+v, want a PNG named induction-pruning-accuracy.png", curve)
+	}
+	b.do("show the loss", chromedp.Click(`#heads .pruning .seg[data-metric=loss]`))
+	b.wait("the loss curve", `(() => {
+		const i = document.querySelector('#heads .prune-img');
+		return new URL(i.src).searchParams.get('metric') === 'loss' && i.complete && i.naturalWidth > 0;
+	})()`)
+	b.screenshot("lab-pruning", "#heads .pruning")
+
+	// A typed sequence with an unknown symbol: the error banner says which.
+	b.do("type a bad sequence", chromedp.SetValue("#seq", "BOS 1 cat"), chromedp.Click("#run"))
+	b.wait("the error banner", `!document.querySelector('#banner').hidden`)
+	var msg string
+	b.eval("banner", `document.querySelector('#banner .msg').textContent`, &msg)
+	if !strings.Contains(msg, `symbol "cat" at position 2 is not in the vocabulary of induction`) {
+		t.Fatalf("banner %q", msg)
+	}
+	b.screenshot("lab-error", topOfPage)
+
+	// Experiments: the list, and one run with its table and pictures.
+	b.do("experiments", chromedp.Click("#tab-experiments"))
+	b.wait("the list", fmt.Sprintf(`document.querySelectorAll('.ex-item').length === %d`, len(experiment.Names())))
+	b.do("run params", chromedp.Click(`.ex-item[data-name=params]`))
+	b.wait("its table and pictures", `document.querySelector('.ex-result table') !== null &&
+		[...document.querySelectorAll('.ex-fig img')].every((i) => i.complete && i.naturalWidth > 0)`)
+	b.screenshot("lab-experiments", wholePage)
+
+	// The page stays usable at 1024 pixels wide.
+	b.do("narrow window", chromedp.EmulateViewport(1024, 800), chromedp.Click("#tab-attention"))
+	var overflow int
+	b.eval("overflow", `document.documentElement.scrollWidth - document.documentElement.clientWidth`, &overflow)
+	if overflow > 0 {
+		t.Errorf("at 1024 px the page is %d px wider than the window", overflow)
+	}
+	b.screenshot("lab-narrow", wholePage)
+}
+
+// checkOutcome checks an ablation outcome's text, "loss 0.0123 → 1.2345 … accuracy 100.0% →
+// 25.0% …", against the numbers.
+func checkOutcome(t *testing.T, scope, text string, loss0, loss1, acc0, acc1 float64) {
+	t.Helper()
+	m := regexp.MustCompile(`loss([\d.]+) → ([\d.]+).*accuracy([\d.]+)% → ([\d.]+)%`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("%s outcome %q: no loss and accuracy", scope, text)
+	}
+	for i, want := range []float64{loss0, loss1, 100 * acc0, 100 * acc1} {
+		got, _ := strconv.ParseFloat(m[i+1], 64)
+		tol := 0.00005 + 1e-9
+		if i >= 2 {
+			tol = 0.05 + 1e-9
+		}
+		if got < want-tol || got > want+tol {
+			t.Fatalf("%s outcome %q: %v, want %v", scope, text, got, want)
+		}
+	}
+}

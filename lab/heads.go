@@ -1,0 +1,90 @@
+package lab
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/mhalab/mha/probe"
+)
+
+// Task-wide measurements run on taskBatch sequences drawn from taskSeed, far from the seeds
+// training draws from (as `mha eval` does).
+const (
+	taskSeed  = 1 << 62
+	taskBatch = 64
+)
+
+// headsRequest is the body of /api/heads.
+type headsRequest struct {
+	Model string `json:"model"`
+}
+
+// taskMeasurement is the answer of /api/heads: the head metrics on taskBatch sequences of the
+// model's task, with every head's importance, and the pruning curve on the same sequences.
+type taskMeasurement struct {
+	measurement
+	// Pruning is probe.Prune's curve: the score with 0, 1, … L·H heads zero-ablated, least
+	// important first.
+	Pruning []probe.PrunePoint `json:"pruning"`
+}
+
+// heads answers POST /api/heads: the head metrics of a model on taskBatch sequences of its task.
+func (s *Server) heads(w http.ResponseWriter, r *http.Request) error {
+	var req headsRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	m, err := s.model(req.Model)
+	if err != nil {
+		return err
+	}
+	meas, err := m.taskMeasurement(r.Context(), s.opt.Workers)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, meas)
+}
+
+// taskMeasurement returns the model's metrics and pruning curve on its task, computing them on
+// the first call.
+func (m *model) taskMeasurement(ctx context.Context, workers int) (*taskMeasurement, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.wide != nil {
+		return m.wide, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := m.task.Batch(taskSeed, taskBatch)
+	if err != nil {
+		return nil, err
+	}
+	c, err := probe.Record(m.net, b.Tokens, b.B, b.T, &probe.RecordOptions{Workers: workers})
+	if err != nil {
+		return nil, err
+	}
+	meas, err := measure(c, b.Attn)
+	if err != nil {
+		return nil, err
+	}
+	// The same sequences: Importance and Prune draw batch i from Seed + i.
+	cfg := probe.EvalConfig{Batches: 1, Batch: taskBatch, Seed: taskSeed, Workers: workers}
+	imp, err := probe.Importance(m.net, m.task, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for i := range meas.Heads {
+		h := &meas.Heads[i]
+		h.Importance = number(imp[h.Layer][h.Head])
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	curve, err := probe.Prune(m.net, m.task, imp, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.wide = &taskMeasurement{measurement: *meas, Pruning: curve}
+	return m.wide, nil
+}

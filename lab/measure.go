@@ -1,0 +1,147 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/mhalab/mha/probe"
+	"github.com/mhalab/mha/tensor"
+)
+
+// measurement holds the head metrics of package probe on some sequences. A null number means
+// "not measured": a prefix-matching score where no token repeats, a ground-truth score without
+// the task's answer, a similarity between heads of different sizes.
+type measurement struct {
+	Sequences int           `json:"sequences"`
+	Heads     []headMetrics `json:"heads"`  // layer by layer, head by head
+	Layers    []layerPairs  `json:"layers"` // one per layer
+}
+
+// headMetrics are one head's scores.
+type headMetrics struct {
+	Layer int `json:"layer"`
+	Head  int `json:"head"`
+	// Entropy is the mean −Σ α ln α of the head's rows, nats (probe.Entropy).
+	Entropy number `json:"entropy"`
+	// Confidence is the mean largest weight of a row (probe.Confidence).
+	Confidence number `json:"confidence"`
+	// PrevToken is the mean α(t, t−1) (probe.PrevToken).
+	PrevToken number `json:"prev_token"`
+	// PrefixMatching is Olsson et al.'s score (probe.PrefixMatching); null when no token
+	// occurs twice.
+	PrefixMatching number `json:"prefix_matching"`
+	// GroundTruth is the share of attention where the task says it belongs
+	// (probe.GroundTruth); null for a typed sequence.
+	GroundTruth number `json:"ground_truth"`
+	// Importance is Michel et al.'s head importance, normalised per layer (probe.Importance);
+	// measured on the task only, null on one sequence.
+	Importance number `json:"importance"`
+}
+
+// layerPairs compare the heads of one layer pairwise, [H][H] each.
+type layerPairs struct {
+	Layer int `json:"layer"`
+	// Similarity is chapter 000's ρ_ij, the cosine similarity of head outputs (probe.Similarity).
+	Similarity [][]number `json:"similarity"`
+	// JSDistance is the mean Jensen–Shannon distance of attention rows (probe.JSDistance).
+	JSDistance [][]number `json:"js_distance"`
+	// ArgmaxNMI is the normalised mutual information of argmax positions (probe.ArgmaxNMI).
+	ArgmaxNMI [][]number `json:"argmax_nmi"`
+}
+
+// measure computes the metrics of a recorded batch, with the ground-truth attention d
+// [B, T, T] (nil when unknown).
+func measure(c *probe.Capture, d []float32) (*measurement, error) {
+	b, tokens := c.B, c.Tokens
+	out := &measurement{Sequences: b}
+	for l, w := range c.Weights {
+		h, t := w.Shape[1], w.Shape[2]
+		entropy, err := probe.Entropy(w)
+		if err != nil {
+			return nil, err
+		}
+		confidence, err := probe.Confidence(w)
+		if err != nil {
+			return nil, err
+		}
+		prev := make([]float64, h) // 0 when T = 1: no query has a previous token
+		if t > 1 {
+			if prev, err = probe.PrevToken(w.Data, b, h, t, 1); err != nil {
+				return nil, err
+			}
+		}
+		prefix, queries, err := probe.PrefixMatching(w.Data, tokens, b, h, t)
+		if err != nil {
+			return nil, err
+		}
+		truth, err := groundTruth(w, d, b)
+		if err != nil {
+			return nil, err
+		}
+		for hi := range h {
+			m := headMetrics{
+				Layer:          l,
+				Head:           hi,
+				Entropy:        number(entropy[hi]),
+				Confidence:     number(confidence[hi]),
+				PrevToken:      number(prev[hi]),
+				PrefixMatching: number(math.NaN()),
+				GroundTruth:    number(truth[hi]),
+				Importance:     number(math.NaN()),
+			}
+			if queries > 0 {
+				m.PrefixMatching = number(prefix[hi])
+			}
+			out.Heads = append(out.Heads, m)
+		}
+		pairs, err := compare(w, c.Heads[l], c.HeadDims)
+		if err != nil {
+			return nil, err
+		}
+		pairs.Layer = l
+		out.Layers = append(out.Layers, *pairs)
+	}
+	return out, nil
+}
+
+// groundTruth returns probe.GroundTruth per head of w [B, H, T, T], or NaN for each head when
+// d is nil or has no mass.
+func groundTruth(w *tensor.Tensor, d []float32, b int) ([]float64, error) {
+	h, t := w.Shape[1], w.Shape[2]
+	if d == nil || !hasMass(d) {
+		out := make([]float64, h)
+		for i := range out {
+			out[i] = math.NaN()
+		}
+		return out, nil
+	}
+	return probe.GroundTruth(w.Data, d, b, h, t)
+}
+
+// hasMass reports whether some value is > 0.
+func hasMass(d []float32) bool {
+	for _, x := range d {
+		if x > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// compare computes the pairwise measures of one layer's heads: weights w [B, H, T, T], head
+// outputs heads [B, T, E] with dims.
+func compare(w, heads *tensor.Tensor, dims []int) (*layerPairs, error) {
+	rho, err := probe.Similarity(heads, dims)
+	if err != nil {
+		return nil, fmt.Errorf("similarity: %w", err)
+	}
+	js, err := probe.JSDistance(w)
+	if err != nil {
+		return nil, err
+	}
+	nmi, err := probe.ArgmaxNMI(w)
+	if err != nil {
+		return nil, err
+	}
+	return &layerPairs{Similarity: matrix(rho), JSDistance: matrix(js), ArgmaxNMI: matrix(nmi)}, nil
+}

@@ -1,0 +1,356 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mhalab/mha/probe"
+	"github.com/mhalab/mha/viz"
+)
+
+// pictureParams are the query parameters /api/picture accepts; sequenceParams name the sequence
+// a picture is drawn from and the heads ablated on it.
+var (
+	pictureParams  = []string{"model", "text", "tokens", "seed", "ablate", "kind", "layer", "head", "metric", "scope", "format"}
+	sequenceParams = []string{"text", "tokens", "seed", "ablate"}
+)
+
+// pictureKind is a kind of picture: its name, whether it is drawn from a sequence (then it takes
+// sequenceParams) or from the model's task, and the parameters it takes besides model, kind and
+// format.
+type pictureKind struct {
+	name     string
+	sequence bool
+	params   []string
+}
+
+// pictureKinds are the kinds of /api/picture, in the order error messages list them.
+var pictureKinds = []pictureKind{
+	{name: "head", sequence: true, params: []string{"layer", "head"}},
+	{name: "grid", sequence: true},
+	{name: "similarity", sequence: true, params: []string{"layer", "metric", "scope"}},
+	{name: "pruning", params: []string{"metric"}},
+	{name: "importance"},
+}
+
+// Pair metrics of kind=similarity and score metrics of kind=pruning.
+var (
+	pairMetrics  = []string{"rho", "js", "nmi"}
+	pruneMetrics = []string{"accuracy", "loss"}
+)
+
+// picture answers GET /api/picture: a PNG or SVG drawn by package viz, sent as a download.
+func (s *Server) picture(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	pic, name, err := s.Picture(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	return writePicture(w, pic, q.Get("format"), name)
+}
+
+// Picture draws the picture that query asks for, as GET /api/picture does (see the package
+// documentation for the parameters, each given once), and returns it with the name it is
+// downloaded as, without the extension. The query's format, png or svg, is checked, but writing
+// the picture in it is the caller's part. The pictures of a sequence take it as text, as tokens
+// (comma-separated ids) or as a seed, with ablate as comma-separated LAYER.HEAD.MODE items; those
+// of the task (pruning, importance) take no sequence. ctx stops the work between model runs.
+// An error's message says what is wrong with the query, in words fit to show the user.
+func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture, name string, err error) {
+	kind, err := pictureKindOf(query)
+	if err != nil {
+		return nil, "", err
+	}
+	if !kind.sequence {
+		m, err := s.model(query.Get("model"))
+		if err != nil {
+			return nil, "", err
+		}
+		if kind.name == "pruning" {
+			return s.pruningPicture(ctx, m, query)
+		}
+		return s.importancePicture(ctx, m)
+	}
+	req, err := queryRequest(query)
+	if err != nil {
+		return nil, "", err
+	}
+	in, err := s.input(req)
+	if err != nil {
+		return nil, "", err
+	}
+	switch kind.name {
+	case "head":
+		return s.headPicture(ctx, in, query)
+	case "grid":
+		return s.gridPicture(ctx, in)
+	}
+	return s.pairPicture(ctx, in, query)
+}
+
+// pictureKindOf checks that query gives only known parameters, each once, a format and a kind
+// that takes every parameter given, and returns the kind.
+func pictureKindOf(query url.Values) (pictureKind, error) {
+	given := slices.Sorted(maps.Keys(query))
+	for _, k := range given {
+		if !slices.Contains(pictureParams, k) {
+			return pictureKind{}, badRequest("unknown parameter %q; want %s", clip(k), strings.Join(pictureParams, ", "))
+		}
+		if n := len(query[k]); n > 1 {
+			return pictureKind{}, badRequest("parameter %q is given %d times; want it once", k, n)
+		}
+	}
+	if format := query.Get("format"); format != "png" && format != "svg" {
+		return pictureKind{}, badRequest("format %q; want png or svg", clip(format))
+	}
+	i := slices.IndexFunc(pictureKinds, func(k pictureKind) bool { return k.name == query.Get("kind") })
+	if i < 0 {
+		names := make([]string, len(pictureKinds))
+		for j, k := range pictureKinds {
+			names[j] = k.name
+		}
+		return pictureKind{}, badRequest("kind %q; want %s", clip(query.Get("kind")), strings.Join(names, ", "))
+	}
+	kind := pictureKinds[i]
+	takes := append([]string{"model", "kind", "format"}, kind.params...)
+	if kind.sequence {
+		takes = append(takes, sequenceParams...)
+	}
+	for _, k := range given {
+		if !slices.Contains(takes, k) {
+			return pictureKind{}, badRequest("parameter %q does not apply to kind=%s, which takes %s", k, kind.name, strings.Join(takes, ", "))
+		}
+	}
+	return kind, nil
+}
+
+// writePicture answers pic in format, png or svg, as a download named name.format.
+func writePicture(w http.ResponseWriter, pic viz.Picture, format, name string) error {
+	var (
+		buf bytes.Buffer
+		err error
+	)
+	if format == "png" {
+		err = pic.PNG(&buf)
+		w.Header().Set("Content-Type", "image/png")
+	} else {
+		err = pic.SVG(&buf)
+		w.Header().Set("Content-Type", "image/svg+xml")
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name+"."+format))
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// queryRequest reads a runRequest from a picture's query.
+func queryRequest(q url.Values) (*runRequest, error) {
+	req := &runRequest{Model: q.Get("model")}
+	if q.Has("text") {
+		text := q.Get("text")
+		req.Text = &text
+	}
+	if q.Has("tokens") {
+		req.Tokens = []int{}
+		for i, f := range strings.Split(q.Get("tokens"), ",") {
+			id, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return nil, badRequest("tokens: item %d is %q; want comma-separated token ids", i, clip(f))
+			}
+			req.Tokens = append(req.Tokens, id)
+		}
+	}
+	if q.Has("seed") {
+		seed, err := strconv.ParseUint(q.Get("seed"), 10, 64)
+		if err != nil {
+			return nil, badRequest("seed %q; want a whole number from 0 to 2⁶⁴−1", clip(q.Get("seed")))
+		}
+		req.Seed = &seed
+	}
+	if a := q.Get("ablate"); a != "" {
+		for i, f := range strings.Split(a, ",") {
+			var abl probe.Ablation
+			parts := strings.Split(f, ".")
+			if len(parts) != 3 {
+				return nil, badRequest("ablate: item %d is %q; want LAYER.HEAD.MODE such as 1.2.zero", i, clip(f))
+			}
+			var err1, err2 error
+			abl.Layer, err1 = strconv.Atoi(parts[0])
+			abl.Head, err2 = strconv.Atoi(parts[1])
+			if err1 != nil || err2 != nil {
+				return nil, badRequest("ablate: item %d is %q; want LAYER.HEAD.MODE such as 1.2.zero", i, clip(f))
+			}
+			abl.Mode = probe.AblationMode(parts[2])
+			req.Ablate = append(req.Ablate, abl)
+		}
+	}
+	return req, nil
+}
+
+// intParam reads the whole-number parameter name, which must lie in [0, n).
+func intParam(q url.Values, name string, n int) (int, error) {
+	v, err := strconv.Atoi(q.Get(name))
+	if err != nil || v < 0 || v >= n {
+		return 0, badRequest("%s %q; want a whole number from 0 to %d", name, clip(q.Get(name)), n-1)
+	}
+	return v, nil
+}
+
+// attention returns the heatmap of one head's weights w [T, T] (row-major) with the tokens as
+// labels; keys after the query, which it cannot see, are masked.
+func attention(title string, w []float32, symbols []string) viz.Heatmap {
+	t := len(symbols)
+	values := make([]float64, t*t)
+	for q := range t {
+		for k := range t {
+			values[q*t+k] = float64(w[q*t+k])
+			if k > q {
+				values[q*t+k] = math.NaN()
+			}
+		}
+	}
+	return viz.Heatmap{
+		Title:      title,
+		Rows:       t,
+		Cols:       t,
+		Values:     values,
+		RowLabels:  symbols,
+		ColLabels:  symbols,
+		XLabel:     "key",
+		YLabel:     "query",
+		ValueLabel: "attention weight",
+		Scale:      viz.Sequential{Min: 0, Max: 1},
+	}
+}
+
+// headPicture draws one head's attention on the sequence.
+func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.Picture, string, error) {
+	layer, err := intParam(q, "layer", in.m.cfg.Layers)
+	if err != nil {
+		return nil, "", err
+	}
+	head, err := intParam(q, "head", in.m.cfg.Heads)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	if err != nil {
+		return nil, "", err
+	}
+	t := len(in.tokens)
+	w := c.Weights[layer].Data[head*t*t:][:t*t]
+	title := fmt.Sprintf("%s · layer %d, head %d%s", in.m.name, layer, head, ablatedNote(in.ablate))
+	return attention(title, w, in.m.symbolsOf(in.tokens)), fmt.Sprintf("%s-L%dH%d", in.m.name, layer, head), nil
+}
+
+// gridPicture draws every head's attention on the sequence, layers down and heads across.
+func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
+	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	if err != nil {
+		return nil, "", err
+	}
+	L, H, t := in.m.cfg.Layers, in.m.cfg.Heads, len(in.tokens)
+	symbols := in.m.symbolsOf(in.tokens)
+	g := viz.Grid{
+		Title: fmt.Sprintf("%s · attention of every head%s", in.m.name, ablatedNote(in.ablate)),
+		Rows:  L,
+		Cols:  H,
+		Scale: viz.Sequential{Min: 0, Max: 1},
+	}
+	for l := range L {
+		g.RowTitles = append(g.RowTitles, fmt.Sprintf("layer %d", l))
+		for h := range H {
+			g.Cells = append(g.Cells, attention(fmt.Sprintf("L%d H%d", l, h), c.Weights[l].Data[h*t*t:][:t*t], symbols))
+		}
+	}
+	for h := range H {
+		g.ColTitles = append(g.ColTitles, fmt.Sprintf("head %d", h))
+	}
+	return g, in.m.name + "-heads", nil
+}
+
+// pairPicture draws one of a layer's head-pair matrices, on the sequence or on the task.
+func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.Picture, string, error) {
+	layer, err := intParam(q, "layer", in.m.cfg.Layers)
+	if err != nil {
+		return nil, "", err
+	}
+	metric := q.Get("metric")
+	if !slices.Contains(pairMetrics, metric) {
+		return nil, "", badRequest("metric %q; want %s", clip(metric), strings.Join(pairMetrics, ", "))
+	}
+	var meas *measurement
+	where := "this sequence"
+	switch scope := q.Get("scope"); scope {
+	case "", "sequence":
+		c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+		if err != nil {
+			return nil, "", err
+		}
+		if meas, err = measure(c, in.attn()); err != nil {
+			return nil, "", err
+		}
+	case "task":
+		task, err := in.m.taskMeasurement(ctx, s.opt.Workers)
+		if err != nil {
+			return nil, "", err
+		}
+		meas = &task.measurement
+		where = fmt.Sprintf("%d sequences of the task", meas.Sequences)
+	default:
+		return nil, "", badRequest("scope %q; want sequence or task", clip(scope))
+	}
+	pairs := meas.Layers[layer]
+	m, title, scale := pairs.JSDistance, "Jensen–Shannon distance", viz.Scale(viz.Sequential{Min: 0, Max: 1})
+	switch metric {
+	case "rho":
+		m, title, scale = pairs.Similarity, "ρ, cosine similarity of head outputs", viz.Diverging{Limit: 1}
+	case "nmi":
+		m, title, scale = pairs.ArgmaxNMI, "normalised mutual information of argmax keys", viz.Sequential{Min: 0, Max: 1}
+	}
+	h := len(m)
+	labels := make([]string, h)
+	values := make([]float64, 0, h*h)
+	for i, row := range m {
+		labels[i] = fmt.Sprintf("H%d", i)
+		for _, v := range row {
+			values = append(values, float64(v))
+		}
+	}
+	pic := viz.Heatmap{
+		Title:     fmt.Sprintf("%s · layer %d · %s (%s)", in.m.name, layer, title, where),
+		Rows:      h,
+		Cols:      h,
+		Values:    values,
+		RowLabels: labels,
+		ColLabels: labels,
+		XLabel:    "head",
+		YLabel:    "head",
+		Scale:     scale,
+		Annotate:  true,
+	}
+	return pic, fmt.Sprintf("%s-L%d-%s", in.m.name, layer, metric), nil
+}
+
+// ablatedNote says which heads a picture's run ablated.
+func ablatedNote(ablate []probe.Ablation) string {
+	if len(ablate) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ablate))
+	for i, a := range ablate {
+		parts[i] = fmt.Sprintf("L%d H%d %s", a.Layer, a.Head, a.Mode)
+	}
+	return " (ablated: " + strings.Join(parts, ", ") + ")"
+}

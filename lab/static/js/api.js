@@ -1,0 +1,40 @@
+// The lab's JSON API (see the lab package documentation).
+
+/** ApiError is a 4xx or 5xx answer; message is the server's explanation. */
+export class ApiError extends Error {}
+
+/** api GETs path, or POSTs body as JSON when given, and returns the decoded answer. */
+export async function api(path, body) {
+  const init = body === undefined ? {} : {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  };
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(`The lab server did not answer (${e.message}). Is \`mha lab\` still running?`);
+  }
+  const text = await res.text();
+  let data;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    throw new ApiError(`${path}: ${res.status} ${res.statusText}`);
+  }
+  if (!res.ok) throw new ApiError(data.error || `${path}: ${res.status}`);
+  return data;
+}
+
+/**
+ * pictureURL is the address of a picture, without its format: of a sequence when source is
+ * {model, seed} or {model, text}, of the model's task when it is {model}.
+ */
+export function pictureURL(source, params) {
+  const q = new URLSearchParams({ model: source.model });
+  if (source.seed !== undefined) q.set('seed', String(source.seed));
+  else if (source.text !== undefined) q.set('text', source.text);
+  for (const [k, v] of Object.entries(params)) q.set(k, String(v));
+  return `/api/picture?${q}`;
+}
