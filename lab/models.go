@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/mhalab/mha/models"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tasks"
+	"github.com/mhalab/mha/train"
 )
 
 // model is one shipped model, loaded once and kept, with its task and the symbol table that
@@ -38,7 +38,7 @@ func loadModel(name string) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	task, err := trainedTask(name, meta)
+	task, err := train.TaskOf(name, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -65,24 +65,6 @@ func loadModel(name string) (*model, error) {
 		m.symbols[id], m.ids[s] = s, id
 	}
 	return m, nil
-}
-
-// trainedTask returns task name with the configuration recorded in a checkpoint's metadata
-// under "train_config" by `mha train`, or the task's defaults when there is none.
-func trainedTask(name string, meta map[string]string) (tasks.Task, error) {
-	var tc struct {
-		Task       string       `json:"task"`
-		TaskConfig tasks.Config `json:"task_config"`
-	}
-	if s, ok := meta["train_config"]; ok {
-		if err := json.Unmarshal([]byte(s), &tc); err != nil {
-			return nil, fmt.Errorf("lab: model %s: metadata train_config: %w", name, err)
-		}
-		if tc.Task != name {
-			return nil, fmt.Errorf("lab: model %s was trained on task %q", name, tc.Task)
-		}
-	}
-	return tasks.New(name, tc.TaskConfig)
 }
 
 // parse turns text, space-separated symbols as Task.Symbol prints them, into token ids. It

@@ -22,6 +22,7 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
+	"github.com/mhalab/mha/train"
 	"github.com/mhalab/mha/viz"
 )
 
@@ -64,7 +65,7 @@ func shipped(t *testing.T, name string) (*nn.Model, tasks.Task) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := trainedTask(name, meta)
+	task, err := train.TaskOf(name, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

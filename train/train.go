@@ -6,12 +6,42 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tasks"
 	"github.com/mhalab/mha/tensor"
 )
+
+// MetaKey is the checkpoint metadata key under which `mha train` stores its Recipe as JSON.
+const MetaKey = "train_config"
+
+// Recipe is everything a training run depends on besides the model's own config: the task, its
+// config and the Config. `mha train` stores it in the checkpoint (under MetaKey) so that the run
+// can be repeated; the embedded Config's fields are flattened into its JSON after task and
+// task_config.
+type Recipe struct {
+	Task       string       `json:"task"`
+	TaskConfig tasks.Config `json:"task_config"`
+	Config
+}
+
+// TaskOf returns the task called name with the task config that a checkpoint's metadata records
+// under MetaKey, or with the task's defaults when it records none. It returns an error when the
+// record is not a Recipe's JSON, names another task, or the task config is invalid.
+func TaskOf(name string, meta map[string]string) (tasks.Task, error) {
+	var r Recipe
+	if s, ok := meta[MetaKey]; ok {
+		if err := json.Unmarshal([]byte(s), &r); err != nil {
+			return nil, fmt.Errorf("train: checkpoint metadata %s: %w", MetaKey, err)
+		}
+		if r.Task != name {
+			return nil, fmt.Errorf("train: the checkpoint was trained on task %s, not %s", r.Task, name)
+		}
+	}
+	return tasks.New(name, r.TaskConfig)
+}
 
 // Config is how a model is trained. Every field is read as given: there are no defaults.
 type Config struct {

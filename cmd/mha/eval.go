@@ -10,6 +10,7 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
+	"github.com/mhalab/mha/train"
 	"github.com/spf13/cobra"
 )
 
@@ -49,7 +50,7 @@ Without --checkpoint it evaluates the model shipped for the task (see models/REA
 			if err != nil {
 				return err
 			}
-			t, err := taskOf(task, meta)
+			t, err := train.TaskOf(task, meta)
 			if err != nil {
 				return err
 			}
@@ -76,20 +77,6 @@ Without --checkpoint it evaluates the model shipped for the task (see models/REA
 	fl.IntVar(&cfg.Workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
-}
-
-// taskOf returns the task called name, with the task config the checkpoint was trained with.
-func taskOf(name string, meta map[string]string) (tasks.Task, error) {
-	var tc trainConfig
-	if s, ok := meta["train_config"]; ok {
-		if err := json.Unmarshal([]byte(s), &tc); err != nil {
-			return nil, fmt.Errorf("checkpoint metadata train_config: %w", err)
-		}
-		if tc.Task != name {
-			return nil, fmt.Errorf("the checkpoint was trained on task %s, not %s", tc.Task, name)
-		}
-	}
-	return tasks.New(name, tc.TaskConfig)
 }
 
 func printReport(w io.Writer, rep *probe.Report) {

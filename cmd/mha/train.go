@@ -20,21 +20,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// trainConfig is everything a training run depends on; stored in the checkpoint, so that the
-// run can be repeated. The embedded train.Config's fields are flattened into its JSON, after
-// task and task_config.
-type trainConfig struct {
-	Task       string       `json:"task"`
-	TaskConfig tasks.Config `json:"task_config"`
-	train.Config
-}
-
 // evalSeed seeds the evaluation batches, far from the seeds training draws from.
 const evalSeed = 1 << 62
 
 func newTrainCmd() *cobra.Command {
 	var (
-		tc    trainConfig
+		tc    train.Recipe
 		mc    nn.Config
 		out   string
 		quiet bool
@@ -108,7 +99,7 @@ func taskList() string {
 
 // runTrain runs the training that tc and mc describe and writes the checkpoint to out. args is
 // the command line (os.Args), stored in the checkpoint as "mha" and its arguments.
-func runTrain(ctx context.Context, tc trainConfig, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
+func runTrain(ctx context.Context, tc train.Recipe, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
 	task, err := tasks.New(tc.Task, tc.TaskConfig)
 	if err != nil {
 		return err
@@ -144,7 +135,7 @@ func runTrain(ctx context.Context, tc trainConfig, mc nn.Config, out string, arg
 	if err != nil {
 		return err
 	}
-	meta["train_config"] = string(tcJSON)
+	meta[train.MetaKey] = string(tcJSON)
 	if !interrupted {
 		rep, err := probe.Evaluate(m, task, probe.EvalConfig{Seed: evalSeed, Workers: tc.Workers})
 		if err != nil {

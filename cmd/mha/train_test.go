@@ -79,7 +79,7 @@ func TestTrainInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := filepath.Join(t.TempDir(), "m.safetensors")
-	tc := trainConfig{Task: "sort", Config: train.Config{Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}}
+	tc := train.Recipe{Task: "sort", Config: train.Config{Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}}
 	mc := nn.Config{Layers: 1, Heads: 2, DModel: 8, Norm: nn.PreNorm, Positions: nn.Learned}
 	err := runTrain(ctx, tc, mc, out, []string{"mha", "train"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "interrupted at step 0 of 10; saved the model so far to "+out) {
