@@ -3,7 +3,6 @@ package lab
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -133,10 +132,12 @@ func clip(s string) string {
 
 // dims returns the sizes of the model's heads.
 func (m *model) dims() []int {
-	if m.cfg.HeadDims != nil {
-		return m.cfg.HeadDims
+	ac := m.cfg.Attention()
+	dims := make([]int, ac.NumHeads)
+	for h := range dims {
+		dims[h] = ac.HeadDim(h)
 	}
-	return slices.Repeat([]int{m.cfg.DModel / m.cfg.Heads}, m.cfg.Heads)
+	return dims
 }
 
 // modelInfo describes a shipped model for the page.

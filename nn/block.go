@@ -37,7 +37,9 @@ type block struct {
 // tensors become the values of the blocks.l.attn.* parameters.
 func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
-	attn, err := mha.New(c.attention(attnSeed))
+	ac := c.Attention()
+	ac.Seed = attnSeed
+	attn, err := mha.New(ac)
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}

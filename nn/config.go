@@ -84,15 +84,16 @@ func (c Config) Validate() error {
 	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
 		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
 	}
-	if err := c.attention(0).Validate(); err != nil {
+	if err := c.Attention().Validate(); err != nil {
 		return fmt.Errorf("%w: attention: %w", ErrConfig, err)
 	}
 	return nil
 }
 
-// attention returns the config of every block's attention layer, seeded with seed.
-func (c Config) attention(seed uint64) mha.Config {
-	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, Seed: seed, HeadDims: c.HeadDims, HeadScales: c.HeadScales}
+// Attention returns the config of every block's attention layer, whose HeadDim and HeadOffset
+// give the layout of the heads. Its Seed is 0: each block seeds its own layer.
+func (c Config) Attention() mha.Config {
+	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales}
 }
 
 // withDefaults returns c with FFN set to 4·DModel when it is 0 and the blocks have a

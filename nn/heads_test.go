@@ -46,7 +46,7 @@ func TestGateGrad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := tensor.RelError(got.Data, f64s(want)); e != 0 {
+	if e := tensor.RelError(got.Data, f64(want)); e != 0 {
 		t.Errorf("gates of 1 change the logits by %.3g", e)
 	}
 	if _, _, _, err := m.Loss(targets, nil); err != nil {
@@ -91,14 +91,6 @@ func TestGateGrad(t *testing.T) {
 }
 
 func blockName(l int, rest string) string { return fmt.Sprintf("blocks.%d.%s", l, rest) }
-
-func f64s(x []float32) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
 
 // TestBackwardHeads checks the extra gradient on the head outputs by central differences of
 // L + P, P = Σ c∘Heads(0), with respect to some embedding weights.

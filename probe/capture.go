@@ -94,26 +94,17 @@ func Record(m *nn.Model, tokens []int, b, t int, opt *RecordOptions) (*Capture, 
 	if err != nil {
 		return nil, err
 	}
-	c := &Capture{B: b, T: t, Tokens: slices.Clone(tokens), Logits: clone(logits)}
+	c := &Capture{B: b, T: t, Tokens: slices.Clone(tokens), Logits: logits.Clone()}
 	for l := range mc.Layers {
-		c.Weights = append(c.Weights, clone(m.Weights(l)))
-		c.Heads = append(c.Heads, clone(m.Heads(l)))
+		c.Weights = append(c.Weights, m.Weights(l).Clone())
+		c.Heads = append(c.Heads, m.Heads(l).Clone())
 	}
-	lc := layerConfig(mc)
+	lc := mc.Attention()
 	for h := range mc.Heads {
 		c.HeadDims = append(c.HeadDims, lc.HeadDim(h))
 		c.HeadOffsets = append(c.HeadOffsets, lc.HeadOffset(h))
 	}
 	return c, nil
-}
-
-// layerConfig returns the head layout of m's attention layers.
-func layerConfig(mc nn.Config) mha.Config {
-	return mha.Config{EmbedDim: mc.DModel, NumHeads: mc.Heads, HeadDims: mc.HeadDims}
-}
-
-func clone(t *tensor.Tensor) *tensor.Tensor {
-	return &tensor.Tensor{Shape: slices.Clone(t.Shape), Data: slices.Clone(t.Data)}
 }
 
 // checkAblations returns an error when an ablation names a layer, head or mode m does not have.
@@ -155,7 +146,7 @@ func interventions(mc nn.Config, abl []Ablation, means [][]float32, b int) []mha
 	if len(abl) == 0 {
 		return nil
 	}
-	lc := layerConfig(mc)
+	lc := mc.Attention()
 	hos := make([]mha.HeadOptions, mc.Layers)
 	for _, a := range abl {
 		ho := &hos[a.Layer]

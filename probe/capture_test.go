@@ -37,7 +37,7 @@ func cutHead(t *testing.T, m *nn.Model, layer, h, d int, mean []float32) *nn.Mod
 	}
 	sd := map[string]*tensor.Tensor{}
 	for name, v := range m.StateDict() {
-		sd[name] = clone(v)
+		sd[name] = v.Clone()
 	}
 	e := m.Config().DModel
 	prefix := fmt.Sprintf("blocks.%d.attn.out_proj.", layer)
