@@ -16,12 +16,14 @@ type Job interface {
 }
 
 // Pool is a set of helper goroutines shared by the Runs that use it, including Runs from
-// several goroutines at once. The zero value is ready to use; Close stops the helpers.
+// several goroutines at once. The zero value is ready to use; Close stops the helpers and waits
+// for them to end.
 type Pool struct {
 	mu      sync.Mutex
-	helpers int        // goroutines started
+	helpers int        // helper goroutines running
 	loops   chan *Loop // loops that want help, one message per helper asked
 	closed  bool
+	stopped sync.WaitGroup // one count per helper running
 }
 
 // Loop is the state of one Run. Keep it with the caller's other reusable memory: a Loop must not
@@ -83,7 +85,8 @@ func (p *Pool) grow(n int) chan<- *Loop {
 		p.loops = make(chan *Loop, queue)
 	}
 	for ; p.helpers < n; p.helpers++ {
-		go help(p.loops)
+		p.stopped.Add(1)
+		go p.help(p.loops)
 	}
 	return p.loops
 }
@@ -92,21 +95,27 @@ func (p *Pool) grow(n int) chan<- *Loop {
 // waits for a helper to finish its current loop.
 const queue = 256
 
-// help serves loops until the channel closes.
-func help(loops <-chan *Loop) {
+// help serves loops until the channel closes, then leaves the count of running helpers.
+func (p *Pool) help(loops <-chan *Loop) {
+	defer p.stopped.Done()
 	for l := range loops {
 		l.work(int(l.workers.Add(1) - 1))
 		l.done.Done()
 	}
+	p.mu.Lock()
+	p.helpers--
+	p.mu.Unlock()
 }
 
-// Close stops the pool's helpers once they finish what they were asked. It must not be called
-// while a Run is in progress, and a closed Pool must not be used again.
+// Close stops the pool's helpers and returns once every one of them has ended. It must not be
+// called while a Run is in progress, and a closed Pool must not be used again; a second Close
+// does nothing.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !p.closed && p.loops != nil {
 		close(p.loops)
 	}
 	p.closed = true
+	p.mu.Unlock()
+	p.stopped.Wait()
 }

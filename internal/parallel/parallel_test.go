@@ -81,17 +81,24 @@ func TestRunAllocatesNothing(t *testing.T) {
 	}
 }
 
+// Close returns only after every helper has ended: the count of running helpers, which each
+// helper lowers as it leaves, is 0 when Close returns, with no waiting in the test.
 func TestCloseStopsHelpers(t *testing.T) {
-	before := runtime.NumGoroutine()
 	var p Pool
 	var l Loop
 	p.Run(&l, 5, 10, nop{})
-	p.Close()
-	for range 1000 {
-		if runtime.NumGoroutine() <= before {
-			return
-		}
-		runtime.Gosched()
+	p.mu.Lock()
+	started := p.helpers
+	p.mu.Unlock()
+	if started != 4 {
+		t.Fatalf("%d helpers running after a Run on 5 workers, want 4", started)
 	}
-	t.Errorf("%d goroutines after Close, want %d", runtime.NumGoroutine(), before)
+	p.Close()
+	p.mu.Lock()
+	running := p.helpers
+	p.mu.Unlock()
+	if running != 0 {
+		t.Errorf("%d helpers still running after Close, want 0", running)
+	}
+	p.Close() // a second Close does nothing
 }
