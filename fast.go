@@ -49,6 +49,9 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 		if r.Weights != nil {
 			r.Weights.Shape = r.Weights.Shape[1:]
 		}
+		if r.Heads != nil {
+			r.Heads.Shape = r.Heads.Shape[1:]
+		}
 	}
 	if s != nil {
 		s.p, s.l = *p, l
@@ -107,9 +110,10 @@ type acts struct {
 	ldkt          int
 }
 
-// split returns the views of q, k and v into buf, a buffer laid out as a.buf.
+// split returns the views of q, k and v into buf, a buffer laid out as a.buf (empty views when
+// the call has no rows: an empty batch or sequence).
 func (a *acts) split(buf []float32) (q, k, v []float32) {
-	return buf[a.qo:], buf[a.ko:], buf[a.vo:]
+	return view(buf, a.qo), view(buf, a.ko), view(buf, a.vo)
 }
 
 // layout sizes buf for a call of plan p to a layer with embed dim e, whose input projection
@@ -385,7 +389,7 @@ func (w *work) transpose(task int) {
 	b, h := task/heads, task%heads
 	o, d := offs[h], offs[h+1]-offs[h]
 	dst := a.kt[(b*offs[heads]+o)*ld : (b*offs[heads]+o+d)*ld]
-	src := a.k[b*a.rk*a.ldk+o:]
+	src := view(a.k, b*a.rk*a.ldk+o)
 	const block = 64
 	for j0 := 0; j0 < tkx; j0 += block {
 		j1 := min(j0+block, tkx)
@@ -404,11 +408,11 @@ func (w *work) head(b, h int) attend.Head[float32] {
 	a, p, offs := w.a, &w.p, w.l.offs
 	o, d, e := offs[h], offs[h+1]-offs[h], offs[len(offs)-1]
 	return attend.Head[float32]{
-		Q: a.q[b*a.rq*a.ldq+o:], LdQ: a.ldq,
-		K: a.k[b*a.rk*a.ldk+o:], LdK: a.ldk,
-		Kt: a.kt[(b*e+o)*a.ldkt:], LdKt: a.ldkt,
-		V: a.v[b*a.rk*a.ldv+o:], LdV: a.ldv,
-		Out: w.out[b*w.ro*w.ldo+o:], LdOut: w.ldo,
+		Q: view(a.q, b*a.rq*a.ldq+o), LdQ: a.ldq,
+		K: view(a.k, b*a.rk*a.ldk+o), LdK: a.ldk,
+		Kt: view(a.kt, (b*e+o)*a.ldkt), LdKt: a.ldkt,
+		V: view(a.v, b*a.rk*a.ldv+o), LdV: a.ldv,
+		Out: view(w.out, b*w.ro*w.ldo+o), LdOut: w.ldo,
 		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 	}
 }
@@ -518,7 +522,14 @@ type wgrad struct {
 	batches    int
 }
 
-func (g *wgrad) tasks() int { return ceilDiv(g.n, gemmRows) * ceilDiv(g.k, gemmCols) }
+// tasks returns the number of dW blocks, or 0 when there are no rows to sum over (an empty batch
+// or sequence adds nothing).
+func (g *wgrad) tasks() int {
+	if g.rows == 0 || g.batches == 0 {
+		return 0
+	}
+	return ceilDiv(g.n, gemmRows) * ceilDiv(g.k, gemmCols)
+}
 
 func (g *wgrad) do(ws *kernel.Workspace, task int) {
 	colBlocks := ceilDiv(g.k, gemmCols)

@@ -75,8 +75,9 @@ type Result struct {
 	// Config.HeadOffset(h) … + Config.HeadDim(h). Unbatched inputs drop the B dimension.
 	Heads *tensor.Tensor
 	// FullyMasked counts the (batch, head, query) rows whose keys were all masked (or that had no
-	// key at all). Their weights and head output are 0, so such a query's output is out_proj.bias
-	// when every head masks it; PyTorch returns NaN for them.
+	// key at all: Tk' = 0). Their weights and head output are 0, so such a query's output is
+	// out_proj.bias when every head masks it; PyTorch returns NaN for masked rows (and
+	// out_proj.bias, like mha, when there is no key).
 	FullyMasked int
 }
 
@@ -99,8 +100,12 @@ type Trace struct {
 //	query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] → Output [B, Tq, E]
 //
 // Unbatched inputs [Tq, E], [Tk, kdim], [Tk, vdim] give unbatched results. With key and value
-// both nil it is self-attention (key = value = query). It returns an error wrapping ErrShape
-// when an input or mask does not fit the layer or the others.
+// both nil it is self-attention (key = value = query). Any of B, Tq and Tk may be 0: B = 0 or
+// Tq = 0 gives an empty Output [B, Tq, E] and Weights [B, Tq, Tk'], and Tk' = 0 (Tk = 0 with no
+// appended key) gives every query no key, so that its Output row is out_proj.bias (0 without
+// biases) and FullyMasked counts B·H·Tq rows. It returns an error wrapping ErrShape when an
+// input or mask does not fit the layer or the others; the message gives the shape it wanted and
+// the one that came.
 func (l *Layer) Forward(query, key, value *tensor.Tensor, opt *Options) (*Result, error) {
 	r := new(Result)
 	if err := l.ForwardInto(r, query, key, value, opt); err != nil {
@@ -111,7 +116,7 @@ func (l *Layer) Forward(query, key, value *tensor.Tensor, opt *Options) (*Result
 
 // Reference computes the same as Forward in float64, step by step as the chapters write it, and
 // returns every intermediate. It is the oracle of the tests and the engine of `mha explain`: slow,
-// and it keeps all [Tq, Tk] matrices. Errors are as for Forward.
+// and it keeps all [Tq, Tk] matrices. Sizes of 0 and errors are as for Forward.
 func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trace, error) {
 	p := new(plan)
 	if err := l.plan(p, query, key, value, opt, true); err != nil {

@@ -16,6 +16,11 @@
 // One difference from PyTorch is deliberate: in a head where a query's keys are all masked, that
 // query gets weights 0 and head output 0, where PyTorch returns NaN; the layer's output there is
 // then out_proj.bias. Result.FullyMasked counts such rows.
+//
+// Empty inputs are valid, with PyTorch's results: an empty batch or query sequence gives empty
+// outputs, weights and input gradients and adds nothing to the parameter gradients; an empty key
+// sequence (with no add_bias_kv or add_zero_attn key appended) leaves every query without a key,
+// a fully masked row, so the output is out_proj.bias, which is also what PyTorch gives there.
 package mha
 
 import (

@@ -72,7 +72,8 @@ func (g *Grads) Zero() {
 // When that forward returned weights, Backward reads the saved weights (the dense backward);
 // otherwise it recomputes them tile by tile from the saved row log-sum-exp, the backward of
 // FlashAttention-2, in O(T·E) memory. Dropout replays the forward's mask. Rows whose keys were
-// all masked add nothing: their gradients are 0, never NaN.
+// all masked add nothing: their gradients are 0, never NaN. An empty batch or query sequence
+// (B = 0 or Tq = 0) adds nothing at all, and the input gradients it allocates are empty or zero.
 //
 // It returns an error wrapping ErrShape when gradOutput or a tensor in g does not fit, or when s
 // was not filled by this layer's ForwardTrain.
@@ -280,9 +281,9 @@ func (w *work) backward(worker, task int) {
 	hd := w.head(b, h)
 	dq, dk, dv := a.split(w.dbuf)
 	g := attend.Grad{
-		DQ: dq[b*a.rq*a.ldq+o:], LdDQ: a.ldq,
-		DK: dk[b*a.rk*a.ldk+o:], LdDK: a.ldk,
-		DV: dv[b*a.rk*a.ldv+o:], LdDV: a.ldv,
+		DQ: view(dq, b*a.rq*a.ldq+o), LdDQ: a.ldq,
+		DK: view(dk, b*a.rk*a.ldk+o), LdDK: a.ldk,
+		DV: view(dv, b*a.rk*a.ldv+o), LdDV: a.ldv,
 	}
 	bias := p.bias(b, h, heads)
 	var probs []float32
@@ -291,5 +292,5 @@ func (w *work) backward(worker, task int) {
 		probs = s.probs[task*n : (task+1)*n]
 	}
 	e := w.l.cfg.EmbedDim
-	attend.Backward(&hd, &g, w.dconcat[b*p.tq*e+o:], e, s.lse[task*p.tq:(task+1)*p.tq], &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
+	attend.Backward(&hd, &g, view(w.dconcat, b*p.tq*e+o), e, s.lse[task*p.tq:(task+1)*p.tq], &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
 }

@@ -1,0 +1,540 @@
+package mha
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// shapeCase is one call of a layer built from small sizes, possibly zero or mismatched: the cases
+// of the empty-input tests and of FuzzForwardShapes.
+type shapeCase struct {
+	cfg                          Config
+	b, tq, tk                    int  // tk is ignored for self-attention (Tk = Tq)
+	cross, kvSame, unbatched     bool // kvSame: key and value are one tensor (when kdim = vdim)
+	causal, needWeights, perHead bool
+	pad, mask, bias, perHeadMask bool // key padding, bool attn mask, float attn mask; masks per head
+	probe, training, backward    bool // probe: gate, shift, keep the heads, the last one uniform
+	mismatch                     int  // which input gets a wrong size; see the mismatch constants
+	seed                         uint64
+}
+
+// The wrong sizes a shapeCase can give one input.
+const (
+	mismatchNone       = iota
+	mismatchQueryWidth // query [B Tq E+1]
+	mismatchValueRows  // value [B Tk+1 vdim]
+	mismatchKeyBatch   // key [B+1 Tk kdim] (batched when the query is not)
+	mismatchKeyPadding // key_padding_mask [B Tk+1]
+	mismatchAttnMask   // attn_mask [Tq+1 Tk]
+	mismatchGradOutput // gradOutput [B Tq+1 E]: only Backward fails
+	mismatchKeyWidth   // key [B Tk kdim+1]
+	mismatchKinds      // how many kinds there are
+)
+
+// shape returns the shape of a [B, rows, cols] input of the case ([rows, cols] unbatched).
+func (c *shapeCase) shape(rows, cols int) []int {
+	if c.unbatched {
+		return []int{rows, cols}
+	}
+	return []int{c.b, rows, cols}
+}
+
+// lead returns the leading dimensions of a [B, …] tensor of the case: none unbatched.
+func (c *shapeCase) lead(dims ...int) []int {
+	if c.unbatched {
+		return dims
+	}
+	return append([]int{c.b}, dims...)
+}
+
+// normalize applies the rules that tie the fields together: one batch when unbatched, Tk = Tq for
+// self-attention, cross-attention and masks for the mismatches that need them.
+func (c *shapeCase) normalize() {
+	if c.unbatched {
+		c.b = 1
+	}
+	if c.mismatch == mismatchValueRows || c.mismatch == mismatchKeyBatch || c.mismatch == mismatchKeyWidth {
+		c.cross = true
+	}
+	if !c.cross {
+		c.tk, c.kvSame = c.tq, false
+	}
+	c.pad = c.pad || c.mismatch == mismatchKeyPadding
+	c.mask = c.mask || (c.mismatch == mismatchAttnMask && !c.bias)
+	if c.kvSame && (c.cfg.kdim() != c.cfg.vdim() || c.mismatch == mismatchValueRows || c.mismatch == mismatchKeyWidth) {
+		c.kvSame = false
+	}
+	if c.training {
+		c.cfg.Dropout = 0.3
+	}
+}
+
+// inputs builds the layer (nil with New's error) and the call's inputs and gradOutput.
+func (c *shapeCase) inputs() (l *Layer, q, k, v *tensor.Tensor, opt *Options, dy *tensor.Tensor, err error) {
+	cfg := c.cfg
+	if l, err = New(cfg); err != nil {
+		return nil, nil, nil, nil, nil, nil, err
+	}
+	rng := tensor.NewRNG(c.seed)
+	for _, p := range l.Parameters() { // non-zero biases, so that the checks see them
+		if strings.Contains(p.Name, "bias") {
+			rng.Normal(p.T, 0.3)
+		}
+	}
+	e, heads := cfg.EmbedDim, cfg.NumHeads
+	qe, ke, tv := e, cfg.kdim(), c.tk
+	switch c.mismatch {
+	case mismatchQueryWidth:
+		qe++
+	case mismatchKeyWidth:
+		ke++
+	case mismatchValueRows:
+		tv++
+	}
+	q = randTensor(rng, c.shape(c.tq, qe)...)
+	if c.cross {
+		ks := c.shape(c.tk, ke)
+		if c.mismatch == mismatchKeyBatch {
+			ks = []int{c.b + 1, c.tk, ke}
+		}
+		k, v = randTensor(rng, ks...), randTensor(rng, c.shape(tv, cfg.vdim())...)
+		if c.kvSame {
+			v = k
+		}
+	}
+	opt = &Options{Causal: c.causal, NeedWeights: c.needWeights, PerHeadWeights: c.perHead, Training: c.training, DropoutSeed: c.seed}
+	if c.pad {
+		tk := c.tk
+		if c.mismatch == mismatchKeyPadding {
+			tk++
+		}
+		m := tensor.NewBool(c.lead(tk)...)
+		for i := range m.Data {
+			m.Data[i] = rng.Float64() < 0.3
+		}
+		opt.KeyPaddingMask = m
+	}
+	maskShape := func() []int {
+		tq := c.tq
+		if c.mismatch == mismatchAttnMask {
+			tq++
+		}
+		if c.perHeadMask {
+			return []int{c.b * heads, tq, c.tk}
+		}
+		return []int{tq, c.tk}
+	}
+	if c.mask {
+		m := tensor.NewBool(maskShape()...)
+		for i := range m.Data {
+			m.Data[i] = rng.Float64() < 0.3
+		}
+		opt.AttnMask = m
+	}
+	if c.bias {
+		a := tensor.New(maskShape()...)
+		for i := range a.Data {
+			a.Data[i] = float32(4*rng.Float64() - 2)
+			if rng.Float64() < 0.1 {
+				a.Data[i] = float32(math.Inf(-1))
+			}
+		}
+		opt.AttnBias = a
+	}
+	if c.probe {
+		g := tensor.New(c.lead(heads)...)
+		for i := range g.Data {
+			g.Data[i] = float32(3*rng.Float64() - 1)
+		}
+		shift := make([]float32, e)
+		for i := range shift {
+			shift[i] = float32(rng.Float64() - 0.5)
+		}
+		uniform := make([]bool, heads)
+		uniform[heads-1] = true
+		opt.Heads = HeadOptions{Keep: true, Gate: g, Shift: shift, Uniform: uniform}
+	}
+	tq := c.tq
+	if c.mismatch == mismatchGradOutput {
+		tq++
+	}
+	dy = randTensor(rng, c.shape(tq, e)...)
+	return l, q, k, v, opt, dy, nil
+}
+
+// wantsError reports whether the call must fail with ErrShape (a mismatch, or self-attention on
+// a layer whose kdim or vdim is not E).
+func (c *shapeCase) wantsError() bool {
+	selfBad := !c.cross && !c.cfg.sameDims()
+	return selfBad || (c.mismatch != mismatchNone && c.mismatch != mismatchGradOutput)
+}
+
+// checkShapeError fails unless err wraps ErrShape.
+func checkShapeError(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrShape) {
+		t.Fatalf("%s: error %v, want ErrShape", what, err)
+	}
+}
+
+// checkTensor fails unless x has the shape want and finite values.
+func checkTensor(t *testing.T, name string, x *tensor.Tensor, want []int) {
+	t.Helper()
+	if x == nil {
+		t.Fatalf("%s is nil, want %v", name, want)
+	}
+	if !slices.Equal(x.Shape, want) || len(x.Data) != numElements(want) {
+		t.Fatalf("%s is %v with %d values, want %v", name, x.Shape, len(x.Data), want)
+	}
+	for i, v := range x.Data {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("%s[%d] = %v", name, i, v)
+		}
+	}
+}
+
+func numElements(shape []int) int {
+	n, err := tensor.NumElements(shape)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// checkClose fails unless got is within 1e-4 of want relative to want's norm, or within 1e-5
+// root-mean-square: values that cancel to nearly 0 (the gradient of a key on which the weights
+// do not depend, say) keep float32's absolute rounding error.
+func checkClose[F float32 | float64](t *testing.T, name string, got []F, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s has %d values, the reference %d", name, len(got), len(want))
+	}
+	var d2, w2 float64
+	for i, w := range want {
+		d := float64(got[i]) - w
+		d2 += d * d
+		w2 += w * w
+	}
+	if d, n := math.Sqrt(d2), float64(len(want)); d > 1e-4*math.Sqrt(w2) && d > 1e-5*math.Sqrt(n) {
+		t.Fatalf("%s differs from the reference by %.3g (norm %.3g, %d values), want ≤ 1e-4 relative or 1e-5 RMS", name, d, math.Sqrt(w2), len(want))
+	}
+}
+
+// check runs the case through Reference, Forward without and with weights, and (when c.backward)
+// ForwardTrain and Backward on both the tiled and the dense path. It fails unless each either
+// errs as it should or returns results of the right shapes, with finite values, that agree with
+// the float64 Reference. It returns the layer, Forward's result with the case's options and the
+// Reference trace, all nil when the case errs.
+func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
+	t.Helper()
+	c.normalize()
+	l, q, k, v, opt, dy, err := c.inputs()
+	if err != nil {
+		if !errors.Is(err, ErrConfig) {
+			t.Fatalf("New(%+v): %v, want nil or ErrConfig", c.cfg, err)
+		}
+		return nil, nil, nil
+	}
+	tr, err := l.Reference(q, k, v, opt)
+	if c.wantsError() {
+		checkShapeError(t, "Reference", err)
+		for _, nw := range []bool{false, true} {
+			o := *opt
+			o.NeedWeights = nw
+			_, err := l.Forward(q, k, v, &o)
+			checkShapeError(t, fmt.Sprintf("Forward (NeedWeights %v)", nw), err)
+			var r Result
+			var s Saved
+			checkShapeError(t, "ForwardTrain", l.ForwardTrain(&r, &s, q, k, v, &o))
+			checkShapeError(t, "Backward after a failed ForwardTrain", l.Backward(&Grads{}, &s, dy))
+		}
+		return nil, nil, nil
+	}
+	if err != nil {
+		t.Fatalf("Reference: %v", err)
+	}
+	e, heads, tkx := c.cfg.EmbedDim, c.cfg.NumHeads, tr.Tk
+	wantTkx := c.tk
+	if c.cfg.AddBiasKV {
+		wantTkx++
+	}
+	if c.cfg.AddZeroAttn {
+		wantTkx++
+	}
+	if tr.B != c.b || tr.Tq != c.tq || tkx != wantTkx {
+		t.Fatalf("Reference sizes B %d Tq %d Tk %d, want %d %d %d", tr.B, tr.Tq, tr.Tk, c.b, c.tq, wantTkx)
+	}
+	if len(tr.Output) != c.b*c.tq*e || len(tr.Weights) != c.b*heads*c.tq*tkx || len(tr.Concat) != c.b*c.tq*e {
+		t.Fatalf("Reference holds %d outputs, %d weights, %d head outputs; want %d, %d, %d", len(tr.Output), len(tr.Weights), len(tr.Concat), c.b*c.tq*e, c.b*heads*c.tq*tkx, c.b*c.tq*e)
+	}
+	avg := make([]float64, c.b*c.tq*tkx) // the reference's weights averaged over heads
+	for b := range c.b {
+		for h := range heads {
+			for i := range c.tq * tkx {
+				avg[b*c.tq*tkx+i] += tr.Weights[(b*heads+h)*c.tq*tkx+i] / float64(heads)
+			}
+		}
+	}
+	outShape := c.shape(c.tq, e)
+	wShape := c.lead(c.tq, tkx)
+	if c.perHead {
+		wShape = c.lead(heads, c.tq, tkx)
+	}
+	checkResult := func(name string, r *Result, weights bool) {
+		t.Helper()
+		checkTensor(t, name+" output", r.Output, outShape)
+		checkClose(t, name+" output", r.Output.Data, tr.Output)
+		if r.FullyMasked != tr.FullyMasked {
+			t.Fatalf("%s: %d fully masked rows, the reference %d", name, r.FullyMasked, tr.FullyMasked)
+		}
+		if !weights {
+			if r.Weights != nil {
+				t.Fatalf("%s returned weights %v without NeedWeights", name, r.Weights.Shape)
+			}
+		} else {
+			checkTensor(t, name+" weights", r.Weights, wShape)
+			want := avg
+			if c.perHead {
+				want = tr.Weights
+			}
+			checkClose(t, name+" weights", r.Weights.Data, want)
+		}
+		if c.probe {
+			checkTensor(t, name+" heads", r.Heads, outShape)
+			checkClose(t, name+" heads", r.Heads.Data, tr.Concat)
+		} else if r.Heads != nil {
+			t.Fatalf("%s kept the heads unasked", name)
+		}
+	}
+	var res *Result
+	for _, nw := range []bool{false, true} {
+		o := *opt
+		o.NeedWeights = nw
+		r, err := l.Forward(q, k, v, &o)
+		if err != nil {
+			t.Fatalf("Forward (NeedWeights %v): %v", nw, err)
+		}
+		checkResult(fmt.Sprintf("Forward (NeedWeights %v)", nw), r, nw)
+		if nw == c.needWeights {
+			res = r
+		}
+	}
+	if !c.backward {
+		return l, res, tr
+	}
+
+	want := refGrads(t, l, q, k, v, opt, dy.Data)
+	if k != nil && k == v {
+		want["key"] = slices.Clone(want["key"])
+		for j, y := range want["value"] {
+			want["key"][j] += y
+		}
+		delete(want, "value")
+	}
+	for _, nw := range []bool{false, true} {
+		o := *opt
+		o.NeedWeights = nw
+		name := fmt.Sprintf("ForwardTrain (NeedWeights %v)", nw)
+		var r Result
+		var s Saved
+		if err := l.ForwardTrain(&r, &s, q, k, v, &o); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		checkResult(name, &r, nw)
+		g := Grads{}
+		if hin := headsIn(opt, c.b, c.tq, e); hin != nil {
+			g.HeadsIn = &tensor.Tensor{Shape: outShape, Data: hin.Data}
+		}
+		err := l.Backward(&g, &s, dy)
+		if c.mismatch == mismatchGradOutput {
+			checkShapeError(t, "Backward", err)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Backward after %s: %v", name, err)
+		}
+		got := map[string][]float32{}
+		checkTensor(t, "Grads.Query", g.Query, q.Shape)
+		got["query"] = g.Query.Data
+		if c.cross {
+			checkTensor(t, "Grads.Key", g.Key, k.Shape)
+			checkTensor(t, "Grads.Value", g.Value, v.Shape)
+			got["key"], got["value"] = g.Key.Data, g.Value.Data
+			if k == v {
+				sum := slices.Clone(g.Key.Data)
+				for i, x := range g.Value.Data {
+					sum[i] += x
+				}
+				got["key"] = sum
+				delete(got, "value")
+			}
+		} else if g.Key != nil || g.Value != nil {
+			t.Fatal("Backward of self-attention filled Grads.Key or Grads.Value")
+		}
+		if c.probe {
+			checkTensor(t, "Grads.Gate", g.Gate, opt.Heads.Gate.Shape)
+			got["gate"] = g.Gate.Data
+		}
+		for i, p := range l.Parameters() {
+			gp := g.Params[i]
+			checkTensor(t, "gradient of "+p.Name, gp.T, p.T.Shape)
+			got[p.Name] = gp.T.Data
+		}
+		for name, w := range want {
+			checkClose(t, "gradient of "+name, got[name], w)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("gradients of %d tensors, the reference has %d", len(got), len(want))
+		}
+	}
+	return l, res, tr
+}
+
+// emptyCases are the calls with an empty batch, query sequence or key sequence, on layers with
+// and without appended keys, in self- and cross-attention, with masks and head options.
+func emptyCases() map[string]shapeCase {
+	base := Config{EmbedDim: 8, NumHeads: 2, Seed: 3}
+	cross := Config{EmbedDim: 8, NumHeads: 2, KDim: 3, VDim: 5, Seed: 4}
+	kv := Config{EmbedDim: 8, NumHeads: 4, AddBiasKV: true, Seed: 5}
+	zero := Config{EmbedDim: 6, NumHeads: 3, AddZeroAttn: true, Seed: 6}
+	all := Config{EmbedDim: 8, NumHeads: 2, AddBiasKV: true, AddZeroAttn: true, Dropout: 0.2, Seed: 7}
+	cases := map[string]shapeCase{}
+	for name, c := range map[string]shapeCase{
+		"B=0 self":                {cfg: base, b: 0, tq: 5},
+		"Tq=0 self":               {cfg: base, b: 1, tq: 0},
+		"Tq=0 unbatched":          {cfg: base, tq: 0, unbatched: true},
+		"B=0 cross":               {cfg: cross, b: 0, tq: 3, tk: 4, cross: true},
+		"Tq=0 cross":              {cfg: cross, b: 2, tq: 0, tk: 4, cross: true},
+		"Tk=0 cross":              {cfg: cross, b: 2, tq: 3, tk: 0, cross: true},
+		"Tk=0 key is value":       {cfg: base, b: 2, tq: 3, tk: 0, cross: true, kvSame: true},
+		"Tk=0 unbatched":          {cfg: cross, tq: 3, tk: 0, cross: true, unbatched: true},
+		"Tq=Tk=0 cross":           {cfg: cross, b: 2, tq: 0, tk: 0, cross: true},
+		"Tk=0 add_bias_kv":        {cfg: kv, b: 2, tq: 3, tk: 0, cross: true},
+		"Tk=0 add_zero_attn":      {cfg: zero, b: 2, tq: 3, tk: 0, cross: true},
+		"Tk=0 bias_kv zero_attn":  {cfg: all, b: 2, tq: 3, tk: 0, cross: true, training: true},
+		"B=0 bias_kv zero_attn":   {cfg: all, b: 0, tq: 3, training: true},
+		"Tq=0 add_bias_kv":        {cfg: kv, b: 2, tq: 0, tk: 3, cross: true},
+		"B=0 no bias":             {cfg: Config{EmbedDim: 4, NumHeads: 1, NoBias: true}, b: 0, tq: 2},
+		"Tk=0 no bias":            {cfg: Config{EmbedDim: 4, NumHeads: 1, NoBias: true, KDim: 2, VDim: 2}, b: 1, tq: 2, tk: 0, cross: true},
+		"B=0 wide":                {cfg: Config{EmbedDim: 264, NumHeads: 2}, b: 0, tq: 2},
+		"Tq=0 wide":               {cfg: Config{EmbedDim: 264, NumHeads: 2}, b: 1, tq: 0},
+		"Tk=0 wide keys":          {cfg: Config{EmbedDim: 8, NumHeads: 2, KDim: 300, VDim: 260}, b: 2, tq: 3, tk: 0, cross: true},
+		"Tk=0 heads of own sizes": {cfg: Config{EmbedDim: 9, NumHeads: 3, HeadDims: []int{2, 3, 4}, HeadScales: []float64{1, 0.5, 0}}, b: 2, tq: 3, tk: 0, cross: true},
+	} {
+		c.backward = true
+		for _, o := range []struct {
+			name string
+			set  func(*shapeCase)
+		}{
+			{"", func(*shapeCase) {}},
+			{", weights", func(c *shapeCase) { c.needWeights = true }},
+			{", per-head weights", func(c *shapeCase) { c.needWeights, c.perHead = true, true }},
+			{", masks", func(c *shapeCase) { c.causal, c.pad, c.mask, c.bias = true, true, true, true }},
+			{", per-head masks", func(c *shapeCase) { c.needWeights, c.pad, c.mask, c.bias, c.perHeadMask = true, true, true, true, true }},
+			{", probe", func(c *shapeCase) { c.probe, c.needWeights = true, true }},
+		} {
+			v := c
+			o.set(&v)
+			v.seed = uint64(len(cases) + 1)
+			cases[name+o.name] = v
+		}
+	}
+	return cases
+}
+
+// TestEmptyInputs runs every empty case through every path: an empty batch or query sequence
+// gives an empty output and weights and adds nothing to the gradients; an empty key sequence
+// gives every query no key, so that its heads output 0 and the layer out_proj.bias.
+func TestEmptyInputs(t *testing.T) {
+	for name, c := range emptyCases() {
+		t.Run(name, func(t *testing.T) {
+			l, r, tr := c.check(t)
+			if l == nil {
+				t.Fatal("the case failed to build")
+			}
+			c.normalize()
+			e, heads := c.cfg.EmbedDim, c.cfg.NumHeads
+			if c.b*c.tq == 0 {
+				if len(r.Output.Data) != 0 || r.FullyMasked != 0 || (r.Weights != nil && len(r.Weights.Data) != 0) {
+					t.Errorf("empty batch or query: %d outputs, %d fully masked rows", len(r.Output.Data), r.FullyMasked)
+				}
+				return
+			}
+			if tr.Tk != 0 { // appended keys: every query has a key, checked against the reference
+				return
+			}
+			if r.FullyMasked != c.b*heads*c.tq {
+				t.Errorf("Tk = 0: %d fully masked rows, want B·H·Tq = %d", r.FullyMasked, c.b*heads*c.tq)
+			}
+			if c.probe { // the output is out_proj(Gate·0 + Shift), checked against the reference
+				return
+			}
+			bias := l.param("out_proj.bias")
+			for i, x := range r.Output.Data {
+				want := float32(0)
+				if bias != nil {
+					want = bias[i%e]
+				}
+				if x != want {
+					t.Fatalf("Tk = 0: output[%d] = %v, want out_proj.bias %v", i, x, want)
+				}
+			}
+		})
+	}
+}
+
+// FuzzForwardShapes builds a layer and inputs from small sizes — each at most 9, zeros included
+// — with any combination of options and, sometimes, one input of a wrong size. Every path must
+// either fail with ErrConfig or ErrShape or agree with Reference (see shapeCase.check); none may
+// panic. The bits of flags switch the options on in the order of the fields below.
+func FuzzForwardShapes(f *testing.F) {
+	add := func(b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32) {
+		f.Add(b, tq, tk, e, h, kdim, vdim, mismatch, flags, uint64(flags)+1)
+	}
+	const cross, kvSame, unbatched, needWeights, backward = 1 << 3, 1 << 4, 1 << 5, 1 << 7, 1 << 15
+	add(1, 0, 0, 4, 2, 0, 0, 0xff, backward)                   // the 70-byte file of cmd/mha: query [1 0 4]
+	add(0, 5, 0, 8, 2, 0, 0, 0xff, backward|needWeights)       // B = 0
+	add(1, 0, 0, 4, 2, 0, 0, 0xff, unbatched|backward)         // query [0 4]
+	add(2, 3, 0, 8, 2, 3, 5, 0xff, cross|backward)             // Tk = 0
+	add(2, 3, 0, 8, 4, 0, 0, 0xff, cross|kvSame|backward|0x6)  // Tk = 0 with add_bias_kv and add_zero_attn
+	add(2, 3, 4, 6, 3, 2, 7, 0xff, 0xffff)                     // everything on
+	add(2, 3, 4, 6, 3, 2, 7, mismatchGradOutput, cross|0xbf00) // a wrong gradOutput
+	add(2, 3, 4, 6, 3, 0, 0, mismatchAttnMask, 0x1e00)         // a wrong attn_mask
+	f.Fuzz(func(t *testing.T, b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32, seed uint64) {
+		bit := func(i int) bool { return flags>>i&1 != 0 }
+		c := shapeCase{
+			cfg: Config{EmbedDim: int(e % 10), NumHeads: int(h % 5), KDim: int(kdim % 10), VDim: int(vdim % 10),
+				NoBias: bit(0), AddBiasKV: bit(1), AddZeroAttn: bit(2), Seed: seed},
+			b: int(b % 4), tq: int(tq % 10), tk: int(tk % 10),
+			cross: bit(3), kvSame: bit(4), unbatched: bit(5), causal: bit(6), needWeights: bit(7), perHead: bit(8),
+			pad: bit(9), mask: bit(10), bias: bit(11), perHeadMask: bit(12), probe: bit(13), training: bit(14), backward: bit(15),
+			seed: seed,
+		}
+		if heads := c.cfg.NumHeads; !bit(18) && heads > 0 && c.cfg.EmbedDim >= heads {
+			c.cfg.EmbedDim -= c.cfg.EmbedDim % heads // a divisible size, unless bit 18 asks for any
+		}
+		if m := int(mismatch); m < mismatchKinds {
+			c.mismatch = m
+		}
+		if heads, dim := c.cfg.NumHeads, c.cfg.EmbedDim; bit(16) && heads > 0 && dim >= heads {
+			c.cfg.HeadDims = make([]int, heads) // heads of sizes 1, 1, …, the rest
+			for i := range heads {
+				c.cfg.HeadDims[i] = 1
+			}
+			c.cfg.HeadDims[heads-1] = dim - heads + 1
+		}
+		if heads := c.cfg.NumHeads; bit(17) && heads > 0 {
+			c.cfg.HeadScales = make([]float64, heads)
+			for i := range heads {
+				c.cfg.HeadScales[i] = float64(i) / 2 // 0 for the first head: uniform
+			}
+		}
+		c.check(t)
+	})
+}
