@@ -6,12 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/mhalab/mha/internal/atomicfile"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -119,41 +118,20 @@ func writeString(b *bytes.Buffer, s string) {
 	b.Truncate(b.Len() - 1) // Encode appends a newline
 }
 
-// WriteFile encodes the tensors and metadata with Encode and writes the result to path. It
-// writes to a temporary file in the same directory, syncs it, and renames it over path, so path
-// never holds a partial file; the file's permissions are 0644. It returns Encode's errors and any
-// I/O error, naming the path.
+// WriteFile encodes the tensors and metadata with Encode and writes the result to path,
+// atomically: through a temporary file in the same directory, synced and renamed over path, so
+// that path never holds a partial file. It replaces only a regular file, keeping its permission
+// bits, or creates one with 0644 less the umask; a directory, device, named pipe (FIFO) or socket
+// at path is an error and is left as it is. A symbolic link is followed and the file at its end
+// written, so that the link stays. It returns Encode's errors and any I/O error, naming the path;
+// on an error nothing at path has changed and no temporary file remains.
 func WriteFile(path string, tensors map[string]Tensor, metadata map[string]string) error {
 	data, err := Encode(tensors, metadata)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("safetensors: write %s: %w", path, err)
-	}
-	tmpName := tmp.Name()
-	fail := func(err error) error {
-		tmp.Close()
-		os.Remove(tmpName)
-		return fmt.Errorf("safetensors: write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmpName)
-		return fmt.Errorf("safetensors: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		os.Remove(tmpName)
-		return fmt.Errorf("safetensors: write %s: %w", path, err)
+	if err := atomicfile.Write(path, data); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }

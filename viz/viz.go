@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mhalab/mha/internal/atomicfile"
 )
 
 // Picture is a picture viz can draw: Heatmap, Grid, Chart or Bars.
@@ -35,6 +36,12 @@ const (
 // WriteFile writes p to the file name, as PNG or SVG after the name's extension (.png or .svg, in
 // any case). It returns an error for another extension, for invalid picture data (and then creates
 // no file) or from writing the file.
+//
+// It writes atomically, through a temporary file in the same directory renamed over name, so that
+// name never holds a partial picture. It replaces only a regular file, keeping its permission
+// bits, or creates one with 0644 less the umask; a directory, device, named pipe (FIFO) or socket
+// at name is an error and is left as it is. A symbolic link is followed and the file at its end
+// written, so that the link stays.
 func WriteFile(name string, p Picture) error {
 	var b bytes.Buffer
 	var err error
@@ -49,7 +56,10 @@ func WriteFile(name string, p Picture) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(name, b.Bytes(), 0o644)
+	if err := atomicfile.Write(name, b.Bytes()); err != nil {
+		return fmt.Errorf("viz: %w", err)
+	}
+	return nil
 }
 
 // render builds the scene of a picture and writes it with one back end.
