@@ -1,8 +1,12 @@
 package nn
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -153,6 +157,7 @@ func TestSaveErrors(t *testing.T) {
 		want  string
 	}{
 		{map[string]string{ConfigKey: "{}"}, nil, `metadata key "config" is reserved`},
+		{map[string]string{HeadsKey: "[[4,4]]"}, nil, `metadata key "layer_head_dims" is reserved`},
 		{nil, map[string]*tensor.Tensor{"": tensor.New(1)}, `extra tensor "" is nil or has an empty name`},
 		{nil, map[string]*tensor.Tensor{"x": nil}, `extra tensor "x" is nil`},
 		{nil, map[string]*tensor.Tensor{"x": {Shape: []int{2}, Data: []float32{1}}}, `extra tensor "x" has 1 values for shape [2]`},
@@ -200,7 +205,7 @@ func FuzzCheckpoint(f *testing.F) {
 		if config != "" && file.Metadata != nil {
 			file.Metadata[ConfigKey] = config
 		}
-		m, _, _, err := fromFile(file)
+		m, _, _, err := LoadOptions{AllowNonFinite: true}.fromFile(file)
 		if err != nil {
 			return
 		}
@@ -210,4 +215,133 @@ func FuzzCheckpoint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// resave reads the checkpoint at path, lets edit change its tensors and metadata, and writes the
+// result to a new file, whose path it returns.
+func resave(t *testing.T, path string, edit func(map[string]safetensors.Tensor, map[string]string)) string {
+	t.Helper()
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{}
+	for _, name := range f.Names() {
+		if tensors[name], err = f.Raw(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := maps.Clone(f.Metadata)
+	edit(tensors, meta)
+	out := filepath.Join(t.TempDir(), "edited.safetensors")
+	if err := safetensors.WriteFile(out, tensors, meta); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCheckpointNonFinite checks that Load refuses a parameter or extra tensor holding NaN or
+// ±Inf (an F64 value beyond float32's range included), naming it, unless AllowNonFinite; and
+// that Save refuses to write one, leaving the previous file.
+func TestCheckpointNonFinite(t *testing.T) {
+	m, err := NewModel(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	if err := Save(path, m, nil, map[string]*tensor.Tensor{"adam.step": {Shape: []int{}, Data: []float32{1}}}); err != nil {
+		t.Fatal(err)
+	}
+	withNaN := func(name string, i int) func(map[string]safetensors.Tensor, map[string]string) {
+		return func(ts map[string]safetensors.Tensor, _ map[string]string) {
+			ts[name] = safetensors.Tensor{DType: ts[name].DType, Shape: ts[name].Shape, Data: slices.Clone(ts[name].Data)}
+			binary.LittleEndian.PutUint32(ts[name].Data[4*i:], math.Float32bits(float32(math.NaN())))
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]safetensors.Tensor, map[string]string)
+		want string
+	}{
+		{"NaN weight", withNaN("blocks.1.attn.in_proj_weight", 9), `nn: checkpoint tensor "blocks.1.attn.in_proj_weight" [24 8]: 1 of 192 values is not finite: NaN at [1 1] (index 9)`},
+		{"F64 overflow", func(ts map[string]safetensors.Tensor, _ map[string]string) {
+			big, err := safetensors.FromFloat64([]float64{1, 1e300, math.Inf(-1), 1, 1, 1, 1, 1}, []int{8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts["ln_f.weight"] = big
+		}, `tensor "ln_f.weight" [8]: 2 of 8 values are not finite: +Inf at [1] (index 1)`},
+		{"NaN extra", withNaN(ExtraPrefix+"adam.step", 0), `tensor "extra.adam.step" []: 1 of 1 values is not finite: NaN`},
+	} {
+		bad := resave(t, path, c.edit)
+		_, _, _, err := Load(bad)
+		var nf *tensor.NonFiniteError
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &nf) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		loaded, _, _, err := LoadOptions{AllowNonFinite: true}.Load(bad)
+		if err != nil {
+			t.Errorf("%s with AllowNonFinite: %v", c.name, err)
+			continue
+		}
+		if c.name == "NaN extra" {
+			continue
+		}
+		if err := Save(path, loaded, nil, nil); err == nil || !strings.Contains(err.Error(), "will not save a model that is not finite: "+c.want[strings.Index(c.want, "tensor"):]) {
+			t.Errorf("%s: Save: %v", c.name, err)
+		}
+	}
+	if err := Save(path, m, nil, map[string]*tensor.Tensor{"m": {Shape: []int{2}, Data: []float32{1, float32(math.Inf(1))}}}); err == nil ||
+		!strings.Contains(err.Error(), `will not save an extra tensor that is not finite: tensor "extra.m" [2]: 1 of 2 values is not finite: +Inf at [1]`) {
+		t.Errorf("Save of an infinite extra tensor: %v", err)
+	}
+	if _, _, extra, err := Load(path); err != nil || extra["adam.step"] == nil {
+		t.Errorf("the checkpoint after refused saves: %v, %v", extra, err)
+	}
+}
+
+// TestCheckpointHeads checks that Save records the heads' layout, that Load refuses a config
+// whose heads were changed after the weights were written (same parameter shapes), and that a
+// checkpoint without the record, as written before it existed, still loads.
+func TestCheckpointHeads(t *testing.T) {
+	cfg := testConfig()
+	cfg.Heads = 4
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	if err := Save(path, m, map[string]string{"step": "3"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.ReadFile(path)
+	if err != nil || f.Metadata[HeadsKey] != "[[2,2,2,2],[2,2,2,2]]" {
+		t.Fatalf("saved %s %q (%v), want [[2,2,2,2],[2,2,2,2]]", HeadsKey, f.Metadata[HeadsKey], err)
+	}
+	if _, meta, _, err := Load(path); err != nil || !maps.Equal(meta, map[string]string{"step": "3"}) {
+		t.Errorf("Load: meta %v, %v; want only step", meta, err)
+	}
+	heads := func(h int) func(map[string]safetensors.Tensor, map[string]string) {
+		return func(_ map[string]safetensors.Tensor, meta map[string]string) {
+			meta[ConfigKey] = strings.Replace(meta[ConfigKey], `"heads":4`, fmt.Sprintf(`"heads":%d`, h), 1)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]safetensors.Tensor, map[string]string)
+		want string
+	}{
+		{"8 heads", heads(8), `the checkpoint's config gives layer 0 8 heads of sizes [1 1 1 1 1 1 1 1], but its weights were written for 4 heads of sizes [2 2 2 2] (metadata "layer_head_dims")`},
+		{"2 heads", heads(2), `config gives layer 0 2 heads of sizes [4 4], but its weights were written for 4 heads`},
+		{"layers", func(_ map[string]safetensors.Tensor, meta map[string]string) { meta[HeadsKey] = "[[2,2,2,2]]" }, `gives the heads of 1 layers, but the config has 2 layers`},
+		{"not JSON", func(_ map[string]safetensors.Tensor, meta map[string]string) { meta[HeadsKey] = "4" }, `metadata "layer_head_dims" is not a JSON list of every layer's head sizes`},
+	} {
+		if _, _, _, err := Load(resave(t, path, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	old := resave(t, path, func(_ map[string]safetensors.Tensor, meta map[string]string) { delete(meta, HeadsKey) })
+	if got, _, _, err := Load(old); err != nil || got.Config().Heads != 4 {
+		t.Errorf("a checkpoint without %s: %v", HeadsKey, err)
+	}
 }

@@ -96,6 +96,27 @@ func (c Config) Attention() mha.Config {
 	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales}
 }
 
+// ForwardBytes estimates the memory, in bytes, of the buffers that a Forward of b sequences of
+// length t and the Loss after it keep: per block, the attention's projections Q, K, V and Kᵀ, its
+// head outputs and output, the LayerNorm outputs and residual sums, and the feed-forward
+// network's hidden activations [B, T, FFN] three times (fc1, GELU and its Φ); with keepWeights, the attention weights
+// [B, H, T, T] of every block twice (before and after dropout); the embeddings; and the logits
+// [B, T, Vocab] and their gradient. It is a float64 so that no size overflows it; c must be
+// valid.
+func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
+	c = c.withDefaults()
+	n, d := float64(b)*float64(t), float64(c.DModel)
+	perBlock := 8 * n * d // LN1(x), Q, K, V, Kᵀ, heads, output, x + MHA
+	if !c.AttnOnly {
+		perBlock += 3*n*d + 3*n*float64(c.FFN) // LN2(x), fc2, x + FFN; fc1, GELU, Φ
+	}
+	if keepWeights {
+		perBlock += 2 * float64(b) * float64(c.Heads) * float64(t) * float64(t)
+	}
+	floats := 2*n*d + float64(c.Layers)*perBlock + 2*n*float64(c.Vocab) // embeddings, final LN; blocks; logits, dlogits
+	return 4 * floats
+}
+
 // withDefaults returns c with FFN set to 4·DModel when it is 0 and the blocks have a
 // feed-forward network.
 func (c Config) withDefaults() Config {

@@ -130,6 +130,17 @@ func (m *Model) NumParams() int {
 	return n
 }
 
+// CheckFinite returns a *tensor.NonFiniteError naming the first parameter, in Params order, that
+// holds NaN or ±Inf; nil when every parameter value is finite.
+func (m *Model) CheckFinite() error {
+	for _, p := range m.params {
+		if err := p.Value.CheckFinite(p.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Forward runs the model on tokens [B, T] (row-major, len b·t) and returns the logits
 // [B, T, Vocab], whose storage is the model's and is overwritten by the next Forward. The model
 // keeps a copy of the tokens and what Backward needs. It returns an error, leaving no forward

@@ -97,3 +97,39 @@ func checkStd(t *testing.T, name string, x *Tensor, std, bound float64) {
 		t.Errorf("%s: mean %.4g, std %.4g, want 0 and %.4g", name, mean, got, std)
 	}
 }
+
+// TestCheckFinite checks that CheckFinite finds the first NaN or ±Inf, counts them and says
+// where the first is, and passes finite tensors, extreme values included.
+func TestCheckFinite(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		data  []float32
+		shape []int
+		want  string
+		index int
+		count int
+	}{
+		{[]float32{1, -2, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, 0}, []int{2, 3}, "", 0, 0},
+		{[]float32{1, 2, 3, nan, 5, 6}, []int{2, 3}, `tensor "w" [2 3]: 1 of 6 values is not finite: NaN at [1 0] (index 3)`, 3, 1},
+		{[]float32{-inf, 2, nan, 4}, []int{4}, `tensor "w" [4]: 2 of 4 values are not finite: -Inf at [0] (index 0)`, 0, 2},
+		{[]float32{inf}, []int{}, `tensor "w" []: 1 of 1 values is not finite: +Inf at [] (index 0)`, 0, 1},
+		{nil, []int{0, 3}, "", 0, 0},
+	} {
+		x, err := FromData(c.data, c.shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = x.CheckFinite("w")
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%v: %v, want nil", c.data, err)
+			}
+			continue
+		}
+		e, ok := err.(*NonFiniteError)
+		if !ok || e.Error() != c.want || e.Index != c.index || e.Count != c.count || e.Name != "w" {
+			t.Errorf("%v: %#v (%v), want %q", c.data, err, err, c.want)
+		}
+	}
+}

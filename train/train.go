@@ -7,7 +7,9 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tasks"
@@ -43,15 +45,27 @@ func TaskOf(name string, meta map[string]string) (tasks.Task, error) {
 	return tasks.New(name, r.TaskConfig)
 }
 
+// Bounds of Config's rates. AdamW moves every parameter by up to about LR per step, so a rate
+// above MaxLR throws any model out of range at once; decoupled weight decay scales the
+// parameters by 1 − LR·WeightDecay per step, and usual runs take WeightDecay ≤ 0.1.
+const (
+	MaxLR          = 10
+	MaxWeightDecay = 1
+)
+
+// ErrDiverged is wrapped by Run's error when the training stops because a loss, a penalty or the
+// gradients' norm is NaN or ±Inf.
+var ErrDiverged = errors.New("the training diverged")
+
 // Config is how a model is trained. Every field is read as given: there are no defaults.
 type Config struct {
 	Steps       int     `json:"steps"`        // optimizer steps; > 0
 	Batch       int     `json:"batch"`        // sequences per step; > 0
-	LR          float64 `json:"lr"`           // peak learning rate; > 0
+	LR          float64 `json:"lr"`           // peak learning rate; in (0, MaxLR]
 	MinLR       float64 `json:"min_lr"`       // rate at the end of the cosine decay; in [0, LR]
 	Warmup      int     `json:"warmup"`       // steps of linear warm-up; in [0, Steps)
-	WeightDecay float64 `json:"weight_decay"` // AdamW's decoupled weight decay; ≥ 0, 0 for none
-	Clip        float64 `json:"clip"`         // clip the gradients' global L2 norm to this; ≥ 0, 0 for no clipping
+	WeightDecay float64 `json:"weight_decay"` // AdamW's decoupled weight decay; in [0, MaxWeightDecay], 0 for none
+	Clip        float64 `json:"clip"`         // clip the gradients' global L2 norm to this; finite and ≥ 0, 0 for no clipping
 	// Seed seeds the batches and the dropout masks (not the initialisation, which is the
 	// model's own Config.Seed; `mha train` uses one seed for both).
 	Seed    uint64 `json:"seed"`
@@ -66,10 +80,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("train: steps is %d, want > 0", c.Steps)
 	case c.Batch <= 0:
 		return fmt.Errorf("train: batch is %d, want > 0", c.Batch)
-	case !(c.Clip >= 0):
-		return fmt.Errorf("train: clip is %v, want ≥ 0 (0: no clipping)", c.Clip)
-	case !(c.WeightDecay >= 0):
-		return fmt.Errorf("train: weight decay is %v, want ≥ 0 (0: none)", c.WeightDecay)
+	case !(c.LR > 0 && c.LR <= MaxLR):
+		return fmt.Errorf("train: lr is %g, want a learning rate in (0, %d]", c.LR, MaxLR)
+	case !(c.Clip >= 0 && c.Clip < math.Inf(1)):
+		return fmt.Errorf("train: clip is %g, want a finite norm ≥ 0 (0: no clipping)", c.Clip)
+	case !(c.WeightDecay >= 0 && c.WeightDecay <= MaxWeightDecay):
+		return fmt.Errorf("train: weight decay is %g, want a value in [0, %d] (0: none)", c.WeightDecay, MaxWeightDecay)
 	case c.Workers < 0:
 		return fmt.Errorf("train: workers is %d, want ≥ 0 (0: GOMAXPROCS)", c.Workers)
 	}
@@ -123,7 +139,10 @@ type Result struct {
 // Run checks ctx before every step. When ctx is done it returns what it did so far, with
 // Steps < cfg.Steps, together with ctx's error; m then holds the parameters after those steps.
 // It returns an error when cfg is invalid, when task's sequences do not fit m (vocabulary,
-// length), or when a pass fails.
+// length), or when a pass fails. It stops with an error wrapping ErrDiverged, naming the step
+// and what went wrong, at the first loss, penalty or gradient norm that is NaN or ±Inf, before
+// that step's update; Steps counts the steps completed before it, and m holds their parameters,
+// which may be what made the loss so (nn.Save refuses parameters that are not finite).
 func Run(ctx context.Context, m *nn.Model, task tasks.Task, cfg Config, hooks Hooks) (Result, error) {
 	var res Result
 	if err := cfg.Validate(); err != nil {
@@ -161,8 +180,14 @@ func Run(ctx context.Context, m *nn.Model, task tasks.Task, cfg Config, hooks Ho
 		if err != nil {
 			return res, err
 		}
-		if cfg.Clip > 0 {
-			nn.ClipGradNorm(params, cfg.Clip)
+		norm := nn.ClipGradNorm(params, cfg.Clip) // with Clip 0, only the norm
+		for _, v := range []struct {
+			what  string
+			value float64
+		}{{"loss", loss}, {"penalty", penalty}, {"gradients' norm", norm}} {
+			if math.IsNaN(v.value) || math.IsInf(v.value, 0) {
+				return res, fmt.Errorf("train: step %d of %d: the %s is %v: %w", step+1, cfg.Steps, v.what, v.value, ErrDiverged)
+			}
 		}
 		lr := sched.At(step)
 		if err := opt.Step(lr); err != nil {

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -129,10 +130,14 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{func(c *Config) { c.Steps = 0 }, "steps is 0, want > 0"},
 		{func(c *Config) { c.Batch = -2 }, "batch is -2, want > 0"},
-		{func(c *Config) { c.Clip = -1 }, "clip is -1, want ≥ 0"},
-		{func(c *Config) { c.WeightDecay = -0.1 }, "weight decay is -0.1, want ≥ 0"},
+		{func(c *Config) { c.Clip = -1 }, "clip is -1, want a finite norm ≥ 0"},
+		{func(c *Config) { c.Clip = math.Inf(1) }, "clip is +Inf, want a finite norm ≥ 0"},
+		{func(c *Config) { c.WeightDecay = -0.1 }, "weight decay is -0.1, want a value in [0, 1]"},
+		{func(c *Config) { c.WeightDecay = 2 }, "weight decay is 2, want a value in [0, 1]"},
+		{func(c *Config) { c.LR = 1e308 }, "lr is 1e+308, want a learning rate in (0, 10]"},
+		{func(c *Config) { c.LR = math.NaN() }, "lr is NaN, want a learning rate in (0, 10]"},
 		{func(c *Config) { c.Workers = -1 }, "workers is -1"},
-		{func(c *Config) { c.LR = 0 }, "train: "},
+		{func(c *Config) { c.LR = 0 }, "lr is 0, want a learning rate in (0, 10]"},
 		{func(c *Config) { c.Warmup = 10 }, "train: "},
 	} {
 		m, cfg := tiny(t, task, 10)
@@ -237,5 +242,55 @@ func TestRunPenalty(t *testing.T) {
 	res, err := Run(context.Background(), zero, task, cfg, Hooks{Penalty: failing})
 	if err == nil || err.Error() != "train: penalty: no heads" || res.Steps != 0 {
 		t.Errorf("failing penalty: %+v, error %v", res, err)
+	}
+}
+
+// TestRunDiverged checks that Run stops at the first loss, penalty or gradient norm that is not
+// finite, with an error wrapping ErrDiverged that names the step and what went wrong, without
+// calling OnStep for that step.
+func TestRunDiverged(t *testing.T) {
+	task := newTask(t, "prev-token", tasks.Config{SeqLen: 8, Vocab: 4})
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		name    string
+		prepare func(m *nn.Model, hooks *Hooks)
+		steps   int
+		want    string
+	}{
+		{"NaN weight", func(m *nn.Model, _ *Hooks) {
+			m.StateDict()["head.weight"].Data[5] = nan
+		}, 0, "train: step 1 of 6: the loss is NaN: the training diverged"},
+		{"NaN gradient", func(_ *nn.Model, h *Hooks) {
+			h.Penalty = func(m *nn.Model) (float64, []*tensor.Tensor, error) {
+				g := tensor.New(m.Heads(0).Shape...)
+				g.Data[3] = nan
+				return 0, []*tensor.Tensor{g}, nil
+			}
+		}, 0, "train: step 1 of 6: the gradients' norm is NaN: the training diverged"},
+		{"infinite penalty", func(_ *nn.Model, h *Hooks) {
+			h.Penalty = func(*nn.Model) (float64, []*tensor.Tensor, error) { return math.Inf(1), nil, nil }
+		}, 0, "train: step 1 of 6: the penalty is +Inf: the training diverged"},
+		{"NaN after 2 steps", func(m *nn.Model, h *Hooks) {
+			h.OnStep = func(s StepInfo) {
+				if s.Step == 1 {
+					m.StateDict()["tok_emb.weight"].Data[0] = nan
+				}
+			}
+		}, 2, "train: step 3 of 6: the loss is NaN: the training diverged"},
+	} {
+		m, cfg := tiny(t, task, 6)
+		var hooks Hooks
+		c.prepare(m, &hooks)
+		onStep, calls := hooks.OnStep, 0
+		hooks.OnStep = func(s StepInfo) {
+			calls++
+			if onStep != nil {
+				onStep(s)
+			}
+		}
+		res, err := Run(context.Background(), m, task, cfg, hooks)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || !errors.Is(err, ErrDiverged) || res.Steps != c.steps || calls != c.steps {
+			t.Errorf("%s: %+v after %d steps, error %v; want %d steps and %q", c.name, res, calls, err, c.steps, c.want)
+		}
 	}
 }
