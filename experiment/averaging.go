@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/models"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
@@ -23,17 +24,17 @@ import (
 // (probe.MIPenalty's r). With C_ij the covariance of heads i and j in this sense, the mean of H
 // heads has variance (1/H²)·Σ_{i,j<H} C_ij exactly, which MeanVar is.
 type AveragingRow struct {
-	Source   string  `json:"source"`
-	Heads    int     `json:"heads"`     // H: the mean is over heads 0 … H−1
-	Samples  int     `json:"samples"`   // output vectors the variances are taken over
-	HeadVar  float64 `json:"head_var"`  // σ²: one head's variance, averaged over the H heads
-	MeanVar  float64 `json:"mean_var"`  // the variance of the mean of the H heads
-	Ratio    float64 `json:"ratio"`     // MeanVar/(σ²/H): 1 where σ²/H holds
-	RatioSE  float64 `json:"ratio_se"`  // the standard error of Ratio, from the spread over independent groups
-	MeanCorr float64 `json:"mean_corr"` // ρ̄, the mean correlation of the H(H−1)/2 pairs (0 for H = 1)
+	Source   string         `json:"source"`
+	Heads    int            `json:"heads"`     // H: the mean is over heads 0 … H−1
+	Samples  int            `json:"samples"`   // output vectors the variances are taken over
+	HeadVar  jsonnum.Number `json:"head_var"`  // σ²: one head's variance, averaged over the H heads
+	MeanVar  jsonnum.Number `json:"mean_var"`  // the variance of the mean of the H heads
+	Ratio    jsonnum.Number `json:"ratio"`     // MeanVar/(σ²/H): 1 where σ²/H holds
+	RatioSE  jsonnum.Number `json:"ratio_se"`  // the standard error of Ratio, from the spread over independent groups
+	MeanCorr jsonnum.Number `json:"mean_corr"` // ρ̄, the mean correlation of the H(H−1)/2 pairs (0 for H = 1)
 	// Correlated is σ²/H·(1 + (H−1)·ρ̄), the variance of the mean of H variables of equal variance
 	// σ² and pairwise correlation ρ̄; exact for such variables, an approximation otherwise.
-	Correlated float64 `json:"correlated"`
+	Correlated jsonnum.Number `json:"correlated"`
 }
 
 // AveragingData is the Data of the averaging experiment.
@@ -201,38 +202,39 @@ func (s headSample) averageOf(h int) AveragingRow {
 	mean, sq := 0.0, 0.0
 	ratios := make([]float64, len(s.groups))
 	for g, m := range s.groups {
-		ratios[g] = rowOf(m.covariance(), s.heads, h).Ratio
+		ratios[g] = float64(rowOf(m.covariance(), s.heads, h).Ratio)
 		mean += ratios[g] / float64(len(ratios))
 	}
 	for _, r := range ratios {
 		sq += (r - mean) * (r - mean)
 	}
-	row.RatioSE = math.Sqrt(sq / float64(len(ratios)-1) / float64(len(ratios)))
+	row.RatioSE = jsonnum.Number(math.Sqrt(sq / float64(len(ratios)-1) / float64(len(ratios))))
 	return row
 }
 
 // rowOf returns the statistics of the mean of the first h heads from the covariance c of all
 // heads.
 func rowOf(c []float64, heads, h int) AveragingRow {
-	r := AveragingRow{Heads: h}
+	var headVar, meanVar, meanCorr float64
 	pairs := 0
 	for i := range h {
-		r.HeadVar += c[i*heads+i] / float64(h)
+		headVar += c[i*heads+i] / float64(h)
 		for j := range h {
-			r.MeanVar += c[i*heads+j] / float64(h*h)
+			meanVar += c[i*heads+j] / float64(h*h)
 			if j > i {
-				r.MeanCorr += c[i*heads+j] / math.Sqrt(c[i*heads+i]*c[j*heads+j])
+				meanCorr += c[i*heads+j] / math.Sqrt(c[i*heads+i]*c[j*heads+j])
 				pairs++
 			}
 		}
 	}
 	if pairs > 0 {
-		r.MeanCorr /= float64(pairs)
+		meanCorr /= float64(pairs)
 	}
-	independent := r.HeadVar / float64(h)
-	r.Ratio = r.MeanVar / independent
-	r.Correlated = independent * (1 + float64(h-1)*r.MeanCorr)
-	return r
+	independent := headVar / float64(h)
+	return AveragingRow{
+		Heads: h, HeadVar: jsonnum.Number(headVar), MeanVar: jsonnum.Number(meanVar), MeanCorr: jsonnum.Number(meanCorr),
+		Ratio: jsonnum.Number(meanVar / independent), Correlated: jsonnum.Number(independent * (1 + float64(h-1)*meanCorr)),
+	}
 }
 
 // randomHeads draws the two random-layer sources: for each draw, a fresh layer and input, the
@@ -356,14 +358,14 @@ func averagingResult(data *AveragingData, sources []headSample) *Result {
 		for _, r := range data.Rows {
 			if r.Source == s.name {
 				se.X = append(se.X, float64(r.Heads))
-				se.Y = append(se.Y, r.MeanVar/r.HeadVar)
+				se.Y = append(se.Y, float64(r.MeanVar/r.HeadVar))
 			}
 		}
 		chart.Series = append(chart.Series, se)
 	}
 	for _, r := range data.Rows {
 		res.Table.Rows = append(res.Table.Rows, []string{
-			r.Source, strconv.Itoa(r.Heads), sig(r.HeadVar), sig(r.MeanVar), sig(r.HeadVar / float64(r.Heads)),
+			r.Source, strconv.Itoa(r.Heads), sig(r.HeadVar), sig(r.MeanVar), sig(r.HeadVar / jsonnum.Number(r.Heads)),
 			fmt.Sprintf("%.3f ± %.3f", r.Ratio, r.RatioSE), fmt.Sprintf("%.3f", r.MeanCorr), sig(r.Correlated),
 		})
 	}
@@ -387,11 +389,11 @@ func averagingSummary(data *AveragingData) string {
 	for _, name := range order {
 		r := last[name]
 		verdict := "consistent with σ²/H"
-		if math.Abs(r.Ratio-1) > 3*r.RatioSE {
-			verdict = fmt.Sprintf("%.1f standard errors from σ²/H", math.Abs(r.Ratio-1)/r.RatioSE)
+		if off := math.Abs(float64(r.Ratio) - 1); off > 3*float64(r.RatioSE) {
+			verdict = fmt.Sprintf("%.1f standard errors from σ²/H", off/float64(r.RatioSE))
 		}
 		s += fmt.Sprintf(" %s, H = %d: var(mean) = %.3f ± %.3f × σ²/H (%s); the heads' mean correlation ρ̄ = %.3f, with which σ²/H·(1+(H−1)ρ̄) predicts %.3f × σ²/H.",
-			capitalise(name), r.Heads, r.Ratio, r.RatioSE, verdict, r.MeanCorr, r.Correlated/(r.HeadVar/float64(r.Heads)))
+			capitalise(name), r.Heads, r.Ratio, r.RatioSE, verdict, r.MeanCorr, r.Correlated/(r.HeadVar/jsonnum.Number(r.Heads)))
 	}
 	return s + " A head's outputs are in coordinates of its own, so comparing coordinate k of two heads can miss what they share; their W_O terms are what each adds to the layer's output, in the one space where the layer sums them."
 }
@@ -405,6 +407,6 @@ func capitalise(s string) string {
 }
 
 // sig prints x with 4 significant digits.
-func sig(x float64) string {
-	return strconv.FormatFloat(x, 'g', 4, 64)
+func sig[F ~float64](x F) string {
+	return strconv.FormatFloat(float64(x), 'g', 4, 64)
 }

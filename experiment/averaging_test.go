@@ -3,6 +3,8 @@ package experiment
 import (
 	"math"
 	"testing"
+
+	"github.com/mhalab/mha/jsonnum"
 )
 
 // TestAveragingStatistics checks the statistics on two heads of one coordinate whose answers are
@@ -32,8 +34,9 @@ func TestAveragingStatistics(t *testing.T) {
 		}
 		r := s.averageOf(2)
 		ratio := c.meanVar / (c.headVar / 2)
-		if math.Abs(r.HeadVar-c.headVar) > 1e-12 || math.Abs(r.MeanVar-c.meanVar) > 1e-12 || math.Abs(r.MeanCorr-c.corr) > 1e-12 ||
-			math.Abs(r.Correlated-c.pred) > 1e-12 || math.Abs(r.Ratio-ratio) > 1e-12 || r.RatioSE > 1e-12 || r.Samples != 4*avgGroups {
+		near := func(x jsonnum.Number, want float64) bool { return math.Abs(float64(x)-want) <= 1e-12 }
+		if !near(r.HeadVar, c.headVar) || !near(r.MeanVar, c.meanVar) || !near(r.MeanCorr, c.corr) ||
+			!near(r.Correlated, c.pred) || !near(r.Ratio, ratio) || r.RatioSE > 1e-12 || r.Samples != 4*avgGroups {
 			t.Errorf("%s: %+v, want σ² %v, var(mean) %v, ρ̄ %v, predicted %v, ratio %v ± 0 over %d samples",
 				c.name, r, c.headVar, c.meanVar, c.corr, c.pred, ratio, 4*avgGroups)
 		}
@@ -57,13 +60,13 @@ func TestAveraging(t *testing.T) {
 			t.Fatalf("%s: rows %+v, want H = 1 … 16 and ratio 1 at H = 1", name, rows)
 		}
 		for _, r := range rows {
-			if math.Abs(r.Correlated-r.MeanVar) > 0.02*r.MeanVar {
+			if math.Abs(float64(r.Correlated-r.MeanVar)) > 0.02*float64(r.MeanVar) {
 				t.Errorf("%s, H = %d: var(mean) %v, σ²/H·(1+(H−1)ρ̄) %v: want them within 2%%", name, r.Heads, r.MeanVar, r.Correlated)
 			}
 		}
 	}
 	for _, r := range bySource["random layers, independent heads"][1:] {
-		if !(r.RatioSE > 0 && math.Abs(r.Ratio-1) <= 3*r.RatioSE) {
+		if !(r.RatioSE > 0 && math.Abs(float64(r.Ratio-1)) <= 3*float64(r.RatioSE)) {
 			t.Errorf("independent heads, H = %d: ratio %.4f ± %.4f, want 1 within 3 standard errors", r.Heads, r.Ratio, r.RatioSE)
 		}
 	}

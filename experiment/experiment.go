@@ -37,7 +37,8 @@ type Result struct {
 	// Pictures are the experiment's heatmaps and charts; JSON leaves them out.
 	Pictures []Figure `json:"-"`
 	// Data holds the measurements behind the table as numbers (a struct of the experiment's own,
-	// documented with it), for JSON and for programs.
+	// documented with it), for JSON and for programs. A measurement that can be NaN or ±Inf (a
+	// correlation of constant outputs, an evaluation) is a jsonnum.Number, null in JSON.
 	Data any `json:"data"`
 }
 

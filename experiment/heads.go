@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -48,6 +50,18 @@ func termTensor(m *nn.Model, l int, heads *tensor.Tensor, dims []int) (*tensor.T
 	}
 	t, err := tensor.FromData(outputTerms(heads.Data, wo.Data, dims), len(heads.Data)/e, len(dims)*e)
 	return t, blocks, err
+}
+
+// bestPrefixMatching returns the best prefix-matching score of layer l's heads in rep: how well
+// the layer's best head does the induction head's job (0 when the report has none).
+func bestPrefixMatching(rep *probe.Report, l int) jsonnum.Number {
+	var best jsonnum.Number
+	for _, h := range rep.Heads {
+		if h.Layer == l && h.PrefixMatching != nil {
+			best = max(best, *h.PrefixMatching)
+		}
+	}
+	return best
 }
 
 // orNaN returns *p, or NaN when p is nil.

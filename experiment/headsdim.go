@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
@@ -15,23 +16,24 @@ import (
 
 // HeadsDimRow is one head count of the heads-vs-dim experiment, after training.
 type HeadsDimRow struct {
-	Heads       int     `json:"heads"`        // h
-	HeadDim     int     `json:"head_dim"`     // d_k = d_model/h
-	AttnParams  int     `json:"attn_params"`  // parameters of one attention layer, counted in the model
-	ModelParams int     `json:"model_params"` // parameters of the whole model
-	Curve       Curve   `json:"curve"`
-	Loss        float64 `json:"loss"`         // evaluation loss
-	Accuracy    float64 `json:"accuracy"`     // evaluation accuracy
-	SeqAccuracy float64 `json:"seq_accuracy"` // fraction of sequences entirely right
-	StepsTo99   *int    `json:"steps_to_99"`  // steps until the training accuracy (see stepsTo) reaches 99%; null if never
+	Heads       int            `json:"heads"`        // h
+	HeadDim     int            `json:"head_dim"`     // d_k = d_model/h
+	AttnParams  int            `json:"attn_params"`  // parameters of one attention layer, counted in the model
+	ModelParams int            `json:"model_params"` // parameters of the whole model
+	Curve       Curve          `json:"curve"`
+	Loss        jsonnum.Number `json:"loss"`         // evaluation loss
+	Accuracy    jsonnum.Number `json:"accuracy"`     // evaluation accuracy
+	SeqAccuracy jsonnum.Number `json:"seq_accuracy"` // fraction of sequences entirely right
+	StepsTo99   *int           `json:"steps_to_99"`  // steps until the training accuracy (see stepsTo) reaches 99%; null if never
 	// Rho is, per layer, the [h][h] matrix ρ_ij of chapter 000 (eq. 5.2.6) between the heads'
-	// outputs on one evaluation batch; MeanAbsRho per layer the mean |ρ_ij| over the pairs
-	// i < j (NaN for h = 1, encoded as null).
-	Rho        [][][]float64 `json:"rho"`
-	MeanAbsRho []*float64    `json:"mean_abs_rho"`
+	// outputs on one evaluation batch (NaN, null in JSON, for a head whose output is constant);
+	// MeanAbsRho per layer the mean |ρ_ij| over the pairs i < j (nil, null in JSON, for h = 1 or
+	// when a ρ_ij is NaN).
+	Rho        [][][]jsonnum.Number `json:"rho"`
+	MeanAbsRho []*float64           `json:"mean_abs_rho"`
 	// PrefixMatching is, per layer, the best prefix-matching score of its heads (Olsson et al.):
 	// how well the layer's best head does the induction head's job.
-	PrefixMatching []float64 `json:"prefix_matching"`
+	PrefixMatching []jsonnum.Number `json:"prefix_matching"`
 }
 
 // HeadsDimData is the Data of the heads-vs-dim experiment.
@@ -79,13 +81,7 @@ func HeadsDim(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		}
 		for l := range data.Layers {
-			best := 0.0
-			for _, hd := range t.report.Heads {
-				if hd.Layer == l && hd.PrefixMatching != nil {
-					best = max(best, *hd.PrefixMatching)
-				}
-			}
-			row.PrefixMatching = append(row.PrefixMatching, best)
+			row.PrefixMatching = append(row.PrefixMatching, bestPrefixMatching(t.report, l))
 		}
 		if err := headSimilarity(cfg, t.model, task, &row); err != nil {
 			return nil, err
@@ -97,7 +93,7 @@ func HeadsDim(ctx context.Context, cfg Config) (*Result, error) {
 
 // headSimilarity fills in row's ρ matrices and mean |ρ| from one evaluation batch.
 func headSimilarity(cfg Config, m *nn.Model, task tasks.Task, row *HeadsDimRow) error {
-	bt, err := task.Batch(evalSeed, evalSettings(cfg).Batch)
+	bt, err := task.Batch(probe.EvalSeed, evalSettings(cfg).Batch)
 	if err != nil {
 		return err
 	}
@@ -110,7 +106,7 @@ func headSimilarity(cfg Config, m *nn.Model, task tasks.Task, row *HeadsDimRow) 
 		if err != nil {
 			return err
 		}
-		row.Rho = append(row.Rho, rho)
+		row.Rho = append(row.Rho, jsonnum.Matrix(rho))
 		row.MeanAbsRho = append(row.MeanAbsRho, meanAbsOffDiagonal(rho))
 	}
 	return nil
@@ -198,7 +194,9 @@ func similarityGrid(d *HeadsDimData) (viz.Grid, bool) {
 		for _, r := range rows {
 			cell := viz.Heatmap{Rows: r.Heads, Cols: r.Heads}
 			for _, row := range r.Rho[l] {
-				cell.Values = append(cell.Values, row...)
+				for _, v := range row {
+					cell.Values = append(cell.Values, float64(v))
+				}
 			}
 			g.Cells = append(g.Cells, cell)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
@@ -13,21 +14,22 @@ import (
 
 // MIPenaltyArm is one training run of the mi-penalty experiment.
 type MIPenaltyArm struct {
-	Lambda      float64 `json:"lambda"` // the penalty's weight λ
-	Curve       Curve   `json:"curve"`  // Penalty holds the unweighted estimate Σ_l Σ_{i<j} MI_ij, nats
-	Loss        float64 `json:"loss"`
-	Accuracy    float64 `json:"accuracy"`
-	SeqAccuracy float64 `json:"seq_accuracy"`
-	StepsTo99   *int    `json:"steps_to_99"` // steps until the training accuracy (see stepsTo) reaches 99%; null if never
+	Lambda      float64        `json:"lambda"` // the penalty's weight λ
+	Curve       Curve          `json:"curve"`  // Penalty holds the unweighted estimate Σ_l Σ_{i<j} MI_ij, nats
+	Loss        jsonnum.Number `json:"loss"`
+	Accuracy    jsonnum.Number `json:"accuracy"`
+	SeqAccuracy jsonnum.Number `json:"seq_accuracy"`
+	StepsTo99   *int           `json:"steps_to_99"` // steps until the training accuracy (see stepsTo) reaches 99%; null if never
 	// Per layer, on one evaluation batch after training: MI is probe.MIPenalty of the head
 	// outputs (Σ over pairs, nats); RhoHeads the mean |ρ_ij| of the head outputs, the redundancy
 	// the penalty acts on; RhoTerms the mean |ρ_ij| of the heads' terms of the output projection,
 	// which no rotation of a head's coordinates can change; PrefixMatching the best
-	// prefix-matching score of the layer's heads.
-	MI             []float64 `json:"mi"`
-	RhoHeads       []float64 `json:"rho_heads"`
-	RhoTerms       []float64 `json:"rho_terms"`
-	PrefixMatching []float64 `json:"prefix_matching"`
+	// prefix-matching score of the layer's heads. NaN or ±Inf (null in JSON) where undefined:
+	// MI is +Inf for two heads with |ρ| = 1, RhoHeads and RhoTerms NaN with one head.
+	MI             []jsonnum.Number `json:"mi"`
+	RhoHeads       []jsonnum.Number `json:"rho_heads"`
+	RhoTerms       []jsonnum.Number `json:"rho_terms"`
+	PrefixMatching []jsonnum.Number `json:"prefix_matching"`
 }
 
 // MIPenaltyData is the Data of the mi-penalty experiment.
@@ -103,7 +105,7 @@ func miPenalty(lambda float64) penaltyFunc {
 
 // redundancy fills in arm's per-layer measurements on one evaluation batch.
 func redundancy(cfg Config, t *trained, task tasks.Task, arm *MIPenaltyArm) error {
-	bt, err := task.Batch(evalSeed, evalSettings(cfg).Batch)
+	bt, err := task.Batch(probe.EvalSeed, evalSettings(cfg).Batch)
 	if err != nil {
 		return err
 	}
@@ -128,16 +130,10 @@ func redundancy(cfg Config, t *trained, task tasks.Task, arm *MIPenaltyArm) erro
 		if err != nil {
 			return err
 		}
-		best := 0.0
-		for _, hd := range t.report.Heads {
-			if hd.Layer == l && hd.PrefixMatching != nil {
-				best = max(best, *hd.PrefixMatching)
-			}
-		}
-		arm.MI = append(arm.MI, mi)
-		arm.RhoHeads = append(arm.RhoHeads, orNaN(meanAbsOffDiagonal(rho)))
-		arm.RhoTerms = append(arm.RhoTerms, orNaN(meanAbsOffDiagonal(rhoTerms)))
-		arm.PrefixMatching = append(arm.PrefixMatching, best)
+		arm.MI = append(arm.MI, jsonnum.Number(mi))
+		arm.RhoHeads = append(arm.RhoHeads, jsonnum.Number(orNaN(meanAbsOffDiagonal(rho))))
+		arm.RhoTerms = append(arm.RhoTerms, jsonnum.Number(orNaN(meanAbsOffDiagonal(rhoTerms))))
+		arm.PrefixMatching = append(arm.PrefixMatching, bestPrefixMatching(t.report, l))
 	}
 	return nil
 }
@@ -186,7 +182,7 @@ func miSummary(d *MIPenaltyData) string {
 }
 
 // change prints the relative change from before to after, per layer: "−94%, −100%".
-func change(before, after []float64) string {
+func change(before, after []jsonnum.Number) string {
 	parts := make([]string, len(before))
 	for i := range before {
 		parts[i] = fmt.Sprintf("%+.0f%%", 100*(after[i]-before[i])/before[i])

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
@@ -30,24 +31,24 @@ type ScalingHead struct {
 	// keys, divided by σ⁴ = the mean over the head's d_k coordinates of Var(q_a)·Var(k_a), both
 	// measured in each of several freshly drawn layers and the ratio averaged over them: the
 	// chapter's derivation predicts s_h²·d_k (Predicted) for independent zero-mean coordinates.
-	LogitVar   float64 `json:"logit_var"`
-	LogitVarSE float64 `json:"logit_var_se"` // its standard error, from the spread over the layers drawn
-	Predicted  float64 `json:"predicted"`
+	LogitVar   jsonnum.Number `json:"logit_var"`
+	LogitVarSE jsonnum.Number `json:"logit_var_se"` // its standard error, from the spread over the layers drawn
+	Predicted  float64        `json:"predicted"`
 	// Entropy is the mean entropy of the head's attention rows in each layer of the model at
 	// initialisation, nats; GradNorm the norm of the loss's gradient with respect to the head's
 	// query and key weights (its rows of W_q and W_k) in each layer, on one batch.
-	Entropy  []float64 `json:"entropy"`
-	GradNorm []float64 `json:"grad_norm"`
+	Entropy  []jsonnum.Number `json:"entropy"`
+	GradNorm []jsonnum.Number `json:"grad_norm"`
 }
 
 // ScalingArm is the training run of one scheme.
 type ScalingArm struct {
-	Scheme      string  `json:"scheme"`
-	Curve       Curve   `json:"curve"`
-	Loss        float64 `json:"loss"`         // evaluation loss after training
-	Accuracy    float64 `json:"accuracy"`     // evaluation accuracy after training
-	SeqAccuracy float64 `json:"seq_accuracy"` // fraction of sequences entirely right
-	StepsTo99   *int    `json:"steps_to_99"`  // steps until the training accuracy (see stepsTo) reaches 99%; null if never
+	Scheme      string         `json:"scheme"`
+	Curve       Curve          `json:"curve"`
+	Loss        jsonnum.Number `json:"loss"`         // evaluation loss after training
+	Accuracy    jsonnum.Number `json:"accuracy"`     // evaluation accuracy after training
+	SeqAccuracy jsonnum.Number `json:"seq_accuracy"` // fraction of sequences entirely right
+	StepsTo99   *int           `json:"steps_to_99"`  // steps until the training accuracy (see stepsTo) reaches 99%; null if never
 }
 
 // ScalingData is the Data of the scaling experiment.
@@ -165,7 +166,7 @@ func logitVariance(ctx context.Context, cfg Config, s ScalingScheme, t int) ([]S
 		mean, se := meanSE(ratios[h])
 		heads[h] = ScalingHead{
 			Scheme: s.Name, Head: h, Dim: d, Scale: s.Scales[h],
-			LogitVar: mean, LogitVarSE: se, Predicted: s.Scales[h] * s.Scales[h] * float64(d),
+			LogitVar: jsonnum.Number(mean), LogitVarSE: jsonnum.Number(se), Predicted: s.Scales[h] * s.Scales[h] * float64(d),
 		}
 	}
 	return heads, nil
@@ -222,7 +223,7 @@ func initGradients(cfg Config, mc nn.Config, task tasks.Task, heads []ScalingHea
 		return err
 	}
 	ev := evalSettings(cfg)
-	bt, err := task.Batch(evalSeed, ev.Batch)
+	bt, err := task.Batch(probe.EvalSeed, ev.Batch)
 	if err != nil {
 		return err
 	}
@@ -256,8 +257,8 @@ func initGradients(cfg Config, mc nn.Config, task tasks.Task, heads []ScalingHea
 					sq += float64(v) * float64(v)
 				}
 			}
-			heads[h].Entropy = append(heads[h].Entropy, entropy[l][h])
-			heads[h].GradNorm = append(heads[h].GradNorm, math.Sqrt(sq))
+			heads[h].Entropy = append(heads[h].Entropy, jsonnum.Number(entropy[l][h]))
+			heads[h].GradNorm = append(heads[h].GradNorm, jsonnum.Number(math.Sqrt(sq)))
 		}
 		off += d
 	}
@@ -319,7 +320,7 @@ func scalingSummary(d *ScalingData) string {
 }
 
 // pair prints per-layer values separated by commas, each with format f.
-func pair(x []float64, f string) string {
+func pair[F ~float64](x []F, f string) string {
 	s := ""
 	for i, v := range x {
 		if i > 0 {

@@ -16,11 +16,8 @@ import (
 // This file holds what the experiments that train share: the training settings, one training
 // run with its curves and evaluation, and the chart of curves.
 
-// evalSeed seeds the evaluation batches, far from the seeds training draws from (as `mha train`
-// evaluates).
-const evalSeed = 1 << 62
-
-// Curve is what a training run recorded at every step.
+// Curve is what a training run recorded at every step. Its values are finite: train.Run stops
+// at a loss or penalty that is not.
 type Curve struct {
 	Loss     []float64 `json:"loss"`              // the batch's mean cross-entropy, nats
 	Accuracy []float64 `json:"accuracy"`          // the batch's fraction of scored positions right
@@ -47,9 +44,9 @@ func trainSettings(cfg Config, steps, quick int) train.Config {
 // sequences, or 2 of 16 in the quick form.
 func evalSettings(cfg Config) probe.EvalConfig {
 	if cfg.Quick {
-		return probe.EvalConfig{Batches: 2, Batch: 16, Seed: evalSeed, Workers: cfg.Workers}
+		return probe.EvalConfig{Batches: 2, Batch: 16, Seed: probe.EvalSeed, Workers: cfg.Workers}
 	}
-	return probe.EvalConfig{Batches: 8, Batch: 64, Seed: evalSeed, Workers: cfg.Workers}
+	return probe.EvalConfig{Batches: 8, Batch: 64, Seed: probe.EvalSeed, Workers: cfg.Workers}
 }
 
 // trained is a model after one training run, with what the run recorded and its evaluation.
@@ -150,6 +147,6 @@ func reached(n *int) string {
 }
 
 // pct prints a fraction as a percentage with one decimal.
-func pct(x float64) string {
+func pct[F ~float64](x F) string {
 	return fmt.Sprintf("%.1f%%", 100*x)
 }

@@ -36,11 +36,11 @@ func TestScaling(t *testing.T) {
 		t.Fatalf("%d heads and %d arms, want 6 and 3", len(d.Heads), len(d.Arms))
 	}
 	for _, h := range d.Heads {
-		if !(h.LogitVarSE > 0 && h.LogitVarSE < 0.05*h.Predicted && math.Abs(h.LogitVar-h.Predicted) <= 4*h.LogitVarSE) {
+		if !(h.LogitVarSE > 0 && float64(h.LogitVarSE) < 0.05*h.Predicted && math.Abs(float64(h.LogitVar)-h.Predicted) <= 4*float64(h.LogitVarSE)) {
 			t.Errorf("%s, head %d: logit variance %.4g ± %.2g σ⁴, want s²·d_k = %.4g within 4 standard errors", h.Scheme, h.Head, h.LogitVar, h.LogitVarSE, h.Predicted)
 		}
 		none := d.Heads[h.Head]
-		if want := none.LogitVar * h.Scale * h.Scale; math.Abs(h.LogitVar-want) > 1e-9*want {
+		if want := float64(none.LogitVar) * h.Scale * h.Scale; math.Abs(float64(h.LogitVar)-want) > 1e-9*want {
 			t.Errorf("%s, head %d: logit variance %v, want s² × the unscaled %v = %v", h.Scheme, h.Head, h.LogitVar, none.LogitVar, want)
 		}
 	}
@@ -77,7 +77,7 @@ func TestHeadsDim(t *testing.T) {
 			}
 			for i := range rho {
 				for j := range rho {
-					if rho[i][j] != rho[j][i] || (i == j && rho[i][i] != 1) || math.Abs(rho[i][j]) > 1 {
+					if rho[i][j] != rho[j][i] || (i == j && rho[i][i] != 1) || math.Abs(float64(rho[i][j])) > 1 {
 						t.Errorf("h = %d, layer %d: ρ(%d, %d) = %v, ρ(%d, %d) = %v", r.Heads, l, i, j, rho[i][j], j, i, rho[j][i])
 					}
 				}

@@ -10,7 +10,7 @@
 // scores it); the head view (after BertViz: queries left, keys right, a line per head whose
 // opacity is the weight; hover or focus a token to see only its lines); the model view (every
 // layer × head as a heatmap; click one to enlarge it and read each weight); the head metrics
-// on this sequence or on 64 sequences of the task, sortable, with the pruning curve on the task
+// on this sequence or on the task (as `mha eval` measures them), sortable, with the pruning curve on the task
 // (accuracy and loss as heads are removed, least important first); ρ, Jensen–Shannon distance
 // and argmax NMI between the heads of a layer; head ablation (zero, mean, uniform) with the change
 // of every prediction and of loss and accuracy; every picture as PNG or SVG; and the chapters'
@@ -20,7 +20,11 @@
 //
 // Every answer is JSON except pictures. Every error is a 4xx (5xx only for the server's own
 // failures, busy or slow) with the body {"error": "what was expected and what came"}. Bodies are
-// at most MaxBody bytes; unknown fields are refused. A sequence is given as exactly one of
+// at most MaxBody bytes (413), sent within Options.BodyTimeout (408); POST bodies are JSON sent as
+// Content-Type: application/json (415 otherwise) and their unknown fields are refused (400). A
+// request with an Origin header other than the lab's own (scheme://Host) gets 403, so that a page
+// of another site cannot make the lab work; a query pair that does not parse (a bad % escape, a
+// ";") gets 400. A sequence is given as exactly one of
 //
 //	"text":   "BOS 3 17 3"   symbols as tasks.Task.Symbol prints them, separated by spaces
 //	"tokens": [30, 3, 17, 3] token ids
@@ -40,12 +44,14 @@
 //	      weights: [layer][head][query][key] α (after any ablation),
 //	      predictions: [{top: [{token, symbol, p}] ×3, target?: {token, symbol, p}, correct?}],
 //	      score?: {loss, accuracy, scored}   (sequences drawn from a seed only),
-//	      measures: {sequences, heads, layers} (below) on this sequence,
+//	      measures: {sequences, about, heads, layers} (below) on this sequence,
 //	      ablate}
 //
 //	POST /api/heads  {model}
-//	     measures on 64 sequences of the model's task, with importance and the pruning curve:
-//	     {sequences,
+//	     measures on 64 sequences of the model's task, with importance and the pruning curve;
+//	     prev_token, prefix_matching and ground_truth are probe.Evaluate's, the numbers that
+//	     `mha eval` prints (512 sequences of random tokens repeated once, and of the task):
+//	     {sequences, about (which sequences each score is on),
 //	      heads: [{layer, head, entropy, confidence, prev_token, prefix_matching, ground_truth,
 //	               importance}],
 //	      layers: [{layer, similarity: ρ [H][H], js_distance: [H][H], argmax_nmi: [H][H]}],
@@ -85,8 +91,10 @@
 //
 // # Limits
 //
-// Requests that run a model, draw a picture or run an experiment take one of Options.Heavy
-// slots, waiting up to Options.Queue for one (then 503); each runs under a deadline
+// Every API request is checked and its body read whole, within Options.BodyTimeout (then 408),
+// before it does any work. Requests that run a model, draw a picture or run an experiment then
+// take one of Options.Heavy slots, waiting up to Options.Queue for one (then 503), so that a
+// client that sends its body slowly holds none; each runs under a deadline
 // (Options.Timeout, Options.ExperimentTimeout for experiments; then 503). The models are loaded
 // once and each is used by one request at a time. Serve sets read, write and idle timeouts and
 // bounds headers, and on a loopback listener refuses requests whose Host is not a loopback name

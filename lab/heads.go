@@ -2,15 +2,18 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net/http"
 
 	"github.com/mhalab/mha/probe"
 )
 
-// Task-wide measurements run on taskBatch sequences drawn from taskSeed, far from the seeds
-// training draws from (as `mha eval` does).
+// Task-wide measurements run on taskBatch sequences drawn from probe.EvalSeed, far from the
+// seeds training draws from. The previous-token, prefix-matching and ground-truth scores are
+// probe.Evaluate's with its default sizes, which `mha eval` reports too.
 const (
-	taskSeed  = 1 << 62
+	taskSeed  = probe.EvalSeed
 	taskBatch = 64
 )
 
@@ -20,7 +23,8 @@ type headsRequest struct {
 }
 
 // taskMeasurement is the answer of /api/heads: the head metrics on taskBatch sequences of the
-// model's task, with every head's importance, and the pruning curve on the same sequences.
+// model's task, with every head's importance, and the pruning curve on the same sequences; the
+// pattern scores as `mha eval` measures them (see About).
 type taskMeasurement struct {
 	measurement
 	// Pruning is probe.Prune's curve: the score with 0, 1, … L·H heads zero-ablated, least
@@ -68,6 +72,23 @@ func (m *model) taskMeasurement(ctx context.Context, workers int) (*taskMeasurem
 	if err != nil {
 		return nil, err
 	}
+	// The pattern scores have one definition and one function, probe.Evaluate's, so that the
+	// page shows what `mha eval` prints for the same model.
+	ev := probe.EvalConfig{Seed: taskSeed, Workers: workers}
+	rep, err := probe.Evaluate(m.net, m.task, ev)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range rep.Heads {
+		meas.Heads[i].PrevToken, meas.Heads[i].GroundTruth = h.PrevToken, h.GroundTruth
+		meas.Heads[i].PrefixMatching = number(math.NaN())
+		if h.PrefixMatching != nil {
+			meas.Heads[i].PrefixMatching = *h.PrefixMatching
+		}
+	}
+	meas.About = fmt.Sprintf("Prev-token and prefix-matching: on %d sequences of random tokens repeated once "+
+		"(Olsson et al.); ground truth: on %d sequences of the task; both as mha eval measures them. "+
+		"The other metrics, importance and pruning: on %d sequences of the task.", rep.Sequences, rep.Sequences, taskBatch)
 	// The same sequences: Importance and Prune draw batch i from Seed + i.
 	cfg := probe.EvalConfig{Batches: 1, Batch: taskBatch, Seed: taskSeed, Workers: workers}
 	imp, err := probe.Importance(m.net, m.task, cfg)

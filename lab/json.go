@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
+
+	"github.com/mhalab/mha/jsonnum"
 )
 
 // httpError is an error with the HTTP status it answers with. Its message goes to the client.
@@ -51,7 +51,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 }
 
 // decode reads the request body, one JSON object, into v, whose fields are the only ones
-// allowed. Its errors are 400 (413 for a body over MaxBody) and say what was wrong.
+// allowed. Its errors are 400 and say what was wrong.
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
@@ -69,9 +69,6 @@ func decode(r *http.Request, v any) error {
 
 // jsonError turns a decoding error into a request error.
 func jsonError(err error, v any) error {
-	if tooLong, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes; want at most that", tooLong.Limit)}
-	}
 	if syntax, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return badRequest("request body is not valid JSON: %v (at byte %d)", err, syntax.Offset)
 	}
@@ -137,33 +134,6 @@ func jsonFields(t reflect.Type) []string {
 	return names
 }
 
-// number is a float64 that encodes as JSON null when it is NaN or infinite (a measure that is
-// undefined), which encoding/json would refuse.
-type number float64
-
-// MarshalJSON encodes x, or null when it is not finite.
-func (x number) MarshalJSON() ([]byte, error) {
-	f := float64(x)
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return []byte("null"), nil
-	}
-	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
-}
-
-// numbers converts a float64 slice.
-func numbers(xs []float64) []number {
-	out := make([]number, len(xs))
-	for i, x := range xs {
-		out[i] = number(x)
-	}
-	return out
-}
-
-// matrix converts a float64 matrix.
-func matrix(xs [][]float64) [][]number {
-	out := make([][]number, len(xs))
-	for i, row := range xs {
-		out[i] = numbers(row)
-	}
-	return out
-}
+// number is the lab's name for jsonnum.Number: a float64 that encodes as JSON null when it is NaN
+// or infinite (a measure that is undefined), which encoding/json would refuse.
+type number = jsonnum.Number

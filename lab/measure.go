@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tensor"
 )
@@ -12,9 +13,11 @@ import (
 // "not measured": a prefix-matching score where no token repeats, a ground-truth score without
 // the task's answer, a similarity between heads of different sizes.
 type measurement struct {
-	Sequences int           `json:"sequences"`
-	Heads     []headMetrics `json:"heads"`  // layer by layer, head by head
-	Layers    []layerPairs  `json:"layers"` // one per layer
+	Sequences int `json:"sequences"`
+	// About says which sequences the scores are measured on.
+	About  string        `json:"about"`
+	Heads  []headMetrics `json:"heads"`  // layer by layer, head by head
+	Layers []layerPairs  `json:"layers"` // one per layer
 }
 
 // headMetrics are one head's scores.
@@ -28,7 +31,8 @@ type headMetrics struct {
 	// PrevToken is the mean α(t, t−1) (probe.PrevToken).
 	PrevToken number `json:"prev_token"`
 	// PrefixMatching is Olsson et al.'s score (probe.PrefixMatching); null when no token
-	// occurs twice.
+	// occurs twice. On a task it is measured on random tokens repeated once, as `mha eval`
+	// does (probe.Evaluate).
 	PrefixMatching number `json:"prefix_matching"`
 	// GroundTruth is the share of attention where the task says it belongs
 	// (probe.GroundTruth); null for a typed sequence.
@@ -53,7 +57,10 @@ type layerPairs struct {
 // [B, T, T] (nil when unknown).
 func measure(c *probe.Capture, d []float32) (*measurement, error) {
 	b, tokens := c.B, c.Tokens
-	out := &measurement{Sequences: b}
+	out := &measurement{Sequences: b, About: "On this sequence: prefix-matching counts the queries whose token occurred earlier in it."}
+	if b > 1 {
+		out.About = fmt.Sprintf("On these %d sequences: prefix-matching counts the queries whose token occurred earlier in theirs.", b)
+	}
 	for l, w := range c.Weights {
 		h, t := w.Shape[1], w.Shape[2]
 		entropy, err := probe.Entropy(w)
@@ -143,5 +150,5 @@ func compare(w, heads *tensor.Tensor, dims []int) (*layerPairs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &layerPairs{Similarity: matrix(rho), JSDistance: matrix(js), ArgmaxNMI: matrix(nmi)}, nil
+	return &layerPairs{Similarity: jsonnum.Matrix(rho), JSDistance: jsonnum.Matrix(js), ArgmaxNMI: jsonnum.Matrix(nmi)}, nil
 }

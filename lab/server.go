@@ -1,13 +1,18 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -29,6 +34,10 @@ const (
 
 // Options configure a Server. The zero value serves with the defaults given for each field.
 type Options struct {
+	// BodyTimeout bounds how long a request may take to send its body, which the lab reads
+	// whole before the request waits for a heavy-work slot; 0 means 10 s. A request whose body
+	// is not all there by then gets 408.
+	BodyTimeout time.Duration
 	// Heavy bounds the requests that run a model, render a picture or run an experiment at
 	// once; 0 means 2. A request that finds no free slot within Queue gets 503.
 	Heavy int
@@ -58,9 +67,10 @@ type Server struct {
 // New loads the shipped models and returns a Server. It returns an error when a model does not
 // load or an option is negative.
 func New(opt Options) (*Server, error) {
-	if opt.Heavy < 0 || opt.Queue < 0 || opt.Timeout < 0 || opt.ExperimentTimeout < 0 || opt.Workers < 0 {
+	if opt.BodyTimeout < 0 || opt.Heavy < 0 || opt.Queue < 0 || opt.Timeout < 0 || opt.ExperimentTimeout < 0 || opt.Workers < 0 {
 		return nil, fmt.Errorf("lab: options %+v, want every field ≥ 0 (0 for the default)", opt)
 	}
+	opt.BodyTimeout = orDefault(opt.BodyTimeout, 10*time.Second)
 	opt.Heavy = orDefault(opt.Heavy, 2)
 	opt.Queue = orDefault(opt.Queue, 5*time.Second)
 	opt.Timeout = orDefault(opt.Timeout, 30*time.Second)
@@ -192,7 +202,7 @@ type endpoint struct {
 	serve       func(w http.ResponseWriter, r *http.Request) error
 }
 
-// endpoint wraps e with the method check, the body limit, the timeout and the heavy-work slot.
+// endpoint wraps e with the checks of admit, the timeout and the heavy-work slot.
 func (s *Server) endpoint(e endpoint) http.Handler {
 	timeout := s.opt.Timeout
 	if e.long {
@@ -200,16 +210,15 @@ func (s *Server) endpoint(e endpoint) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		if e.methods != nil && !slices.Contains(e.methods, r.Method) {
-			w.Header().Set("Allow", strings.Join(e.methods, ", "))
-			writeError(w, &httpError{http.StatusMethodNotAllowed,
-				fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, strings.Join(e.methods, " or "))})
+		body, err := s.admit(w, r, e.methods)
+		if err != nil {
+			writeError(w, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		r = r.WithContext(ctx)
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if e.heavy {
 			release, err := s.acquire(ctx)
 			if err != nil {
@@ -225,6 +234,89 @@ func (s *Server) endpoint(e endpoint) http.Handler {
 			writeError(w, err)
 		}
 	})
+}
+
+// admit checks what an API request can be refused for before it does any work, and returns its
+// body: the method (405, with the methods allowed), the Origin (403), the query (400), a POST's
+// Content-Type (415), then the body, read whole (readBody). So a request that waits for a
+// heavy-work slot has all of its body, and a page of another site cannot make the lab compute.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, methods []string) ([]byte, error) {
+	if methods != nil && !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		return nil, &httpError{http.StatusMethodNotAllowed,
+			fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, strings.Join(methods, " or "))}
+	}
+	if err := checkOrigin(r); err != nil {
+		return nil, err
+	}
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		return nil, err
+	}
+	if r.Method == http.MethodPost {
+		ct := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return nil, &httpError{http.StatusUnsupportedMediaType,
+				fmt.Sprintf("POST %s with Content-Type %q; want application/json", r.URL.Path, clip(ct))}
+		}
+	}
+	return s.readBody(w, r)
+}
+
+// checkOrigin refuses, with 403, a request whose Origin header names another site than the one
+// it is sent to (scheme and Host): a browser sends one when a page of that site calls the API.
+func checkOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if own := scheme + "://" + r.Host; !strings.EqualFold(origin, own) {
+		return &httpError{http.StatusForbidden,
+			fmt.Sprintf("request from origin %q; the lab answers only its own page, origin %s", clip(origin), clip(own))}
+	}
+	return nil
+}
+
+// checkQuery refuses, with 400, a query with a pair that url.ParseQuery cannot parse (a bad %
+// escape, a semicolon), which r.URL.Query() would drop without a word.
+func checkQuery(raw string) error {
+	for pair := range strings.SplitSeq(raw, "&") {
+		if _, err := url.ParseQuery(pair); err != nil {
+			return badRequest("query pair %q: %v; want NAME=VALUE pairs joined by &, with %% only in %%XX escapes", clip(pair), err)
+		}
+	}
+	return nil
+}
+
+// readBody reads r's body whole, at most MaxBody bytes (then 413), within Options.BodyTimeout
+// (then 408), so that a client that sends it slowly holds no heavy-work slot meanwhile.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	// A ResponseRecorder, in tests, has no connection to set a deadline on.
+	if err := rc.SetReadDeadline(time.Now().Add(s.opt.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return nil, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if tooLong, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes; want at most that", tooLong.Limit)}
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, &httpError{http.StatusRequestTimeout,
+			fmt.Sprintf("the request body was still arriving after %v (%d bytes had come); want all of it within that time", s.opt.BodyTimeout, len(body))}
+	}
+	if err != nil {
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	// No deadline on reading once the body is here: the server's read that watches for the
+	// client going away, under way from the start when there is no body, would hit it and cancel
+	// the request's work.
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return nil, err
+	}
+	return body, nil
 }
 
 // acquire waits up to the queue time for a heavy-work slot and returns the function that frees

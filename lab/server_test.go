@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -39,9 +40,12 @@ func call(t *testing.T, method, path, body string) (int, []byte) {
 	return serve(s, method, path, body)
 }
 
-// serve sends one request to s.
+// serve sends one request to s, with a POST's body declared as JSON, as the page sends it.
 func serve(s http.Handler, method, path, body string) (int, []byte) {
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if method == "POST" {
+		r.Header.Set("Content-Type", "application/json")
+	}
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, r)
 	return w.Code, w.Body.Bytes()
@@ -574,12 +578,167 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/api/experiment/nope", ``, 404, `unknown experiment "nope"; want one of params`},
 		{"GET", "/api/experiment/params/nope?format=png", ``, 404, `experiment params has no figure "nope"`},
 		{"GET", "/api/experiment/params/x?format=bmp", ``, 400, `format "bmp"; want png or svg`},
+		{"GET", "/api/picture?model=induction&seed=1&%zz=1&kind=grid&format=png", ``, 400, `query pair "%zz=1": invalid URL escape "%zz"; want NAME=VALUE pairs`},
+		{"GET", "/api/picture?model=induction;seed=1&kind=grid&format=png", ``, 400, `query pair "model=induction;seed=1": invalid semicolon separator`},
+		{"GET", "/api/experiment/params/heads?format=png&colour=%", ``, 400, `query pair "colour=%"`},
+		{"POST", "/api/run?x=%zz", `{"model": "induction", "seed": 1}`, 400, `query pair "x=%zz"`},
 	} {
 		status, body := call(t, c.method, c.path, c.body)
 		var e struct{ Error string }
 		if err := json.Unmarshal(body, &e); err != nil || status != c.status || !strings.Contains(e.Error, c.msg) {
 			t.Errorf("%s %s %.80s: %d %s, want %d and an error containing %q", c.method, c.path, c.body, status, body, c.status, c.msg)
 		}
+	}
+}
+
+// TestRequestChecks sends requests that a page of another site could make the browser send: a
+// POST not declared as JSON gets 415, a foreign Origin 403, before any work.
+func TestRequestChecks(t *testing.T) {
+	s, err := testServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const run = `{"model": "modadd", "seed": 1}`
+	for _, c := range []struct {
+		method, path, contentType, origin string
+		status                            int
+		msg                               string
+	}{
+		{"POST", "/api/run", "text/plain", "", 415, `POST /api/run with Content-Type "text/plain"; want application/json`},
+		{"POST", "/api/run", "text/plain;charset=UTF-8", "", 415, `Content-Type "text/plain;charset=UTF-8"; want application/json`},
+		{"POST", "/api/heads", "application/x-www-form-urlencoded", "", 415, `POST /api/heads with Content-Type "application/x-www-form-urlencoded"`},
+		{"POST", "/api/run", "", "", 415, `Content-Type ""; want application/json`},
+		{"POST", "/api/run", "application/json; charset=utf-8", "", 200, ""},
+		{"POST", "/api/run", "Application/JSON", "http://example.com", 200, ""}, // httptest's Host is example.com
+		{"POST", "/api/run", "application/json", "http://evil.example", 403, `request from origin "http://evil.example"; the lab answers only its own page, origin http://example.com`},
+		{"POST", "/api/run", "text/plain", "http://evil.example", 403, `origin "http://evil.example"`},
+		{"POST", "/api/run", "application/json", "null", 403, `origin "null"`},
+		{"GET", "/api/models", "", "http://example.com:8080", 403, `origin "http://example.com:8080"`},
+		{"GET", "/api/models", "", "https://example.com", 403, `origin "https://example.com"`},
+		{"GET", "/api/models", "", "http://example.com", 200, ""},
+	} {
+		r := httptest.NewRequest(c.method, c.path, strings.NewReader(run))
+		if c.contentType != "" {
+			r.Header.Set("Content-Type", c.contentType)
+		}
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var e struct{ Error string }
+		if w.Code != c.status || (c.status != 200 && (json.Unmarshal(w.Body.Bytes(), &e) != nil || !strings.Contains(e.Error, c.msg))) {
+			t.Errorf("%s %s, Content-Type %q, Origin %q: %d %.200s, want %d and an error containing %q", c.method, c.path, c.contentType, c.origin, w.Code, w.Body.Bytes(), c.status, c.msg)
+		}
+	}
+}
+
+// TestSlowBody sends two requests whose bodies dribble in over loopback, one byte at a time:
+// they hold no heavy-work slot while they do, so a third request runs, and they get 408 when
+// their time to send the body is up.
+func TestSlowBody(t *testing.T) {
+	const bodyTimeout = 300 * time.Millisecond
+	s, err := New(Options{Heavy: 2, Queue: 50 * time.Millisecond, BodyTimeout: bodyTimeout, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 2) // a slow request's handler has begun
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Slow") != "" {
+			started <- struct{}{}
+		}
+		s.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer conn.Close()
+			head := "POST /api/run HTTP/1.1\r\nHost: " + ts.Listener.Addr().String() +
+				"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nX-Slow: 1\r\n\r\n{"
+			if _, err := io.WriteString(conn, head); err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			done := make(chan struct{})
+			defer close(done)
+			go func() { // a byte every 10 ms, until the answer comes
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-tick.C:
+						if _, err := io.WriteString(conn, " "); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			body, err := io.ReadAll(res.Body)
+			answers <- answer{res.StatusCode, string(body), err}
+		}()
+	}
+	<-started
+	<-started
+	res, err := http.Post(ts.URL+"/api/run", "application/json", strings.NewReader(`{"model": "modadd", "seed": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a request beside two slow ones: %d %.200s, want 200", res.StatusCode, body)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("a slow request was answered (%d %s, %v) before the normal one; want it still sending its body", a.status, a.body, a.err)
+	default:
+	}
+	for range 2 {
+		a := <-answers
+		if a.err != nil || a.status != http.StatusRequestTimeout || !strings.Contains(a.body, "the request body was still arriving after "+bodyTimeout.String()) {
+			t.Errorf("slow request: %d %s (%v), want 408 saying the body was still arriving after %v", a.status, a.body, a.err, bodyTimeout)
+		}
+	}
+}
+
+// TestBodyTimeoutEnds checks that the deadline on reading a body ends with it: a request that
+// has no body and works for longer than Options.BodyTimeout (the pruning curve, measured on the
+// task at the first request) is not stopped.
+func TestBodyTimeoutEnds(t *testing.T) {
+	s, err := New(Options{BodyTimeout: 50 * time.Millisecond, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	start := time.Now()
+	res, err := http.Get(ts.URL + "/api/picture?model=sort&kind=pruning&format=svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a picture that took %v, with a body timeout of 50ms: %d %.200s, want 200", time.Since(start), res.StatusCode, body)
 	}
 }
 
@@ -596,6 +755,10 @@ func TestBusy(t *testing.T) {
 	}
 	if status, _ := serve(s, "GET", "/api/models", ""); status != http.StatusOK {
 		t.Fatalf("light request: status %d, want 200 while heavy slots are full", status)
+	}
+	// A request refused for what it is gets its answer at once, not a wait for a slot.
+	if status, body := serve(s, "GET", "/api/picture?model=induction&seed=1&kind=grid&format=png&%zz", ""); status != http.StatusBadRequest {
+		t.Fatalf("malformed query: status %d: %s, want 400 while heavy slots are full", status, body)
 	}
 	<-s.heavy
 	if status, body := serve(s, "POST", "/api/run", `{"model": "induction", "seed": 1}`); status != http.StatusOK {
@@ -708,6 +871,7 @@ func FuzzPictureQuery(f *testing.F) {
 		"model=brackets&kind=importance&format=png",
 		"model=induction&seed=1&kind=head&layer=9&head=-1&format=png",
 		"ablate=1..zero&kind=grid", "%zz", "a=1&a=2", "",
+		"model=induction&seed=1&%zz=1&kind=grid&format=png", "model=induction;seed=1&kind=grid&format=png",
 	} {
 		f.Add(seed)
 	}

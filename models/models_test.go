@@ -47,14 +47,14 @@ func TestShippedModels(t *testing.T) {
 				}
 				return b
 			}
-			truth := func(h probe.Head) float64 { return h.GroundTruth }
+			truth := func(h probe.Head) float64 { return float64(h.GroundTruth) }
 			switch name {
 			case "prev-token":
 				if s := best(0, truth); s < 0.95 {
 					t.Errorf("best α(t, t−1) %.3f, want ≥ 0.95", s)
 				}
 			case "induction":
-				prefix := func(h probe.Head) float64 { return *h.PrefixMatching }
+				prefix := func(h probe.Head) float64 { return float64(*h.PrefixMatching) }
 				if s := best(1, prefix); s < 0.8 {
 					t.Errorf("best layer-1 prefix-matching score %.3f, want ≥ 0.8", s)
 				}

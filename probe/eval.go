@@ -4,29 +4,36 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tasks"
 )
+
+// EvalSeed is the seed evaluations draw their sequences from when they have no reason to pick
+// another: far from the small seeds training draws from. `mha eval` and the lab use it, so
+// that both report the same numbers for the same model.
+const EvalSeed uint64 = 1 << 62
 
 // EvalConfig says how much data Evaluate draws. The zero value is 8 batches of 64 sequences
 // from seed 0 on GOMAXPROCS goroutines.
 type EvalConfig struct {
 	Batches, Batch int
 	// Seed seeds the task's batches and the repeated random tokens of the prefix-matching
-	// score; keep it away from the seeds a model was trained on.
+	// score; keep it away from the seeds a model was trained on (EvalSeed is).
 	Seed    uint64
 	Workers int
 }
 
-// Report is a model's evaluation on a task.
+// Report is a model's evaluation on a task. Its numbers are NaN when the model's outputs are not
+// finite (a model whose parameters are not), and JSON writes them as null.
 type Report struct {
-	Task        string  `json:"task"`
-	Sequences   int     `json:"sequences"`
-	Positions   int     `json:"positions"`    // scored positions
-	Loss        float64 `json:"loss"`         // mean cross-entropy over the scored positions, nats
-	Accuracy    float64 `json:"accuracy"`     // fraction of scored positions predicted right
-	SeqAccuracy float64 `json:"seq_accuracy"` // fraction of sequences with every scored position right
-	Heads       []Head  `json:"heads"`        // layer by layer, head by head
+	Task        string         `json:"task"`
+	Sequences   int            `json:"sequences"`
+	Positions   int            `json:"positions"`    // scored positions
+	Loss        jsonnum.Number `json:"loss"`         // mean cross-entropy over the scored positions, nats
+	Accuracy    jsonnum.Number `json:"accuracy"`     // fraction of scored positions predicted right
+	SeqAccuracy jsonnum.Number `json:"seq_accuracy"` // fraction of sequences with every scored position right
+	Heads       []Head         `json:"heads"`        // layer by layer, head by head
 }
 
 // Head are one head's pattern scores, each averaged over the evaluation's batches.
@@ -35,17 +42,19 @@ type Head struct {
 	Head  int `json:"head"`
 	// PrevToken is the mean α_{t,t−1} on random tokens repeated once (see PrevToken); 0 when the
 	// model's SeqLen is below 2.
-	PrevToken float64 `json:"prev_token"`
+	PrevToken jsonnum.Number `json:"prev_token"`
 	// PrefixMatching is Olsson et al.'s score on sequences of random tokens repeated once (see
 	// PrefixMatching); nil when the model's SeqLen is too short to repeat anything.
-	PrefixMatching *float64 `json:"prefix_matching"`
+	PrefixMatching *jsonnum.Number `json:"prefix_matching"`
 	// GroundTruth is S = Σ(A⊙D)/ΣA with D the task's correct attention (see GroundTruth).
-	GroundTruth float64 `json:"ground_truth"`
+	GroundTruth jsonnum.Number `json:"ground_truth"`
 }
 
 // Evaluate runs m on cfg.Batches batches of task t and reports the loss, the accuracy and every
 // head's previous-token, prefix-matching and ground-truth scores. It returns an error when the
-// task's sequences do not fit the model (vocabulary, length) or a size in cfg is negative.
+// task's sequences do not fit the model (vocabulary, length), a size in cfg is negative, or one
+// batch would need more memory than MaxBatchBytes (the error gives the estimate and the largest
+// batch that fits).
 func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 	cfg, err := cfg.resolve(m, t)
 	if err != nil {
@@ -57,8 +66,7 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 		rep.Heads[i].Layer, rep.Heads[i].Head = i/mc.Heads, i%mc.Heads
 	}
 	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
-	lossSum, correctSeqs, matched := 0.0, 0, make([]float64, len(rep.Heads))
-	prefixQueries := 0
+	lossSum, correctSum, correctSeqs := 0.0, 0, 0
 	for i := range cfg.Batches {
 		bt, err := t.Batch(cfg.Seed+uint64(i), cfg.Batch)
 		if err != nil {
@@ -74,7 +82,7 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 		}
 		lossSum += loss * float64(counted)
 		rep.Positions += counted
-		rep.Accuracy += float64(correct)
+		correctSum += correct
 		correctSeqs += correctSequences(logits.Data, mc.Vocab, bt)
 		for l := range mc.Layers {
 			truth, err := GroundTruth(m.Weights(l).Data, bt.Attn, bt.B, mc.Heads, bt.T)
@@ -82,54 +90,120 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 				return nil, err
 			}
 			for h := range mc.Heads {
-				rep.Heads[l*mc.Heads+h].GroundTruth += truth[h] / float64(cfg.Batches)
-			}
-		}
-
-		// The task-independent scores, on n random tokens followed by the same n again, as
-		// TransformerLens measures them: no padding, every position a real token.
-		tokens, n := repeatedTokens(cfg.Seed+uint64(i), cfg.Batch, mc.SeqLen, t.Vocab())
-		if n < 1 {
-			continue
-		}
-		if _, err := m.Forward(tokens, cfg.Batch, 2*n, opt); err != nil {
-			return nil, err
-		}
-		for l := range mc.Layers {
-			w := m.Weights(l).Data
-			prev, err := PrevToken(w, cfg.Batch, mc.Heads, 2*n, 1)
-			if err != nil {
-				return nil, err
-			}
-			scores, queries, err := PrefixMatching(w, tokens, cfg.Batch, mc.Heads, 2*n)
-			if err != nil {
-				return nil, err
-			}
-			for h := range mc.Heads {
-				rep.Heads[l*mc.Heads+h].PrevToken += prev[h] / float64(cfg.Batches)
-				matched[l*mc.Heads+h] += scores[h] * float64(queries)
-			}
-			if l == 0 {
-				prefixQueries += queries
+				rep.Heads[l*mc.Heads+h].GroundTruth += jsonnum.Number(truth[h] / float64(cfg.Batches))
 			}
 		}
 	}
-	rep.Sequences = cfg.Batches * cfg.Batch
-	rep.Loss = lossSum / float64(rep.Positions)
-	rep.Accuracy /= float64(rep.Positions)
-	rep.SeqAccuracy = float64(correctSeqs) / float64(rep.Sequences)
-	if prefixQueries > 0 {
-		for i := range rep.Heads {
-			s := matched[i] / float64(prefixQueries)
+	prev, prefix, err := repeatedScores(m, t.Vocab(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rep.Heads {
+		rep.Heads[i].PrevToken = jsonnum.Number(prev[i])
+		if prefix != nil {
+			s := jsonnum.Number(prefix[i])
 			rep.Heads[i].PrefixMatching = &s
 		}
 	}
+	rep.Sequences = cfg.Batches * cfg.Batch
+	rep.Loss = jsonnum.Number(lossSum / float64(rep.Positions))
+	rep.Accuracy = jsonnum.Number(float64(correctSum) / float64(rep.Positions))
+	rep.SeqAccuracy = jsonnum.Number(float64(correctSeqs) / float64(rep.Sequences))
 	return rep, nil
 }
 
-// resolve returns cfg with its defaults filled in, or an error when a size is negative or the
-// task's sequences do not fit the model.
+// RepeatedScores returns every head's previous-token and prefix-matching scores, layer by layer
+// and head by head, as Olsson et al. and TransformerLens measure them: on cfg.Batches batches of
+// cfg.Batch sequences of n = SeqLen/2 tokens drawn uniformly from [0, vocab) followed by the
+// same n again (batch i from seed cfg.Seed + i), with no padding. These are the scores Evaluate
+// reports; prefix is nil when the model's SeqLen is below 2, and prev is then all 0. It returns
+// an error when vocab is not in [1, the model's vocabulary] or a size in cfg is negative.
+func RepeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []float64, err error) {
+	if vocab < 1 || vocab > m.Config().Vocab {
+		return nil, nil, fmt.Errorf("probe: vocab is %d, want 1 to the model's %d", vocab, m.Config().Vocab)
+	}
+	if cfg, err = cfg.defaults(); err != nil {
+		return nil, nil, err
+	}
+	return repeatedScores(m, vocab, cfg)
+}
+
+// repeatedScores is RepeatedScores with cfg's defaults filled in.
+func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []float64, err error) {
+	mc := m.Config()
+	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
+	prev = make([]float64, mc.Layers*mc.Heads)
+	matched, queries := make([]float64, len(prev)), 0
+	for i := range cfg.Batches {
+		tokens, n := repeatedTokens(cfg.Seed+uint64(i), cfg.Batch, mc.SeqLen, vocab)
+		if n < 1 {
+			return prev, nil, nil
+		}
+		if _, err := m.Forward(tokens, cfg.Batch, 2*n, opt); err != nil {
+			return nil, nil, err
+		}
+		for l := range mc.Layers {
+			w := m.Weights(l).Data
+			p, err := PrevToken(w, cfg.Batch, mc.Heads, 2*n, 1)
+			if err != nil {
+				return nil, nil, err
+			}
+			scores, q, err := PrefixMatching(w, tokens, cfg.Batch, mc.Heads, 2*n)
+			if err != nil {
+				return nil, nil, err
+			}
+			for h := range mc.Heads {
+				prev[l*mc.Heads+h] += p[h] / float64(cfg.Batches)
+				matched[l*mc.Heads+h] += scores[h] * float64(q)
+			}
+			if l == 0 {
+				queries += q
+			}
+		}
+	}
+	if queries == 0 {
+		return prev, nil, nil
+	}
+	for i := range matched {
+		matched[i] /= float64(queries)
+	}
+	return prev, matched, nil
+}
+
+// MaxBatchBytes bounds the memory that one batch of Evaluate may need (2 GiB), as
+// nn.Config.ForwardBytes estimates it with the attention weights kept, plus the task's
+// ground-truth attention [B, T, T].
+const MaxBatchBytes = 2 << 30
+
+// resolve returns cfg with its defaults filled in, or an error when a size is negative, the
+// task's sequences do not fit the model, or a batch would need more than MaxBatchBytes.
 func (cfg EvalConfig) resolve(m *nn.Model, t tasks.Task) (EvalConfig, error) {
+	cfg, err := cfg.defaults()
+	if err != nil {
+		return cfg, err
+	}
+	mc := m.Config()
+	if t.Vocab() > mc.Vocab || t.SeqLen() > mc.SeqLen {
+		return cfg, fmt.Errorf("probe: task %s has vocab %d and length %d; the model takes vocab %d and length %d", t.Name(), t.Vocab(), t.SeqLen(), mc.Vocab, mc.SeqLen)
+	}
+	seqLen := max(t.SeqLen(), 2*(mc.SeqLen/2)) // the task's sequences, and the repeated random tokens
+	need := func(b int) float64 {
+		return mc.ForwardBytes(b, seqLen, true) + 4*float64(b)*float64(seqLen)*float64(seqLen)
+	}
+	if n := need(cfg.Batch); n > MaxBatchBytes {
+		most := "not even one sequence fits"
+		if b := int(MaxBatchBytes / need(1)); b > 0 {
+			most = fmt.Sprintf("use a batch of at most %d (and more batches)", b)
+		}
+		return cfg, fmt.Errorf("probe: a batch of %d sequences of %d tokens needs about %.1f GiB (the activations, the attention weights [B, %d, T, T] of %d layers, the logits [B, T, %d]), more than the limit of %d GiB; %s",
+			cfg.Batch, seqLen, n/(1<<30), mc.Heads, mc.Layers, mc.Vocab, MaxBatchBytes>>30, most)
+	}
+	return cfg, nil
+}
+
+// defaults returns cfg with its zero sizes set to the defaults, or an error when a size is
+// negative.
+func (cfg EvalConfig) defaults() (EvalConfig, error) {
 	if cfg.Batches < 0 || cfg.Batch < 0 {
 		return cfg, fmt.Errorf("probe: %d batches of %d sequences, want sizes ≥ 0 (0 for the default)", cfg.Batches, cfg.Batch)
 	}
@@ -138,10 +212,6 @@ func (cfg EvalConfig) resolve(m *nn.Model, t tasks.Task) (EvalConfig, error) {
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 64
-	}
-	mc := m.Config()
-	if t.Vocab() > mc.Vocab || t.SeqLen() > mc.SeqLen {
-		return cfg, fmt.Errorf("probe: task %s has vocab %d and length %d; the model takes vocab %d and length %d", t.Name(), t.Vocab(), t.SeqLen(), mc.Vocab, mc.SeqLen)
 	}
 	return cfg, nil
 }

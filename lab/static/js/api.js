@@ -3,11 +3,17 @@
 /** ApiError is a 4xx or 5xx answer; message is the server's explanation. */
 export class ApiError extends Error {}
 
-/** api GETs path, or POSTs body as JSON when given, and returns the decoded answer. */
+/**
+ * api GETs path, or POSTs body as JSON when given, and returns the decoded answer. The server
+ * takes a POST only as application/json and only from its own origin; the request's referrer
+ * policy lets the browser name that origin, where the page's no-referrer policy would make some
+ * browsers send "Origin: null".
+ */
 export async function api(path, body) {
   const init = body === undefined ? {} : {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
+    referrerPolicy: 'same-origin',
     body: JSON.stringify(body),
   };
   let res;

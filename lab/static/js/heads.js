@@ -26,6 +26,7 @@ export class HeadsTable {
     this.table = root.querySelector('table.metrics');
     this.pairs = root.querySelector('.pairs');
     this.layerSelect = root.querySelector('.pairs-layer');
+    this.about = root.querySelector('.heads-about');
     this.onSelect = onSelect;
     this.onAblate = onAblate;
     this.sort = { key: null, dir: 1 };
@@ -35,6 +36,7 @@ export class HeadsTable {
   /** show renders meas (from /api/run or /api/heads); urlOf(params) builds picture links. */
   show(meas, urlOf, selected) {
     this.meas = meas;
+    this.about.textContent = meas.about;
     this.urlOf = urlOf;
     this.selected = selected;
     const layers = meas.layers.length;

@@ -114,7 +114,7 @@ async function run(source) {
 async function showHeads() {
   const url = (p) => pictureURL(state.source, { ...p, scope: state.scope });
   if (state.scope === 'sequence') {
-    $('#heads-help').textContent = 'Measured on the sequence above. Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance needs the task: switch to “Task”.';
+    $('#heads-help').textContent = 'Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance needs the task: switch to “Task”.';
     headsTable.show(state.run.measures, url, state.selected);
     pruning.hide();
     return;
@@ -131,7 +131,7 @@ async function showHeads() {
     }
     state.task.set(name, meas);
   }
-  $('#heads-help').textContent = `Measured on ${meas.sequences} sequences of the task (a fixed seed, away from training’s). Click a column to sort, a row to select the head.`;
+  $('#heads-help').textContent = 'Measured on the task, from a fixed seed away from training’s. Click a column to sort, a row to select the head.';
   headsTable.show(meas, url, state.selected);
   pruning.show(name, meas);
 }
