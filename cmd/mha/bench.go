@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/atomicfile"
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/jsonnum"
 	"github.com/mhalab/mha/tensor"
 	"github.com/spf13/cobra"
 )
@@ -326,28 +328,28 @@ type benchImpl struct {
 
 // benchRow is one measurement, as --json prints it.
 type benchRow struct {
-	Impl        string  `json:"impl"`
-	Pass        string  `json:"pass"` // "forward" or "forward+backward"
-	T           int     `json:"T"`
-	B           int     `json:"B"`
-	E           int     `json:"E"`
-	H           int     `json:"H"`
-	Causal      bool    `json:"causal"`
-	NeedWeights bool    `json:"need_weights"`
-	Threads     int     `json:"threads"`
-	MS          float64 `json:"ms"`     // median of the timed calls
-	MSMin       float64 `json:"ms_min"` // fastest timed call
-	GFLOPS      float64 `json:"gflops"` // flops(T) over the median
-	PeakPct     float64 `json:"peak_pct"`
-	PeakRSSMiB  float64 `json:"peak_rss_mib"`
-	ExtraMiB    float64 `json:"extra_mib"` // peak − resident memory after setup; -1 if unknown
+	Impl        string         `json:"impl"`
+	Pass        string         `json:"pass"` // "forward" or "forward+backward"
+	T           int            `json:"T"`
+	B           int            `json:"B"`
+	E           int            `json:"E"`
+	H           int            `json:"H"`
+	Causal      bool           `json:"causal"`
+	NeedWeights bool           `json:"need_weights"`
+	Threads     int            `json:"threads"`
+	MS          jsonnum.Number `json:"ms"`     // median of the timed calls
+	MSMin       jsonnum.Number `json:"ms_min"` // fastest timed call
+	GFLOPS      jsonnum.Number `json:"gflops"` // flops(T) over the median; null when a child timed 0 ms
+	PeakPct     jsonnum.Number `json:"peak_pct"`
+	PeakRSSMiB  float64        `json:"peak_rss_mib"`
+	ExtraMiB    float64        `json:"extra_mib"` // peak − resident memory after setup; -1 if unknown
 }
 
 // peakRow is --json's first line.
 type peakRow struct {
-	PeakGFLOPS float64 `json:"peak_gflops"`
-	ISA        string  `json:"isa"`
-	Threads    int     `json:"threads"`
+	PeakGFLOPS jsonnum.Number `json:"peak_gflops"`
+	ISA        string         `json:"isa"`
+	Threads    int            `json:"threads"`
 }
 
 // runBench measures every implementation the flags ask for at every sequence length and prints
@@ -539,10 +541,10 @@ func round(x float64, places int) float64 {
 }
 
 // sig4 rounds x to four significant digits, for JSON that is short but never rounds a small
-// positive rate to 0.
-func sig4(x float64) float64 {
+// positive rate to 0 (and writes NaN and ±Inf as null).
+func sig4(x float64) jsonnum.Number {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 4, 64), 64)
-	return v
+	return jsonnum.Number(v)
 }
 
 // rusageMaxRSSKiB is a finished child's peak resident memory in KiB from its rusage, or -1
@@ -638,8 +640,9 @@ func writeBenchScripts() (string, error) {
 		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, b) {
 			continue
 		}
-		if err := writeFileAtomic(p, b); err != nil {
-			return "", fmt.Errorf("cannot write the benchmark script %s: %v", p, err)
+		// Atomically, so that a concurrent mha bench never sees half a file.
+		if err := atomicfile.Write(p, b); err != nil {
+			return "", fmt.Errorf("cannot write the benchmark script: %v", err)
 		}
 	}
 	return dir, nil
@@ -653,26 +656,6 @@ func shortHash(parts ...[]byte) string {
 		h.Write(p)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
-}
-
-// writeFileAtomic writes b to p through a temporary file and a rename, so that a concurrent mha
-// bench never sees half a file.
-func writeFileAtomic(p string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
 }
 
 // torchProbe is what torch_mha.py probe reports about the PyTorch installation.
@@ -940,11 +923,11 @@ func (p *benchPrinter) row(r benchRow) error {
 	if p.ms[r.T] == nil {
 		p.ms[r.T] = map[string]float64{}
 	}
-	p.ms[r.T][r.Impl] = r.MS
+	p.ms[r.T][r.Impl] = float64(r.MS)
 	if p.json {
 		return json.NewEncoder(p.w).Encode(r)
 	}
-	_, err := fmt.Fprintf(p.w, benchRowF, r.T, r.Impl, fmtMS(r.MS), fmtMS(r.MSMin), fmtRate(r.GFLOPS), fmtRate(r.PeakPct), fmtMiB(r.PeakRSSMiB), fmtMiB(r.ExtraMiB))
+	_, err := fmt.Fprintf(p.w, benchRowF, r.T, r.Impl, fmtMS(float64(r.MS)), fmtMS(float64(r.MSMin)), fmtRate(float64(r.GFLOPS)), fmtRate(float64(r.PeakPct)), fmtMiB(r.PeakRSSMiB), fmtMiB(r.ExtraMiB))
 	return err
 }
 

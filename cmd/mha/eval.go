@@ -19,6 +19,7 @@ func newEvalCmd() *cobra.Command {
 		task, checkpoint string
 		cfg              probe.EvalConfig
 		asJSON           bool
+		allowNonFinite   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "eval --task NAME [--checkpoint MODEL.safetensors] [--json]",
@@ -32,7 +33,9 @@ accuracy (per scored position and per whole sequence) and, for every head, three
   ground-truth S = Σ(A⊙D)/ΣA with D the task's correct attention (1 for a head that attends only
                where the task says it should)
 
-Without --checkpoint it evaluates the model shipped for the task (see models/README.md).`,
+Without --checkpoint it evaluates the model shipped for the task (see models/README.md). A
+checkpoint whose weights hold NaN or ±Inf is refused; with --allow-nonfinite it is evaluated, with
+a warning naming the tensor: its loss and scores print as NaN, and as null in --json.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if task == "" {
 				return fmt.Errorf("--task is required: one of %s", joinNames())
@@ -45,26 +48,32 @@ Without --checkpoint it evaluates the model shipped for the task (see models/REA
 			if checkpoint == "" {
 				m, meta, err = models.Open(task)
 			} else {
-				m, meta, _, err = nn.Load(checkpoint)
+				m, meta, _, err = nn.LoadOptions{AllowNonFinite: allowNonFinite}.Load(checkpoint)
 			}
 			if err != nil {
-				return err
+				return withNonFiniteHint(err)
 			}
 			t, err := train.TaskOf(task, meta)
 			if err != nil {
 				return err
 			}
 			if cfg.Seed == 0 {
-				cfg.Seed = evalSeed
+				cfg.Seed = probe.EvalSeed
 			}
 			rep, err := probe.Evaluate(m, t, cfg)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				if err := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printReport(cmd.OutOrStdout(), rep)
 			}
-			printReport(cmd.OutOrStdout(), rep)
+			if err := m.CheckFinite(); err != nil { // after the output, so that an error is one line
+				fmt.Fprintln(cmd.ErrOrStderr(), nonFiniteWarning(checkpoint, err))
+			}
 			return nil
 		},
 	}
@@ -74,8 +83,9 @@ Without --checkpoint it evaluates the model shipped for the task (see models/REA
 	fl.IntVar(&cfg.Batches, "batches", 8, "batches to evaluate on")
 	fl.IntVar(&cfg.Batch, "batch", 64, "sequences per batch")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the evaluation sequences (0: a fixed seed far from training's)")
-	fl.IntVar(&cfg.Workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
-	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	workersVar(fl, &cfg.Workers, "goroutines (0: GOMAXPROCS)")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object (NaN and ±Inf as null)")
+	fl.BoolVar(&allowNonFinite, "allow-nonfinite", false, allowNonFiniteUsage)
 	return cmd
 }
 

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/mhalab/mha/experiment"
@@ -26,8 +24,9 @@ func newExperimentCmd() *cobra.Command {
 		Use:   "experiment NAME [--seed 0 --workers 0 --quick --steps N --out DIR --format text|json]",
 		Short: "Run one of the chapters' experiments: " + strings.Join(experiment.Names(), ", "),
 		Long: `Experiment runs one of the chapters' experiments on multi-head attention and prints its table
-and what the numbers show; every number is measured by the run. Its pictures go to DIR as
-NAME-FIGURE.png and NAME-FIGURE.svg. The experiments:
+and what the numbers show; every number is measured by the run. Its pictures go to the folder
+--out (mha-out by default, created if missing) as NAME-FIGURE.png and NAME-FIGURE.svg. The
+experiments:
 
 ` + experimentList() + `
 --quick runs smaller sizes (wider error bars, shorter training); --steps changes the training
@@ -43,9 +42,7 @@ gives the same result. Ctrl-C stops the run.`,
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format is %q, want text or json", format)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			res, err := experiment.Run(ctx, args[0], cfg)
+			res, err := experiment.Run(cmd.Context(), args[0], cfg)
 			if err != nil {
 				return err
 			}
@@ -62,10 +59,10 @@ gives the same result. Ctrl-C stops the run.`,
 	}
 	fl := cmd.Flags()
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of every random draw")
-	fl.IntVar(&cfg.Workers, "workers", 0, "goroutines (0: GOMAXPROCS); results depend only on the seed")
+	workersVar(fl, &cfg.Workers, "goroutines (0: GOMAXPROCS); results depend only on the seed")
 	fl.BoolVar(&cfg.Quick, "quick", false, "smaller sizes: faster, with wider error bars")
 	fl.IntVar(&cfg.Steps, "steps", 0, "training steps of the experiments that train (0: their default)")
-	fl.StringVar(&dir, "out", ".", "directory for the pictures (created if missing)")
+	fl.StringVar(&dir, "out", outDir, "the folder `DIR` for the pictures (created if missing)")
 	fl.StringVar(&format, "format", "text", "text: table and summary; json: the result's numbers")
 	return cmd
 }

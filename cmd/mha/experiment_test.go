@@ -66,7 +66,7 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment", "params", "routing"}, "got 2"},
 		{[]string{"experiment", "chess"}, `mha: experiment: unknown experiment "chess", want one of ` + names + "\n"},
 		{[]string{"experiment", "params", "--format", "xml"}, `--format is "xml", want text or json`},
-		{[]string{"experiment", "params", "--workers", "-2"}, "workers -2"},
+		{[]string{"experiment", "params", "--workers", "-2"}, `invalid argument "-2" for "--workers" flag: want a goroutine count ≥ 0`},
 		{[]string{"experiment", "params", "--out", "/dev/null/x"}, "--out /dev/null/x: cannot create the directory for the pictures"},
 	} {
 		code, _, stderr := runCLI(c.args...)

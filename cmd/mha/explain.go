@@ -54,7 +54,11 @@ small case of your own, read as 'mha run' reads it.`,
 				ex.Title = "Chapter 003's worked example: d_model = 4, h = 2, d_k = d_v = 2"
 				ex.Checks = chapterChecks(j, ex.trace)
 			}
-			return render(cmd.OutOrStdout(), ex)
+			if err := render(cmd.OutOrStdout(), ex); err != nil {
+				return err
+			}
+			j.printWarnings(cmd.ErrOrStderr())
+			return nil
 		},
 	}
 	f.register(cmd)

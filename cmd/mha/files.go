@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -15,6 +16,7 @@ type layerFlags struct {
 	weights, input, prefix string
 	heads                  int
 	addZeroAttn, causal    bool
+	allowNonFinite         bool
 }
 
 // job is one forward call read from files.
@@ -24,9 +26,19 @@ type job struct {
 	query, key, val *tensor.Tensor
 	gradOutput      *tensor.Tensor // dL/doutput, for --backward
 	opt             mha.Options
+	warnings        []string // lines for stderr once the command has succeeded
 }
 
-// load reads the layer and its input as the flags say.
+// printWarnings writes j's warnings to w, one per line.
+func (j *job) printWarnings(w io.Writer) {
+	for _, line := range j.warnings {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// load reads the layer and its input as the flags say. Weights that are not finite are an error
+// unless --allow-nonfinite, and then a warning in the job; inputs that are not finite are a
+// warning.
 func (f *layerFlags) load() (*job, error) {
 	switch {
 	case f.weights == "":
@@ -38,23 +50,26 @@ func (f *layerFlags) load() (*job, error) {
 	case f.heads < 0:
 		return nil, fmt.Errorf("--heads is %d, want the number of heads (> 0)", f.heads)
 	}
-	l, prefix, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn)
+	var warnings []string
+	warn := func(path string, err error) { warnings = append(warnings, nonFiniteWarning(path, err)) }
+	l, prefix, err := loadLayer(f.weights, f.prefix, f.heads, f.addZeroAttn, f.allowNonFinite, warn)
 	if err != nil {
 		return nil, err
 	}
-	j, err := loadInput(f.input, l.Config())
+	j, err := loadInput(f.input, l.Config(), warn)
 	if err != nil {
 		return nil, err
 	}
-	j.layer, j.prefix = l, prefix
+	j.layer, j.prefix, j.warnings = l, prefix, warnings
 	j.opt.Causal = f.causal
 	return j, nil
 }
 
 // loadLayer builds a layer from an nn.MultiheadAttention state dict stored in path, taking the
 // tensors whose names start with prefix (which is stripped). It returns the prefix it used: the
-// one given, with a dot added when it names a module.
-func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, string, error) {
+// one given, with a dot added when it names a module. A tensor holding NaN or ±Inf is an error
+// unless allowNonFinite, and then passed to warn.
+func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool, warn func(path string, err error)) (*mha.Layer, string, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return nil, "", err
@@ -73,6 +88,12 @@ func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, st
 		t, err := f.Float32(name)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", path, err)
+		}
+		if err := t.CheckFinite(name); err != nil {
+			if !allowNonFinite {
+				return nil, "", withNonFiniteHint(fmt.Errorf("%s: %w", path, err))
+			}
+			warn(path, err)
 		}
 		sd[strings.TrimPrefix(name, prefix)] = t
 	}
@@ -97,8 +118,10 @@ func loadLayer(path, prefix string, heads int, addZeroAttn bool) (*mha.Layer, st
 // inputNames are the tensors an input file may hold.
 var inputNames = []string{"query", "key", "value", "key_padding_mask", "attn_mask", "grad_output"}
 
-// loadInput reads the query, optional key and value, and masks from path.
-func loadInput(path string, cfg mha.Config) (*job, error) {
+// loadInput reads the query, optional key and value, and masks from path. It passes to warn a
+// query, key, value or grad_output that holds NaN or ±Inf (not a float attn_mask, where −Inf is a
+// mask).
+func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (*job, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -121,7 +144,14 @@ func loadInput(path string, cfg mha.Config) (*job, error) {
 		if err := needFloat(f, name); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		return f.Float32(name)
+		t, err := f.Float32(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := t.CheckFinite(name); err != nil {
+			warn(path, err)
+		}
+		return t, nil
 	}
 	j := &job{}
 	if j.query, err = float("query"); err != nil {

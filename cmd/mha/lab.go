@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
-	"syscall"
 
 	"github.com/mhalab/mha/lab"
 	"github.com/spf13/cobra"
@@ -35,9 +32,7 @@ It listens on 127.0.0.1 unless --addr names another address: the lab has no auth
 listening beyond loopback (e.g. --addr :8080) lets anyone who can reach the port use it. Port 0
 picks a free port. Ctrl-C stops it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return serveLab(ctx, addr, open, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return serveLab(cmd.Context(), addr, open, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()

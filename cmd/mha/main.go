@@ -10,18 +10,33 @@
 //	mha eval     --task NAME [--checkpoint MODEL.safetensors] [--json]
 //	mha lab      [--addr 127.0.0.1:8080]
 //	mha experiment params|averaging|routing|scaling|heads-vs-dim|mi-penalty [--quick] [--out DIR]
-//	mha viz      --model NAME --kind head|grid|similarity|pruning|importance --out FILE.png|FILE.svg
+//	mha viz      --model NAME --kind head|grid|similarity|pruning|importance [--out FILE.png|FILE.svg]
 //	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
 //	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
+//
+// Without --out, train, viz and experiment write into the folder mha-out, which they create if
+// missing: train to mha-out/TASK.safetensors, viz to mha-out/MODEL-KIND.png (.svg with --format
+// svg), experiment NAME to mha-out/NAME-FIGURE.png and .svg. An output file replaces only a regular
+// file, atomically and keeping its mode; a directory, device, named pipe or socket is refused and
+// left as it is, and a symbolic link is followed, so that the file it points to is written and the
+// link stays.
+//
+// Ctrl-C (SIGINT) or SIGTERM stops train (which saves the model trained so far), lab, viz and
+// experiment within a second or so; a second signal ends them at once. The other commands end at
+// once.
 //
 // Every error ends the program with exit status 1 and one line on stderr.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -47,16 +62,36 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "mha: ") {
-			msg = "mha: " + msg
+	ctx := context.Background()
+	if c, _, err := root.Find(args); err == nil && stopsOnSignal[c.Name()] {
+		// SIGINT (Ctrl-C) and SIGTERM cancel the command's context, and it stops soon; a
+		// second signal, once the first is handled, has its default effect and ends the
+		// process at once. The other commands leave the signals alone: they end at once.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		context.AfterFunc(ctx, stop)
+	}
+	if err := root.ExecuteContext(ctx); err != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() && errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("stopped: %w", cause) // "interrupt signal received", not "context canceled"
 		}
-		fmt.Fprintln(stderr, msg)
+		// The library's errors start with its package name, "mha: ", also inside an error
+		// wrapped with a file name: say it once, in front.
+		msg := strings.ReplaceAll(err.Error(), ": mha: ", ": ")
+		fmt.Fprintln(stderr, "mha: "+strings.TrimPrefix(msg, "mha: "))
 		return 1
 	}
 	return 0
 }
+
+// outDir is the folder that train, viz and experiment write into when --out is not given; they
+// create it when it is missing.
+const outDir = "mha-out"
+
+// stopsOnSignal are the commands whose work watches cmd.Context() and so stops soon after it is
+// cancelled: execute cancels it on SIGINT and SIGTERM. train then saves the model trained so far.
+var stopsOnSignal = map[string]bool{"experiment": true, "lab": true, "train": true, "viz": true}
 
 // noArgs rejects positional arguments: every input of mha's commands is a flag.
 func noArgs(cmd *cobra.Command, args []string) error {

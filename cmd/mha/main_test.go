@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
@@ -171,7 +172,7 @@ func TestRunErrors(t *testing.T) {
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-		if code != 1 || len(lines) != 1 || !strings.HasPrefix(stderr, "mha: ") || strings.HasPrefix(stderr, "mha: mha: ") || !strings.Contains(stderr, c.want) {
+		if code != 1 || len(lines) != 1 || !strings.HasPrefix(stderr, "mha: ") || strings.Count(stderr, "mha:") != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("mha %v:\n exit %d, stdout %q, stderr %q\n want exit 1 and one line saying %q", c.args[1:], code, stdout, stderr, c.want)
 		}
 	}
@@ -238,6 +239,72 @@ func TestRunFullyMasked(t *testing.T) {
 	}
 	if f.Metadata["fully_masked_rows"] != "6" {
 		t.Errorf("metadata %v, want fully_masked_rows 6", f.Metadata)
+	}
+}
+
+// emptyQuery is a 70-byte input file holding only query [1 0 4], F32: a batch of one empty
+// sequence, which once made `mha run` panic.
+var emptyQuery, _ = hex.DecodeString("3e000000000000007b227175657279223a7b226474797065223a22463332222c227368617065223a5b312c302c345d2c22646174615f6f666673657473223a5b302c305d7d7d")
+
+// TestRunEmpty runs empty batches, query sequences and key sequences through `mha run`: an empty
+// batch or query gives an empty output and weights and zero-size gradients; no key at all gives
+// every query out_proj.bias, as PyTorch does, reported as fully masked rows.
+func TestRunEmpty(t *testing.T) {
+	bias := tensor.New(4)
+	for i := range bias.Data {
+		bias.Data[i] = float32(i + 1)
+	}
+	weights := writeFile(t, map[string]safetensors.Tensor{
+		"in_proj_weight": f32(12, 4), "in_proj_bias": f32(12), "out_proj.weight": f32(4, 4), "out_proj.bias": safetensors.FromFloat32(bias),
+	})
+	input := filepath.Join(t.TempDir(), "empty.safetensors")
+	if err := os.WriteFile(input, emptyQuery, 0o644); err != nil || len(emptyQuery) != 70 {
+		t.Fatalf("writing the 70-byte file: %v (%d bytes)", err, len(emptyQuery))
+	}
+	for _, c := range []struct {
+		name  string
+		input string
+		flags []string
+		want  map[string][]int // every tensor written, by shape
+		note  string           // what stderr says; "" for nothing
+	}{
+		{"70-byte file", input, nil, map[string][]int{"output": {1, 0, 4}}, ""},
+		{"70-byte file, weights", input, []string{"--need-weights"}, map[string][]int{"output": {1, 0, 4}, "attn_weights": {1, 0, 0}}, ""},
+		{"70-byte file, per-head weights", input, []string{"--need-weights", "--average-weights=false"}, map[string][]int{"output": {1, 0, 4}, "attn_weights": {1, 2, 0, 0}}, ""},
+		{"empty batch, backward", writeFile(t, map[string]safetensors.Tensor{"query": f32(0, 3, 4), "grad_output": f32(0, 3, 4)}), []string{"--backward", "--need-weights"},
+			map[string][]int{"output": {0, 3, 4}, "attn_weights": {0, 3, 3}, "grad.query": {0, 3, 4}, "grad.in_proj_weight": {12, 4}, "grad.in_proj_bias": {12}, "grad.out_proj.weight": {4, 4}, "grad.out_proj.bias": {4}}, ""},
+		{"unbatched empty query", writeFile(t, map[string]safetensors.Tensor{"query": f32(0, 4), "key_padding_mask": safetensors.FromBool(tensor.NewBool(0))}), nil, map[string][]int{"output": {0, 4}}, ""},
+		{"no key", writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 2, 4), "key": f32(1, 0, 4), "value": f32(1, 0, 4)}), []string{"--need-weights"},
+			map[string][]int{"output": {1, 2, 4}, "attn_weights": {1, 2, 0}}, "4 (batch, head, query) rows had no key to attend"},
+	} {
+		out := filepath.Join(t.TempDir(), "out.safetensors")
+		code, stdout, stderr := runCLI(append([]string{"run", "--weights", weights, "--input", c.input, "--heads", "2", "--out", out}, c.flags...)...)
+		if code != 0 || !strings.HasPrefix(stdout, "wrote ") || (c.note == "") != (stderr == "") || !strings.Contains(stderr, c.note) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 0 and a note saying %q", c.name, code, stdout, stderr, c.note)
+			continue
+		}
+		f, err := safetensors.ReadFile(out)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(f.Names()) != len(c.want) {
+			t.Errorf("%s: wrote %v, want %d tensors", c.name, f.Names(), len(c.want))
+		}
+		for name, shape := range c.want {
+			x, err := f.Float32(name)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if !slices.Equal(x.Shape, shape) {
+				t.Errorf("%s: %s is %v, want %v", c.name, name, x.Shape, shape)
+			}
+			for i, v := range x.Data {
+				if want := bias.Data[i%4]; (name == "output" && v != want) || (name != "output" && v != 0) {
+					t.Errorf("%s: %s[%d] = %v, want out_proj.bias or 0", c.name, name, i, v)
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -331,6 +398,7 @@ func FuzzRunInput(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	f.Add(emptyQuery)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := filepath.Join(t.TempDir(), "in.safetensors")
 		if err := os.WriteFile(in, data, 0o644); err != nil {

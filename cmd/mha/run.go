@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/safetensors"
@@ -32,13 +31,16 @@ respect to the output, and --out also gets the gradients PyTorch's autograd woul
 grad.query (for self-attention the whole gradient of the input), grad.key and grad.value (for
 cross-attention), and grad.<name> for every parameter (grad.in_proj_weight, grad.out_proj.bias, …,
 with --prefix kept). With --need-weights the backward reads the saved weights; without, it
-recomputes them tile by tile (FlashAttention-2).`,
+recomputes them tile by tile (FlashAttention-2).
+
+Weights that hold NaN or ±Inf are refused, naming the tensor (--allow-nonfinite uses them, with a
+warning); inputs that do are used, with a warning on stderr.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required: the .safetensors file to write")
 			}
-			if info, err := os.Stat(out); err == nil && info.IsDir() {
-				return fmt.Errorf("--out %s is a directory, want a file name", out)
+			if err := checkOutFile("--out", out); err != nil {
+				return err
 			}
 			j, err := f.load()
 			if err != nil {
@@ -91,8 +93,9 @@ recomputes them tile by tile (FlashAttention-2).`,
 				fmt.Fprintf(cmd.OutOrStdout(), ", %d gradients", len(tensors)-grads0)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			j.printWarnings(cmd.ErrOrStderr())
 			if r.FullyMasked > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; those heads give weights 0 and output 0 there, so the output is out_proj.bias (PyTorch gives NaN)\n", r.FullyMasked)
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; those heads give weights 0 and output 0 there, so the output is out_proj.bias (PyTorch gives NaN where keys exist but are all masked)\n", r.FullyMasked)
 			}
 			return nil
 		},
@@ -115,4 +118,5 @@ func (f *layerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.heads, "heads", 0, "number of heads (not stored in a state dict)")
 	fl.BoolVar(&f.addZeroAttn, "add-zero-attn", false, "the layer was built with add_zero_attn=True")
 	fl.BoolVar(&f.causal, "causal", false, "mask keys after each query (top-left aligned)")
+	fl.BoolVar(&f.allowNonFinite, "allow-nonfinite", false, allowNonFiniteUsage)
 }

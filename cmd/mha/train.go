@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mhalab/mha/nn"
@@ -20,9 +19,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// evalSeed seeds the evaluation batches, far from the seeds training draws from.
-const evalSeed = 1 << 62
-
 func newTrainCmd() *cobra.Command {
 	var (
 		tc    train.Recipe
@@ -31,7 +27,7 @@ func newTrainCmd() *cobra.Command {
 		quiet bool
 	)
 	cmd := &cobra.Command{
-		Use:   "train --task NAME [--layers 2 --heads 4 --d-model 64 --steps 2000 …] --out MODEL.safetensors",
+		Use:   "train --task NAME [--layers 2 --heads 4 --d-model 64 --steps 2000 … --out MODEL.safetensors]",
 		Short: "Train a small causal transformer on a synthetic task",
 		Long: `Train builds a causal transformer (token embedding, positions, blocks of multi-head
 self-attention with residual connections and LayerNorm, an output head) and trains it with AdamW,
@@ -39,22 +35,21 @@ gradient clipping and a warm-up + cosine learning-rate schedule on one of the sy
 ` + taskList() + `
 It prints a progress bar with the loss, accuracy and tokens/s, evaluates the model at the end,
 and writes a checkpoint (.safetensors, config in the metadata) that 'mha eval' reads. Ctrl-C stops
-the run after the current step and saves the checkpoint so far. The same flags (seed and workers
-included) give a bit-identical checkpoint.`,
+the run after the current step and saves the checkpoint so far; a run whose loss or gradients stop
+being finite stops there with an error and writes none. --out is checked before training starts.
+The same flags (seed and workers included) give a bit-identical checkpoint.
+
+The checkpoint goes to --out, or without it to mha-out/TASK.safetensors (mha-out is created if
+missing).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tc.Task == "" {
 				return fmt.Errorf("--task is required: one of %s", joinNames())
 			}
-			if out == "" {
-				out = tc.Task + ".safetensors"
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			progress := cmd.ErrOrStderr()
 			if quiet {
 				progress = io.Discard
 			}
-			return runTrain(ctx, tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
+			return runTrain(cmd.Context(), tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
 		},
 	}
 	fl := cmd.Flags()
@@ -72,14 +67,14 @@ included) give a bit-identical checkpoint.`,
 	fl.Float64Var(&mc.Dropout, "dropout", 0, "attention dropout probability")
 	fl.IntVar(&tc.Steps, "steps", 2000, "optimizer steps")
 	fl.IntVar(&tc.Batch, "batch", 32, "sequences per step")
-	fl.Float64Var(&tc.LR, "lr", 1e-3, "peak learning rate")
+	fl.Float64Var(&tc.LR, "lr", 1e-3, fmt.Sprintf("peak learning rate, in (0, %d]", train.MaxLR))
 	fl.Float64Var(&tc.MinLR, "min-lr", 1e-4, "learning rate at the end of the cosine decay")
 	fl.IntVar(&tc.Warmup, "warmup", 100, "steps of linear warm-up")
-	fl.Float64Var(&tc.WeightDecay, "weight-decay", 0.01, "AdamW's decoupled weight decay (not on biases, LayerNorm, embeddings)")
+	fl.Float64Var(&tc.WeightDecay, "weight-decay", 0.01, fmt.Sprintf("AdamW's decoupled weight decay (not on biases, LayerNorm, embeddings), in [0, %d]", train.MaxWeightDecay))
 	fl.Float64Var(&tc.Clip, "clip", 1, "clip the gradients' global L2 norm to this (0: no clipping)")
 	fl.Uint64Var(&tc.Seed, "seed", 1, "seed of the initialisation, the batches and dropout")
-	fl.IntVar(&tc.Workers, "workers", 0, "goroutines (0: GOMAXPROCS); results depend only on the seed")
-	fl.StringVar(&out, "out", "", "checkpoint to write (default TASK.safetensors)")
+	workersVar(fl, &tc.Workers, "goroutines (0: GOMAXPROCS); results depend only on the seed")
+	fl.StringVar(&out, "out", "", "the checkpoint `FILE` to write (default mha-out/TASK.safetensors)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
 }
@@ -97,8 +92,13 @@ func taskList() string {
 	return b.String()
 }
 
-// runTrain runs the training that tc and mc describe and writes the checkpoint to out. args is
-// the command line (os.Args), stored in the checkpoint as "mha" and its arguments.
+// runTrain runs the training that tc and mc describe and writes the checkpoint to out, or when
+// out is "" to mha-out/TASK.safetensors, creating mha-out once the flags are checked. args is
+// the command line (os.Args), stored in the checkpoint as "mha" and its arguments. Everything
+// that can be checked before training is (the flags, that out can be written); when training
+// stops early, the progress bar is erased rather than filled, so that the error runTrain returns,
+// which says at which step it stopped, gets a line of its own. A run that diverges writes no
+// checkpoint.
 func runTrain(ctx context.Context, tc train.Recipe, mc nn.Config, out string, args []string, stdout, progress io.Writer) error {
 	task, err := tasks.New(tc.Task, tc.TaskConfig)
 	if err != nil {
@@ -112,6 +112,15 @@ func runTrain(ctx context.Context, tc train.Recipe, mc nn.Config, out string, ar
 	if err != nil {
 		return err
 	}
+	if out == "" {
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return fmt.Errorf("cannot create the folder for the checkpoint: %w", err)
+		}
+		out = filepath.Join(outDir, tc.Task+".safetensors")
+	}
+	if err := checkOutFile("--out", out); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "task %s: %s\nmodel: %d layers × %d heads, d_model %d, %s-norm, %d parameters\n",
 		task.Name(), task.Describe(), mc.Layers, mc.Heads, mc.DModel, mc.Norm, m.NumParams())
 
@@ -123,11 +132,20 @@ func runTrain(ctx context.Context, tc train.Recipe, mc nn.Config, out string, ar
 		bar.Add(1)
 	}})
 	interrupted := err != nil && errors.Is(err, ctx.Err())
-	if err != nil && !interrupted {
-		return err
+	if err != nil {
+		// Stop the bar where training stopped, and erase it: the error says at which step.
+		bar.Exit()
+		bar.Clear()
+		if errors.Is(err, train.ErrDiverged) {
+			return fmt.Errorf("%w; wrote no checkpoint: lower --lr (now %g)", err, tc.LR)
+		}
+		if !interrupted {
+			return err
+		}
+	} else {
+		bar.Finish()
+		fmt.Fprintln(progress)
 	}
-	bar.Finish()
-	fmt.Fprintln(progress)
 	elapsed := time.Since(start)
 
 	meta := map[string]string{"command": strings.Join(append([]string{"mha"}, args[1:]...), " "), "step": fmt.Sprint(res.Steps)}
@@ -137,7 +155,7 @@ func runTrain(ctx context.Context, tc train.Recipe, mc nn.Config, out string, ar
 	}
 	meta[train.MetaKey] = string(tcJSON)
 	if !interrupted {
-		rep, err := probe.Evaluate(m, task, probe.EvalConfig{Seed: evalSeed, Workers: tc.Workers})
+		rep, err := probe.Evaluate(m, task, probe.EvalConfig{Seed: probe.EvalSeed, Workers: tc.Workers})
 		if err != nil {
 			return err
 		}

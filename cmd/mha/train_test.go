@@ -118,3 +118,36 @@ func TestTrainEvalErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainInterruptedBar interrupts training when the progress bar first draws, in step 1: the
+// bar must be erased rather than filled to the total, and the error say the real step.
+func TestTrainInterruptedBar(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress := &cancelWriter{cancel: cancel}
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	tc := train.Recipe{Task: "sort", Config: train.Config{Steps: 10, Batch: 4, LR: 1e-3, MinLR: 1e-4, Warmup: 2, Clip: 1, Seed: 1}}
+	mc := nn.Config{Layers: 1, Heads: 2, DModel: 8, Norm: nn.PreNorm, Positions: nn.Learned}
+	err := runTrain(ctx, tc, mc, out, []string{"mha", "train"}, new(bytes.Buffer), progress)
+	if err == nil || !strings.HasPrefix(err.Error(), "interrupted at step 1 of 10;") {
+		t.Fatalf("error %v, want interrupted at step 1 of 10", err)
+	}
+	bar := progress.String()
+	if !strings.Contains(bar, "/10)") || strings.Contains(bar, "10/10") || strings.Contains(bar, "100%") || !strings.HasSuffix(bar, "\r") {
+		t.Errorf("progress %q: want the bar drawn, never at 10/10, and erased at the end", bar)
+	}
+}
+
+// cancelWriter collects what is written to it and calls cancel at the first write. It has only
+// Write, so that io.WriteString goes through it.
+type cancelWriter struct {
+	buf    bytes.Buffer
+	cancel context.CancelFunc
+}
+
+func (w *cancelWriter) Write(p []byte) (int, error) {
+	w.cancel()
+	return w.buf.Write(p)
+}
+
+func (w *cancelWriter) String() string { return w.buf.String() }

@@ -1,19 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
+	"github.com/mhalab/mha/internal/atomicfile"
 	"github.com/mhalab/mha/lab"
 	"github.com/mhalab/mha/viz"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // pictureFlags are the flags of `mha viz` that are /api/picture's parameters of the same name.
@@ -22,11 +23,12 @@ var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "kind",
 func newVizCmd() *cobra.Command {
 	var out, format string
 	cmd := &cobra.Command{
-		Use:   "viz --model NAME --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] --out FILE.png|FILE.svg",
+		Use:   "viz --model NAME --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
 		Short: "Draw a picture of a shipped model's heads as PNG or SVG, as the lab draws it",
 		Long: `Viz draws one of the lab's pictures of a shipped model (see 'mha lab') and writes it to --out, as
-PNG or SVG after the file's extension (--format, if given, must agree). The picture is the one the
-lab's page downloads for the same choices, byte for byte.
+PNG or SVG after the file's extension (--format, if given, must agree). Without --out it writes
+mha-out/MODEL-KIND.png, or .svg with --format svg, creating mha-out if missing. The picture is
+the one the lab's page downloads for the same choices, byte for byte.
 
 Pictures of a sequence, given by exactly one of --text (symbols separated by spaces), --tokens
 (comma-separated ids) or --seed (the task's sequence drawn from the seed, with its targets), with
@@ -44,15 +46,23 @@ Pictures of the model's task (64 sequences; no sequence flags):
                                                important first (Michel et al. 2019)
   --kind importance                            every head's importance, normalised per layer`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			query := url.Values{}
 			for _, name := range pictureFlags {
-				if f := cmd.Flags().Lookup(name); f.Changed {
-					query.Set(name, f.Value.String())
+				f := cmd.Flags().Lookup(name)
+				if !f.Changed {
+					continue
 				}
+				value := f.Value.String()
+				if list, ok := f.Value.(pflag.SliceValue); ok {
+					value = strings.Join(list.GetSlice(), ",") // every item of every --ablate, in order
+				}
+				query.Set(name, value)
 			}
-			return drawPicture(ctx, query, out, format, cmd.OutOrStdout())
+			makeDir := out == ""
+			if makeDir {
+				out = filepath.Join(outDir, query.Get("model")+"-"+query.Get("kind")+"."+cmp.Or(format, "png"))
+			}
+			return drawPicture(cmd.Context(), query, out, format, makeDir, cmd.OutOrStdout())
 		},
 	}
 	fl := cmd.Flags()
@@ -61,14 +71,14 @@ Pictures of the model's task (64 sequences; no sequence flags):
 	fl.String("text", "", "the sequence as `SYMBOLS` separated by spaces")
 	fl.String("tokens", "", "the sequence as token `IDS`, comma-separated")
 	fl.String("seed", "", "draw the sequence from the task with seed `N`")
-	fl.String("ablate", "", "heads to ablate, each `L.H.MODE` (MODE zero, mean or uniform), comma-separated")
+	fl.StringSlice("ablate", nil, "heads to ablate, each `L.H.MODE` (MODE zero, mean or uniform), comma-separated; repeat the flag to add more")
 	fl.String("layer", "", "the layer `L` of kind head or similarity")
 	fl.String("head", "", "the head `H` of kind head")
 	fl.String("metric", "", "rho, js or nmi for kind similarity; accuracy (the default) or loss for kind pruning")
 	fl.String("scope", "", "sequence (the default) or task, for kind similarity")
-	fl.StringVar(&out, "out", "", "the `FILE` to write, NAME.png or NAME.svg")
+	fl.StringVar(&out, "out", "", "the `FILE` to write, NAME.png or NAME.svg (default mha-out/MODEL-KIND.png, .svg with --format svg)")
 	fl.StringVar(&format, "format", "", "png or svg; must agree with --out's extension")
-	for _, name := range []string{"model", "kind", "out"} {
+	for _, name := range []string{"model", "kind"} {
 		if err := cmd.MarkFlagRequired(name); err != nil {
 			panic(err) // the flag is defined just above
 		}
@@ -78,11 +88,14 @@ Pictures of the model's task (64 sequences; no sequence flags):
 
 // drawPicture draws the lab's picture that query asks for and writes it to out, as PNG or SVG
 // after out's extension, which must agree with format unless format is empty; it reports the file
-// written to stdout.
-func drawPicture(ctx context.Context, query url.Values, out, format string, stdout io.Writer) error {
+// written to stdout. With makeDir it creates out's directory if it is missing.
+func drawPicture(ctx context.Context, query url.Values, out, format string, makeDir bool, stdout io.Writer) error {
 	ext, err := pictureFormat(out, format)
 	if err != nil {
 		return err
+	}
+	if err := atomicfile.Check(out); err != nil {
+		return fmt.Errorf("--out %w", err) // before drawing, which can take a second
 	}
 	query.Set("format", ext)
 	srv, err := lab.New(lab.Options{})
@@ -92,6 +105,11 @@ func drawPicture(ctx context.Context, query url.Values, out, format string, stdo
 	pic, _, err := srv.Picture(ctx, query)
 	if err != nil {
 		return fmt.Errorf("viz: %w", err)
+	}
+	if makeDir {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return fmt.Errorf("cannot create the folder for the picture: %w", err)
+		}
 	}
 	if err := viz.WriteFile(out, pic); err != nil {
 		return err

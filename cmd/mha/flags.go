@@ -1,0 +1,78 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/mhalab/mha/internal/atomicfile"
+	"github.com/mhalab/mha/tensor"
+	"github.com/spf13/pflag"
+)
+
+// workersValue is the value of a --workers flag: a goroutine count ≥ 0, 0 meaning GOMAXPROCS.
+type workersValue int
+
+// workersVar defines --workers on fl, stored in p, for every command that has it: a negative
+// count is a flag error, before the command runs.
+func workersVar(fl *pflag.FlagSet, p *int, usage string) {
+	fl.Var((*workersValue)(p), "workers", usage)
+}
+
+// Set parses s, refusing what is not an integer ≥ 0.
+func (w *workersValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return errors.New("want a goroutine count ≥ 0 (0: GOMAXPROCS)")
+	}
+	*w = workersValue(n)
+	return nil
+}
+
+// String formats the count.
+func (w *workersValue) String() string { return strconv.Itoa(int(*w)) }
+
+// Type names the value in the help text.
+func (w *workersValue) Type() string { return "int" }
+
+// checkOutFile returns an error unless the file named by flag (such as --out) at path can be
+// written: path must name a regular file or nothing (not a directory, device, FIFO or socket,
+// which atomicfile.Write refuses to replace), and its directory must exist and take a new file
+// (which checkOutFile creates and removes). Commands call it before they compute, so that a bad name
+// fails at once rather than after the work.
+func checkOutFile(flag, path string) error {
+	if err := atomicfile.Check(path); err != nil {
+		return fmt.Errorf("%s %w", flag, err)
+	}
+	dir := filepath.Dir(path)
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return fmt.Errorf("%s %s: its directory %s does not exist; create it first", flag, path, dir)
+	}
+	check, err := os.CreateTemp(dir, ".mha-write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s %s: cannot write in its directory: %w", flag, path, err)
+	}
+	check.Close()
+	return os.Remove(check.Name())
+}
+
+// allowNonFiniteUsage is the help of --allow-nonfinite, on every command that loads weights.
+const allowNonFiniteUsage = "load weights that hold NaN or ±Inf (refused otherwise: they make every output NaN)"
+
+// withNonFiniteHint returns err, with how to load the weights anyway added when err reports a
+// tensor that is not finite (a *tensor.NonFiniteError).
+func withNonFiniteHint(err error) error {
+	if _, ok := errors.AsType[*tensor.NonFiniteError](err); ok {
+		return fmt.Errorf("%w; pass --allow-nonfinite to use them anyway", err)
+	}
+	return err
+}
+
+// nonFiniteWarning returns the warning line that source holds what err, a tensor's CheckFinite
+// error, reports. Commands print it on stderr once they have succeeded, so that a failing command
+// still prints one line.
+func nonFiniteWarning(source string, err error) string {
+	return fmt.Sprintf("mha: warning: %s: %v; the outputs will not be finite", source, err)
+}
