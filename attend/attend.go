@@ -36,17 +36,66 @@ type Head[F Float] struct {
 // row-major; KeyPad is [Stride]. Keys at index Stride or later (the rows that add_bias_kv and
 // add_zero_attn append) are never masked, as PyTorch pads its masks with zeros for them. A nil
 // field means that kind of mask is absent; the zero Bias masks nothing.
+//
+// For query i and key j < Stride, the logit is
+//
+//	softcap(scale·q_i·k_j) + Add[i, j] − Slope·|i + Center − j|
+//
+// with softcap(s) = Softcap·tanh(s/Softcap) when Softcap > 0 (the identity otherwise), and it is
+// −Inf (masked) when Mask[i, j] or KeyPad[j] is set, when Causal and j > i + Offset, or when
+// Window and j lies outside [i + Center − Left, i + Center + Right] (a negative Left or Right
+// leaves that side open). With HasSink, Sink is one more logit in every row's softmax that takes
+// probability mass but has no value. Backward supports only the fields the layer uses: Causal
+// with Offset 0, KeyPad, Mask, Add.
 type Bias struct {
-	Causal bool      // query i may not attend key j > i among the first Stride keys (top-left aligned)
+	Causal bool      // query i may not attend key j > i + Offset among the first Stride keys
 	KeyPad []bool    // [Stride] true = padding key, masked for every query
 	Mask   []bool    // [Tq, Stride] true = may not attend
 	Add    []float32 // [Tq, Stride] added to the scaled scores (PyTorch's float attn_mask)
 	Stride int       // number of keys the masks describe
+
+	Offset      int     // causal diagonal: 0 is top-left alignment, Tk − Tq bottom-right
+	Window      bool    // sliding window around key i + Center (flash-attn's window_size)
+	Center      int     // the key aligned with query 0 for Window and Slope (flash-attn: Tk − Tq)
+	Left, Right int     // the window's extent before and after i + Center; < 0 means unbounded
+	Slope       float64 // ALiBi slope, subtracted times the distance |i + Center − j|
+	Softcap     float64 // > 0: scores s become Softcap·tanh(s/Softcap) before Add and Slope
+	HasSink     bool    // Sink joins every row's softmax
+	Sink        float64 // the sink's logit (−Inf acts as no sink)
 }
 
+// Span returns the keys [lo, hi) among the first Stride that Causal and Window leave visible to
+// query i (hi ≤ lo when none is). Mask and KeyPad may hide more of them.
+func (b *Bias) Span(i int) (lo, hi int) {
+	lo, hi = 0, b.Stride
+	if b.Causal {
+		hi = min(hi, i+b.Offset+1)
+	}
+	if b.Window {
+		if b.Left >= 0 {
+			lo = max(lo, i+b.Center-b.Left)
+		}
+		if b.Right >= 0 {
+			hi = min(hi, i+b.Center+b.Right+1)
+		}
+	}
+	hi = max(hi, 0)
+	lo = min(lo, hi)
+	return lo, hi
+}
+
+// ranged reports whether Causal or Window limit the visible keys.
+func (b *Bias) ranged() bool { return b.Causal || b.Window }
+
 // Apply adds query i's bias to row, its scaled scores for keys j0, j0+1, …, setting masked keys
-// to −Inf.
+// to −Inf. The soft cap applies to every key, the rest only to keys below Stride.
 func Apply[F Float](b *Bias, i, j0 int, row []F) {
+	if b.Softcap > 0 {
+		c := b.Softcap
+		for j, s := range row {
+			row[j] = F(c * math.Tanh(float64(s)/c))
+		}
+	}
 	n := min(b.Stride-j0, len(row)) // keys the masks describe
 	if n <= 0 {
 		return
@@ -56,6 +105,16 @@ func Apply[F Float](b *Bias, i, j0 int, row []F) {
 	if b.Add != nil {
 		for j, a := range b.Add[i*b.Stride+j0 : i*b.Stride+j0+n] {
 			row[j] += F(a)
+		}
+	}
+	if b.Slope != 0 {
+		c := i + b.Center - j0
+		for j := range row {
+			d := c - j
+			if d < 0 {
+				d = -d
+			}
+			row[j] -= F(b.Slope * float64(d))
 		}
 	}
 	if b.Mask != nil {
@@ -72,8 +131,12 @@ func Apply[F Float](b *Bias, i, j0 int, row []F) {
 			}
 		}
 	}
-	if b.Causal {
-		for j := max(i+1-j0, 0); j < n; j++ {
+	if b.ranged() {
+		lo, hi := b.Span(i)
+		for j := range min(max(lo-j0, 0), n) {
+			row[j] = negInf
+		}
+		for j := max(hi-j0, 0); j < n; j++ {
 			row[j] = negInf
 		}
 	}
@@ -124,6 +187,17 @@ type Steps[F Float] struct {
 // returns them). A query whose keys are all masked gets weights 0 and output 0 rather than NaN;
 // Dense returns how many such rows it met. drop and steps may be nil.
 func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *Steps[F]) (fullyMasked int) {
+	return dense(h, b, scale, drop, w, steps, nil)
+}
+
+// DenseLSE is Dense without dropout or tracing that also writes each row's log-sum-exp of the
+// logits (the sink's included) to lse[:Tq]: +Inf for a row whose keys are all masked when there
+// is no finite sink, as Tiled writes it.
+func DenseLSE[F Float](h *Head[F], b *Bias, scale F, w, lse []F) (fullyMasked int) {
+	return dense(h, b, scale, nil, w, nil, lse)
+}
+
+func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *Steps[F], lse []F) (fullyMasked int) {
 	tk := h.Tk
 	w = w[:h.Tq*tk]
 	if steps != nil && steps.Scores != nil {
@@ -142,8 +216,23 @@ func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 		steps.Scaled(w)
 	}
 	for i := range h.Tq {
-		if !kernel.Softmax(w[i*tk : (i+1)*tk]) {
+		row := w[i*tk : (i+1)*tk]
+		if !b.HasSink && lse == nil {
+			if !kernel.Softmax(row) {
+				fullyMasked++
+			}
+			continue
+		}
+		sink := math.Inf(-1)
+		if b.HasSink {
+			sink = b.Sink
+		}
+		ok, l := kernel.SoftmaxSink(row, sink)
+		if !ok {
 			fullyMasked++
+		}
+		if lse != nil {
+			lse[i] = F(l)
 		}
 	}
 	if drop != nil && drop.P > 0 {

@@ -68,3 +68,117 @@ func TestDropoutKeep(t *testing.T) {
 		t.Errorf("seeds 42 and 43 agree on %d of 1000 keys: not independent", same)
 	}
 }
+
+// TestTiledSkipsWindow checks that Tiled reads no key outside the keys some query of its block
+// may see: K and V are NaN there, and the output stays finite and equal to Dense's.
+func TestTiledSkipsWindow(t *testing.T) {
+	const tq, tk, d, i0, i1 = 600, 1000, 4, 320, 384
+	for _, b := range []Bias{
+		{Stride: tk, Window: true, Center: tk - tq, Left: 100, Right: 0},
+		{Stride: tk, Window: true, Center: tk - tq, Left: 30, Right: 20, HasSink: true, Sink: 1},
+		{Stride: tk, Causal: true, Offset: tk - tq, Window: true, Center: tk - tq, Left: 7, Right: -1, Softcap: 2, Slope: 0.1},
+		{Stride: tk, Causal: true, Offset: 0, Window: true, Center: 0, Left: -1, Right: -1},
+	} {
+		lo, _ := b.Span(i0)
+		_, hi := b.Span(i1 - 1)
+		q, kt, v, k := make([]float32, tq*d), make([]float32, d*tk), make([]float32, tk*d), make([]float64, tk*d)
+		for i := range q {
+			q[i] = float32(math.Sin(float64(i)))
+		}
+		nan := float32(math.NaN())
+		for j := range tk {
+			for c := range d {
+				x := float32(math.Cos(float64(j*d + c)))
+				k[j*d+c] = float64(x)
+				if j < lo || j >= hi {
+					x = nan
+				}
+				kt[c*tk+j], v[j*d+c] = x, x
+			}
+		}
+		out := make([]float32, tq*d)
+		h := Head[float32]{Q: q, LdQ: d, Kt: kt, LdKt: tk, V: v, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+		Tiled(&h, &b, 0.5, nil, i0, i1, nil, nil, new(Scratch))
+		q64, v64, out64 := make([]float64, tq*d), make([]float64, tk*d), make([]float64, tq*d)
+		for i := range q {
+			q64[i] = float64(q[i])
+		}
+		for i := range v {
+			v64[i] = k[i] // V equals K before the NaNs
+		}
+		h64 := Head[float64]{Q: q64, LdQ: d, K: k, LdK: d, V: v64, LdV: d, Out: out64, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+		Dense(&h64, &b, 0.5, nil, make([]float64, tq*tk), nil)
+		for i := i0 * d; i < i1*d; i++ {
+			if math.IsNaN(float64(out[i])) || math.Abs(float64(out[i])-out64[i]) > 1e-5 {
+				t.Fatalf("bias %+v: out[%d] = %v, want %v (keys [%d, %d) visible)", b, i, out[i], out64[i], lo, hi)
+			}
+		}
+	}
+}
+
+// TestSpan checks Span against the definition, key by key.
+func TestSpan(t *testing.T) {
+	for _, b := range []Bias{
+		{Stride: 9, Causal: true, Offset: 3},
+		{Stride: 9, Window: true, Center: -2, Left: 1, Right: 2},
+		{Stride: 9, Causal: true, Offset: 0, Window: true, Center: 4, Left: -1, Right: 0},
+		{Stride: 9, Window: true, Center: 4, Left: 2, Right: -1},
+	} {
+		for i := range 7 {
+			lo, hi := b.Span(i)
+			for j := range b.Stride {
+				vis := (!b.Causal || j <= i+b.Offset) && (!b.Window || ((b.Left < 0 || j >= i+b.Center-b.Left) && (b.Right < 0 || j <= i+b.Center+b.Right)))
+				if vis != (j >= lo && j < hi) {
+					t.Errorf("%+v query %d key %d: visible %v, span [%d, %d)", b, i, j, vis, lo, hi)
+				}
+			}
+		}
+	}
+}
+
+// TestApplyRangeOptions is TestApplyRange for the window, offset, slope and soft cap.
+func TestApplyRangeOptions(t *testing.T) {
+	const tq, stride, tk = 5, 7, 9
+	for _, b := range []*Bias{
+		{Stride: stride, Causal: true, Offset: 2, Window: true, Center: 2, Left: 1, Right: -1, Slope: 0.3, Softcap: 1.5},
+		{Stride: stride, Window: true, Center: -1, Left: -1, Right: 1, Slope: 0.5, Add: make([]float32, tq*stride)},
+	} {
+		for i := range b.Add {
+			b.Add[i] = float32(i) / 10
+		}
+		for i := range tq {
+			whole := make([]float64, tk)
+			for j := range whole {
+				whole[j] = float64(j) - 3
+			}
+			orig := slices.Clone(whole)
+			Apply(b, i, 0, whole)
+			for j0 := range tk {
+				for j1 := j0; j1 <= tk; j1++ {
+					part := slices.Clone(orig[j0:j1])
+					Apply(b, i, j0, part)
+					if !slices.Equal(part, whole[j0:j1]) {
+						t.Fatalf("query %d keys [%d, %d): %v, want %v", i, j0, j1, part, whole[j0:j1])
+					}
+				}
+			}
+			lo, hi := b.Span(i)
+			for j := range stride {
+				want := orig[j]
+				if b.Softcap > 0 {
+					want = b.Softcap * math.Tanh(want/b.Softcap)
+				}
+				if b.Add != nil {
+					want += float64(b.Add[i*stride+j])
+				}
+				want -= b.Slope * math.Abs(float64(i+b.Center-j))
+				if j < lo || j >= hi {
+					want = math.Inf(-1)
+				}
+				if math.Abs(whole[j]-want) > 1e-12 && whole[j] != want {
+					t.Errorf("query %d key %d: %v, want %v", i, j, whole[j], want)
+				}
+			}
+		}
+	}
+}

@@ -30,8 +30,9 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
 // online softmax of FlashAttention-2: it walks the keys in tiles of BlockK, keeping per row the
 // running maximum m and sum l, and rescales the partial output when m grows, so it never holds
-// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt, not h.K. With b.Causal it skips the
-// key tiles above the diagonal.
+// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt, not h.K. With b.Causal or b.Window it
+// walks only the keys that some row of the block may see (b.Span of i0 and i1−1), so a window of
+// W keys costs O(W) per row.
 //
 // When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
 // leaves the rows' attention weights in w, before dropout (apply the same Dropout to them to get
@@ -40,7 +41,9 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // whose keys are all masked, so that exp(s − lse) is 0 there.
 //
 // A query whose keys are all masked gets weights 0 and output 0; Tiled returns how many such rows
-// it met. drop may be nil. Tiled panics when a view is too short for the sizes in h.
+// it met. drop may be nil. With b.HasSink the sink's exp(Sink) joins every row's sum l, so the
+// weights of a row sum to less than 1, lse includes it, and a row whose keys are all masked gets
+// lse = Sink. Tiled panics when a view is too short for the sizes in h.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	keys := BlockK
@@ -57,18 +60,22 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		drop = nil
 	}
 
-	// Keys [0, visible) may be seen by some row of the block; under the causal mask the keys in
-	// [visible, Stride) are hidden from all of them. Keys from Stride on are never masked.
-	visible := h.Tk
-	if b.Causal && w == nil {
-		visible = min(b.Stride, i1)
+	// Keys [lo, hi) may be seen by some row of the block; under the causal mask or a window the
+	// keys of [0, Stride) outside them are hidden from all of them, and their tiles are skipped.
+	// Keys from Stride on are never masked.
+	lo, hi := 0, h.Tk
+	if b.ranged() && w == nil {
+		lo, _ = b.Span(i0)
+		_, hi = b.Span(i1 - 1)
+		hi = max(min(hi, b.Stride), lo)
 	}
 	q := h.Q[i0*h.LdQ:]
-	for j0 := 0; j0 < h.Tk; {
-		if j0 == visible && visible < b.Stride {
+	for j0 := lo; j0 < h.Tk; {
+		if j0 == hi && hi < b.Stride {
 			j0 = b.Stride
 			continue
 		}
+		visible := hi
 		end := h.Tk
 		if j0 < visible {
 			end = visible
@@ -114,18 +121,31 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 
 	for r := range rows {
 		out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
+		sink := b.HasSink && !math.IsInf(b.Sink, -1)
 		if l[r] == 0 {
 			fullyMasked++
 			clear(out)
 			if lse != nil {
 				lse[r] = float32(math.Inf(1))
+				if sink {
+					lse[r] = float32(b.Sink)
+				}
 			}
 			continue
 		}
-		if lse != nil {
+		inv := 1 / l[r]
+		if sink {
+			// The sink is one more logit with no value: fold exp(Sink) into the sum.
+			mm := max(float64(m[r]), b.Sink)
+			c := math.Exp(float64(m[r]) - mm)
+			sum := float64(l[r])*c + math.Exp(b.Sink-mm)
+			inv = float32(c / sum)
+			if lse != nil {
+				lse[r] = float32(mm + math.Log(sum))
+			}
+		} else if lse != nil {
 			lse[r] = m[r] + float32(math.Log(float64(l[r])))
 		}
-		inv := 1 / l[r]
 		for c, v := range o[r*dv : (r+1)*dv] {
 			out[c] = v * inv
 		}

@@ -129,3 +129,35 @@ func TestSoftmax(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxSink checks the sink against its definition in float64: the weights are
+// exp(x_j − lse) and the sink takes exp(sink − lse), which together sum to 1; a masked row
+// gives zeros and lse = sink.
+func TestSoftmaxSink(t *testing.T) {
+	row := []float64{0.5, -1, math.Inf(-1), 2}
+	sink := 1.25
+	want := math.Log(math.Exp(0.5) + math.Exp(-1) + math.Exp(2) + math.Exp(sink))
+	got := append([]float64(nil), row...)
+	ok, lse := SoftmaxSink(got, sink)
+	if !ok || math.Abs(lse-want) > 1e-15 {
+		t.Fatalf("ok %v lse %v, want true and %v", ok, lse, want)
+	}
+	total := math.Exp(sink - lse)
+	for j, x := range row {
+		if w := math.Exp(x - want); math.Abs(got[j]-w) > 1e-15 {
+			t.Errorf("weight %d = %v, want %v", j, got[j], w)
+		}
+		total += got[j]
+	}
+	if math.Abs(total-1) > 1e-15 {
+		t.Errorf("weights and sink sum to %v, want 1", total)
+	}
+	masked := []float64{math.Inf(-1), math.Inf(-1)}
+	if ok, lse := SoftmaxSink(masked, sink); ok || lse != sink || masked[0] != 0 || masked[1] != 0 {
+		t.Errorf("masked row: ok %v lse %v weights %v, want false, %v, zeros", ok, lse, masked, sink)
+	}
+	masked = []float64{math.Inf(-1), math.Inf(-1)}
+	if ok, lse := SoftmaxSink(masked, math.Inf(-1)); ok || !math.IsInf(lse, 1) {
+		t.Errorf("masked row without a sink: ok %v lse %v, want false, +Inf", ok, lse)
+	}
+}

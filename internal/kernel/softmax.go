@@ -6,16 +6,28 @@ import "math"
 // logits do not overflow. Entries equal to −Inf get weight 0. A row whose entries are all −Inf
 // (every key masked) is set to zeros and Softmax reports false; otherwise it reports true.
 func Softmax[F Float](row []F) bool {
+	ok, _ := SoftmaxSink(row, math.Inf(-1))
+	return ok
+}
+
+// SoftmaxSink is Softmax with one more logit, sink, that joins the row's normalisation but has
+// no entry in it (an attention sink: the row's weights then sum to less than 1), and it returns
+// the log-sum-exp of the row and the sink. A sink of −Inf is none. A row whose entries are all
+// −Inf is set to zeros, reports false, and has log-sum-exp sink, or +Inf when sink is −Inf.
+func SoftmaxSink[F Float](row []F, sink float64) (ok bool, lse float64) {
 	maxv := math.Inf(-1)
 	for _, v := range row {
 		maxv = max(maxv, float64(v))
 	}
 	if math.IsInf(maxv, -1) {
 		clear(row)
-		return false
+		if math.IsInf(sink, -1) {
+			return false, math.Inf(1)
+		}
+		return false, sink
 	}
-	m := F(maxv)
-	var sum F
+	m := F(max(maxv, sink))
+	sum := F(math.Exp(sink - float64(m)))
 	for i, v := range row {
 		e := F(math.Exp(float64(v - m)))
 		row[i] = e
@@ -25,5 +37,5 @@ func Softmax[F Float](row []F) bool {
 	for i := range row {
 		row[i] *= inv
 	}
-	return true
+	return true, float64(m) + math.Log(float64(sum))
 }

@@ -1,0 +1,506 @@
+package mha
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/mhalab/mha/attend"
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/parallel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// CausalMode says whether and how SDPA's causal mask is aligned when Tq ≠ Tk.
+type CausalMode int
+
+const (
+	// NotCausal masks nothing by position.
+	NotCausal CausalMode = iota
+	// CausalTopLeft lets query i see keys j ≤ i: PyTorch's is_causal and the layer's Causal.
+	CausalTopLeft
+	// CausalBottomRight lets query i see keys j ≤ i + Tk − Tq, so that the last query sees the
+	// last key: what a KV cache needs when the queries are the newest Tq of Tk positions
+	// (flash-attn's causal).
+	CausalBottomRight
+)
+
+// Window is a sliding window as flash-attn's window_size defines it: with δ = Tk − Tq, query i
+// sees keys i + δ − Left ≤ j ≤ i + δ + Right. −1 leaves a side unbounded; other negative values
+// are errors.
+type Window struct {
+	Left, Right int
+}
+
+// SDPAOptions are the options of SDPA. The zero value (or a nil *SDPAOptions) is attention with
+// scale 1/√D, no mask, and the output only.
+//
+// With δ = Tk − Tq, query i of head h (which reads K/V head ⌊h·Hkv/Hq⌋) gives key j the logit
+//
+//	softcap(Scale·q_i·k_j) − slope_h·|i + δ − j| + AttnBias[i, j]
+//
+// where softcap(s) = Softcap·tanh(s/Softcap), unless a mask hides key j, and the row's softmax
+// also counts exp(Sinks[h]) when Sinks is given. A row whose keys are all masked gets output 0,
+// never NaN.
+type SDPAOptions struct {
+	// Scale multiplies q·k; 0 means 1/√D. It must be finite.
+	Scale float64
+	// Causal is the causal mask and its alignment.
+	Causal CausalMode
+	// Window, when not nil, is a sliding window (flash-attn's window_size, aligned bottom-right
+	// whatever Causal says). Key tiles outside every query's window are skipped, so the cost is
+	// O(Tq·W·D) for a window of W keys.
+	Window *Window
+	// ALiBi subtracts slope_h·|i + δ − j| from the logits of head h: Slopes[h] when Slopes is not
+	// nil (len Hq, finite), else the standard geometric slopes of AlibiSlopes(Hq).
+	ALiBi  bool
+	Slopes []float64
+	// Softcap, when > 0, caps the scaled scores to Softcap·tanh(s/Softcap) (Gemma 2), before the
+	// slope, the bias and the masks. It must be finite and ≥ 0.
+	Softcap float64
+	// Sinks, when not nil, is [Hq]: a learned logit per head that joins every row's softmax and
+	// takes probability mass but no value (gpt-oss). −Inf is no sink; NaN and +Inf are errors.
+	Sinks []float32
+	// KeyPaddingMask is [B, Tk]; true marks a key no query may attend.
+	KeyPaddingMask *tensor.Bool
+	// AttnMask is [Tq, Tk] or [B, Hq, Tq, Tk]; true means query i may NOT attend key j. This is
+	// nn.MultiheadAttention's polarity, the opposite of F.scaled_dot_product_attention's, whose
+	// true means "may attend".
+	AttnMask *tensor.Bool
+	// AttnBias is [Tq, Tk] or [B, Hq, Tq, Tk], added to the logits; −Inf masks.
+	AttnBias *tensor.Tensor
+	// NeedLSE asks for each row's log-sum-exp in SDPAResult.LSE.
+	NeedLSE bool
+	// NeedWeights asks for the attention weights in SDPAResult.Weights. They build a
+	// [B, Hq, Tq, Tk] matrix, bounded by MaxDenseElements.
+	NeedWeights bool
+	// Workers bounds how many goroutines the call runs on; 0 means runtime.GOMAXPROCS(0). The
+	// result does not depend on it, to the bit.
+	Workers int
+}
+
+// SDPAResult is what SDPA returns.
+type SDPAResult struct {
+	// Out is [B, Hq, Tq, Dv].
+	Out *tensor.Tensor
+	// LSE is nil unless SDPAOptions.NeedLSE: [B, Hq, Tq], each row's log of the sum of the
+	// exponentials of its logits, the sink's included. It is +Inf for a row whose keys are all
+	// masked and that has no sink (flash-attn's convention: exp(s − lse) is then 0), and the
+	// sink's logit for such a row with one.
+	LSE *tensor.Tensor
+	// Weights is nil unless SDPAOptions.NeedWeights: [B, Hq, Tq, Tk]. With a sink, a row sums to
+	// less than 1.
+	Weights *tensor.Tensor
+	// FullyMasked counts the (batch, head, query) rows whose keys were all masked (or Tk = 0).
+	FullyMasked int
+}
+
+// SDPATrace is what SDPAReference returns, in float64: Out [B, Hq, Tq, Dv], LSE [B, Hq, Tq] and
+// Weights [B, Hq, Tq, Tk], row-major, with the meaning of SDPAResult's fields.
+type SDPATrace struct {
+	B, Hq, Hkv, Tq, Tk, D, Dv int
+	Out, LSE, Weights         []float64
+	FullyMasked               int
+}
+
+// AlibiSlopes returns the standard ALiBi slopes of n heads (Press et al.): for n a power of two,
+// 2^(−8(h+1)/n) for head h; otherwise those of the largest power of two below n, followed by
+// every other slope of twice that many.
+func AlibiSlopes(n int) []float64 { return alibiInto(nil, n) }
+
+// alibiInto writes the standard slopes of n heads into dst, reusing its storage.
+func alibiInto(dst []float64, n int) []float64 {
+	dst = dst[:0]
+	if n <= 0 {
+		return dst
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	for i := range p {
+		dst = append(dst, math.Pow(2, -8*float64(i+1)/float64(p)))
+	}
+	for i := 0; len(dst) < n; i += 2 {
+		dst = append(dst, math.Pow(2, -8*float64(i+1)/float64(2*p)))
+	}
+	return dst
+}
+
+// SDPAContext keeps SDPA's scratch memory and helper goroutines between calls, so that
+// SDPAInto makes no heap allocation once it has seen the largest shape. It is safe for
+// concurrent use. The zero value is ready to use, as is NewSDPAContext's; either way the helper
+// goroutines stop when the context is collected. Do not copy a context.
+type SDPAContext struct {
+	pool *parallel.Pool
+	mu   sync.Mutex
+	free []*sdpaWork
+}
+
+// NewSDPAContext returns a context with no memory yet.
+func NewSDPAContext() *SDPAContext { return new(SDPAContext) }
+
+// SDPA computes scaled dot-product attention in float32 with the tiled online softmax on all
+// cores, for callers that bring their own projections:
+//
+//	q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] → Out [B, Hq, Tq, Dv]
+//
+// Hq must be a multiple of Hkv ≥ 1: query head h reads K/V head ⌊h·Hkv/Hq⌋ (PyTorch's
+// enable_gqa), so multi-query (Hkv = 1), grouped-query and plain multi-head attention (Hkv = Hq)
+// are the same call, and K and V are never copied per query head. SDPAOptions lists the masks,
+// biases and outputs; note that a true in AttnMask means "may NOT attend", as in
+// nn.MultiheadAttention, the opposite of F.scaled_dot_product_attention. Any size may be 0. It
+// returns an error wrapping ErrShape when a tensor or option does not fit the others, saying
+// what was expected and what came.
+func SDPA(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPAResult, error) {
+	c := NewSDPAContext()
+	r := new(SDPAResult)
+	err := c.SDPAInto(r, q, k, v, opt)
+	if c.pool != nil {
+		c.pool.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// SDPAInto is SDPA writing into r: it reuses r.Out's, r.LSE's and r.Weights' storage when it is
+// large enough, so that calls with the same r make no heap allocation in steady state. Fields
+// not asked for are set to nil. Errors are as for SDPA; on error r is left as it was.
+func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAOptions) error {
+	w, pool := c.get()
+	defer c.put(w)
+	p := &w.p
+	if err := p.check(q, k, v, opt, &w.slopes); err != nil {
+		return err
+	}
+	r.Out = reuse(r.Out, p.b*p.hq*p.tq*p.dv, p.b, p.hq, p.tq, p.dv)
+	if p.opt.NeedLSE {
+		r.LSE = reuse(r.LSE, p.b*p.hq*p.tq, p.b, p.hq, p.tq)
+	} else {
+		r.LSE = nil
+	}
+	if p.opt.NeedWeights {
+		r.Weights = reuse(r.Weights, p.b*p.hq*p.tq*p.tk, p.b, p.hq, p.tq, p.tk)
+	} else {
+		r.Weights = nil
+	}
+	w.r = r
+	w.qBlocks = ceilDiv(p.tq, attend.BlockQ)
+	n := p.opt.Workers
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	n = min(n, max(1, p.b*p.hkv, p.b*p.hq*w.qBlocks)) // no scratch for workers without a task
+	if len(w.scratch) < n {
+		w.scratch = make([]attend.Scratch, n)
+		w.masked = make([]int, n)
+	}
+	clear(w.masked)
+
+	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, query block).
+	w.ldkt = paddedStride(p.tk)
+	w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
+	w.phase = 0
+	pool.Run(&w.loop, n, p.b*p.hkv, w)
+	w.phase = 1
+	pool.Run(&w.loop, n, p.b*p.hq*w.qBlocks, w)
+	r.FullyMasked = 0
+	for _, m := range w.masked[:n] {
+		r.FullyMasked += m
+	}
+	return nil
+}
+
+func (c *SDPAContext) get() (*sdpaWork, *parallel.Pool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pool == nil {
+		c.pool = new(parallel.Pool)
+		runtime.AddCleanup(c, (*parallel.Pool).Close, c.pool)
+	}
+	if n := len(c.free); n > 0 {
+		w := c.free[n-1]
+		c.free = c.free[:n-1]
+		return w, c.pool
+	}
+	return new(sdpaWork), c.pool
+}
+
+func (c *SDPAContext) put(w *sdpaWork) {
+	w.p, w.r = sdpaPlan{}, nil // drop the references to the caller's tensors
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.free) < keepWork {
+		c.free = append(c.free, w)
+	}
+}
+
+// sdpaPlan is a validated SDPA call.
+type sdpaPlan struct {
+	q, k, v            []float32
+	opt                SDPAOptions
+	b, hq, hkv, tq, tk int
+	d, dv              int
+	scale              float64
+	maskPerHead        bool
+	biasPerHead        bool
+}
+
+// check validates a call and fills p.
+//
+// slopes is where the default ALiBi slopes are kept between calls.
+func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]float64) error {
+	*p = sdpaPlan{}
+	if opt != nil {
+		p.opt = *opt
+	}
+	o := &p.opt
+	for _, t := range []struct {
+		name string
+		t    *tensor.Tensor
+		dims string
+	}{{"q", q, "[B Hq Tq D]"}, {"k", k, "[B Hkv Tk D]"}, {"v", v, "[B Hkv Tk Dv]"}} {
+		if t.t == nil {
+			return fmt.Errorf("%w: %s is nil, want a tensor %s", ErrShape, t.name, t.dims)
+		}
+		if err := checkData(t.name, t.t.Shape, len(t.t.Data)); err != nil {
+			return err
+		}
+		if len(t.t.Shape) != 4 {
+			return fmt.Errorf("%w: %s is %v, want 4 dimensions %s", ErrShape, t.name, t.t.Shape, t.dims)
+		}
+	}
+	p.b, p.hq, p.tq, p.d = q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	p.hkv, p.tk, p.dv = k.Shape[1], k.Shape[2], v.Shape[3]
+	switch {
+	case k.Shape[0] != p.b || k.Shape[3] != p.d:
+		return fmt.Errorf("%w: k is %v, want [%d Hkv Tk %d] (B and D of q %v)", ErrShape, k.Shape, p.b, p.d, q.Shape)
+	case v.Shape[0] != p.b || v.Shape[1] != p.hkv || v.Shape[2] != p.tk:
+		return fmt.Errorf("%w: v is %v, want [%d %d %d Dv] (B, Hkv and Tk of k %v)", ErrShape, v.Shape, p.b, p.hkv, p.tk, k.Shape)
+	case p.hkv < 1:
+		return fmt.Errorf("%w: k has %d heads, want at least 1", ErrShape, p.hkv)
+	case p.hq%p.hkv != 0:
+		return fmt.Errorf("%w: q has %d heads, want a multiple of k's %d heads", ErrShape, p.hq, p.hkv)
+	case math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
+		return fmt.Errorf("%w: scale is %v, want a finite number (0 for 1/√D)", ErrShape, o.Scale)
+	case o.Scale == 0 && p.d == 0:
+		return fmt.Errorf("%w: head size D is 0, so the default scale 1/√D is undefined; give a scale", ErrShape)
+	case o.Causal < NotCausal || o.Causal > CausalBottomRight:
+		return fmt.Errorf("%w: causal mode is %d, want NotCausal, CausalTopLeft or CausalBottomRight", ErrShape, o.Causal)
+	case o.Window != nil && (o.Window.Left < -1 || o.Window.Right < -1):
+		return fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, o.Window.Left, o.Window.Right)
+	case !(o.Softcap >= 0) || math.IsInf(o.Softcap, 1):
+		return fmt.Errorf("%w: softcap is %v, want a finite number ≥ 0 (0 for none)", ErrShape, o.Softcap)
+	case o.Slopes != nil && !o.ALiBi:
+		return fmt.Errorf("%w: slopes given without ALiBi", ErrShape)
+	case o.Slopes != nil && len(o.Slopes) != p.hq:
+		return fmt.Errorf("%w: %d ALiBi slopes, want one per query head (%d)", ErrShape, len(o.Slopes), p.hq)
+	case o.Sinks != nil && len(o.Sinks) != p.hq:
+		return fmt.Errorf("%w: %d sinks, want one per query head (%d)", ErrShape, len(o.Sinks), p.hq)
+	case o.Workers < 0:
+		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, o.Workers)
+	}
+	for h, s := range o.Slopes {
+		if math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: ALiBi slope of head %d is %v, want a finite number", ErrShape, h, s)
+		}
+	}
+	for h, s := range o.Sinks {
+		if math.IsNaN(float64(s)) || math.IsInf(float64(s), 1) {
+			return fmt.Errorf("%w: sink of head %d is %v, want a finite number or −Inf", ErrShape, h, s)
+		}
+	}
+	if m := o.KeyPaddingMask; m != nil {
+		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
+			return err
+		}
+		if !slices.Equal(m.Shape, []int{p.b, p.tk}) {
+			return fmt.Errorf("%w: key_padding_mask is %v, want [%d %d] (B Tk)", ErrShape, m.Shape, p.b, p.tk)
+		}
+	}
+	var err error
+	if m := o.AttnMask; m != nil {
+		if p.maskPerHead, err = p.checkMask("attn_mask", m.Shape, len(m.Data)); err != nil {
+			return err
+		}
+	}
+	if m := o.AttnBias; m != nil {
+		if p.biasPerHead, err = p.checkMask("attn_bias", m.Shape, len(m.Data)); err != nil {
+			return err
+		}
+	}
+	if o.NeedWeights && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+		return fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
+	}
+	p.q, p.k, p.v = q.Data, k.Data, v.Data
+	p.scale = o.Scale
+	if p.scale == 0 {
+		p.scale = 1 / math.Sqrt(float64(p.d))
+	}
+	if o.ALiBi && o.Slopes == nil {
+		*slopes = alibiInto(*slopes, p.hq)
+		o.Slopes = *slopes
+	}
+	return nil
+}
+
+// checkMask checks an attention mask's shape, [Tq, Tk] or [B, Hq, Tq, Tk], and reports whether
+// it is per head.
+func (p *sdpaPlan) checkMask(name string, shape []int, n int) (perHead bool, err error) {
+	if err := checkData(name, shape, n); err != nil {
+		return false, err
+	}
+	switch {
+	case slices.Equal(shape, []int{p.tq, p.tk}):
+		return false, nil
+	case slices.Equal(shape, []int{p.b, p.hq, p.tq, p.tk}):
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %s is %v, want [%d %d] or [%d %d %d %d] (Tq Tk or B Hq Tq Tk)", ErrShape, name, shape, p.tq, p.tk, p.b, p.hq, p.tq, p.tk)
+}
+
+// kvHead returns the K/V head that query head h reads.
+func (p *sdpaPlan) kvHead(h int) int { return h * p.hkv / p.hq }
+
+// bias returns the bias of batch b, query head h.
+func (p *sdpaPlan) bias(b, h int) attend.Bias {
+	o := &p.opt
+	delta := p.tk - p.tq
+	bias := attend.Bias{Stride: p.tk, Center: delta, Causal: o.Causal != NotCausal, Softcap: o.Softcap}
+	if o.Causal == CausalBottomRight {
+		bias.Offset = delta
+	}
+	if o.Window != nil {
+		// Sizes beyond Tq + Tk see the same keys; clamping them keeps i + δ ± size from
+		// overflowing.
+		bias.Window, bias.Left, bias.Right = true, min(o.Window.Left, p.tq+p.tk), min(o.Window.Right, p.tq+p.tk)
+	}
+	if o.ALiBi {
+		bias.Slope = o.Slopes[h]
+	}
+	if o.Sinks != nil {
+		bias.HasSink, bias.Sink = true, float64(o.Sinks[h])
+	}
+	n := p.tq * p.tk
+	if m := o.KeyPaddingMask; m != nil {
+		bias.KeyPad = m.Data[b*p.tk : (b+1)*p.tk]
+	}
+	if m := o.AttnMask; m != nil {
+		bias.Mask = m.Data
+		if p.maskPerHead {
+			bias.Mask = m.Data[(b*p.hq+h)*n : (b*p.hq+h+1)*n]
+		}
+	}
+	if m := o.AttnBias; m != nil {
+		bias.Add = m.Data
+		if p.biasPerHead {
+			bias.Add = m.Data[(b*p.hq+h)*n : (b*p.hq+h+1)*n]
+		}
+	}
+	return bias
+}
+
+// sdpaWork is one SDPA call's memory, kept in SDPAContext.free between calls, and the
+// parallel.Job of its two phases: Kᵀ per K/V head (phase 0), attention per task (phase 1).
+type sdpaWork struct {
+	p       sdpaPlan
+	r       *SDPAResult
+	loop    parallel.Loop
+	phase   int
+	kt      []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt]
+	ldkt    int
+	slopes  []float64 // the default ALiBi slopes
+	qBlocks int
+	scratch []attend.Scratch
+	masked  []int
+}
+
+// Do runs one task of the current phase.
+func (w *sdpaWork) Do(worker, task int) {
+	if w.phase == 0 {
+		w.transpose(task)
+	} else {
+		w.attend(worker, task)
+	}
+}
+
+// transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does.
+func (w *sdpaWork) transpose(task int) {
+	p, ld := &w.p, w.ldkt
+	src := p.k[task*p.tk*p.d:]
+	dst := w.kt[task*p.d*ld:]
+	const block = 64
+	for j0 := 0; j0 < p.tk; j0 += block {
+		j1 := min(j0+block, p.tk)
+		for i := range p.d {
+			out := dst[i*ld+j0 : i*ld+j1]
+			for j := range out {
+				out[j] = src[(j0+j)*p.d+i]
+			}
+		}
+	}
+}
+
+// attend runs one (batch, query head, query block) task.
+func (w *sdpaWork) attend(worker, task int) {
+	p := &w.p
+	bh, blk := task/w.qBlocks, task%w.qBlocks
+	b, h := bh/p.hq, bh%p.hq
+	kv := b*p.hkv + p.kvHead(h)
+	i0 := blk * attend.BlockQ
+	i1 := min(i0+attend.BlockQ, p.tq)
+	hd := attend.Head[float32]{
+		Q: view(p.q, bh*p.tq*p.d), LdQ: p.d,
+		Kt: view(w.kt, kv*max(p.d, 1)*w.ldkt), LdKt: w.ldkt,
+		V: view(p.v, kv*p.tk*p.dv), LdV: p.dv,
+		Out: view(w.r.Out.Data, bh*p.tq*p.dv), LdOut: p.dv,
+		Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv,
+	}
+	bias := p.bias(b, h)
+	var wts, lse []float32
+	if w.r.Weights != nil {
+		wts = w.r.Weights.Data[(bh*p.tq+i0)*p.tk : (bh*p.tq+i1)*p.tk]
+	}
+	if w.r.LSE != nil {
+		lse = w.r.LSE.Data[bh*p.tq+i0 : bh*p.tq+i1]
+	}
+	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), nil, i0, i1, wts, lse, &w.scratch[worker])
+}
+
+// SDPAReference computes the same as SDPA in float64, densely, one (batch, query head) at a time
+// with the full [Tq, Tk] weight matrix: the oracle of SDPA's tests. Shapes and errors are as for
+// SDPA; Workers is ignored.
+func SDPAReference(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPATrace, error) {
+	p := new(sdpaPlan)
+	var slopes []float64
+	if err := p.check(q, k, v, opt, &slopes); err != nil {
+		return nil, err
+	}
+	if int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+		return nil, fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
+	}
+	tr := &SDPATrace{B: p.b, Hq: p.hq, Hkv: p.hkv, Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv}
+	tr.Out = make([]float64, p.b*p.hq*p.tq*p.dv)
+	tr.LSE = make([]float64, p.b*p.hq*p.tq)
+	tr.Weights = make([]float64, p.b*p.hq*p.tq*p.tk)
+	qf, kf, vf := as[float64](p.q), as[float64](p.k), as[float64](p.v)
+	for b := range p.b {
+		for h := range p.hq {
+			bh, kv := b*p.hq+h, b*p.hkv+p.kvHead(h)
+			hd := attend.Head[float64]{
+				Q: view(qf, bh*p.tq*p.d), LdQ: p.d,
+				K: view(kf, kv*p.tk*p.d), LdK: p.d,
+				V: view(vf, kv*p.tk*p.dv), LdV: p.dv,
+				Out: view(tr.Out, bh*p.tq*p.dv), LdOut: p.dv,
+				Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv,
+			}
+			bias := p.bias(b, h)
+			tr.FullyMasked += attend.DenseLSE(&hd, &bias, p.scale, view(tr.Weights, bh*p.tq*p.tk), view(tr.LSE, bh*p.tq))
+		}
+	}
+	return tr, nil
+}

@@ -1,0 +1,620 @@
+package mha
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// sdpaGolden is one file written by testdata/gen_sdpa.py.
+type sdpaGolden struct {
+	name    string
+	q, k, v *tensor.Tensor
+	opt     SDPAOptions
+	out     []float64
+	lse     []float64
+	weights []float64 // nil for the long cases
+}
+
+func loadSDPAGolden(t *testing.T, path string) *sdpaGolden {
+	t.Helper()
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &sdpaGolden{name: strings.TrimSuffix(filepath.Base(path), ".safetensors")}
+	f32 := func(name string) *tensor.Tensor {
+		x, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	f64 := func(name string) []float64 {
+		x, _, err := f.Float64(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	g.q, g.k, g.v = f32("q"), f32("k"), f32("v")
+	g.out, g.lse = f64("out"), f64("lse")
+	if f.Has("weights") {
+		g.weights = f64("weights")
+	}
+	o := &g.opt
+	switch f.Metadata["causal"] {
+	case "top_left":
+		o.Causal = CausalTopLeft
+	case "bottom_right":
+		o.Causal = CausalBottomRight
+	}
+	if w := f.Metadata["window"]; w != "none" {
+		lr := strings.Split(w, ",")
+		l, err1 := strconv.Atoi(lr[0])
+		r, err2 := strconv.Atoi(lr[1])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("window %q", w)
+		}
+		o.Window = &Window{l, r}
+	}
+	var err1, err2 error
+	o.Softcap, err1 = strconv.ParseFloat(f.Metadata["softcap"], 64)
+	o.Scale, err2 = strconv.ParseFloat(f.Metadata["scale"], 64)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	o.ALiBi = f.Metadata["alibi"] != "none"
+	if f.Has("slopes") {
+		o.Slopes = f64("slopes")
+	}
+	if f.Has("sinks") {
+		o.Sinks = f32("sinks").Data
+	}
+	if f.Has("key_padding_mask") {
+		if o.KeyPaddingMask, err = f.Bool("key_padding_mask"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.Has("attn_mask") {
+		if o.AttnMask, err = f.Bool("attn_mask"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.Has("attn_bias") {
+		o.AttnBias = f32("attn_bias")
+	}
+	return g
+}
+
+func sdpaGoldens(t *testing.T) []*sdpaGolden {
+	t.Helper()
+	paths, err := filepath.Glob("testdata/sdpa/*.safetensors")
+	if err != nil || len(paths) < 10 {
+		t.Fatalf("golden files: %v, %v", paths, err)
+	}
+	var gs []*sdpaGolden
+	for _, p := range paths {
+		gs = append(gs, loadSDPAGolden(t, p))
+	}
+	return gs
+}
+
+// checkLSE compares log-sum-exps: the same infinities, and finite values within tol (relative).
+func checkLSE[F float32 | float64](t *testing.T, what string, got []F, want []float64, tol float64) {
+	t.Helper()
+	var gf, wf []float64
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsInf(w, 0) || math.IsInf(g, 0) || math.IsNaN(g) {
+			if g != w {
+				t.Errorf("%s: lse[%d] = %v, want %v", what, i, g, w)
+			}
+			continue
+		}
+		gf, wf = append(gf, g), append(wf, w)
+	}
+	if e := tensor.RelError(gf, wf); e > tol {
+		t.Errorf("%s: lse relative error %.3g > %.3g", what, e, tol)
+	}
+}
+
+func checkRel[F float32 | float64](t *testing.T, what string, got []F, want []float64, tol float64) {
+	t.Helper()
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			t.Fatalf("%s: value %d is %v", what, i, g)
+		}
+	}
+	if e := tensor.RelError(got, want); e > tol {
+		t.Errorf("%s: relative error %.3g > %.3g", what, e, tol)
+	}
+}
+
+// TestSDPAGolden checks SDPA (float32, tiled) within 1e-5 and SDPAReference (float64) within
+// 1e-12 of the PyTorch float64 goldens of testdata/gen_sdpa.py.
+func TestSDPAGolden(t *testing.T) {
+	for _, g := range sdpaGoldens(t) {
+		t.Run(g.name, func(t *testing.T) {
+			opt := g.opt
+			opt.NeedLSE, opt.NeedWeights, opt.Workers = true, g.weights != nil, 3
+			r, err := SDPA(g.q, g.k, g.v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "float32 out", r.Out.Data, g.out, 1e-5)
+			checkLSE(t, "float32", r.LSE.Data, g.lse, 1e-5)
+			ref, err := SDPAReference(g.q, g.k, g.v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "float64 out", ref.Out, g.out, 1e-12)
+			checkLSE(t, "float64", ref.LSE, g.lse, 1e-12)
+			if g.weights != nil {
+				checkRel(t, "float32 weights", r.Weights.Data, g.weights, 1e-5)
+				checkRel(t, "float64 weights", ref.Weights, g.weights, 1e-12)
+			}
+			if r.FullyMasked != ref.FullyMasked {
+				t.Errorf("fully masked rows: %d, reference %d", r.FullyMasked, ref.FullyMasked)
+			}
+			if want := []int{ref.B, ref.Hq, ref.Tq, ref.Dv}; !slices.Equal(r.Out.Shape, want) {
+				t.Errorf("out shape %v, want %v", r.Out.Shape, want)
+			}
+		})
+	}
+}
+
+// TestSDPAWorkers checks that the result has the same bits on 1, 2, 3 and absurdly many workers.
+func TestSDPAWorkers(t *testing.T) {
+	for _, g := range sdpaGoldens(t) {
+		var first *SDPAResult
+		for _, workers := range []int{1, 2, 3, 1 << 30} {
+			opt := g.opt
+			opt.NeedLSE, opt.NeedWeights, opt.Workers = true, g.weights != nil, workers
+			r, err := SDPA(g.q, g.k, g.v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == nil {
+				first = r
+				continue
+			}
+			if !bitsEqual(r.Out.Data, first.Out.Data) || !bitsEqual(r.LSE.Data, first.LSE.Data) ||
+				(r.Weights != nil && !bitsEqual(r.Weights.Data, first.Weights.Data)) {
+				t.Errorf("%s: %d workers give other bits than 1", g.name, workers)
+			}
+		}
+	}
+}
+
+func bitsEqual(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
+
+// sdpaRand returns a tensor of the shape with values from the seed.
+func sdpaRand(seed uint64, scale float64, shape ...int) *tensor.Tensor {
+	t := tensor.New(shape...)
+	tensor.NewRNG(seed).Normal(t, scale)
+	return t
+}
+
+// TestSDPAPlainHeads checks GQA against per-head attention written out in float64, and that
+// GQA gives the same bits as MHA on K/V heads repeated by hand (repeat_interleave).
+func TestSDPAPlainHeads(t *testing.T) {
+	const b, hq, hkv, tq, tk, d, dv = 2, 6, 2, 70, 300, 5, 3
+	q, k, v := sdpaRand(1, 1, b, hq, tq, d), sdpaRand(2, 1, b, hkv, tk, d), sdpaRand(3, 1, b, hkv, tk, dv)
+	opt := &SDPAOptions{Workers: 2}
+	r, err := SDPA(q, k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written out: out[b,h,i] = Σ_j softmax_j(q·k_j/√d) v_j with K/V head h / (hq/hkv).
+	want := make([]float64, b*hq*tq*dv)
+	for bb := range b {
+		for h := range hq {
+			kv := bb*hkv + h/(hq/hkv)
+			for i := range tq {
+				qi := q.Data[((bb*hq+h)*tq+i)*d:][:d]
+				s := make([]float64, tk)
+				m := math.Inf(-1)
+				for j := range tk {
+					kj := k.Data[(kv*tk+j)*d:][:d]
+					for c := range d {
+						s[j] += float64(qi[c]) * float64(kj[c])
+					}
+					s[j] /= math.Sqrt(d)
+					m = max(m, s[j])
+				}
+				sum := 0.0
+				for j := range s {
+					s[j] = math.Exp(s[j] - m)
+					sum += s[j]
+				}
+				out := want[((bb*hq+h)*tq+i)*dv:][:dv]
+				for j := range tk {
+					for c := range dv {
+						out[c] += s[j] / sum * float64(v.Data[(kv*tk+j)*dv+c])
+					}
+				}
+			}
+		}
+	}
+	checkRel(t, "float32", r.Out.Data, want, 1e-5)
+	ref, err := SDPAReference(q, k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRel(t, "float64", ref.Out, want, 1e-12)
+
+	kr, vr := tensor.New(b, hq, tk, d), tensor.New(b, hq, tk, dv)
+	for bb := range b {
+		for h := range hq {
+			kv := bb*hkv + h/(hq/hkv)
+			copy(kr.Data[(bb*hq+h)*tk*d:][:tk*d], k.Data[kv*tk*d:])
+			copy(vr.Data[(bb*hq+h)*tk*dv:][:tk*dv], v.Data[kv*tk*dv:])
+		}
+	}
+	full, err := SDPA(q, kr, vr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bitsEqual(full.Out.Data, r.Out.Data) {
+		t.Error("GQA and MHA on repeated K/V heads give other bits")
+	}
+}
+
+// TestSDPALayerCore checks SDPA with Hkv = Hq against the layer's attention core on the same
+// projections: the heads the layer keeps (Options.Heads.Keep).
+func TestSDPALayerCore(t *testing.T) {
+	const b, tq, e, heads = 2, 9, 12, 3
+	d := e / heads
+	l := newLayer(t, Config{EmbedDim: e, NumHeads: heads, Seed: 4})
+	x := sdpaRand(5, 1, b, tq, e)
+	r, err := l.Forward(x, nil, nil, &Options{Causal: true, Heads: HeadOptions{Keep: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, bias := l.param("in_proj_weight"), l.param("in_proj_bias")
+	proj := func(part int) *tensor.Tensor { // [B, H, T, d] from rows part·E … of in_proj
+		out := tensor.New(b, heads, tq, d)
+		for bb := range b {
+			for i := range tq {
+				for o := range e {
+					s := float64(bias[part*e+o])
+					for c := range e {
+						s += float64(x.Data[(bb*tq+i)*e+c]) * float64(w[(part*e+o)*e+c])
+					}
+					out.Data[((bb*heads+o/d)*tq+i)*d+o%d] = float32(s)
+				}
+			}
+		}
+		return out
+	}
+	s, err := SDPA(proj(0), proj(1), proj(2), &SDPAOptions{Causal: CausalTopLeft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float64, b*tq*e) // SDPA's heads, laid out as the layer's concatenation
+	for bb := range b {
+		for h := range heads {
+			for i := range tq {
+				for c := range d {
+					got[(bb*tq+i)*e+h*d+c] = float64(s.Out.Data[((bb*heads+h)*tq+i)*d+c])
+				}
+			}
+		}
+	}
+	want := make([]float64, len(r.Heads.Data))
+	for i, v := range r.Heads.Data {
+		want[i] = float64(v)
+	}
+	checkRel(t, "heads", got, want, 1e-5)
+}
+
+// propertyCase returns a GQA call with odd sizes, both causal and not.
+func propertyCase(causal CausalMode) (q, k, v *tensor.Tensor, opt SDPAOptions) {
+	const b, hq, hkv, tq, tk, d, dv = 2, 4, 2, 67, 261, 6, 5
+	q, k, v = sdpaRand(11, 2, b, hq, tq, d), sdpaRand(12, 2, b, hkv, tk, d), sdpaRand(13, 1, b, hkv, tk, dv)
+	return q, k, v, SDPAOptions{Causal: causal, NeedLSE: true, ALiBi: true, Workers: 2}
+}
+
+func run2(t *testing.T, q, k, v *tensor.Tensor, a, b SDPAOptions, tol float64, what string) {
+	t.Helper()
+	ra, err := SDPA(q, k, v, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := SDPA(q, k, v, &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tol == 0 {
+		if !bitsEqual(ra.Out.Data, rb.Out.Data) || !bitsEqual(ra.LSE.Data, rb.LSE.Data) {
+			t.Errorf("%s: other bits", what)
+		}
+		return
+	}
+	checkRel(t, what+" out", ra.Out.Data, f64(rb.Out.Data), tol)
+	checkLSE(t, what, ra.LSE.Data, f64(rb.LSE.Data), tol)
+}
+
+// TestSDPALimits checks options that reduce to no option: a window wider than the sequences, a
+// huge soft cap, a sink of −Inf.
+func TestSDPALimits(t *testing.T) {
+	for _, c := range []CausalMode{NotCausal, CausalTopLeft, CausalBottomRight} {
+		q, k, v, none := propertyCase(c)
+		wide := none
+		wide.Window = &Window{400, 400}
+		run2(t, q, k, v, wide, none, 0, "window ≥ T")
+		open := none
+		open.Window = &Window{-1, -1}
+		run2(t, q, k, v, open, none, 0, "window (−1, −1)")
+		huge := none
+		huge.Window = &Window{math.MaxInt, math.MaxInt}
+		run2(t, q, k, v, huge, none, 0, "window (MaxInt, MaxInt)")
+		capped := none
+		capped.Softcap = 1e30
+		run2(t, q, k, v, capped, none, 1e-6, "softcap 1e30")
+		sunk := none
+		sunk.Sinks = []float32{float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))}
+		run2(t, q, k, v, sunk, none, 0, "sink −Inf")
+	}
+}
+
+// TestSDPAFullyMasked checks rows whose keys the window and the padding hide: output 0, no NaN,
+// lse +Inf without a sink and the sink's logit with one.
+func TestSDPAFullyMasked(t *testing.T) {
+	const b, hq, hkv, tq, tk, d = 2, 2, 1, 70, 300, 4
+	q, k, v := sdpaRand(21, 1, b, hq, tq, d), sdpaRand(22, 1, b, hkv, tk, d), sdpaRand(23, 1, b, hkv, tk, d)
+	pad := tensor.NewBool(b, tk)
+	for j := 0; j < tk; j += 3 {
+		pad.Data[j] = true // also key 230 + 3n: the window of query i is key i + δ = i + 230
+	}
+	for _, sinks := range [][]float32{nil, {0.5, -2}} {
+		opt := SDPAOptions{Window: &Window{0, 0}, KeyPaddingMask: pad, Sinks: sinks, NeedLSE: true, NeedWeights: true}
+		for _, weights := range []bool{false, true} {
+			opt.NeedWeights = weights
+			r, err := SDPA(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := SDPAReference(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			masked := 0
+			for bh := range b * hq {
+				for i := range tq {
+					row := bh*tq + i
+					for _, x := range r.Out.Data[row*d : (row+1)*d] {
+						if math.IsNaN(float64(x)) {
+							t.Fatalf("NaN in row %d", row)
+						}
+					}
+					if !pad.Data[(bh/hq)*tk+i+tk-tq] {
+						continue
+					}
+					masked++
+					if slices.ContainsFunc(r.Out.Data[row*d:(row+1)*d], func(x float32) bool { return x != 0 }) {
+						t.Errorf("row %d: out %v, want 0", row, r.Out.Data[row*d:(row+1)*d])
+					}
+					want := math.Inf(1)
+					if sinks != nil {
+						want = float64(sinks[bh%hq])
+					}
+					if got := r.LSE.Data[row]; float64(got) != float64(float32(want)) || ref.LSE[row] != want {
+						t.Errorf("row %d: lse %v and %v, want %v", row, got, ref.LSE[row], want)
+					}
+				}
+			}
+			if masked == 0 || r.FullyMasked != masked || ref.FullyMasked != masked {
+				t.Errorf("fully masked rows %d, reference %d, want %d", r.FullyMasked, ref.FullyMasked, masked)
+			}
+			checkRel(t, "out", r.Out.Data, ref.Out, 1e-5)
+		}
+	}
+}
+
+// TestSDPAAllocs checks that SDPAInto makes no heap allocation in steady state.
+func TestSDPAAllocs(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalBottomRight)
+	opt.Window = &Window{50, 0}
+	opt.Sinks = []float32{1, 2, 3, 4}
+	opt.Workers = 3
+	opt.KeyPaddingMask = tensor.NewBool(2, 261)
+	c := new(SDPAContext) // the zero value is ready
+	for _, weights := range []bool{false, true} {
+		opt.NeedWeights = weights
+		var r SDPAResult
+		call := func() {
+			if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call()
+		if n := testing.AllocsPerRun(20, call); n != 0 {
+			t.Errorf("weights %v: %v allocations per call, want 0", weights, n)
+		}
+	}
+}
+
+// TestSDPAErrors checks that every bad shape or option is an error wrapping ErrShape, from both
+// SDPA and SDPAReference.
+func TestSDPAErrors(t *testing.T) {
+	q, k, v := tensor.New(2, 4, 3, 5), tensor.New(2, 2, 7, 5), tensor.New(2, 2, 7, 6)
+	nan := math.NaN()
+	cases := []struct {
+		name    string
+		q, k, v *tensor.Tensor
+		opt     SDPAOptions
+		want    string
+	}{
+		{"nil q", nil, k, v, SDPAOptions{}, "q is nil"},
+		{"3-d q", tensor.New(4, 3, 5), k, v, SDPAOptions{}, "want 4 dimensions"},
+		{"short data", &tensor.Tensor{Shape: []int{2, 4, 3, 5}, Data: make([]float32, 3)}, k, v, SDPAOptions{}, "holds 3 values"},
+		{"batch", q, tensor.New(1, 2, 7, 5), tensor.New(1, 2, 7, 6), SDPAOptions{}, "k is [1 2 7 5]"},
+		{"head size", q, tensor.New(2, 2, 7, 4), v, SDPAOptions{}, "k is [2 2 7 4]"},
+		{"v keys", q, k, tensor.New(2, 2, 8, 6), SDPAOptions{}, "v is [2 2 8 6]"},
+		{"v heads", q, k, tensor.New(2, 1, 7, 6), SDPAOptions{}, "v is [2 1 7 6]"},
+		{"no kv head", q, tensor.New(2, 0, 7, 5), tensor.New(2, 0, 7, 6), SDPAOptions{}, "at least 1"},
+		{"gqa", q, tensor.New(2, 3, 7, 5), tensor.New(2, 3, 7, 6), SDPAOptions{}, "multiple of k's 3"},
+		{"scale", q, k, v, SDPAOptions{Scale: nan}, "scale"},
+		{"scale D=0", tensor.New(2, 4, 3, 0), tensor.New(2, 2, 7, 0), v, SDPAOptions{}, "give a scale"},
+		{"causal", q, k, v, SDPAOptions{Causal: 7}, "causal mode"},
+		{"window", q, k, v, SDPAOptions{Window: &Window{-2, 0}}, "window"},
+		{"softcap", q, k, v, SDPAOptions{Softcap: -1}, "softcap"},
+		{"softcap inf", q, k, v, SDPAOptions{Softcap: math.Inf(1)}, "softcap"},
+		{"slopes alone", q, k, v, SDPAOptions{Slopes: []float64{1, 2, 3, 4}}, "without ALiBi"},
+		{"slopes", q, k, v, SDPAOptions{ALiBi: true, Slopes: []float64{1}}, "1 ALiBi slopes"},
+		{"slope nan", q, k, v, SDPAOptions{ALiBi: true, Slopes: []float64{1, nan, 3, 4}}, "slope of head 1"},
+		{"sinks", q, k, v, SDPAOptions{Sinks: []float32{1}}, "1 sinks"},
+		{"sink inf", q, k, v, SDPAOptions{Sinks: []float32{1, 2, float32(math.Inf(1)), 4}}, "sink of head 2"},
+		{"workers", q, k, v, SDPAOptions{Workers: -1}, "workers"},
+		{"padding", q, k, v, SDPAOptions{KeyPaddingMask: tensor.NewBool(2, 6)}, "key_padding_mask is [2 6]"},
+		{"padding data", q, k, v, SDPAOptions{KeyPaddingMask: &tensor.Bool{Shape: []int{2, 7}}}, "holds 0 values"},
+		{"mask", q, k, v, SDPAOptions{AttnMask: tensor.NewBool(3, 6)}, "attn_mask is [3 6]"},
+		{"mask 3-d", q, k, v, SDPAOptions{AttnMask: tensor.NewBool(8, 3, 7)}, "attn_mask is [8 3 7]"},
+		{"bias", q, k, v, SDPAOptions{AttnBias: tensor.New(2, 4, 3, 6)}, "attn_bias is [2 4 3 6]"},
+	}
+	for _, c := range cases {
+		_, err := SDPA(c.q, c.k, c.v, &c.opt)
+		if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: SDPA error %v, want ErrShape saying %q", c.name, err, c.want)
+		}
+		_, err = SDPAReference(c.q, c.k, c.v, &c.opt)
+		if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: SDPAReference error %v, want ErrShape saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAlibiSlopes checks the standard slopes: 2^(−8(h+1)/n) for n a power of two, interleaved
+// from the next power otherwise.
+func TestAlibiSlopes(t *testing.T) {
+	if got := AlibiSlopes(4); !slices.Equal(got, []float64{0.25, 0.0625, 0.015625, 0.00390625}) {
+		t.Errorf("4 heads: %v", got)
+	}
+	got, want := AlibiSlopes(6), []float64{0.25, 0.0625, 0.015625, 0.00390625, math.Pow(2, -1), math.Pow(2, -3)}
+	if !slices.Equal(got, want) {
+		t.Errorf("6 heads: %v, want %v", got, want)
+	}
+	if len(AlibiSlopes(0)) != 0 {
+		t.Error("0 heads")
+	}
+}
+
+// FuzzSDPAShapes checks on small sizes, zeros included, that SDPA and SDPAReference agree: both
+// fail with an ErrShape error, or both succeed with results within float32 accuracy and no NaN.
+func FuzzSDPAShapes(f *testing.F) {
+	f.Add(uint8(2), uint8(4), uint8(2), uint8(3), uint8(5), uint8(4), uint8(3), uint8(0), int8(-1), int8(-1), uint8(0), uint8(0), uint64(1))
+	f.Add(uint8(1), uint8(2), uint8(1), uint8(1), uint8(9), uint8(2), uint8(2), uint8(2), int8(2), int8(0), uint8(3), uint8(0xff), uint64(2))
+	f.Add(uint8(0), uint8(0), uint8(1), uint8(0), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint64(3))
+	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(0), uint8(1), uint8(0), uint8(0), int8(-1), int8(3), uint8(1), uint8(0xf0), uint64(4))
+	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tk, d, dv, causal uint8, left, right int8, softcap, flags uint8, seed uint64) {
+		b, hq, hkv, tq, tk, d, dv = b%4, hq%7, hkv%4, tq%80, tk%80, d%6, dv%5
+		if tq > 10 && tk > 10 {
+			tq %= 10 // keep a call small, but allow long keys or queries
+		}
+		sizes := func(s ...uint8) []int {
+			n := make([]int, len(s))
+			for i, x := range s {
+				n[i] = int(x)
+			}
+			return n
+		}
+		q := sdpaRand(seed, 1.5, sizes(b, hq, tq, d)...)
+		k := sdpaRand(seed+1, 1.5, sizes(b, hkv, tk, d)...)
+		v := sdpaRand(seed+2, 1, sizes(b, hkv, tk, dv)...)
+		opt := SDPAOptions{Causal: CausalMode(causal % 4), Softcap: float64(softcap) / 4, NeedLSE: true, NeedWeights: flags&1 != 0, Workers: int(seed % 4)}
+		if left != 0 || right != 0 {
+			opt.Window = &Window{int(left) % 8, int(right) % 8}
+		}
+		if flags&2 != 0 {
+			opt.ALiBi = true
+		}
+		if flags&4 != 0 {
+			opt.Sinks = make([]float32, hq+flags>>7) // one too many now and then
+			for h := range opt.Sinks {
+				opt.Sinks[h] = float32(h) - 1
+			}
+		}
+		if flags&8 != 0 {
+			opt.KeyPaddingMask = tensor.NewBool(int(b), int(tk))
+			for j := range opt.KeyPaddingMask.Data {
+				opt.KeyPaddingMask.Data[j] = (uint64(j)*seed)%3 == 0
+			}
+		}
+		if flags&16 != 0 {
+			opt.AttnMask = tensor.NewBool(int(tq), int(tk)+int(flags>>6&1))
+			for j := range opt.AttnMask.Data {
+				opt.AttnMask.Data[j] = (uint64(j)*(seed+7))%5 == 0
+			}
+		}
+		if flags&32 != 0 {
+			opt.AttnBias = sdpaRand(seed+3, 1, int(b), int(hq), int(tq), int(tk))
+		}
+		if flags&64 != 0 {
+			opt.Scale = float64(int(seed%5)) - 2
+		}
+		r, err := SDPA(q, k, v, &opt)
+		ref, rerr := SDPAReference(q, k, v, &opt)
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("SDPA error %v, reference error %v", err, rerr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrShape) || err.Error() != rerr.Error() {
+				t.Fatalf("errors %v and %v, want the same ErrShape", err, rerr)
+			}
+			return
+		}
+		checkRel(t, "out", r.Out.Data, ref.Out, 1e-4)
+		checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-4)
+		if opt.NeedWeights {
+			checkRel(t, "weights", r.Weights.Data, ref.Weights, 1e-4)
+		}
+		if r.FullyMasked != ref.FullyMasked {
+			t.Fatalf("fully masked %d, reference %d", r.FullyMasked, ref.FullyMasked)
+		}
+	})
+}
+
+// TestSDPAConcurrent runs one context from several goroutines at once (for the race detector)
+// and checks every result against a lone call's bits.
+func TestSDPAConcurrent(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalTopLeft)
+	opt.Window = &Window{9, 3}
+	want, err := SDPA(q, k, v, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewSDPAContext()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var r SDPAResult
+			for range 5 {
+				if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+					errs <- err
+					return
+				}
+				if !bitsEqual(r.Out.Data, want.Out.Data) {
+					errs <- errors.New("other bits")
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

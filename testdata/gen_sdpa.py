@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Generate the golden files of mha.SDPA, the functional attention API.
+
+Run from the repository root with the interpreter that has PyTorch 1.13:
+
+    /usr/bin/python3 testdata/gen_sdpa.py
+
+PyTorch 1.13 has no enable_gqa, soft-capping, sinks or sliding windows, so this
+writes the math out by hand in float64, with δ = Tk − Tq:
+
+    K/V head of query head h   ⌊h·Hkv/Hq⌋ (repeat_interleave)
+    s      = scale·q·kᵀ, then C·tanh(s/C) with a soft cap C
+    s     -= slope_h·|i + δ − j| (ALiBi), s += attn_bias
+    masked = attn_mask (true = may NOT attend) | key_padding_mask
+             | causal (top-left: j > i; bottom-right: j > i + δ)
+             | window (j < i + δ − L when L ≥ 0, j > i + δ + R when R ≥ 0)
+    lse    = logsumexp over the row's logits and the sink column (+inf when the
+             row has neither a visible key nor a sink)
+    w      = exp(s − lse), out = w·v
+
+For every case in CASES it writes testdata/sdpa/<case>.safetensors: float32
+inputs (q, k, v, masks, sinks, slopes) and float64 results (out, lse, and
+weights for the small cases), with the options in the metadata. The output is
+deterministic: each case draws from its own generator seeded from its name.
+"""
+
+import dataclasses
+import math
+import os
+import sys
+import zlib
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_golden import write_safetensors  # noqa: E402  the project's one safetensors writer
+
+OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sdpa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    b: int
+    hq: int
+    hkv: int
+    tq: int
+    tk: int
+    d: int
+    dv: int
+    causal: str = "none"  # "none", "top_left" or "bottom_right"
+    window: tuple | None = None  # (left, right), -1 unbounded
+    softcap: float = 0.0
+    sinks: bool = False
+    alibi: str = "none"  # "none", "default" or "given"
+    key_padding: bool = False
+    attn_mask: str = "none"  # "none", "2d" or "4d"
+    attn_bias: str = "none"  # "none", "2d" or "4d"
+    scale: float = 0.0  # 0: 1/sqrt(d)
+    input_scale: float = 1.0
+    weights: bool = True  # store the weights (small cases only)
+    pad_keys: tuple = ()  # keys padded in every batch, on top of the random ones
+
+
+CASES = [
+    Case("mha_plain", 2, 3, 3, 5, 5, 4, 4),
+    Case("gqa_bottom_right_cache", 2, 4, 2, 3, 9, 8, 6, causal="bottom_right"),
+    Case("mqa_top_left_tq_gt_tk", 1, 4, 1, 7, 5, 5, 3, causal="top_left"),
+    Case("window_noncausal_padding", 2, 2, 1, 6, 10, 4, 4, window=(2, 1), key_padding=True),
+    Case("window_causal_softcap", 1, 3, 3, 8, 8, 6, 5, causal="bottom_right", window=(3, 0), softcap=5.0, input_scale=3.0),
+    Case("sinks_window_padding", 2, 4, 2, 6, 7, 4, 3, window=(1, 1), sinks=True, key_padding=True, pad_keys=(2, 3, 4)),
+    Case("alibi_default_gqa", 2, 6, 3, 4, 11, 4, 4, causal="bottom_right", alibi="default"),
+    Case("alibi_given_masks_scale", 2, 4, 4, 5, 6, 3, 5, alibi="given", attn_mask="2d", attn_bias="4d", scale=0.7),
+    Case("decode_tq1", 2, 8, 2, 1, 13, 8, 8, causal="bottom_right", window=(4, -1), sinks=True, softcap=2.0, alibi="default", input_scale=2.0),
+    Case("all_options", 3, 6, 2, 7, 10, 7, 5, causal="top_left", window=(5, 2), softcap=3.0, sinks=True, alibi="default",
+         key_padding=True, attn_mask="4d", attn_bias="2d", scale=0.3, input_scale=2.0),
+    Case("fully_masked_no_sink", 1, 2, 1, 5, 5, 4, 4, window=(0, 0), key_padding=True, pad_keys=(1, 3)),
+    Case("right_window_only", 1, 2, 2, 9, 6, 4, 4, causal="top_left", window=(-1, 1), attn_mask="2d"),
+    Case("tiled_window_long", 1, 2, 1, 130, 600, 4, 4, causal="bottom_right", window=(40, 0), sinks=True, weights=False),
+    Case("tiled_top_left_long", 1, 3, 1, 100, 300, 3, 2, causal="top_left", softcap=4.0, key_padding=True, alibi="default",
+         input_scale=2.0, weights=False),
+]
+
+
+def alibi_slopes(n):
+    def pow2(m):
+        return [2.0 ** (-8.0 * (i + 1) / m) for i in range(m)]
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    s = pow2(p)
+    if p < n:
+        s += pow2(2 * p)[0::2][: n - p]
+    return s
+
+
+def build(case):
+    gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
+
+    def randn(*shape, std=1.0):
+        return torch.randn(shape, generator=gen, dtype=torch.float32) * std
+
+    def rand(*shape):
+        return torch.rand(shape, generator=gen, dtype=torch.float64)
+
+    t = {
+        "q": randn(case.b, case.hq, case.tq, case.d, std=case.input_scale),
+        "k": randn(case.b, case.hkv, case.tk, case.d, std=case.input_scale),
+        "v": randn(case.b, case.hkv, case.tk, case.dv),
+    }
+    full = (case.b, case.hq, case.tq, case.tk)
+    if case.key_padding:
+        kpm = rand(case.b, case.tk) < 0.25
+        for j in case.pad_keys:
+            kpm[:, j] = True
+        t["key_padding_mask"] = kpm
+    if case.attn_mask != "none":
+        shape = (case.tq, case.tk) if case.attn_mask == "2d" else full
+        t["attn_mask"] = rand(*shape) < 0.2
+    if case.attn_bias != "none":
+        shape = (case.tq, case.tk) if case.attn_bias == "2d" else full
+        bias = randn(*shape, std=1.5)
+        bias[rand(*shape) < 0.1] = -math.inf
+        t["attn_bias"] = bias
+    if case.sinks:
+        t["sinks"] = randn(case.hq, std=1.5)
+    if case.alibi == "given":
+        t["slopes"] = rand(case.hq) * 0.5
+    return t
+
+
+def reference(case, t):
+    q, k, v = (t[n].double() for n in ("q", "k", "v"))
+    rep = case.hq // case.hkv
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scale = case.scale if case.scale else 1 / math.sqrt(case.d)
+    s = scale * q @ k.transpose(-1, -2)
+    if case.softcap:
+        s = case.softcap * torch.tanh(s / case.softcap)
+    delta = case.tk - case.tq
+    i = torch.arange(case.tq).view(-1, 1)
+    j = torch.arange(case.tk).view(1, -1)
+    if case.alibi != "none":
+        slopes = t["slopes"].double() if case.alibi == "given" else torch.tensor(alibi_slopes(case.hq), dtype=torch.float64)
+        s = s - slopes.view(1, -1, 1, 1) * (i + delta - j).abs().double()
+    if "attn_bias" in t:
+        s = s + t["attn_bias"].double()
+    masked = torch.zeros(s.shape, dtype=torch.bool)
+    if "attn_mask" in t:
+        masked = masked | t["attn_mask"]
+    if "key_padding_mask" in t:
+        masked = masked | t["key_padding_mask"].view(case.b, 1, 1, case.tk)
+    if case.causal == "top_left":
+        masked = masked | (j > i)
+    elif case.causal == "bottom_right":
+        masked = masked | (j > i + delta)
+    if case.window is not None:
+        left, right = case.window
+        if left >= 0:
+            masked = masked | (j < i + delta - left)
+        if right >= 0:
+            masked = masked | (j > i + delta + right)
+    s = s.masked_fill(masked, -math.inf)
+    logits = s
+    if "sinks" in t:
+        sink = t["sinks"].double().view(1, -1, 1, 1).expand(case.b, case.hq, case.tq, 1)
+        logits = torch.cat([s, sink], dim=-1)
+    lse = torch.logsumexp(logits, dim=-1)
+    dead = torch.isinf(lse) & (lse < 0)
+    lse = lse.masked_fill(dead, math.inf)
+    w = torch.exp(s - lse.unsqueeze(-1)).masked_fill(dead.unsqueeze(-1), 0.0)
+    out = w @ v
+    assert not torch.isnan(out).any() and not torch.isnan(w).any()
+    return out, lse, w
+
+
+def main():
+    torch.set_num_threads(1)
+    os.makedirs(OUT_DIR, exist_ok=True)
+    total = 0
+    for case in CASES:
+        t = build(case)
+        out, lse, w = reference(case, t)
+        tensors = {name: x.numpy() for name, x in t.items()}
+        tensors["slopes"] = tensors["slopes"].astype("float64") if "slopes" in tensors else None
+        tensors = {n: x for n, x in tensors.items() if x is not None}
+        tensors["out"], tensors["lse"] = out.numpy(), lse.numpy()
+        if case.weights:
+            tensors["weights"] = w.numpy()
+        meta = {
+            "causal": case.causal,
+            "window": "none" if case.window is None else f"{case.window[0]},{case.window[1]}",
+            "softcap": repr(case.softcap),
+            "alibi": case.alibi,
+            "scale": repr(case.scale),
+        }
+        path = os.path.join(OUT_DIR, case.name + ".safetensors")
+        write_safetensors(path, tensors, meta)
+        size = os.path.getsize(path)
+        total += size
+        rows = int((w.sum(-1) == 0).sum())
+        print(f"{case.name}: {size} bytes, {rows} fully masked rows")
+    print(f"total {total} bytes")
+    assert total < 1 << 20
+
+
+if __name__ == "__main__":
+    main()
