@@ -134,9 +134,10 @@ func alibiInto(dst []float64, n int) []float64 {
 // concurrent use. The zero value is ready to use, as is NewSDPAContext's; either way the helper
 // goroutines stop when the context is collected. Do not copy a context.
 type SDPAContext struct {
-	pool *parallel.Pool
-	mu   sync.Mutex
-	free []*sdpaWork
+	pool      *parallel.Pool
+	mu        sync.Mutex
+	free      []*sdpaWork
+	cacheFree []*cacheWork // AttendCache's memory
 }
 
 // NewSDPAContext returns a context with no memory yet.
@@ -218,16 +219,21 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 func (c *SDPAContext) get() (*sdpaWork, *parallel.Pool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pool == nil {
-		c.pool = new(parallel.Pool)
-		runtime.AddCleanup(c, (*parallel.Pool).Close, c.pool)
-	}
+	c.startPool()
 	if n := len(c.free); n > 0 {
 		w := c.free[n-1]
 		c.free = c.free[:n-1]
 		return w, c.pool
 	}
 	return new(sdpaWork), c.pool
+}
+
+// startPool starts the context's pool on first use; c.mu must be held.
+func (c *SDPAContext) startPool() {
+	if c.pool == nil {
+		c.pool = new(parallel.Pool)
+		runtime.AddCleanup(c, (*parallel.Pool).Close, c.pool)
+	}
 }
 
 func (c *SDPAContext) put(w *sdpaWork) {
@@ -258,7 +264,6 @@ func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]flo
 	if opt != nil {
 		p.opt = *opt
 	}
-	o := &p.opt
 	for _, t := range []struct {
 		name string
 		t    *tensor.Tensor
@@ -285,6 +290,19 @@ func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]flo
 		return fmt.Errorf("%w: k has %d heads, want at least 1", ErrShape, p.hkv)
 	case p.hq%p.hkv != 0:
 		return fmt.Errorf("%w: q has %d heads, want a multiple of k's %d heads", ErrShape, p.hq, p.hkv)
+	}
+	if err := p.checkOptions(slopes); err != nil {
+		return err
+	}
+	p.q, p.k, p.v = q.Data, k.Data, v.Data
+	return nil
+}
+
+// checkOptions validates p.opt against the sizes in p and sets p.scale (and the default ALiBi
+// slopes, kept in slopes between calls).
+func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
+	o := &p.opt
+	switch {
 	case math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
 		return fmt.Errorf("%w: scale is %v, want a finite number (0 for 1/√D)", ErrShape, o.Scale)
 	case o.Scale == 0 && p.d == 0:
@@ -336,7 +354,6 @@ func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]flo
 	if o.NeedWeights && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
 		return fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
 	}
-	p.q, p.k, p.v = q.Data, k.Data, v.Data
 	p.scale = o.Scale
 	if p.scale == 0 {
 		p.scale = 1 / math.Sqrt(float64(p.d))

@@ -1,0 +1,356 @@
+package mha
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// sliceT returns positions [t0, t1) of x [B, H, T, D] as a new tensor.
+func sliceT(x *tensor.Tensor, t0, t1 int) *tensor.Tensor {
+	b, h, t, d := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	out := tensor.New(b, h, t1-t0, d)
+	for bh := range b * h {
+		copy(out.Data[bh*(t1-t0)*d:], x.Data[(bh*t+t0)*d:(bh*t+t1)*d])
+	}
+	return out
+}
+
+// roundTo rounds x's values to dtype in place, as the cache stores them.
+func roundTo(x *tensor.Tensor, dtype CacheDType) {
+	h := make([]uint16, len(x.Data))
+	switch dtype {
+	case CacheFloat16:
+		kernel.EncodeF16(h, x.Data)
+		kernel.DecodeF16(x.Data, h)
+	case CacheBFloat16:
+		kernel.EncodeBF16(h, x.Data)
+		kernel.DecodeBF16(x.Data, h)
+	}
+}
+
+// cacheCase is one set of options for the decode tests.
+type cacheCase struct {
+	name    string
+	hq, hkv int
+	opt     SDPAOptions
+}
+
+func cacheCases() []cacheCase {
+	sinks := []float32{0.5, -1, float32(math.Inf(-1)), 2, 0, 1, -0.5, 0.25}
+	br := CausalBottomRight
+	return []cacheCase{
+		{"mha", 4, 4, SDPAOptions{Causal: br, NeedLSE: true}},
+		{"gqa", 8, 2, SDPAOptions{Causal: br, NeedLSE: true}},
+		{"mqa", 4, 1, SDPAOptions{Causal: br, NeedLSE: true, Scale: 0.3}},
+		{"window", 8, 2, SDPAOptions{Causal: br, Window: &Window{Left: 7, Right: 0}, NeedLSE: true}},
+		{"window-noncausal", 4, 2, SDPAOptions{Window: &Window{Left: 5, Right: 2}, NeedLSE: true}},
+		{"softcap", 4, 2, SDPAOptions{Causal: br, Softcap: 1.5, NeedLSE: true}},
+		{"sinks", 8, 4, SDPAOptions{Causal: br, Sinks: sinks, NeedLSE: true}},
+		{"alibi", 8, 2, SDPAOptions{Causal: br, ALiBi: true, NeedLSE: true}},
+		{"noncausal", 4, 2, SDPAOptions{NeedLSE: true}},
+		{"all", 8, 2, SDPAOptions{Causal: br, Window: &Window{Left: 9, Right: -1}, Softcap: 2, ALiBi: true, Sinks: sinks, NeedLSE: true, Workers: 3}},
+	}
+}
+
+var cacheDTypes = []CacheDType{CacheFloat32, CacheFloat16, CacheBFloat16}
+
+// TestAttendCacheDecode prefills T positions, then decodes N one at a time, and checks every
+// call against SDPAReference (float64) over the keys cached so far, with the inputs rounded to
+// the cache's type first; with bottom-right causal attention, the outputs of all calls together
+// must also equal one SDPA forward over all T + N positions.
+func TestAttendCacheDecode(t *testing.T) {
+	const b, d, dv, prefill, steps = 2, 8, 6, 37, 9
+	const total = prefill + steps
+	for _, dtype := range cacheDTypes {
+		for _, tc := range cacheCases() {
+			t.Run(fmt.Sprintf("%v/%s", dtype, tc.name), func(t *testing.T) {
+				q := sdpaRand(1, 1, b, tc.hq, total, d)
+				k := sdpaRand(2, 1, b, tc.hkv, total, d)
+				v := sdpaRand(3, 1, b, tc.hkv, total, dv)
+				roundTo(k, dtype)
+				roundTo(v, dtype)
+				kv, err := NewKVCache(b, tc.hkv, d, dv, total+3, dtype)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := NewSDPAContext()
+				var r SDPAResult
+				out := tensor.New(b, tc.hq, total, dv) // the calls' outputs, put together
+				for t0 := 0; t0 < total; {
+					t1 := t0 + 1
+					if t0 == 0 {
+						t1 = prefill
+					}
+					qs, ks, vs := sliceT(q, t0, t1), sliceT(k, t0, t1), sliceT(v, t0, t1)
+					if err := ctx.AttendCache(&r, kv, qs, ks, vs, &tc.opt); err != nil {
+						t.Fatal(err)
+					}
+					if kv.Len() != t1 {
+						t.Fatalf("Len() = %d after appending up to %d", kv.Len(), t1)
+					}
+					ref, err := SDPAReference(qs, sliceT(k, 0, t1), sliceT(v, 0, t1), &tc.opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					what := fmt.Sprintf("positions %d…%d", t0, t1-1)
+					checkRel(t, what+" out", r.Out.Data, ref.Out, 1e-5)
+					checkLSE(t, what+" lse", r.LSE.Data, ref.LSE, 1e-5)
+					if r.FullyMasked != ref.FullyMasked {
+						t.Errorf("%s: %d rows fully masked, reference %d", what, r.FullyMasked, ref.FullyMasked)
+					}
+					for bh := range b * tc.hq {
+						copy(out.Data[(bh*total+t0)*dv:], r.Out.Data[bh*(t1-t0)*dv:(bh+1)*(t1-t0)*dv])
+					}
+					t0 = t1
+				}
+				if tc.opt.Causal != CausalBottomRight {
+					return
+				}
+				full, err := SDPA(q, k, v, &tc.opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := tensor.RelError(out.Data, f64(full.Out.Data)); e > 1e-5 {
+					t.Errorf("prefill + decode vs one forward: relative error %.3g > 1e-5", e)
+				}
+			})
+		}
+	}
+}
+
+// TestAttendCacheFlashDecoding checks the split of a long cache into chunks: bit-identical
+// results for any worker count, equal to the unsplit SDPA and to the float64 reference.
+func TestAttendCacheFlashDecoding(t *testing.T) {
+	const b, hq, hkv, d, dv, tk = 1, 8, 2, 16, 8, 3*cacheChunk + 77
+	for _, dtype := range cacheDTypes {
+		for _, tc := range []struct {
+			name string
+			opt  SDPAOptions
+		}{
+			{"causal", SDPAOptions{Causal: CausalBottomRight, NeedLSE: true}},
+			{"window", SDPAOptions{Causal: CausalBottomRight, Window: &Window{Left: cacheChunk + 5, Right: 0}, NeedLSE: true}},
+			{"sinks-alibi-softcap", SDPAOptions{ALiBi: true, Softcap: 3, Sinks: []float32{1, 2, 3, 4, -1, -2, 0, 5}, NeedLSE: true}},
+		} {
+			t.Run(fmt.Sprintf("%v/%s", dtype, tc.name), func(t *testing.T) {
+				k := sdpaRand(2, 1, b, hkv, tk, d)
+				v := sdpaRand(3, 1, b, hkv, tk, dv)
+				roundTo(k, dtype)
+				roundTo(v, dtype)
+				kv, err := NewKVCache(b, hkv, d, dv, tk, dtype)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := NewSDPAContext()
+				empty := sdpaRand(4, 1, b, hq, 0, d)
+				if err := ctx.AttendCache(new(SDPAResult), kv, empty, k, v, &tc.opt); err != nil {
+					t.Fatal(err)
+				}
+				q := sdpaRand(1, 1, b, hq, 1, d)
+				var first []float32
+				for _, workers := range []int{1, 2, 3, 5, 16} {
+					opt := tc.opt
+					opt.Workers = workers
+					var r SDPAResult
+					if err := ctx.AttendCache(&r, kv, q, nil, nil, &opt); err != nil {
+						t.Fatal(err)
+					}
+					if first == nil {
+						first = r.Out.Data
+						full, err := SDPA(q, k, v, &opt)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if e := tensor.RelError(r.Out.Data, f64(full.Out.Data)); e > 1e-6 {
+							t.Errorf("split vs unsplit SDPA: relative error %.3g > 1e-6", e)
+						}
+						ref, err := SDPAReference(q, k, v, &opt)
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkRel(t, "out", r.Out.Data, ref.Out, 1e-5)
+						checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-5)
+					} else if !bitsEqual(first, r.Out.Data) {
+						t.Errorf("%d workers give other bits than 1", workers)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestKVCacheBytes checks that half caches hold half the bytes of a float32 one.
+func TestKVCacheBytes(t *testing.T) {
+	want := map[CacheDType]int64{CacheFloat32: 2 * 8 * 100 * (128 + 64) * 4, CacheFloat16: 2 * 8 * 100 * (128 + 64) * 2, CacheBFloat16: 2 * 8 * 100 * (128 + 64) * 2}
+	for dtype, n := range want {
+		c, err := NewKVCache(2, 8, 128, 64, 100, dtype)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Bytes() != n {
+			t.Errorf("%v cache holds %d bytes, want %d", dtype, c.Bytes(), n)
+		}
+		if got := int64(len(c.k32)+len(c.v32))*4 + int64(len(c.k16)+len(c.v16))*2; got != n {
+			t.Errorf("%v cache allocated %d bytes, want %d", dtype, got, n)
+		}
+	}
+}
+
+// TestAttendCacheErrors checks that bad calls fail with ErrShape and leave the cache as it was.
+func TestAttendCacheErrors(t *testing.T) {
+	for _, bad := range [][6]int{{-1, 1, 4, 4, 8, 0}, {1, 0, 4, 4, 8, 0}, {1, 1, -4, 4, 8, 0}, {1, 1, 4, 4, -1, 0}, {1, 1, 4, 4, 8, 3}, {1 << 20, 1 << 10, 1 << 10, 1, 1 << 10, 0}} {
+		if _, err := NewKVCache(bad[0], bad[1], bad[2], bad[3], bad[4], CacheDType(bad[5])); !errors.Is(err, ErrShape) {
+			t.Errorf("NewKVCache%v: error %v, want ErrShape", bad, err)
+		}
+	}
+	kv, err := NewKVCache(2, 2, 4, 3, 5, CacheBFloat16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := NewSDPAContext()
+	q := sdpaRand(1, 1, 2, 4, 1, 4)
+	k := sdpaRand(2, 1, 2, 2, 3, 4)
+	v := sdpaRand(3, 1, 2, 2, 3, 3)
+	var r SDPAResult
+	if err := ctx.AttendCache(&r, kv, q, k, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	br := SDPAOptions{Causal: CausalBottomRight}
+	for _, c := range []struct {
+		name    string
+		kv      *KVCache
+		q, k, v *tensor.Tensor
+		opt     *SDPAOptions
+	}{
+		{"nil cache", nil, q, nil, nil, nil},
+		{"nil q", kv, nil, nil, nil, nil},
+		{"q batch", kv, sdpaRand(1, 1, 1, 4, 1, 4), nil, nil, nil},
+		{"q heads", kv, sdpaRand(1, 1, 2, 3, 1, 4), nil, nil, nil},
+		{"q dim", kv, sdpaRand(1, 1, 2, 4, 1, 5), nil, nil, nil},
+		{"q rank", kv, sdpaRand(1, 1, 2, 4, 4), nil, nil, nil},
+		{"k without v", kv, q, k, nil, nil},
+		{"k heads", kv, q, sdpaRand(1, 1, 2, 1, 1, 4), sdpaRand(1, 1, 2, 1, 1, 3), nil},
+		{"v dim", kv, q, sdpaRand(1, 1, 2, 2, 1, 4), sdpaRand(1, 1, 2, 2, 1, 4), nil},
+		{"v length", kv, q, sdpaRand(1, 1, 2, 2, 1, 4), sdpaRand(1, 1, 2, 2, 2, 3), nil},
+		{"capacity", kv, q, k, v, &br},
+		{"top-left", kv, q, nil, nil, &SDPAOptions{Causal: CausalTopLeft}},
+		{"weights", kv, q, nil, nil, &SDPAOptions{NeedWeights: true}},
+		{"mask", kv, q, nil, nil, &SDPAOptions{KeyPaddingMask: tensor.NewBool(2, 3)}},
+		{"sinks", kv, q, nil, nil, &SDPAOptions{Sinks: []float32{1}}},
+		{"window", kv, q, nil, nil, &SDPAOptions{Window: &Window{-2, 0}}},
+		{"scale", kv, q, nil, nil, &SDPAOptions{Scale: math.NaN()}},
+	} {
+		before := r.Out
+		if err := ctx.AttendCache(&r, c.kv, c.q, c.k, c.v, c.opt); !errors.Is(err, ErrShape) {
+			t.Errorf("%s: error %v, want ErrShape", c.name, err)
+		} else {
+			t.Logf("%s: %v", c.name, err)
+		}
+		if kv.Len() != 3 || r.Out != before {
+			t.Errorf("%s: the failed call changed the cache (Len %d) or the result", c.name, kv.Len())
+		}
+	}
+	kv.Reset()
+	if kv.Len() != 0 || kv.Cap() != 5 || kv.DType() != CacheBFloat16 {
+		t.Errorf("after Reset: Len %d, Cap %d, DType %v; want 0, 5, BF16", kv.Len(), kv.Cap(), kv.DType())
+	}
+}
+
+// TestAttendCacheAllocs checks that a decode step makes no heap allocation in steady state.
+func TestAttendCacheAllocs(t *testing.T) {
+	const b, hq, hkv, d = 1, 8, 2, 16
+	kv, err := NewKVCache(b, hkv, d, d, 4096, CacheBFloat16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := NewSDPAContext()
+	var r SDPAResult
+	opt := SDPAOptions{Causal: CausalBottomRight, NeedLSE: true, Sinks: make([]float32, hq), Workers: 2}
+	if err := ctx.AttendCache(&r, kv, sdpaRand(1, 1, b, hq, 1500, d), sdpaRand(2, 1, b, hkv, 1500, d), sdpaRand(3, 1, b, hkv, 1500, d), &opt); err != nil {
+		t.Fatal(err)
+	}
+	q, k, v := sdpaRand(4, 1, b, hq, 1, d), sdpaRand(5, 1, b, hkv, 1, d), sdpaRand(6, 1, b, hkv, 1, d)
+	step := func() {
+		if err := ctx.AttendCache(&r, kv, q, k, v, &opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(50, step); n != 0 {
+		t.Errorf("%v allocations per decode step, want 0", n)
+	}
+}
+
+// FuzzAttendCache fuzzes shapes and options: a prefill and a decode step against
+// SDPAReference over the keys cached so far, with errors for what AttendCache refuses.
+func FuzzAttendCache(f *testing.F) {
+	f.Add(uint8(1), uint8(4), uint8(2), uint8(3), uint8(5), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(0), uint8(0), uint64(1))
+	f.Add(uint8(2), uint8(2), uint8(1), uint8(0), uint8(9), uint8(2), uint8(2), uint8(0), int8(2), int8(0), uint8(3), uint8(0xff), uint8(1), uint64(2))
+	f.Add(uint8(0), uint8(0), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint8(2), uint64(3))
+	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(200), uint8(1), uint8(0), uint8(2), int8(-1), int8(3), uint8(1), uint8(0xf0), uint8(1), uint64(4))
+	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tn, d, dv, causal uint8, left, right int8, softcap, flags, dtype uint8, seed uint64) {
+		b, hq, hkv, tq, d, dv = b%3, hq%7, hkv%4, tq%9, d%6, dv%5
+		tnI := int(tn)*7 + int(seed%7) // up to ~1800: several flash-decoding chunks
+		kv, err := NewKVCache(int(b), int(hkv), int(d), int(dv), 1900, CacheDType(dtype%4))
+		if err != nil {
+			if !errors.Is(err, ErrShape) || hkv != 0 && dtype%4 != 3 {
+				t.Fatalf("NewKVCache: %v", err)
+			}
+			return
+		}
+		k := sdpaRand(seed+1, 1.5, int(b), int(hkv), tnI+1, int(d))
+		v := sdpaRand(seed+2, 1, int(b), int(hkv), tnI+1, int(dv))
+		roundTo(k, kv.DType())
+		roundTo(v, kv.DType())
+		opt := SDPAOptions{Causal: CausalMode(causal % 3), Softcap: float64(softcap) / 4, NeedLSE: flags&1 != 0, Workers: int(seed % 4)}
+		if left != 0 || right != 0 {
+			opt.Window = &Window{int(left) % 8, int(right) % 8}
+		}
+		if flags&2 != 0 {
+			opt.ALiBi = true
+		}
+		if flags&4 != 0 {
+			opt.Sinks = make([]float32, int(hq)+int(flags>>7)) // one too many now and then
+			for h := range opt.Sinks {
+				opt.Sinks[h] = float32(h) - 1
+			}
+		}
+		if flags&64 != 0 {
+			opt.Scale = float64(int(seed%5)) - 2
+		}
+		ctx := NewSDPAContext()
+		var r SDPAResult
+		for step, span := range [][2]int{{0, tnI}, {tnI, tnI + 1}} { // a prefill, then one step
+			q := sdpaRand(seed+uint64(3+step), 1.5, int(b), int(hq), int(tq), int(d))
+			before := kv.Len()
+			err := ctx.AttendCache(&r, kv, q, sliceT(k, span[0], span[1]), sliceT(v, span[0], span[1]), &opt)
+			if opt.Causal == CausalTopLeft {
+				if !errors.Is(err, ErrShape) || kv.Len() != before {
+					t.Fatalf("top-left causal: error %v, Len %d → %d; want ErrShape and no change", err, before, kv.Len())
+				}
+				return
+			}
+			ref, rerr := SDPAReference(q, sliceT(k, 0, span[1]), sliceT(v, 0, span[1]), &opt)
+			if (err == nil) != (rerr == nil) {
+				t.Fatalf("AttendCache error %v, reference error %v", err, rerr)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrShape) || kv.Len() != before {
+					t.Fatalf("error %v, Len %d → %d", err, before, kv.Len())
+				}
+				return
+			}
+			checkRel(t, "out", r.Out.Data, ref.Out, 1e-4)
+			if opt.NeedLSE {
+				checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-4)
+			}
+			if r.FullyMasked != ref.FullyMasked {
+				t.Fatalf("fully masked %d, reference %d", r.FullyMasked, ref.FullyMasked)
+			}
+		}
+	})
+}
