@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -58,11 +59,11 @@ func decode[F float32 | float64](name string, t Tensor) ([]F, error) {
 		}
 	case F16:
 		for i := range out {
-			out[i] = F(f16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+			out[i] = F(kernel.F16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
 		}
 	case BF16:
 		for i := range out {
-			out[i] = F(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
+			out[i] = F(kernel.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
 		}
 	case I32:
 		for i := range out {
@@ -120,25 +121,6 @@ func checkBoolBytes(name string, b []byte) error {
 		}
 	}
 	return nil
-}
-
-// f16ToF32 converts IEEE 754 binary16 bits to the float32 of exactly the same value. NaN
-// payloads are kept, shifted into the top of the float32 mantissa.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch exp {
-	case 0: // zero or subnormal: mant × 2^-24, exact in float32
-		v := float32(mant) * (1.0 / (1 << 24))
-		if sign != 0 {
-			v = -v
-		}
-		return v
-	case 0x1f: // Inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
 
 // FromFloat32 returns t as an F32 tensor: a copy of t's shape and its values as little-endian
