@@ -21,3 +21,20 @@ func peakLoop(i isa) (loop func(n int) float32, flopsPerIter int) {
 	}
 	return fmaGo, fmaGoFLOPs
 }
+
+// readZMM reads n·256 bytes from p with zmm loads (AVX-512F); peak_amd64.s.
+func readZMM(p *byte, n int)
+
+// readYMM reads n·256 bytes from p with ymm loads (AVX2); peak_amd64.s.
+func readYMM(p *byte, n int)
+
+// readLoop returns the memory read loop for instruction set i: it reads n·256 bytes from p.
+func readLoop(i isa) func(p *byte, n int) {
+	switch i {
+	case avx512:
+		return readZMM
+	case avx2:
+		return readYMM
+	}
+	return readGo
+}

@@ -86,3 +86,53 @@ fmaYMM_loop:
 	JNZ         fmaYMM_loop
 	VZEROUPPER
 	RET
+
+// func readZMM(p *byte, n int)
+// Requires: AVX, AVX512F
+TEXT ·readZMM(SB), NOSPLIT, $0-16
+	MOVQ   p+0(FP), AX
+	MOVQ   n+8(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+readZMM_loop:
+	VPORD (AX), Z0, Z0
+	VPORD 64(AX), Z1, Z1
+	VPORD 128(AX), Z2, Z2
+	VPORD 192(AX), Z3, Z3
+	ADDQ  $0x00000100, AX
+	DECQ  CX
+	JNZ   readZMM_loop
+	VZEROUPPER
+	RET
+
+// func readYMM(p *byte, n int)
+// Requires: AVX, AVX2
+TEXT ·readYMM(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+readYMM_loop:
+	VPOR (AX), Y0, Y0
+	VPOR 32(AX), Y1, Y1
+	VPOR 64(AX), Y2, Y2
+	VPOR 96(AX), Y3, Y3
+	VPOR 128(AX), Y4, Y4
+	VPOR 160(AX), Y5, Y5
+	VPOR 192(AX), Y6, Y6
+	VPOR 224(AX), Y7, Y7
+	ADDQ $0x00000100, AX
+	DECQ CX
+	JNZ  readYMM_loop
+	VZEROUPPER
+	RET

@@ -7,3 +7,7 @@ package kernel
 func peakLoop(isa) (loop func(n int) float32, flopsPerIter int) {
 	return fmaGo, fmaGoFLOPs
 }
+
+// readLoop returns the portable memory read loop: without the assembly every instruction set
+// runs as generic.
+func readLoop(isa) func(p *byte, n int) { return readGo }

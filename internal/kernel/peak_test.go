@@ -32,3 +32,21 @@ func TestFmaGo(t *testing.T) {
 		t.Errorf("fmaGo(64) = %g, want 16", got)
 	}
 }
+
+// TestReadBandwidth runs every available read loop briefly over 64 MiB and checks that it
+// reports a plausible rate: positive and below 1 TB/s per worker, which no DRAM reaches (a loop
+// that skipped its loads would exceed it). Speed itself is not tested.
+func TestReadBandwidth(t *testing.T) {
+	for _, i := range available() {
+		for _, workers := range []int{1, 2} {
+			bw := readBandwidth(i, workers, 64<<20, 20*time.Millisecond)
+			t.Logf("%s, %d workers: %.1f GB/s", i, workers, bw/1e9)
+			if !(bw > 0 && bw < 1e12*float64(workers)) {
+				t.Errorf("%s, %d workers: %g B/s, want a positive rate below %d TB/s", i, workers, bw, workers)
+			}
+		}
+	}
+	if bw := ReadBandwidth(0, 1<<20, time.Millisecond); !(bw > 0) {
+		t.Errorf("ReadBandwidth(0, 1 MiB, 1ms) = %g, want > 0", bw)
+	}
+}

@@ -1,5 +1,6 @@
 // Command peak writes peak_amd64.s: register-only FMA loops that measure how many float32
-// FLOPs a core can issue when nothing waits on memory. Kernel's go:generate line runs it:
+// FLOPs a core can issue when nothing waits on memory, and read loops that measure how many
+// bytes a core can load from memory. Kernel's go:generate line runs it:
 //
 //	go generate -run peak ./internal/kernel
 //
@@ -29,7 +30,41 @@ func main() {
 		fmt.Sprintf("fmaZMM runs n iterations of %d independent zmm VFMADD231PS (AVX-512F).", zmmAccumulators))
 	loop("fmaYMM", ymmAccumulators, YMM, one,
 		fmt.Sprintf("fmaYMM runs n iterations of %d independent ymm VFMADD231PS (AVX2 + FMA).", ymmAccumulators))
+	read("readZMM", ZMM, 64, "readZMM reads n·256 bytes from p, 64 bytes a load into 4 zmm accumulators (AVX-512F).")
+	read("readYMM", YMM, 32, "readYMM reads n·256 bytes from p, 32 bytes a load into 8 ymm accumulators (AVX2).")
 	Generate()
+}
+
+// read emits func name(p *byte, n int): a loop that loads 256 bytes per iteration with vectors
+// of width bytes and ORs them into independent accumulators, so that the loads, not a
+// dependency chain, bound it: the memory read ceiling. n must be ≥ 1.
+func read(name string, vec func() reg.VecVirtual, width int, doc string) {
+	TEXT(name, NOSPLIT, "func(p *byte, n int)")
+	Doc(doc)
+	p := Load(Param("p"), GP64())
+	n := Load(Param("n"), GP64())
+	acc := make([]reg.VecVirtual, 256/width)
+	for i := range acc {
+		acc[i] = vec()
+		if width == 64 {
+			VPXORD(acc[i], acc[i], acc[i])
+		} else {
+			VPXOR(acc[i], acc[i], acc[i])
+		}
+	}
+	Label(name + "_loop")
+	for i, a := range acc {
+		if width == 64 {
+			VPORD(Mem{Base: p, Disp: i * width}, a, a)
+		} else {
+			VPOR(Mem{Base: p, Disp: i * width}, a, a)
+		}
+	}
+	ADDQ(U32(256), p)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	VZEROUPPER()
+	RET()
 }
 
 // loop emits func name(n int): acc[i] += one·one for every accumulator, n times. n must be ≥ 1.
