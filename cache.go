@@ -52,12 +52,15 @@ func (d CacheDType) Size() int {
 }
 
 // KVCache holds the keys [B, Hkv, Len, D] and values [B, Hkv, Len, Dv] of the positions a
-// decoder has seen, for AttendCache. Its memory, [B, Hkv, capacity, D + Dv] values in its
-// CacheDType, is allocated once by NewKVCache; appending beyond the capacity is an error, never
-// a silent drop. Keys outside a sliding window are skipped, not evicted: every position
+// decoder has seen, for AttendCache. Its memory, B·Hkv·(D + Dv) values in its CacheDType for
+// each of capacity positions rounded up to a multiple of 128, is allocated once by NewKVCache;
+// appending beyond the capacity is an error, never a silent drop. Keys are stored transposed in
+// blocks of 128 positions ([D, 128] each), so that a decode step multiplies them without
+// repacking them. Keys outside a sliding window are skipped, not evicted: every position
 // appended counts against the capacity until Reset. A KVCache is not safe for concurrent use.
 type KVCache struct {
 	b, hkv, d, dv, capacity int
+	rows                    int // positions stored per head: capacity rounded up to cacheTile
 	dtype                   CacheDType
 	n                       int
 	k32, v32                []float32 // CacheFloat32
@@ -86,7 +89,8 @@ func NewKVCache(batch, kvHeads, headDim, valueDim, capacity int, dtype CacheDTyp
 		return nil, fmt.Errorf("%w: KV cache [%d %d %d %d] would hold more than 2^40 values", ErrShape, batch, kvHeads, capacity, max(headDim, valueDim))
 	}
 	c := &KVCache{b: batch, hkv: kvHeads, d: headDim, dv: valueDim, capacity: capacity, dtype: dtype}
-	nk, nv := batch*kvHeads*capacity*headDim, batch*kvHeads*capacity*valueDim
+	c.rows = ceilDiv(capacity, cacheTile) * cacheTile
+	nk, nv := batch*kvHeads*c.rows*headDim, batch*kvHeads*c.rows*valueDim
 	if dtype == CacheFloat32 {
 		c.k32, c.v32 = make([]float32, nk), make([]float32, nv)
 	} else {
@@ -104,9 +108,10 @@ func (c *KVCache) Cap() int { return c.capacity }
 // DType is the element type the cache stores.
 func (c *KVCache) DType() CacheDType { return c.dtype }
 
-// Bytes is the size of the cache's key and value storage: B·Hkv·capacity·(D + Dv)·DType().Size().
+// Bytes is the size of the cache's key and value storage: B·Hkv·R·(D + Dv)·DType().Size(), with
+// R the capacity rounded up to a multiple of 128.
 func (c *KVCache) Bytes() int64 {
-	return int64(c.b) * int64(c.hkv) * int64(c.capacity) * int64(c.d+c.dv) * int64(c.dtype.Size())
+	return int64(c.b) * int64(c.hkv) * int64(c.rows) * int64(c.d+c.dv) * int64(c.dtype.Size())
 }
 
 // Reset empties the cache, keeping its memory, to start new sequences.
@@ -116,42 +121,65 @@ func (c *KVCache) Reset() { c.n = 0 }
 // rounding them to the cache's type; the caller has checked the shapes and the capacity.
 func (c *KVCache) appendKV(k, v []float32, tn int) {
 	for bh := range c.b * c.hkv {
-		c.store(c.k32, c.k16, (bh*c.capacity+c.n)*c.d, k[bh*tn*c.d:(bh+1)*tn*c.d])
-		c.store(c.v32, c.v16, (bh*c.capacity+c.n)*c.dv, v[bh*tn*c.dv:(bh+1)*tn*c.dv])
+		for t := range tn {
+			pos := c.n + t
+			off := (bh*c.rows+pos/cacheTile*cacheTile)*c.d + pos%cacheTile // key pos, dimension 0
+			for i, x := range k[(bh*tn+t)*c.d : (bh*tn+t+1)*c.d] {
+				switch c.dtype {
+				case CacheFloat32:
+					c.k32[off+i*cacheTile] = x
+				case CacheFloat16:
+					c.k16[off+i*cacheTile] = kernel.F32ToF16(x)
+				case CacheBFloat16:
+					c.k16[off+i*cacheTile] = kernel.F32ToBF16(x)
+				}
+			}
+		}
+		src := v[bh*tn*c.dv : (bh+1)*tn*c.dv]
+		off := (bh*c.rows + c.n) * c.dv
+		switch c.dtype {
+		case CacheFloat32:
+			copy(c.v32[off:], src)
+		case CacheFloat16:
+			kernel.EncodeF16(c.v16[off:off+len(src)], src)
+		case CacheBFloat16:
+			kernel.EncodeBF16(c.v16[off:off+len(src)], src)
+		}
 	}
 	c.n += tn
 }
 
-func (c *KVCache) store(d32 []float32, d16 []uint16, off int, src []float32) {
-	switch c.dtype {
-	case CacheFloat32:
-		copy(d32[off:], src)
-	case CacheFloat16:
-		kernel.EncodeF16(d16[off:off+len(src)], src)
-	case CacheBFloat16:
-		kernel.EncodeBF16(d16[off:off+len(src)], src)
-	}
+// keys returns the block of keys from position j0 (a multiple of cacheTile) of (batch·K/V head)
+// bh as float32, [D, cacheTile] row-major: a view of the storage for CacheFloat32, else
+// converted into buf.
+func (c *KVCache) keys(bh, j0 int, buf []float32) []float32 {
+	return c.load(c.k32, c.k16, (bh*c.rows+j0)*c.d, c.d*cacheTile, buf)
 }
 
-// load returns n rows of width w of (batch·K/V head) bh from position j0 as float32: a view of
-// the storage for CacheFloat32, else converted into buf.
-func (c *KVCache) load(d32 []float32, d16 []uint16, w, bh, j0, n int, buf []float32) []float32 {
-	off := (bh*c.capacity + j0) * w
+// values returns n values from position j0 of (batch·K/V head) bh as float32, [n, Dv]
+// row-major: a view of the storage for CacheFloat32, else converted into buf.
+func (c *KVCache) values(bh, j0, n int, buf []float32) []float32 {
+	return c.load(c.v32, c.v16, (bh*c.rows+j0)*c.dv, n*c.dv, buf)
+}
+
+// load returns the n stored values from offset off as float32: d32's for CacheFloat32, else
+// d16's converted into buf.
+func (c *KVCache) load(d32 []float32, d16 []uint16, off, n int, buf []float32) []float32 {
 	switch c.dtype {
 	case CacheFloat16:
-		kernel.DecodeF16(buf[:n*w], d16[off:])
-		return buf[:n*w]
+		kernel.DecodeF16(buf[:n], d16[off:])
+		return buf[:n]
 	case CacheBFloat16:
-		kernel.DecodeBF16(buf[:n*w], d16[off:])
-		return buf[:n*w]
+		kernel.DecodeBF16(buf[:n], d16[off:])
+		return buf[:n]
 	}
-	return d32[off : off+n*w]
+	return d32[off : off+n]
 }
 
 // Work sizes of AttendCache, fixed so that results do not depend on the worker count.
 const (
-	// cacheTile is the keys converted and scored at once: with D = Dv = 128 its float32 keys and
-	// values take 128 KiB, which stays in L2.
+	// cacheTile is the keys converted and scored at once, and the block of keys stored
+	// transposed: with D = Dv = 128 its float32 keys and values take 128 KiB, which stays in L2.
 	cacheTile = 128
 	// cacheChunk is the keys of one flash-decoding task (a multiple of cacheTile).
 	cacheChunk = 4 * cacheTile
@@ -419,12 +447,12 @@ func (w *cacheWork) partial(worker, task int) {
 	clear(acc)
 	q := w.q[row0*w.d : (row0+nr)*w.d]
 	kv := w.kv
-	for t0 := lo; t0 < hi; t0 += cacheTile {
+	for t0 := lo / cacheTile * cacheTile; t0 < hi; t0 += cacheTile {
 		nt := min(cacheTile, hi-t0)
-		kt := kv.load(kv.k32, kv.k16, w.d, bkv, t0, nt, sc.kt)
-		vt := kv.load(kv.v32, kv.v16, w.dv, bkv, t0, nt, sc.vt)
+		kt := kv.keys(bkv, t0, sc.kt)
+		vt := kv.values(bkv, t0, nt, sc.vt)
 		s := sc.s[:nr*nt]
-		sc.ws.Sgemm(false, true, nr, nt, w.d, w.scale, q, w.d, kt, w.d, 0, s, nt, nil)
+		sc.ws.Sgemm(false, false, nr, nt, w.d, w.scale, q, w.d, kt, cacheTile, 0, s, nt, nil)
 		for r := range nr {
 			h := kvh*w.g + (r0+r)/w.tq
 			bias := w.bias(h)

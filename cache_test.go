@@ -183,19 +183,21 @@ func TestAttendCacheFlashDecoding(t *testing.T) {
 	}
 }
 
-// TestKVCacheBytes checks that half caches hold half the bytes of a float32 one.
+// TestKVCacheBytes checks that half caches hold half the bytes of a float32 one, with the
+// capacity rounded up to whole blocks of 128 positions.
 func TestKVCacheBytes(t *testing.T) {
-	want := map[CacheDType]int64{CacheFloat32: 2 * 8 * 100 * (128 + 64) * 4, CacheFloat16: 2 * 8 * 100 * (128 + 64) * 2, CacheBFloat16: 2 * 8 * 100 * (128 + 64) * 2}
-	for dtype, n := range want {
-		c, err := NewKVCache(2, 8, 128, 64, 100, dtype)
+	const b, hkv, d, dv, capacity, rows = 2, 8, 128, 64, 1000, 1024
+	for dtype, size := range map[CacheDType]int64{CacheFloat32: 4, CacheFloat16: 2, CacheBFloat16: 2} {
+		c, err := NewKVCache(b, hkv, d, dv, capacity, dtype)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Bytes() != n {
-			t.Errorf("%v cache holds %d bytes, want %d", dtype, c.Bytes(), n)
+		want := b * hkv * rows * (d + dv) * size
+		if c.Bytes() != want {
+			t.Errorf("%v cache holds %d bytes, want %d", dtype, c.Bytes(), want)
 		}
-		if got := int64(len(c.k32)+len(c.v32))*4 + int64(len(c.k16)+len(c.v16))*2; got != n {
-			t.Errorf("%v cache allocated %d bytes, want %d", dtype, got, n)
+		if got := int64(len(c.k32)+len(c.v32))*4 + int64(len(c.k16)+len(c.v16))*2; got != want {
+			t.Errorf("%v cache allocated %d bytes, want %d", dtype, got, want)
 		}
 	}
 }
