@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // func decodeBF16AVX512(dst []float32, src []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -14,13 +14,14 @@ TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-48
 	JZ   decodeBF16AVX512_done
 
 decodeBF16AVX512_loop:
-	VPMOVZXWD (CX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, (AX)
-	ADDQ      $0x00000020, CX
-	ADDQ      $0x00000040, AX
-	DECQ      DX
-	JNZ       decodeBF16AVX512_loop
+	PREFETCHT0 2048(CX)
+	VPMOVZXWD  (CX), Z0
+	VPSLLD     $0x10, Z0, Z0
+	VMOVUPS    Z0, (AX)
+	ADDQ       $0x00000020, CX
+	ADDQ       $0x00000040, AX
+	DECQ       DX
+	JNZ        decodeBF16AVX512_loop
 
 decodeBF16AVX512_done:
 	VZEROUPPER
@@ -68,7 +69,7 @@ encodeBF16AVX512_done:
 	RET
 
 // func decodeF16AVX512(dst []float32, src []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·decodeF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -77,12 +78,13 @@ TEXT ·decodeF16AVX512(SB), NOSPLIT, $0-48
 	JZ   decodeF16AVX512_done
 
 decodeF16AVX512_loop:
-	VCVTPH2PS (CX), Z0
-	VMOVUPS   Z0, (AX)
-	ADDQ      $0x00000020, CX
-	ADDQ      $0x00000040, AX
-	DECQ      DX
-	JNZ       decodeF16AVX512_loop
+	PREFETCHT0 2048(CX)
+	VCVTPH2PS  (CX), Z0
+	VMOVUPS    Z0, (AX)
+	ADDQ       $0x00000020, CX
+	ADDQ       $0x00000040, AX
+	DECQ       DX
+	JNZ        decodeF16AVX512_loop
 
 decodeF16AVX512_done:
 	VZEROUPPER
