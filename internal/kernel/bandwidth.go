@@ -91,8 +91,5 @@ func readGo(p *byte, n int) {
 		a6 |= s[j+6]
 		a7 |= s[j+7]
 	}
-	readSink = a0 | a1 | a2 | a3 | a4 | a5 | a6 | a7
+	runtime.KeepAlive(a0 | a1 | a2 | a3 | a4 | a5 | a6 | a7) // the loads must not be optimised away
 }
-
-// readSink keeps readGo's loads from being optimised away.
-var readSink uint64
