@@ -63,6 +63,11 @@ type SDPAOptions struct {
 	// Sinks, when not nil, is [Hq]: a learned logit per head that joins every row's softmax and
 	// takes probability mass but no value (gpt-oss). −Inf is no sink; NaN and +Inf are errors.
 	Sinks []float32
+	// Rotary, when not nil, rotates q and k inside the call (RoPE): key j at position
+	// Rotary.Offset + j and query i at Rotary.Offset + Tk − Tq + i. K is rotated as it is
+	// transposed for the kernel and Q into the call's scratch, so the caller's tensors are left
+	// as they are.
+	Rotary *Rotary
 	// KeyPaddingMask is [B, Tk]; true marks a key no query may attend.
 	KeyPaddingMask *tensor.Bool
 	// AttnMask is [Tq, Tk] or [B, Hq, Tq, Tk]; true means query i may NOT attend key j. This is
@@ -203,10 +208,22 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	clear(w.masked)
 
 	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, query block).
+	// With rotary, phase 0 also rotates Q into w.qrot, one task per (batch, query head).
 	w.ldkt = paddedStride(p.tk)
 	w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
+	w.q = p.q
+	tasks := p.b * p.hkv
+	if p.ropeDim > 0 {
+		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeRows())
+		w.qrot = kernel.Grow(w.qrot, len(p.q))
+		w.q = w.qrot
+		if len(w.rows) < n {
+			w.rows = make([][]float32, n)
+		}
+		tasks += p.b * p.hq
+	}
 	w.phase = 0
-	pool.Run(&w.loop, n, p.b*p.hkv, w)
+	pool.Run(&w.loop, n, tasks, w)
 	w.phase = 1
 	pool.Run(&w.loop, n, p.b*p.hq*w.qBlocks, w)
 	r.FullyMasked = 0
@@ -237,7 +254,7 @@ func (c *SDPAContext) startPool() {
 }
 
 func (c *SDPAContext) put(w *sdpaWork) {
-	w.p, w.r = sdpaPlan{}, nil // drop the references to the caller's tensors
+	w.p, w.r, w.q = sdpaPlan{}, nil, nil // drop the references to the caller's tensors
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.free) < keepWork {
@@ -252,6 +269,8 @@ type sdpaPlan struct {
 	b, hq, hkv, tq, tk int
 	d, dv              int
 	scale              float64
+	ropeDim            int // rotary dimensions (0: no rotary)
+	ropeStart          int // the position of the table's first row: Offset + min(0, Tk − Tq)
 	maskPerHead        bool
 	biasPerHead        bool
 }
@@ -362,8 +381,26 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		*slopes = alibiInto(*slopes, p.hq)
 		o.Slopes = *slopes
 	}
+	if r := o.Rotary; r != nil {
+		n, err := r.check(p.d)
+		if err != nil {
+			return err
+		}
+		p.ropeDim, p.ropeStart = n, r.Offset+min(0, p.tk-p.tq)
+		if r.Offset+p.tk > maxRopePosition || p.ropeStart < -maxRopePosition {
+			return fmt.Errorf("%w: rotary positions %d to %d, want them within ±%d", ErrShape, p.ropeStart, r.Offset+p.tk-1, maxRopePosition)
+		}
+	}
 	return nil
 }
+
+// ropeRows is how many positions the rotary table of a call covers: keys at Offset + j and
+// queries at Offset + Tk − Tq + i, from ropeStart on.
+func (p *sdpaPlan) ropeRows() int { return max(p.tk, p.tq) }
+
+// keyPos and queryPos are the rows of the rotary table of key j and query i.
+func (p *sdpaPlan) keyPos(j int) int   { return p.opt.Rotary.Offset + j - p.ropeStart }
+func (p *sdpaPlan) queryPos(i int) int { return p.opt.Rotary.Offset + p.tk - p.tq + i - p.ropeStart }
 
 // checkMask checks an attention mask's shape, [Tq, Tk] or [B, Hq, Tq, Tk], and reports whether
 // it is per head.
@@ -422,15 +459,20 @@ func (p *sdpaPlan) bias(b, h int) attend.Bias {
 }
 
 // sdpaWork is one SDPA call's memory, kept in SDPAContext.free between calls, and the
-// parallel.Job of its two phases: Kᵀ per K/V head (phase 0), attention per task (phase 1).
+// parallel.Job of its two phases: Kᵀ per K/V head and, with rotary, the rotated Q (phase 0),
+// attention per task (phase 1).
 type sdpaWork struct {
 	p       sdpaPlan
 	r       *SDPAResult
 	loop    parallel.Loop
 	phase   int
-	kt      []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt]
+	kt      []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt], rotated with rotary
 	ldkt    int
-	slopes  []float64 // the default ALiBi slopes
+	q       []float32 // the Q the kernel reads: the caller's, or qrot
+	qrot    []float32 // with rotary: the rotated Q [B, Hq, Tq, D]
+	rope    ropeTable
+	rows    [][]float32 // with rotary: each worker's block of rotated keys
+	slopes  []float64   // the default ALiBi slopes
 	qBlocks int
 	scratch []attend.Scratch
 	masked  []int
@@ -438,25 +480,46 @@ type sdpaWork struct {
 
 // Do runs one task of the current phase.
 func (w *sdpaWork) Do(worker, task int) {
-	if w.phase == 0 {
-		w.transpose(task)
-	} else {
+	switch {
+	case w.phase == 1:
 		w.attend(worker, task)
+	case task < w.p.b*w.p.hkv:
+		w.transpose(worker, task)
+	default:
+		w.rotateQ(task - w.p.b*w.p.hkv)
 	}
 }
 
-// transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does.
-func (w *sdpaWork) transpose(task int) {
+// rotateQ writes the rotated Q of one (batch, query head) into w.qrot.
+func (w *sdpaWork) rotateQ(bh int) {
+	p := &w.p
+	q := w.qrot[bh*p.tq*p.d : (bh+1)*p.tq*p.d]
+	copy(q, p.q[bh*p.tq*p.d:])
+	w.rope.apply(q, p.d, p.tq, p.queryPos(0), p.opt.Rotary.Layout)
+}
+
+// transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does, rotating
+// each block first with rotary.
+func (w *sdpaWork) transpose(worker, task int) {
 	p, ld := &w.p, w.ldkt
 	src := p.k[task*p.tk*p.d:]
 	dst := w.kt[task*p.d*ld:]
 	const block = 64
+	if p.ropeDim > 0 {
+		w.rows[worker] = kernel.Grow(w.rows[worker], block*p.d)
+	}
 	for j0 := 0; j0 < p.tk; j0 += block {
 		j1 := min(j0+block, p.tk)
+		blk := src[j0*p.d:]
+		if p.ropeDim > 0 {
+			blk = w.rows[worker][:(j1-j0)*p.d]
+			copy(blk, src[j0*p.d:j1*p.d])
+			w.rope.apply(blk, p.d, j1-j0, p.keyPos(j0), p.opt.Rotary.Layout)
+		}
 		for i := range p.d {
 			out := dst[i*ld+j0 : i*ld+j1]
 			for j := range out {
-				out[j] = src[(j0+j)*p.d+i]
+				out[j] = blk[j*p.d+i]
 			}
 		}
 	}
@@ -471,7 +534,7 @@ func (w *sdpaWork) attend(worker, task int) {
 	i0 := blk * attend.BlockQ
 	i1 := min(i0+attend.BlockQ, p.tq)
 	hd := attend.Head[float32]{
-		Q: view(p.q, bh*p.tq*p.d), LdQ: p.d,
+		Q: view(w.q, bh*p.tq*p.d), LdQ: p.d,
 		Kt: view(w.kt, kv*max(p.d, 1)*w.ldkt), LdKt: w.ldkt,
 		V: view(p.v, kv*p.tk*p.dv), LdV: p.dv,
 		Out: view(w.r.Out.Data, bh*p.tq*p.dv), LdOut: p.dv,
@@ -505,6 +568,15 @@ func SDPAReference(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPATrace, error)
 	tr.LSE = make([]float64, p.b*p.hq*p.tq)
 	tr.Weights = make([]float64, p.b*p.hq*p.tq*p.tk)
 	qf, kf, vf := as[float64](p.q), as[float64](p.k), as[float64](p.v)
+	if r := p.opt.Rotary; r != nil {
+		inv := r.invFreq(nil, p.ropeDim)
+		for row := range len(qf) / max(p.d, 1) {
+			rotate64(qf[row*p.d:(row+1)*p.d], inv, r.Offset+p.tk-p.tq+row%p.tq, r.Layout)
+		}
+		for row := range len(kf) / max(p.d, 1) {
+			rotate64(kf[row*p.d:(row+1)*p.d], inv, r.Offset+row%p.tk, r.Layout)
+		}
+	}
 	for b := range p.b {
 		for h := range p.hq {
 			bh, kv := b*p.hq+h, b*p.hkv+p.kvHead(h)

@@ -91,7 +91,47 @@ func loadSDPAGolden(t *testing.T, path string) *sdpaGolden {
 	if f.Has("attn_bias") {
 		o.AttnBias = f32("attn_bias")
 	}
+	if r := f.Metadata["rope"]; r != "none" {
+		o.Rotary = parseRotary(t, r, f.Metadata["rope_scaling"])
+	}
 	return g
+}
+
+// parseRotary reads the rotary options that testdata/gen_sdpa.py writes: "θ,dim,layout,offset"
+// and "factor,low,high,original" or "none".
+func parseRotary(t *testing.T, rope, scaling string) *Rotary {
+	t.Helper()
+	f := strings.Split(rope, ",")
+	if len(f) != 4 {
+		t.Fatalf("rope %q", rope)
+	}
+	r := new(Rotary)
+	var err [3]error
+	r.Theta, err[0] = strconv.ParseFloat(f[0], 64)
+	r.Dim, err[1] = strconv.Atoi(f[1])
+	r.Offset, err[2] = strconv.Atoi(f[3])
+	if errors.Join(err[:]...) != nil {
+		t.Fatalf("rope %q: %v", rope, errors.Join(err[:]...))
+	}
+	if f[2] == "interleaved" {
+		r.Layout = RopeInterleaved
+	}
+	if scaling != "none" {
+		s := strings.Split(scaling, ",")
+		if len(s) != 4 {
+			t.Fatalf("rope scaling %q", scaling)
+		}
+		r.Scaling = new(RopeScaling)
+		var err [4]error
+		r.Scaling.Factor, err[0] = strconv.ParseFloat(s[0], 64)
+		r.Scaling.LowFreqFactor, err[1] = strconv.ParseFloat(s[1], 64)
+		r.Scaling.HighFreqFactor, err[2] = strconv.ParseFloat(s[2], 64)
+		r.Scaling.OriginalMaxPositions, err[3] = strconv.Atoi(s[3])
+		if errors.Join(err[:]...) != nil {
+			t.Fatalf("rope scaling %q: %v", scaling, errors.Join(err[:]...))
+		}
+	}
+	return r
 }
 
 func sdpaGoldens(t *testing.T) []*sdpaGolden {
@@ -429,6 +469,7 @@ func TestSDPAAllocs(t *testing.T) {
 	opt.Sinks = []float32{1, 2, 3, 4}
 	opt.Workers = 3
 	opt.KeyPaddingMask = tensor.NewBool(2, 261)
+	opt.Rotary = &Rotary{Theta: 10000, Dim: 2, Offset: 7, Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}}
 	c := new(SDPAContext) // the zero value is ready
 	for _, weights := range []bool{false, true} {
 		opt.NeedWeights = weights
@@ -517,6 +558,7 @@ func FuzzSDPAShapes(f *testing.F) {
 	f.Add(uint8(1), uint8(2), uint8(1), uint8(1), uint8(9), uint8(2), uint8(2), uint8(2), int8(2), int8(0), uint8(3), uint8(0xff), uint64(2))
 	f.Add(uint8(0), uint8(0), uint8(1), uint8(0), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint64(3))
 	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(0), uint8(1), uint8(0), uint8(0), int8(-1), int8(3), uint8(1), uint8(0xf0), uint64(4))
+	f.Add(uint8(2), uint8(4), uint8(2), uint8(5), uint8(70), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(2), uint64(0x1_0230_1103))
 	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tk, d, dv, causal uint8, left, right int8, softcap, flags uint8, seed uint64) {
 		b, hq, hkv, tq, tk, d, dv = b%4, hq%7, hkv%4, tq%80, tk%80, d%6, dv%5
 		if tq > 10 && tk > 10 {
@@ -562,6 +604,9 @@ func FuzzSDPAShapes(f *testing.F) {
 		}
 		if flags&64 != 0 {
 			opt.Scale = float64(int(seed%5)) - 2
+		}
+		if seed&0x100 != 0 { // rotary, now and then with a zero theta, an odd or too large dim, a bad layout
+			opt.Rotary = &Rotary{Theta: float64(seed >> 9 % 1000), Dim: int(seed >> 20 % 8), Layout: RopeLayout(seed >> 24 % 3), Offset: int(seed >> 26 % 50)}
 		}
 		r, err := SDPA(q, k, v, &opt)
 		ref, rerr := SDPAReference(q, k, v, &opt)

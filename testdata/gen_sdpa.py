@@ -18,9 +18,15 @@ writes the math out by hand in float64, with δ = Tk − Tq:
              row has neither a visible key nor a sink)
     w      = exp(s − lse), out = w·v
 
+Rotary positions follow Hugging Face's code (rotate_half for the "half" layout,
+GPT-J's rotate_every_two for "interleaved", _compute_llama3_parameters for the
+Llama 3 scaling) in float64: key j sits at position P + j and query i at
+P + δ + i.
+
 For every case in CASES it writes testdata/sdpa/<case>.safetensors: float32
 inputs (q, k, v, masks, sinks, slopes) and float64 results (out, lse, and
-weights for the small cases), with the options in the metadata. The output is
+weights for the small cases), with the options in the metadata; and
+testdata/rope/apply.safetensors, one x rotated under each of APPLY_CASES. The output is
 deterministic: each case draws from its own generator seeded from its name.
 """
 
@@ -36,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_golden import write_safetensors  # noqa: E402  the project's one safetensors writer
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sdpa")
+ROPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rope")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Case:
     input_scale: float = 1.0
     weights: bool = True  # store the weights (small cases only)
     pad_keys: tuple = ()  # keys padded in every batch, on top of the random ones
+    rope: tuple | None = None  # (theta, dim (0: all), "half" or "interleaved", offset P)
+    rope_scaling: tuple | None = None  # Llama 3: (factor, low_freq_factor, high_freq_factor, original_max)
 
 
 CASES = [
@@ -79,7 +88,23 @@ CASES = [
     Case("tiled_window_long", 1, 2, 1, 130, 600, 4, 4, causal="bottom_right", window=(40, 0), sinks=True, weights=False),
     Case("tiled_top_left_long", 1, 3, 1, 100, 300, 3, 2, causal="top_left", softcap=4.0, key_padding=True, alibi="default",
          input_scale=2.0, weights=False),
+    Case("rope_half_gqa_cache", 2, 4, 2, 3, 9, 8, 6, causal="bottom_right", rope=(10000.0, 0, "half", 5)),
+    Case("rope_interleaved_partial", 1, 2, 2, 6, 6, 8, 4, causal="top_left", rope=(100.0, 4, "interleaved", 0)),
+    Case("rope_top_left_tq_gt_tk", 1, 2, 1, 7, 4, 6, 3, causal="top_left", rope=(50.0, 0, "half", 1)),
+    Case("rope_llama3_decode", 1, 4, 1, 1, 20, 16, 8, causal="bottom_right", rope=(500000.0, 0, "half", 3000),
+         rope_scaling=(8.0, 1.0, 4.0, 64)),
+    Case("rope_all_options", 2, 4, 2, 5, 8, 8, 5, causal="bottom_right", window=(3, 0), softcap=4.0, sinks=True,
+         alibi="default", key_padding=True, rope=(1000.0, 6, "interleaved", 7), rope_scaling=(4.0, 1.0, 2.0, 16)),
+    Case("rope_tiled_long", 1, 2, 1, 70, 300, 8, 4, causal="bottom_right", rope=(10000.0, 6, "half", 100), weights=False),
 ]
+
+# Rotary.Apply's goldens: one x [B, H, T, D] rotated from position APPLY_START under each rotary.
+APPLY_START = 11
+APPLY_CASES = {
+    "half": ((10000.0, 0, "half", 0), None),
+    "interleaved_dim4": ((10000.0, 4, "interleaved", 0), None),
+    "llama3_half": ((500000.0, 0, "half", 0), (8.0, 1.0, 4.0, 32)),
+}
 
 
 def alibi_slopes(n):
@@ -92,6 +117,49 @@ def alibi_slopes(n):
     if p < n:
         s += pow2(2 * p)[0::2][: n - p]
     return s
+
+
+def rope_inv_freq(theta, dim, scaling):
+    """Hugging Face's _compute_default_rope_parameters and _compute_llama3_parameters, in float64."""
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).double() / dim))
+    if scaling is None:
+        return inv
+    factor, low, high, old = scaling
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    inv_llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, inv_llama)
+
+
+def rotate_half(x):
+    """Hugging Face's Llama rotate_half."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x):
+    """Hugging Face's GPT-J rotate_every_two."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rope(x, positions, rope, scaling):
+    """Rotate x [..., T, D] at positions [T] as Hugging Face's apply_rotary_pos_emb (half) or
+    GPT-J's apply_rotary_pos_emb (interleaved) do, on the first dim features (partial rotary)."""
+    theta, dim, layout, _ = rope
+    dim = dim or x.shape[-1]
+    freqs = positions.double()[:, None] * rope_inv_freq(theta, dim, scaling)[None, :]
+    rot, rest = x[..., :dim], x[..., dim:]
+    if layout == "half":
+        emb = torch.cat((freqs, freqs), dim=-1)
+        rot = rot * emb.cos() + rotate_half(rot) * emb.sin()
+    else:
+        cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+        rot = rot * cos + rotate_every_two(rot) * sin
+    return torch.cat([rot, rest], dim=-1)
 
 
 def build(case):
@@ -134,10 +202,14 @@ def reference(case, t):
     rep = case.hq // case.hkv
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     scale = case.scale if case.scale else 1 / math.sqrt(case.d)
+    delta = case.tk - case.tq
+    if case.rope is not None:
+        offset = case.rope[3]
+        q = apply_rope(q, torch.arange(case.tq) + offset + delta, case.rope, case.rope_scaling)
+        k = apply_rope(k, torch.arange(case.tk) + offset, case.rope, case.rope_scaling)
     s = scale * q @ k.transpose(-1, -2)
     if case.softcap:
         s = case.softcap * torch.tanh(s / case.softcap)
-    delta = case.tk - case.tq
     i = torch.arange(case.tq).view(-1, 1)
     j = torch.arange(case.tk).view(1, -1)
     if case.alibi != "none":
@@ -193,6 +265,8 @@ def main():
             "softcap": repr(case.softcap),
             "alibi": case.alibi,
             "scale": repr(case.scale),
+            "rope": "none" if case.rope is None else ",".join(str(x) for x in case.rope),
+            "rope_scaling": "none" if case.rope_scaling is None else ",".join(str(x) for x in case.rope_scaling),
         }
         path = os.path.join(OUT_DIR, case.name + ".safetensors")
         write_safetensors(path, tensors, meta)
@@ -200,6 +274,17 @@ def main():
         total += size
         rows = int((w.sum(-1) == 0).sum())
         print(f"{case.name}: {size} bytes, {rows} fully masked rows")
+    gen = torch.Generator().manual_seed(zlib.crc32(b"rope_apply"))
+    x = torch.randn((2, 3, 7, 8), generator=gen, dtype=torch.float32)
+    tensors = {"x": x.numpy()}
+    meta = {"start": str(APPLY_START)}
+    for name, (rope, scaling) in APPLY_CASES.items():
+        tensors[name] = apply_rope(x.double(), torch.arange(7) + APPLY_START, rope, scaling).numpy()
+        meta[name] = ",".join(str(v) for v in rope) + ";" + ("none" if scaling is None else ",".join(str(v) for v in scaling))
+    os.makedirs(ROPE_DIR, exist_ok=True)
+    path = os.path.join(ROPE_DIR, "apply.safetensors")
+    write_safetensors(path, tensors, meta)
+    total += os.path.getsize(path)
     print(f"total {total} bytes")
     assert total < 1 << 20
 

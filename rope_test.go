@@ -1,0 +1,121 @@
+package mha
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+)
+
+// TestRotaryApplyGolden checks Rotary.Apply against Hugging Face's rotate_half, GPT-J's
+// rotate_every_two and Llama 3's scaled frequencies, written in float64 by testdata/gen_sdpa.py.
+func TestRotaryApplyGolden(t *testing.T) {
+	f, err := safetensors.ReadFile("testdata/rope/apply.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := f.Float32("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"half", "interleaved_dim4", "llama3_half"} {
+		t.Run(name, func(t *testing.T) {
+			rope, scaling, _ := strings.Cut(f.Metadata[name], ";")
+			r := parseRotary(t, rope, scaling)
+			want, _, err := f.Float64(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := x.Clone()
+			if err := r.Apply(got, 11); err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, name, got.Data, want, 1e-6)
+		})
+	}
+}
+
+// TestRotaryRelative checks that rotary scores depend only on i − j: moving every position by
+// the same offset leaves the attention unchanged, and a query and key at one position score as
+// without rotary.
+func TestRotaryRelative(t *testing.T) {
+	for _, layout := range []RopeLayout{RopeHalf, RopeInterleaved} {
+		for _, c := range []CausalMode{NotCausal, CausalTopLeft, CausalBottomRight} {
+			q, k, v, opt := propertyCase(c)
+			opt.ALiBi = false
+			opt.Window = &Window{30, 2}
+			a, b := opt, opt
+			a.Rotary = &Rotary{Theta: 10000, Layout: layout}
+			b.Rotary = &Rotary{Theta: 10000, Layout: layout, Offset: 1000}
+			run2(t, q, k, v, a, b, 2e-5, "offset 0 against 1000")
+			full := b
+			full.Rotary = &Rotary{Theta: 10000, Layout: layout, Offset: 1000, Dim: 6}
+			run2(t, q, k, v, b, full, 0, "Dim 0 against Dim D")
+		}
+	}
+	// One key and one query at the same position: the rotation cancels in q·k.
+	q, k, v := sdpaRand(1, 1, 1, 2, 1, 8), sdpaRand(2, 1, 1, 2, 1, 8), sdpaRand(3, 1, 1, 2, 1, 3)
+	none := SDPAOptions{NeedLSE: true}
+	rot := none
+	rot.Rotary = &Rotary{Theta: 500, Offset: 77}
+	run2(t, q, k, v, rot, none, 1e-6, "one position")
+}
+
+// TestRotaryLeavesInputs checks that SDPA rotates copies, not the caller's q and k.
+func TestRotaryLeavesInputs(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalBottomRight)
+	q0, k0 := q.Clone(), k.Clone()
+	opt.Rotary = &Rotary{Theta: 10000}
+	if _, err := SDPA(q, k, v, &opt); err != nil {
+		t.Fatal(err)
+	}
+	if !bitsEqual(q.Data, q0.Data) || !bitsEqual(k.Data, k0.Data) {
+		t.Error("SDPA changed q or k")
+	}
+}
+
+// TestRotaryErrors checks that every bad rotary option is an ErrShape that names it.
+func TestRotaryErrors(t *testing.T) {
+	q, k, v := sdpaRand(1, 1, 1, 2, 3, 6), sdpaRand(2, 1, 1, 1, 3, 6), sdpaRand(3, 1, 1, 1, 3, 2)
+	llama := func(f, lo, hi float64, old int) *RopeScaling {
+		return &RopeScaling{Factor: f, LowFreqFactor: lo, HighFreqFactor: hi, OriginalMaxPositions: old}
+	}
+	for _, c := range []struct {
+		r    Rotary
+		want string
+	}{
+		{Rotary{}, "rotary theta is 0"},
+		{Rotary{Theta: -1}, "rotary theta is -1"},
+		{Rotary{Theta: 1, Dim: 3}, "rotary dim is 3, want an even number"},
+		{Rotary{Theta: 1, Dim: 8}, "rotary dim is 8, want 0 (all) to the head size 6"},
+		{Rotary{Theta: 1, Dim: -2}, "rotary dim is -2"},
+		{Rotary{Theta: 1, Layout: 2}, "rotary layout is 2"},
+		{Rotary{Theta: 1, Offset: -1}, "rotary offset is -1"},
+		{Rotary{Theta: 1, Offset: maxRopePosition}, "rotary positions"},
+		{Rotary{Theta: 1, Scaling: llama(0, 1, 4, 8)}, "rope scaling factor is 0"},
+		{Rotary{Theta: 1, Scaling: llama(8, 0, 4, 8)}, "rope low_freq_factor is 0"},
+		{Rotary{Theta: 1, Scaling: llama(8, 4, 4, 8)}, "rope high_freq_factor is 4, want a finite number > low_freq_factor 4"},
+		{Rotary{Theta: 1, Scaling: llama(8, 1, 4, 0)}, "original_max_position_embeddings is 0"},
+	} {
+		_, err := SDPA(q, k, v, &SDPAOptions{Rotary: &c.r})
+		if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want ErrShape with %q", c.r, err, c.want)
+		}
+	}
+	r := &Rotary{Theta: 10000}
+	for _, c := range []struct {
+		start int
+		want  string
+	}{{-1, "positions -1 to 1"}, {maxRopePosition, "want them within 0 to"}} {
+		if err := r.Apply(sdpaRand(1, 1, 1, 1, 3, 4), c.start); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Apply from %d: error %v, want %q", c.start, err, c.want)
+		}
+	}
+	if err := r.Apply(sdpaRand(1, 1, 3, 4), 0); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "want 4 dimensions") {
+		t.Errorf("Apply of a 3-d x: %v", err)
+	}
+	if err := r.Apply(nil, 0); !errors.Is(err, ErrShape) {
+		t.Errorf("Apply of nil: %v", err)
+	}
+}
