@@ -201,8 +201,10 @@ const (
 // Of SDPAOptions, AttendCache accepts Scale, Causal (NotCausal or CausalBottomRight; top-left
 // alignment is an error, as it would mean the queries are the oldest positions), Window (keys
 // outside every query's window are not read, so a step costs O(W) whatever Len(); they are not
-// evicted and still count against the capacity), ALiBi and Slopes, Softcap, Sinks, NeedLSE and
-// Workers. KeyPaddingMask, AttnMask, AttnBias and NeedWeights are errors.
+// evicted and still count against the capacity), ALiBi and Slopes, Softcap, Sinks, Rotary (the
+// new keys are rotated at their positions Offset + j before they are stored, as Hugging Face
+// caches them, and the queries at theirs; k and q are left as they are), NeedLSE and Workers.
+// KeyPaddingMask, AttnMask, AttnBias and NeedWeights are errors.
 //
 // Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 512
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
@@ -240,12 +242,41 @@ func (c *SDPAContext) AttendCache(r *SDPAResult, kv *KVCache, q, k, v *tensor.Te
 	if err != nil {
 		return err
 	}
+	w.tk = kv.n + tn
+	keys := w.rotate(kv.n, k, tn)
 	if tn > 0 {
-		kv.appendKV(k.Data, v.Data, tn)
+		kv.appendKV(keys, v.Data, tn)
 	}
-	w.tk = kv.n
 	w.run(pool, r)
 	return nil
+}
+
+// rotate applies the call's rotary, if any: it rotates a copy of the queries into w.qrot (and
+// points w.q at it) and a copy of the tn new keys, which follow the n cached ones, and returns
+// the keys to store: k's data, or the rotated copy. Key j sits at position Offset + j and query
+// i at Offset + Tk − Tq + i, as in SDPA.
+func (w *cacheWork) rotate(n int, k *tensor.Tensor, tn int) []float32 {
+	var keys []float32
+	if k != nil {
+		keys = k.Data
+	}
+	r := w.opt.Rotary
+	if w.ropeDim == 0 {
+		return keys
+	}
+	first := min(n, w.tk-w.tq) // the earliest position rotated, less Offset
+	w.rope.build(r, w.ropeDim, r.Offset+first, w.tk-first)
+	w.qrot = kernel.Grow(w.qrot, len(w.q))
+	copy(w.qrot, w.q)
+	w.rope.apply(w.qrot, w.d, w.tq, w.tk-w.tq-first, r.Layout)
+	w.q = w.qrot
+	if tn == 0 {
+		return keys
+	}
+	w.krot = kernel.Grow(w.krot, len(keys))
+	copy(w.krot, keys)
+	w.rope.apply(w.krot, w.d, tn, n-first, r.Layout)
+	return w.krot
 }
 
 // cacheWork is one AttendCache call's memory, kept in SDPAContext.cacheFree between calls, and
@@ -259,6 +290,10 @@ type cacheWork struct {
 	slopes []float64
 	loop   parallel.Loop
 	phase  int
+
+	ropeDim    int // rotary dimensions, 0 without rotary
+	rope       ropeTable
+	qrot, krot []float32 // the rotated queries and new keys
 
 	b, hq, hkv, g, tq, tk, d, dv int
 	scale                        float32
@@ -332,7 +367,7 @@ func (w *cacheWork) check(kv *KVCache, q, k, v *tensor.Tensor, opt *SDPAOptions)
 		return 0, err
 	}
 	*o = p.opt
-	w.kv, w.q = kv, q.Data
+	w.kv, w.q, w.ropeDim = kv, q.Data, p.ropeDim
 	w.b, w.hq, w.hkv, w.tq, w.d, w.dv = kv.b, p.hq, kv.hkv, p.tq, kv.d, kv.dv
 	w.g = p.hq / kv.hkv
 	w.scale = float32(p.scale)

@@ -54,6 +54,9 @@ func cacheCases() []cacheCase {
 		{"alibi", 8, 2, SDPAOptions{Causal: br, ALiBi: true, NeedLSE: true}},
 		{"noncausal", 4, 2, SDPAOptions{NeedLSE: true}},
 		{"all", 8, 2, SDPAOptions{Causal: br, Window: &Window{Left: 9, Right: -1}, Softcap: 2, ALiBi: true, Sinks: sinks, NeedLSE: true, Workers: 3}},
+		{"rotary", 8, 2, SDPAOptions{Causal: br, Rotary: &Rotary{Theta: 10000, Offset: 3}, NeedLSE: true}},
+		{"rotary-all", 4, 2, SDPAOptions{Causal: br, Window: &Window{Left: 6, Right: 0}, Sinks: sinks[:4], ALiBi: true, NeedLSE: true,
+			Rotary: &Rotary{Theta: 500, Dim: 6, Layout: RopeInterleaved, Scaling: &RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 16}}}},
 	}
 }
 
@@ -62,7 +65,8 @@ var cacheDTypes = []CacheDType{CacheFloat32, CacheFloat16, CacheBFloat16}
 // TestAttendCacheDecode prefills T positions, then decodes N one at a time, and checks every
 // call against SDPAReference (float64) over the keys cached so far, with the inputs rounded to
 // the cache's type first; with bottom-right causal attention, the outputs of all calls together
-// must also equal one SDPA forward over all T + N positions.
+// must also equal one SDPA forward over all T + N positions. With rotary, a half cache stores
+// the rotated keys rounded, not the rounded keys rotated, so the tolerance is that of a half.
 func TestAttendCacheDecode(t *testing.T) {
 	const b, d, dv, prefill, steps = 2, 8, 6, 37, 9
 	const total = prefill + steps
@@ -74,6 +78,10 @@ func TestAttendCacheDecode(t *testing.T) {
 				v := sdpaRand(3, 1, b, tc.hkv, total, dv)
 				roundTo(k, dtype)
 				roundTo(v, dtype)
+				tol := 1e-5
+				if tc.opt.Rotary != nil && dtype != CacheFloat32 {
+					tol = 1e-2
+				}
 				kv, err := NewKVCache(b, tc.hkv, d, dv, total+3, dtype)
 				if err != nil {
 					t.Fatal(err)
@@ -98,8 +106,8 @@ func TestAttendCacheDecode(t *testing.T) {
 						t.Fatal(err)
 					}
 					what := fmt.Sprintf("positions %d…%d", t0, t1-1)
-					checkRel(t, what+" out", r.Out.Data, ref.Out, 1e-5)
-					checkLSE(t, what+" lse", r.LSE.Data, ref.LSE, 1e-5)
+					checkRel(t, what+" out", r.Out.Data, ref.Out, tol)
+					checkLSE(t, what+" lse", r.LSE.Data, ref.LSE, tol)
 					if r.FullyMasked != ref.FullyMasked {
 						t.Errorf("%s: %d rows fully masked, reference %d", what, r.FullyMasked, ref.FullyMasked)
 					}
@@ -115,8 +123,8 @@ func TestAttendCacheDecode(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e := tensor.RelError(out.Data, f64(full.Out.Data)); e > 1e-5 {
-					t.Errorf("prefill + decode vs one forward: relative error %.3g > 1e-5", e)
+				if e := tensor.RelError(out.Data, f64(full.Out.Data)); e > tol {
+					t.Errorf("prefill + decode vs one forward: relative error %.3g > %.3g", e, tol)
 				}
 			})
 		}
@@ -294,6 +302,7 @@ func FuzzAttendCache(f *testing.F) {
 	f.Add(uint8(2), uint8(2), uint8(1), uint8(0), uint8(9), uint8(2), uint8(2), uint8(0), int8(2), int8(0), uint8(3), uint8(0xff), uint8(1), uint64(2))
 	f.Add(uint8(0), uint8(0), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint8(2), uint64(3))
 	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(200), uint8(1), uint8(0), uint8(2), int8(-1), int8(3), uint8(1), uint8(0xf0), uint8(1), uint64(4))
+	f.Add(uint8(1), uint8(4), uint8(2), uint8(2), uint8(30), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(1), uint8(0), uint64(0x1_0230_1103))
 	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tn, d, dv, causal uint8, left, right int8, softcap, flags, dtype uint8, seed uint64) {
 		b, hq, hkv, tq, d, dv = b%3, hq%7, hkv%4, tq%9, d%6, dv%5
 		tnI := int(tn)*7 + int(seed%7) // up to ~1800: several flash-decoding chunks
@@ -323,6 +332,9 @@ func FuzzAttendCache(f *testing.F) {
 		}
 		if flags&64 != 0 {
 			opt.Scale = float64(int(seed%5)) - 2
+		}
+		if seed&0x100 != 0 && kv.DType() == CacheFloat32 { // a half cache rounds the rotated keys: see TestAttendCacheDecode
+			opt.Rotary = &Rotary{Theta: float64(seed >> 9 % 1000), Dim: int(seed >> 20 % 8), Layout: RopeLayout(seed >> 24 % 3), Offset: int(seed >> 26 % 50)}
 		}
 		ctx := NewSDPAContext()
 		var r SDPAResult
