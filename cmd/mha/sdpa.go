@@ -1,0 +1,245 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+	"github.com/spf13/cobra"
+)
+
+// sdpaFlags are mha sdpa's flags.
+type sdpaFlags struct {
+	input, out, causal, window, ropeLayout string
+	softcap, scale, ropeTheta              float64
+	ropeDim, ropeOffset                    int
+	alibi, needWeights                     bool
+}
+
+func newSDPACmd() *cobra.Command {
+	var f sdpaFlags
+	cmd := &cobra.Command{
+		Use:   "sdpa --input IN.safetensors --out OUT.safetensors",
+		Short: "Run scaled dot-product attention (mha.SDPA) on the q, k and v in a file",
+		Long: `Sdpa runs the functional attention core, mha.SDPA, on projections you bring: --input holds
+q [B,Hq,Tq,D], k [B,Hkv,Tk,D] and v [B,Hkv,Tk,Dv] in any float dtype (F32, F64, F16, BF16), with Hq
+a multiple of Hkv (query head h reads K/V head h·Hkv/Hq, rounded down: GQA, MQA and MHA alike), and
+optionally:
+  alibi_slopes [Hq]              ALiBi: slope_h·|i + Tk − Tq − j| is subtracted from the logits
+  sinks [Hq]                     a logit per head that joins every row's softmax and takes no value
+  key_padding_mask [B,Tk]        BOOL or U8, true = padding
+  attn_mask [Tq,Tk] or [B,Hq,Tq,Tk]   BOOL or U8, true = may NOT attend (nn.MultiheadAttention's
+                                 polarity, the opposite of F.scaled_dot_product_attention's)
+  attn_bias [Tq,Tk] or [B,Hq,Tq,Tk]   float, added to the logits (−inf masks)
+It writes out [B,Hq,Tq,Dv] and lse [B,Hq,Tq] (each row's log-sum-exp, the sink's included; +inf for
+a row with no visible key and no sink), and with --need-weights weights [B,Hq,Tq,Tk], all float32,
+to --out. A row whose keys are all masked gives output 0.
+
+With δ = Tk − Tq the score of query i and key j is softcap(scale·q_i·k_j) − slope·|i + δ − j| + bias;
+bottom-right causal lets query i see keys j ≤ i + δ, top-left j ≤ i; the window L,R keeps keys
+i + δ − L ≤ j ≤ i + δ + R (flash-attn's window_size; −1 leaves a side open), with or without causal.
+With --rope-theta, q and k are rotated (RoPE) first: key j at position P + j and query i at
+P + δ + i, P = --rope-offset.
+
+Gradients (--backward) are not implemented yet.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.input, "input", "", "the inputs (.safetensors): q, k, v and the optional tensors above")
+	fl.StringVar(&f.out, "out", "", "write out, lse (and weights) to this .safetensors file")
+	fl.StringVar(&f.causal, "causal", "none", "causal mask: none, top-left (query i sees keys ≤ i) or bottom-right (keys ≤ i + Tk − Tq)")
+	fl.StringVar(&f.window, "window", "", "sliding window L,R: query i sees keys i+Tk−Tq−L … i+Tk−Tq+R (−1 = unbounded)")
+	fl.Float64Var(&f.softcap, "softcap", 0, "cap the scaled scores to C·tanh(s/C) (0: no cap)")
+	fl.Float64Var(&f.scale, "scale", 0, "multiply q·k by this (0: 1/√D)")
+	fl.BoolVar(&f.alibi, "alibi", false, "ALiBi with the standard geometric slopes (or put alibi_slopes in --input)")
+	fl.Float64Var(&f.ropeTheta, "rope-theta", 0, "rotate q and k (RoPE) with this base θ (0: no rotary)")
+	fl.IntVar(&f.ropeDim, "rope-dim", 0, "rotate the first N dimensions of each head (0: all; needs --rope-theta)")
+	fl.StringVar(&f.ropeLayout, "rope-layout", "half", "rotary pairs: half (GPT-NeoX, Hugging Face Llama) or interleaved (GPT-J); needs --rope-theta")
+	fl.IntVar(&f.ropeOffset, "rope-offset", 0, "the position P of key 0 (needs --rope-theta)")
+	fl.BoolVar(&f.needWeights, "need-weights", false, "also write the attention weights [B,Hq,Tq,Tk] as weights")
+	return cmd
+}
+
+// sdpaInputs are the tensors an input file of mha sdpa may hold.
+var sdpaInputs = []string{"q", "k", "v", "alibi_slopes", "sinks", "key_padding_mask", "attn_mask", "attn_bias"}
+
+// options turns the flags into SDPAOptions, checking what the library cannot: their syntax and
+// combinations.
+func (f *sdpaFlags) options(cmd *cobra.Command) (*mha.SDPAOptions, error) {
+	opt := &mha.SDPAOptions{Softcap: f.softcap, Scale: f.scale, NeedLSE: true, NeedWeights: f.needWeights, ALiBi: f.alibi}
+	switch f.causal {
+	case "none":
+	case "top-left":
+		opt.Causal = mha.CausalTopLeft
+	case "bottom-right":
+		opt.Causal = mha.CausalBottomRight
+	default:
+		return nil, fmt.Errorf("--causal is %q, want none, top-left or bottom-right", f.causal)
+	}
+	if f.window != "" {
+		l, r, ok := strings.Cut(f.window, ",")
+		left, err1 := strconv.Atoi(strings.TrimSpace(l))
+		right, err2 := strconv.Atoi(strings.TrimSpace(r))
+		if !ok || err1 != nil || err2 != nil || left < -1 || right < -1 {
+			return nil, fmt.Errorf("--window is %q, want L,R: two integers ≥ 0, or −1 for an unbounded side (e.g. 256,0)", f.window)
+		}
+		opt.Window = &mha.Window{Left: left, Right: right}
+	}
+	fl := cmd.Flags()
+	if f.ropeTheta == 0 {
+		for _, name := range []string{"rope-dim", "rope-layout", "rope-offset"} {
+			if fl.Changed(name) {
+				return nil, fmt.Errorf("--%s needs --rope-theta, the rotary base (e.g. 10000)", name)
+			}
+		}
+		return opt, nil
+	}
+	r := &mha.Rotary{Theta: f.ropeTheta, Dim: f.ropeDim, Offset: f.ropeOffset}
+	switch f.ropeLayout {
+	case "half":
+	case "interleaved":
+		r.Layout = mha.RopeInterleaved
+	default:
+		return nil, fmt.Errorf("--rope-layout is %q, want half or interleaved", f.ropeLayout)
+	}
+	opt.Rotary = r
+	return opt, nil
+}
+
+func (f *sdpaFlags) run(cmd *cobra.Command) error {
+	switch {
+	case f.input == "":
+		return fmt.Errorf("--input is required: a .safetensors file with q, k and v")
+	case f.out == "":
+		return fmt.Errorf("--out is required: the .safetensors file to write")
+	}
+	if err := checkOutFile("--out", f.out); err != nil {
+		return err
+	}
+	opt, err := f.options(cmd)
+	if err != nil {
+		return err
+	}
+	q, k, v, warnings, err := loadSDPAInput(f.input, opt)
+	if err != nil {
+		return err
+	}
+	r, err := mha.SDPA(q, k, v, opt)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.input, err)
+	}
+	tensors := map[string]safetensors.Tensor{"out": safetensors.FromFloat32(r.Out), "lse": safetensors.FromFloat32(r.LSE)}
+	if r.Weights != nil {
+		tensors["weights"] = safetensors.FromFloat32(r.Weights)
+	}
+	meta := map[string]string{"fully_masked_rows": fmt.Sprint(r.FullyMasked)}
+	if err := safetensors.WriteFile(f.out, tensors, meta); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "wrote %s: out %v, lse %v", f.out, r.Out.Shape, r.LSE.Shape)
+	if r.Weights != nil {
+		fmt.Fprintf(w, ", weights %v", r.Weights.Shape)
+	}
+	fmt.Fprintln(w)
+	for _, line := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), line)
+	}
+	if r.FullyMasked > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; their output is 0\n", r.FullyMasked)
+	}
+	return nil
+}
+
+// loadSDPAInput reads q, k, v and the optional tensors of mha sdpa from path, putting the
+// optional ones into opt. It returns a warning for each of q, k and v that holds NaN or ±Inf.
+func loadSDPAInput(path string, opt *mha.SDPAOptions) (q, k, v *tensor.Tensor, warnings []string, err error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	for _, name := range f.Names() {
+		switch {
+		case name == "grad_out":
+			return nil, nil, nil, nil, fmt.Errorf("%s: holds grad_out, but mha sdpa does not compute gradients yet (there is no --backward)", path)
+		case !slices.Contains(sdpaInputs, name):
+			return nil, nil, nil, nil, fmt.Errorf("%s: unexpected tensor %q (an input file of mha sdpa holds %s)", path, name, strings.Join(sdpaInputs, ", "))
+		}
+	}
+	float := func(name, dims string) (*tensor.Tensor, error) {
+		if !f.Has(name) {
+			return nil, nil
+		}
+		if err := needFloat(f, name); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		t, err := f.Float32(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if dims != "" && len(t.Shape) != strings.Count(dims, " ")+1 {
+			return nil, fmt.Errorf("%s: tensor %q is %v, want [%s]", path, name, t.Shape, dims)
+		}
+		return t, nil
+	}
+	for _, c := range []struct {
+		name, dims string
+		t          **tensor.Tensor
+	}{{"q", "B Hq Tq D", &q}, {"k", "B Hkv Tk D", &k}, {"v", "B Hkv Tk Dv", &v}} {
+		if !f.Has(c.name) {
+			return nil, nil, nil, nil, fmt.Errorf("%s: no tensor %q ([%s]); it has %s", path, c.name, c.dims, strings.Join(f.Names(), ", "))
+		}
+		if *c.t, err = float(c.name, c.dims); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if err := (*c.t).CheckFinite(c.name); err != nil {
+			warnings = append(warnings, nonFiniteWarning(path, err))
+		}
+	}
+	slopes, err := float("alibi_slopes", "Hq")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if slopes != nil {
+		if opt.ALiBi {
+			return nil, nil, nil, nil, fmt.Errorf("%s holds alibi_slopes and --alibi asks for the standard ones: give one", path)
+		}
+		opt.ALiBi = true
+		opt.Slopes = make([]float64, len(slopes.Data))
+		for i, s := range slopes.Data {
+			opt.Slopes[i] = float64(s)
+		}
+	}
+	sinks, err := float("sinks", "Hq")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if sinks != nil {
+		opt.Sinks = sinks.Data
+	}
+	if opt.AttnBias, err = float("attn_bias", ""); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	for _, m := range []struct {
+		name string
+		t    **tensor.Bool
+	}{{"key_padding_mask", &opt.KeyPaddingMask}, {"attn_mask", &opt.AttnMask}} {
+		if !f.Has(m.name) {
+			continue
+		}
+		raw, _ := f.Raw(m.name)
+		if raw.DType != safetensors.Bool && raw.DType != safetensors.U8 {
+			return nil, nil, nil, nil, fmt.Errorf("%s: tensor %q is %s, want BOOL or U8 (true = may not attend)", path, m.name, raw.DType)
+		}
+		if *m.t, err = f.Bool(m.name); err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return q, k, v, warnings, nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// sdpaArgs turns a golden file of testdata/gen_sdpa.py into the input file and flags a user of
+// `mha sdpa` would give: its inputs (slopes renamed alibi_slopes) and its options' flags.
+func sdpaArgs(t *testing.T, g *safetensors.File) (input string, args []string) {
+	t.Helper()
+	in := map[string]safetensors.Tensor{}
+	for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias", "slopes"} {
+		if !g.Has(name) {
+			continue
+		}
+		raw, err := g.Raw(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "slopes" {
+			name = "alibi_slopes"
+		}
+		in[name] = raw
+	}
+	m := g.Metadata
+	args = append(args, "--causal", strings.ReplaceAll(m["causal"], "_", "-"), "--softcap", m["softcap"], "--scale", m["scale"])
+	if m["window"] != "none" {
+		args = append(args, "--window", m["window"])
+	}
+	if m["alibi"] == "default" {
+		args = append(args, "--alibi")
+	}
+	if r := m["rope"]; r != "none" {
+		if m["rope_scaling"] != "none" {
+			return "", nil // Llama 3's scaling has no flags
+		}
+		f := strings.Split(r, ",")
+		args = append(args, "--rope-theta", f[0], "--rope-dim", f[1], "--rope-layout", f[2], "--rope-offset", f[3])
+	}
+	return writeFile(t, in), args
+}
+
+// TestSDPAGoldens runs `mha sdpa` on every PyTorch golden of testdata/sdpa and compares out, lse
+// and weights with PyTorch's float64 values.
+func TestSDPAGoldens(t *testing.T) {
+	paths, err := filepath.Glob("../../testdata/sdpa/*.safetensors")
+	if err != nil || len(paths) < 15 {
+		t.Fatalf("golden files: %v, %v", paths, err)
+	}
+	ran := 0
+	for _, path := range paths {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".safetensors"), func(t *testing.T) {
+			g, err := safetensors.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, args := sdpaArgs(t, g)
+			if in == "" {
+				t.Skip("Llama 3 rope scaling has no flags")
+			}
+			ran++
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			if g.Has("weights") {
+				args = append(args, "--need-weights")
+			}
+			code, stdout, stderr := runCLI(append([]string{"sdpa", "--input", in, "--out", out}, args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if !strings.HasPrefix(stdout, "wrote "+out+": out [") {
+				t.Errorf("stdout %q", stdout)
+			}
+			o, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := []string{"out", "lse"}
+			if g.Has("weights") {
+				names = append(names, "weights")
+			}
+			if len(o.Names()) != len(names) {
+				t.Errorf("wrote %v, want %v", o.Names(), names)
+			}
+			for _, name := range names {
+				got, err := o.Float32(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, shape, err := g.Float64(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tensor.ShapeString(got.Shape) != tensor.ShapeString(shape) {
+					t.Fatalf("%s is %v, want %v", name, got.Shape, shape)
+				}
+				var gf, wf []float64 // lse is +Inf in rows with nothing to attend
+				for i, w := range want {
+					g := float64(got.Data[i])
+					if math.IsInf(w, 0) {
+						if g != w {
+							t.Fatalf("%s[%d] = %v, want %v", name, i, g, w)
+						}
+						continue
+					}
+					gf, wf = append(gf, g), append(wf, w)
+				}
+				if e := tensor.RelError(gf, wf); e > 1e-5 {
+					t.Errorf("%s: relative error %.3g > 1e-5", name, e)
+				}
+			}
+		})
+	}
+	if ran < 15 {
+		t.Errorf("ran %d goldens, want at least 15", ran)
+	}
+}
+
+// TestSDPAErrors feeds `mha sdpa` bad flags and files and expects exit status 1 with one line
+// saying what was expected and what came.
+func TestSDPAErrors(t *testing.T) {
+	good := map[string]safetensors.Tensor{"q": f32(1, 4, 3, 8), "k": f32(1, 2, 5, 8), "v": f32(1, 2, 5, 6)}
+	with := func(name string, x safetensors.Tensor) map[string]safetensors.Tensor {
+		m := map[string]safetensors.Tensor{}
+		for n, t := range good {
+			m[n] = t
+		}
+		if x.DType == "" {
+			delete(m, name)
+		} else {
+			m[name] = x
+		}
+		return m
+	}
+	ok := writeFile(t, good)
+	boolT := func(shape ...int) safetensors.Tensor { return safetensors.FromBool(tensor.NewBool(shape...)) }
+	garbage := filepath.Join(t.TempDir(), "garbage.safetensors")
+	if err := os.WriteFile(garbage, []byte("not a safetensors file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "o.safetensors")
+	for _, c := range []struct {
+		name  string
+		input string
+		flags []string
+		want  string
+	}{
+		{"no input", "", nil, "--input is required"},
+		{"no out", ok, []string{"--out", ""}, "--out is required"},
+		{"garbage", garbage, nil, "garbage.safetensors"},
+		{"missing k", writeFile(t, with("k", safetensors.Tensor{})), nil, `no tensor "k" ([B Hkv Tk D])`},
+		{"3-d q", writeFile(t, with("q", f32(4, 3, 8))), nil, `tensor "q" is [4 3 8], want [B Hq Tq D]`},
+		{"int q", writeFile(t, with("q", safetensors.FromBool(tensor.NewBool(1, 4, 3, 8)))), nil, `tensor "q" is BOOL, want a float dtype`},
+		{"heads", writeFile(t, with("q", f32(1, 3, 3, 8))), nil, "q has 3 heads, want a multiple of k's 2 heads"},
+		{"head size", writeFile(t, with("k", f32(1, 2, 5, 7))), nil, "k is [1 2 5 7], want [1 Hkv Tk 8]"},
+		{"unknown tensor", writeFile(t, with("query", f32(1))), nil, `unexpected tensor "query"`},
+		{"grad_out", writeFile(t, with("grad_out", f32(1, 4, 3, 6))), nil, "does not compute gradients yet"},
+		{"sinks", writeFile(t, with("sinks", f32(3))), nil, "3 sinks, want one per query head (4)"},
+		{"slopes shape", writeFile(t, with("alibi_slopes", f32(2, 2))), nil, `tensor "alibi_slopes" is [2 2], want [Hq]`},
+		{"slopes and --alibi", writeFile(t, with("alibi_slopes", f32(4))), []string{"--alibi"}, "give one"},
+		{"float padding", writeFile(t, with("key_padding_mask", f32(1, 5))), nil, `tensor "key_padding_mask" is F32, want BOOL or U8`},
+		{"padding shape", writeFile(t, with("key_padding_mask", boolT(5))), nil, "key_padding_mask is [5], want [1 5] (B Tk)"},
+		{"mask shape", writeFile(t, with("attn_mask", boolT(3, 4))), nil, "attn_mask is [3 4], want [3 5] or [1 4 3 5]"},
+		{"bias shape", writeFile(t, with("attn_bias", f32(1, 4, 3, 4))), nil, "attn_bias is [1 4 3 4], want [3 5] or [1 4 3 5]"},
+		{"causal", ok, []string{"--causal", "yes"}, `--causal is "yes", want none, top-left or bottom-right`},
+		{"window syntax", ok, []string{"--window", "3"}, `--window is "3", want L,R`},
+		{"window size", ok, []string{"--window", "-2,0"}, `--window is "-2,0"`},
+		{"softcap", ok, []string{"--softcap", "-1"}, "softcap is -1, want a finite number ≥ 0"},
+		{"scale", ok, []string{"--scale", "NaN"}, "scale is NaN, want a finite number"},
+		{"rope without theta", ok, []string{"--rope-dim", "4"}, "--rope-dim needs --rope-theta"},
+		{"rope layout", ok, []string{"--rope-theta", "10000", "--rope-layout", "neox"}, `--rope-layout is "neox", want half or interleaved`},
+		{"rope dim", ok, []string{"--rope-theta", "10000", "--rope-dim", "5"}, "rotary dim is 5, want an even number"},
+		{"rope offset", ok, []string{"--rope-theta", "10000", "--rope-offset", "-3"}, "rotary offset is -3"},
+		{"argument", ok, []string{"extra"}, "sdpa takes no arguments"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"sdpa", "--out", out}
+			if c.input != "" {
+				args = append(args, "--input", c.input)
+			}
+			code, _, stderr := runCLI(append(args, c.flags...)...)
+			if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 and one line with %q", code, stderr, c.want)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("a failed call wrote %s", out)
+			}
+		})
+	}
+}
+
+// TestSDPAOutput checks what `mha sdpa` says besides the file: a warning for non-finite inputs,
+// a note on rows with nothing to attend, and that a special file is not replaced.
+func TestSDPAOutput(t *testing.T) {
+	q := tensor.New(1, 1, 2, 2)
+	q.Data[0] = float32(math.Inf(1))
+	pad := tensor.NewBool(1, 3)
+	for j := range pad.Data {
+		pad.Data[j] = true
+	}
+	in := writeFile(t, map[string]safetensors.Tensor{
+		"q": safetensors.FromFloat32(q), "k": f32(1, 1, 3, 2), "v": f32(1, 1, 3, 2), "key_padding_mask": safetensors.FromBool(pad),
+	})
+	out := filepath.Join(t.TempDir(), "o.safetensors")
+	code, _, stderr := runCLI("sdpa", "--input", in, "--out", out)
+	if code != 0 || !strings.Contains(stderr, "warning") || !strings.Contains(stderr, "note: 2 (batch, head, query) rows had no key") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI("sdpa", "--input", in, "--out", os.DevNull); code != 1 || !strings.Contains(stderr, os.DevNull) {
+		t.Errorf("--out %s: exit %d, stderr %q", os.DevNull, code, stderr)
+	}
+}
+
+// FuzzSDPAInput runs `mha sdpa` on arbitrary input files: it must answer with exit 0 or with
+// exit 1 and one line on stderr, never a panic.
+func FuzzSDPAInput(f *testing.F) {
+	paths, err := filepath.Glob("../../testdata/sdpa/*.safetensors")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, path := range paths {
+		g, err := safetensors.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		in := map[string]safetensors.Tensor{}
+		for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias"} {
+			if g.Has(name) {
+				in[name], _ = g.Raw(name)
+			}
+		}
+		b, err := safetensors.Encode(in, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, flags uint8) {
+		in := filepath.Join(t.TempDir(), "in.safetensors")
+		if err := os.WriteFile(in, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"sdpa", "--input", in, "--out", filepath.Join(t.TempDir(), "o"), "--causal", []string{"none", "top-left", "bottom-right", "none"}[flags%4]}
+		if flags&4 != 0 {
+			args = append(args, "--window", "2,0")
+		}
+		if flags&8 != 0 {
+			args = append(args, "--rope-theta", "100")
+		}
+		if flags&16 != 0 {
+			args = append(args, "--need-weights")
+		}
+		if flags&32 != 0 {
+			args = append(args, "--alibi", "--softcap", "3")
+		}
+		code, _, stderr := runCLI(args...)
+		if code != 0 && (code != 1 || strings.Count(stderr, "\n") != 1) {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}
