@@ -66,6 +66,7 @@ func BenchmarkSDPA(b *testing.B) {
 			{"full", SDPAOptions{}},
 			{"causal", SDPAOptions{Causal: CausalBottomRight}},
 			{"window256", SDPAOptions{Causal: CausalBottomRight, Window: &Window{Left: 256, Right: 0}}},
+			{"causal+rotary", SDPAOptions{Causal: CausalBottomRight, Rotary: &Rotary{Theta: 500000}}},
 		} {
 			b.Run(fmt.Sprintf("T=%d/%s", t, v.name), func(b *testing.B) {
 				rng := tensor.NewRNG(3)
