@@ -160,29 +160,34 @@ func (t *ropeTable) build(r *Rotary, n, start, count int) {
 }
 
 // apply rotates the rows of x, [N, T, d] row-major, row t of each block of T at the table's
-// row first + t, in layout l.
-func (tb *ropeTable) apply(x []float32, d, t, first int, l RopeLayout) {
+// row first + t, in layout l; with inverse by the opposite angles (the transpose of the
+// rotation, which takes a gradient with respect to rotated rows back to the rows).
+func (tb *ropeTable) apply(x []float32, d, t, first int, l RopeLayout, inverse bool) {
 	half := tb.n / 2
 	for row := range len(x) / d {
 		m := first + row%t
-		rotate(x[row*d:(row+1)*d], tb.cos[m*half:(m+1)*half], tb.sin[m*half:(m+1)*half], l)
+		rotate(x[row*d:(row+1)*d], tb.cos[m*half:(m+1)*half], tb.sin[m*half:(m+1)*half], l, inverse)
 	}
 }
 
 // rotate rotates row x (its first 2·len(cos) elements; the rest pass through) by the angles whose
-// cosines and sines are cos and sin, in layout l.
-func rotate(x []float32, cos, sin []float32, l RopeLayout) {
+// cosines and sines are cos and sin, in layout l, or by their opposites with inverse.
+func rotate(x []float32, cos, sin []float32, l RopeLayout, inverse bool) {
 	half := len(cos)
+	sign := float32(1)
+	if inverse {
+		sign = -1
+	}
 	if l == RopeHalf {
 		a, b := x[:half], x[half:2*half]
 		for p, c := range cos {
-			s := sin[p]
+			s := sign * sin[p]
 			a[p], b[p] = a[p]*c-b[p]*s, b[p]*c+a[p]*s
 		}
 		return
 	}
 	for p, c := range cos {
-		s := sin[p]
+		s := sign * sin[p]
 		x0, x1 := x[2*p], x[2*p+1]
 		x[2*p], x[2*p+1] = x0*c-x1*s, x1*c+x0*s
 	}
@@ -228,6 +233,6 @@ func (r *Rotary) Apply(x *tensor.Tensor, start int) error {
 	}
 	var tab ropeTable
 	tab.build(r, n, start, t)
-	tab.apply(x.Data, d, t, 0, r.Layout)
+	tab.apply(x.Data, d, t, 0, r.Layout, false)
 	return nil
 }

@@ -76,6 +76,8 @@ type SDPAOptions struct {
 	AttnMask *tensor.Bool
 	// AttnBias is [Tq, Tk] or [B, Hq, Tq, Tk], added to the logits; −Inf masks.
 	AttnBias *tensor.Tensor
+	// SlopeGrad asks SDPABackward for the ALiBi slopes' gradient in SDPAGrads.Slopes.
+	SlopeGrad bool
 	// NeedLSE asks for each row's log-sum-exp in SDPAResult.LSE.
 	NeedLSE bool
 	// NeedWeights asks for the attention weights in SDPAResult.Weights. They build a
@@ -208,22 +210,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	clear(w.masked)
 
 	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, query block).
-	// With rotary, phase 0 also rotates Q into w.qrot, one task per (batch, query head).
-	w.ldkt = paddedStride(p.tk)
-	w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
-	w.q = p.q
-	tasks := p.b * p.hkv
-	if p.ropeDim > 0 {
-		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeRows())
-		w.qrot = kernel.Grow(w.qrot, len(p.q))
-		w.q = w.qrot
-		if len(w.rows) < n {
-			w.rows = make([][]float32, n)
-		}
-		tasks += p.b * p.hq
-	}
-	w.phase = 0
-	pool.Run(&w.loop, n, tasks, w)
+	w.prepare(pool, n, false)
 	w.phase = 1
 	pool.Run(&w.loop, n, p.b*p.hq*w.qBlocks, w)
 	r.FullyMasked = 0
@@ -254,7 +241,7 @@ func (c *SDPAContext) startPool() {
 }
 
 func (c *SDPAContext) put(w *sdpaWork) {
-	w.p, w.r, w.q = sdpaPlan{}, nil, nil // drop the references to the caller's tensors
+	w.p, w.r, w.q, w.g, w.dOut = sdpaPlan{}, nil, nil, nil, nil // drop the references to the caller's tensors
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.free) < keepWork {
@@ -394,6 +381,32 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 	return nil
 }
 
+// prepare runs phase 0 on n workers: Kᵀ of every (batch, K/V head) into w.kt and, with
+// rotary, the rotated Q into w.qrot (one task per (batch, query head)) and, when keepK, the
+// rotated K into w.krot. It points w.q at the Q the kernel reads.
+func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
+	p := &w.p
+	w.ldkt = paddedStride(p.tk)
+	w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
+	w.q, w.krot = p.q, nil
+	tasks := p.b * p.hkv
+	if p.ropeDim > 0 {
+		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeRows())
+		w.qrot = kernel.Grow(w.qrot, len(p.q))
+		w.q = w.qrot
+		if len(w.rows) < n {
+			w.rows = make([][]float32, n)
+		}
+		if keepK {
+			w.krot = kernel.Grow(w.kbuf, len(p.k))
+			w.kbuf = w.krot
+		}
+		tasks += p.b * p.hq
+	}
+	w.phase = 0
+	pool.Run(&w.loop, n, tasks, w)
+}
+
 // ropeRows is how many positions the rotary table of a call covers: keys at Offset + j and
 // queries at Offset + Tk − Tq + i, from ropeStart on.
 func (p *sdpaPlan) ropeRows() int { return max(p.tk, p.tq) }
@@ -462,20 +475,29 @@ func (p *sdpaPlan) bias(b, h int) attend.Bias {
 // parallel.Job of its two phases: Kᵀ per K/V head and, with rotary, the rotated Q (phase 0),
 // attention per task (phase 1).
 type sdpaWork struct {
-	p       sdpaPlan
-	r       *SDPAResult
-	loop    parallel.Loop
-	phase   int
-	kt      []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt], rotated with rotary
-	ldkt    int
-	q       []float32 // the Q the kernel reads: the caller's, or qrot
-	qrot    []float32 // with rotary: the rotated Q [B, Hq, Tq, D]
-	rope    ropeTable
-	rows    [][]float32 // with rotary: each worker's block of rotated keys
-	slopes  []float64   // the default ALiBi slopes
-	qBlocks int
-	scratch []attend.Scratch
-	masked  []int
+	p     sdpaPlan
+	r     *SDPAResult
+	loop  parallel.Loop
+	phase int
+	kt    []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt], rotated with rotary
+	ldkt  int
+	q     []float32 // the Q the kernel reads: the caller's, or qrot
+	qrot  []float32 // with rotary: the rotated Q [B, Hq, Tq, D]
+	rope  ropeTable
+	rows  [][]float32 // with rotary: each worker's block of rotated keys
+	krot  []float32   // with rotary in the backward: the rotated K [B, Hkv, Tk, D] (in kbuf)
+	kbuf  []float32
+
+	// The backward's: the gradients, each worker's scratch, and per (batch, query head) the
+	// sink's and the slope's gradient.
+	g             *SDPAGrads
+	dOut          []float32
+	back          []attend.BackScratch
+	dsink, dslope []float64
+	slopes        []float64 // the default ALiBi slopes
+	qBlocks       int
+	scratch       []attend.Scratch
+	masked        []int
 }
 
 // Do runs one task of the current phase.
@@ -483,6 +505,8 @@ func (w *sdpaWork) Do(worker, task int) {
 	switch {
 	case w.phase == 1:
 		w.attend(worker, task)
+	case w.phase == 2:
+		w.backward(worker, task)
 	case task < w.p.b*w.p.hkv:
 		w.transpose(worker, task)
 	default:
@@ -495,7 +519,7 @@ func (w *sdpaWork) rotateQ(bh int) {
 	p := &w.p
 	q := w.qrot[bh*p.tq*p.d : (bh+1)*p.tq*p.d]
 	copy(q, p.q[bh*p.tq*p.d:])
-	w.rope.apply(q, p.d, p.tq, p.queryPos(0), p.opt.Rotary.Layout)
+	w.rope.apply(q, p.d, p.tq, p.queryPos(0), p.opt.Rotary.Layout, false)
 }
 
 // transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does, rotating
@@ -513,8 +537,11 @@ func (w *sdpaWork) transpose(worker, task int) {
 		blk := src[j0*p.d:]
 		if p.ropeDim > 0 {
 			blk = w.rows[worker][:(j1-j0)*p.d]
+			if w.krot != nil {
+				blk = w.krot[(task*p.tk+j0)*p.d : (task*p.tk+j1)*p.d]
+			}
 			copy(blk, src[j0*p.d:j1*p.d])
-			w.rope.apply(blk, p.d, j1-j0, p.keyPos(j0), p.opt.Rotary.Layout)
+			w.rope.apply(blk, p.d, j1-j0, p.keyPos(j0), p.opt.Rotary.Layout, false)
 		}
 		for i := range p.d {
 			out := dst[i*ld+j0 : i*ld+j1]

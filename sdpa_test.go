@@ -2,6 +2,7 @@ package mha
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,10 @@ type sdpaGolden struct {
 	out     []float64
 	lse     []float64
 	weights []float64 // nil for the long cases
+
+	gradOut         *tensor.Tensor
+	gq, gk, gv      []float64 // autograd's gradients of sum(out·gradOut)
+	gSinks, gSlopes []float64 // nil without sinks or ALiBi
 }
 
 func loadSDPAGolden(t *testing.T, path string) *sdpaGolden {
@@ -48,6 +53,14 @@ func loadSDPAGolden(t *testing.T, path string) *sdpaGolden {
 	g.out, g.lse = f64("out"), f64("lse")
 	if f.Has("weights") {
 		g.weights = f64("weights")
+	}
+	g.gradOut = f32("grad_out")
+	g.gq, g.gk, g.gv = f64("grad.q"), f64("grad.k"), f64("grad.v")
+	if f.Has("grad.sinks") {
+		g.gSinks = f64("grad.sinks")
+	}
+	if f.Has("grad.slopes") {
+		g.gSlopes = f64("grad.slopes")
 	}
 	o := &g.opt
 	switch f.Metadata["causal"] {
@@ -208,6 +221,43 @@ func TestSDPAGolden(t *testing.T) {
 				t.Errorf("out shape %v, want %v", r.Out.Shape, want)
 			}
 		})
+	}
+}
+
+// TestSDPABackwardGolden checks SDPABackward, tiled and (where the golden has weights) dense,
+// against PyTorch's autograd in float64 on every golden: dq, dk, dv, the sinks' and the slopes'
+// gradients within 1e-5.
+func TestSDPABackwardGolden(t *testing.T) {
+	for _, g := range sdpaGoldens(t) {
+		for _, dense := range []bool{false, true} {
+			if dense && g.weights == nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/dense=%v", g.name, dense), func(t *testing.T) {
+				opt := g.opt
+				opt.NeedLSE, opt.NeedWeights, opt.SlopeGrad, opt.Workers = true, dense, opt.ALiBi, 3
+				r, err := SDPA(g.q, g.k, g.v, &opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gr, err := SDPABackward(g.q, g.k, g.v, r, g.gradOut, &opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, "dq", gr.Q.Data, g.gq, 1e-5)
+				checkRel(t, "dk", gr.K.Data, g.gk, 1e-5)
+				checkRel(t, "dv", gr.V.Data, g.gv, 1e-5)
+				if (gr.Sinks == nil) != (g.gSinks == nil) || (gr.Slopes == nil) != (g.gSlopes == nil) {
+					t.Fatalf("sinks' gradient %v (want %v), slopes' %v (want %v)", gr.Sinks, g.gSinks, gr.Slopes, g.gSlopes)
+				}
+				if g.gSinks != nil {
+					checkRel(t, "dsinks", gr.Sinks, g.gSinks, 1e-5)
+				}
+				if g.gSlopes != nil {
+					checkRel(t, "dslopes", gr.Slopes, g.gSlopes, 1e-5)
+				}
+			})
+		}
 	}
 }
 
@@ -660,6 +710,89 @@ func TestSDPAConcurrent(t *testing.T) {
 	for range 4 {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSDPABackwardWorkers checks that the gradients have the same bits for any worker count.
+func TestSDPABackwardWorkers(t *testing.T) {
+	for _, g := range sdpaGoldens(t) {
+		var first *SDPAGrads
+		for _, workers := range []int{1, 2, 3, 1 << 30} {
+			opt := g.opt
+			opt.NeedLSE, opt.SlopeGrad, opt.Workers = true, opt.ALiBi, workers
+			r, err := SDPA(g.q, g.k, g.v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gr, err := SDPABackward(g.q, g.k, g.v, r, g.gradOut, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == nil {
+				first = gr
+				continue
+			}
+			if !bitsEqual(gr.Q.Data, first.Q.Data) || !bitsEqual(gr.K.Data, first.K.Data) || !bitsEqual(gr.V.Data, first.V.Data) ||
+				!slices.Equal(gr.Sinks, first.Sinks) || !slices.Equal(gr.Slopes, first.Slopes) {
+				t.Errorf("%s: %d workers give other bits than 1", g.name, workers)
+			}
+		}
+	}
+}
+
+// TestSDPABackwardAllocs checks that SDPABackwardInto allocates nothing in steady state.
+func TestSDPABackwardAllocs(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalBottomRight)
+	opt.Window = &Window{50, 0}
+	opt.Sinks = []float32{1, 2, 3, 4}
+	opt.SlopeGrad, opt.Softcap, opt.Workers = true, 5, 3
+	opt.Rotary = &Rotary{Theta: 10000, Dim: 4}
+	c := new(SDPAContext)
+	r := new(SDPAResult)
+	if err := c.SDPAInto(r, q, k, v, &opt); err != nil {
+		t.Fatal(err)
+	}
+	dOut := sdpaRand(5, 1, r.Out.Shape...)
+	var g SDPAGrads
+	call := func() {
+		if err := c.SDPABackwardInto(&g, q, k, v, r, dOut, &opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	if n := testing.AllocsPerRun(20, call); n != 0 {
+		t.Errorf("%v allocations per call, want 0", n)
+	}
+}
+
+// TestSDPABackwardErrors checks the backward's own errors: a result without LSE or of another
+// shape, and a dOut of the wrong shape.
+func TestSDPABackwardErrors(t *testing.T) {
+	q, k, v := sdpaRand(1, 1, 1, 2, 3, 4), sdpaRand(2, 1, 1, 1, 5, 4), sdpaRand(3, 1, 1, 1, 5, 6)
+	r, err := SDPA(q, k, v, &SDPAOptions{NeedLSE: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noLSE, err := SDPA(q, k, v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dOut := sdpaRand(4, 1, 1, 2, 3, 6)
+	other := &SDPAResult{Out: r.Out, LSE: sdpaRand(5, 1, 1, 2, 4)}
+	for _, c := range []struct {
+		r    *SDPAResult
+		dOut *tensor.Tensor
+		want string
+	}{
+		{nil, dOut, "has no Out"},
+		{noLSE, dOut, "run SDPA with NeedLSE"},
+		{r, nil, "dOut is nil, want a tensor [1 2 3 6]"},
+		{r, sdpaRand(4, 1, 1, 2, 3, 5), "dOut is [1 2 3 5], want [1 2 3 6]"},
+		{other, dOut, "the forward's LSE is [1 2 4], want [1 2 3]"},
+	} {
+		if _, err := SDPABackward(q, k, v, c.r, c.dOut, nil); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want ErrShape with %q", err, c.want)
 		}
 	}
 }

@@ -1,8 +1,17 @@
 package attend
 
 import (
+	"math"
+
 	"github.com/mhalab/mha/internal/kernel"
 )
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // Grad is where Backward adds one head's gradients, as row-major views with row strides like
 // Head's:
@@ -10,16 +19,19 @@ import (
 //	DQ [Tq, D]  stride LdDQ
 //	DK [Tk, D]  stride LdDK
 //	DV [Tk, Dv] stride LdDV
+//
+// Slope, when not nil, receives the gradient with respect to Bias.Slope, added.
 type Grad struct {
 	DQ, DK, DV       []float32
 	LdDQ, LdDK, LdDV int
+	Slope            *float64
 }
 
 // BackScratch is one worker's memory for Backward. The zero value is ready to use; give each
 // goroutine its own.
 type BackScratch struct {
-	p, dp, delta []float32
-	ws           kernel.Workspace
+	p, dp, delta, raw []float32
+	ws                kernel.Workspace
 }
 
 // Backward adds to g the gradients of one head's attention, given dOut [Tq, Dv] (stride
@@ -34,6 +46,12 @@ type BackScratch struct {
 //
 //	P the weights, Z the dropout's scaled keep mask (1 without dropout), D_i = dOut_i·Out_i:
 //	dV = (P∘Z)ᵀ·dOut,  dS = P∘((dOut·Vᵀ)∘Z − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
+//
+// With b.Softcap, dS is multiplied by the cap's derivative 1 − tanh²(s/Softcap) of the raw scaled
+// score s; g.Slope, when asked for, gets Σ dS_ij·(−|i + Center − j|) before it. A sink needs
+// nothing here: lse includes it, and its own gradient, −Σ_i exp(Sink − lse_i)·D_i, is the
+// caller's. Under b.Causal or b.Window, query blocks that see none of a key block's keys are
+// skipped, so a window of W keys costs O(Tq·W).
 //
 // A row whose keys were all masked has P = 0 and adds nothing. Backward panics when a view is
 // too short for the sizes in h.
@@ -51,6 +69,9 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	}
 	s.p = kernel.Grow(s.p, BlockQ*keys)
 	s.dp = kernel.Grow(s.dp, BlockQ*keys)
+	if b.Softcap > 0 {
+		s.raw = kernel.Grow(s.raw, BlockQ*keys)
+	}
 
 	// Key blocks do not straddle b.Stride, so that a block's causal keys are all below it.
 	for j0 := 0; j0 < h.Tk; {
@@ -59,12 +80,17 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 			end = b.Stride
 		}
 		j1 := min(j0+keys, end)
-		first := 0 // under the causal mask, queries before j0 see none of these keys
-		if b.Causal && j0 < b.Stride {
-			first = j0 / BlockQ * BlockQ
-		}
-		for i0 := first; i0 < h.Tq; i0 += BlockQ {
-			tile(h, g, dOut, ldDOut, lse, b, scale, drop, p, s, i0, min(i0+BlockQ, h.Tq), j0, j1)
+		for i0 := 0; i0 < h.Tq; i0 += BlockQ {
+			i1 := min(i0+BlockQ, h.Tq)
+			if b.ranged() && j1 <= b.Stride {
+				// The block's queries see keys within [Span(i0).lo, Span(i1−1).hi) only.
+				lo, _ := b.Span(i0)
+				_, hi := b.Span(i1 - 1)
+				if hi <= j0 || lo >= j1 {
+					continue
+				}
+			}
+			tile(h, g, dOut, ldDOut, lse, b, scale, drop, p, s, i0, i1, j0, j1)
 		}
 		j0 = j1
 	}
@@ -76,11 +102,19 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 	q, do := h.Q[i0*h.LdQ:], dOut[i0*ldDOut:]
 
 	// P, the weights before dropout: read, or recomputed as exp(scale·Q·Kᵀ + bias − lse).
+	// With a soft cap, the raw scaled scores are kept for the cap's derivative.
 	pt, ldp := s.p, nc
+	if b.Softcap > 0 {
+		s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, s.raw, nc, nil)
+	}
 	if p != nil {
 		pt, ldp = p[i0*h.Tk+j0:], h.Tk
 	} else {
-		s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, pt, ldp, nil)
+		if b.Softcap > 0 {
+			copy(pt[:rows*nc], s.raw[:rows*nc])
+		} else {
+			s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, pt, ldp, nil)
+		}
 		for r := range rows {
 			row := pt[r*ldp : r*ldp+nc]
 			Apply(b, i0+r, j0, row)
@@ -112,6 +146,21 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 		}
 		for j, x := range row {
 			row[j] = pr[j] * (x - delta)
+		}
+		if g.Slope != nil {
+			// d logit/d slope = −|i + Center − j| for the keys the masks describe.
+			c, sum := i0+r+b.Center-j0, 0.0
+			for j, x := range row[:max(min(b.Stride-j0, nc), 0)] {
+				sum -= float64(x) * float64(abs(c-j))
+			}
+			*g.Slope += sum
+		}
+		if b.Softcap > 0 {
+			cp := b.Softcap
+			for j, x := range s.raw[r*nc : r*nc+nc] {
+				t := math.Tanh(float64(x) / cp)
+				row[j] *= float32(1 - t*t)
+			}
 		}
 	}
 

@@ -24,8 +24,10 @@ Llama 3 scaling) in float64: key j sits at position P + j and query i at
 P + δ + i.
 
 For every case in CASES it writes testdata/sdpa/<case>.safetensors: float32
-inputs (q, k, v, masks, sinks, slopes) and float64 results (out, lse, and
-weights for the small cases), with the options in the metadata; and
+inputs (q, k, v, masks, sinks, slopes, and grad_out, a random gradient of the
+output) and float64 results (out, lse, weights for the small cases, and
+autograd's grad.q, grad.k, grad.v, grad.sinks and grad.slopes of the loss
+sum(out * grad_out)), with the options in the metadata; and
 testdata/rope/apply.safetensors, one x rotated under each of APPLY_CASES. The output is
 deterministic: each case draws from its own generator seeded from its name.
 """
@@ -36,6 +38,7 @@ import os
 import sys
 import zlib
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -198,7 +201,10 @@ def build(case):
 
 
 def reference(case, t):
-    q, k, v = (t[n].double() for n in ("q", "k", "v"))
+    """Returns out, lse and weights, and the leaves of the autograd graph by name (q, k, v, and
+    sinks and slopes when present)."""
+    leaves = {n: t[n].double().requires_grad_() for n in ("q", "k", "v")}
+    q, k, v = leaves["q"], leaves["k"], leaves["v"]
     rep = case.hq // case.hkv
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     scale = case.scale if case.scale else 1 / math.sqrt(case.d)
@@ -214,6 +220,7 @@ def reference(case, t):
     j = torch.arange(case.tk).view(1, -1)
     if case.alibi != "none":
         slopes = t["slopes"].double() if case.alibi == "given" else torch.tensor(alibi_slopes(case.hq), dtype=torch.float64)
+        slopes = leaves["slopes"] = slopes.clone().requires_grad_()
         s = s - slopes.view(1, -1, 1, 1) * (i + delta - j).abs().double()
     if "attn_bias" in t:
         s = s + t["attn_bias"].double()
@@ -235,15 +242,18 @@ def reference(case, t):
     s = s.masked_fill(masked, -math.inf)
     logits = s
     if "sinks" in t:
-        sink = t["sinks"].double().view(1, -1, 1, 1).expand(case.b, case.hq, case.tq, 1)
+        leaves["sinks"] = t["sinks"].double().requires_grad_()
+        sink = leaves["sinks"].view(1, -1, 1, 1).expand(case.b, case.hq, case.tq, 1)
         logits = torch.cat([s, sink], dim=-1)
-    lse = torch.logsumexp(logits, dim=-1)
-    dead = torch.isinf(lse) & (lse < 0)
-    lse = lse.masked_fill(dead, math.inf)
-    w = torch.exp(s - lse.unsqueeze(-1)).masked_fill(dead.unsqueeze(-1), 0.0)
+    # A row with no visible key and no sink has lse = +inf and weights 0; its logits are set to 0
+    # before logsumexp so that autograd sees no -inf - -inf.
+    dead = torch.isinf(logits).all(dim=-1)
+    safe = torch.logsumexp(logits.masked_fill(dead.unsqueeze(-1), 0.0), dim=-1)
+    lse = safe.masked_fill(dead, math.inf)
+    w = torch.exp(s - safe.unsqueeze(-1)).masked_fill(dead.unsqueeze(-1), 0.0)
     out = w @ v
     assert not torch.isnan(out).any() and not torch.isnan(w).any()
-    return out, lse, w
+    return out, lse, w, leaves
 
 
 def main():
@@ -252,13 +262,21 @@ def main():
     total = 0
     for case in CASES:
         t = build(case)
-        out, lse, w = reference(case, t)
+        out, lse, w, leaves = reference(case, t)
+        gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode() + b"/grad"))
+        grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32)
+        (out * grad_out.double()).sum().backward()
+        grads = {"grad." + n: x.grad.detach().numpy() for n, x in leaves.items()}
+        assert all(not np.isnan(g).any() for g in grads.values())
+        out, lse, w = out.detach(), lse.detach(), w.detach()
         tensors = {name: x.numpy() for name, x in t.items()}
         tensors["slopes"] = tensors["slopes"].astype("float64") if "slopes" in tensors else None
         tensors = {n: x for n, x in tensors.items() if x is not None}
         tensors["out"], tensors["lse"] = out.numpy(), lse.numpy()
         if case.weights:
             tensors["weights"] = w.numpy()
+        tensors["grad_out"] = grad_out.numpy()
+        tensors.update(grads)
         meta = {
             "causal": case.causal,
             "window": "none" if case.window is None else f"{case.window[0]},{case.window[1]}",
