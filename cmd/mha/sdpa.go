@@ -17,7 +17,7 @@ type sdpaFlags struct {
 	input, out, causal, window, ropeLayout string
 	softcap, scale, ropeTheta              float64
 	ropeDim, ropeOffset                    int
-	alibi, needWeights                     bool
+	alibi, needWeights, backward           bool
 }
 
 func newSDPACmd() *cobra.Command {
@@ -45,7 +45,11 @@ i + δ − L ≤ j ≤ i + δ + R (flash-attn's window_size; −1 leaves a side 
 With --rope-theta, q and k are rotated (RoPE) first: key j at position P + j and query i at
 P + δ + i, P = --rope-offset.
 
-Gradients (--backward) are not implemented yet.`,
+With --backward the input also holds grad_out [B,Hq,Tq,Dv], the gradient of a loss with respect to
+out, and --out also gets grad.q, grad.k and grad.v (with respect to the q, k and v given, before
+rotary; those of a K/V head summed over the query heads that read it) and, when sinks were given,
+grad.sinks, all float32. With --need-weights the backward reads the weights; without, it recomputes
+them tile by tile from lse (FlashAttention-2).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd)
 		},
@@ -63,11 +67,12 @@ Gradients (--backward) are not implemented yet.`,
 	fl.StringVar(&f.ropeLayout, "rope-layout", "half", "rotary pairs: half (GPT-NeoX, Hugging Face Llama) or interleaved (GPT-J); needs --rope-theta")
 	fl.IntVar(&f.ropeOffset, "rope-offset", 0, "the position P of key 0 (needs --rope-theta)")
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also write the attention weights [B,Hq,Tq,Tk] as weights")
+	fl.BoolVar(&f.backward, "backward", false, "also compute the gradients of grad_out (from --input) and write them as grad.q, grad.k, grad.v (and grad.sinks)")
 	return cmd
 }
 
 // sdpaInputs are the tensors an input file of mha sdpa may hold.
-var sdpaInputs = []string{"q", "k", "v", "alibi_slopes", "sinks", "key_padding_mask", "attn_mask", "attn_bias"}
+var sdpaInputs = []string{"q", "k", "v", "alibi_slopes", "sinks", "key_padding_mask", "attn_mask", "attn_bias", "grad_out"}
 
 // options turns the flags into SDPAOptions, checking what the library cannot: their syntax and
 // combinations.
@@ -126,17 +131,33 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	q, k, v, warnings, err := loadSDPAInput(f.input, opt)
+	in, err := loadSDPAInput(f.input, opt)
 	if err != nil {
 		return err
 	}
-	r, err := mha.SDPA(q, k, v, opt)
+	switch {
+	case f.backward && in.gradOut == nil:
+		return fmt.Errorf("--backward needs grad_out [B Hq Tq Dv] in %s", f.input)
+	case !f.backward && in.gradOut != nil:
+		return fmt.Errorf("%s holds grad_out; pass --backward to compute the gradients", f.input)
+	}
+	r, err := mha.SDPA(in.q, in.k, in.v, opt)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.input, err)
 	}
 	tensors := map[string]safetensors.Tensor{"out": safetensors.FromFloat32(r.Out), "lse": safetensors.FromFloat32(r.LSE)}
 	if r.Weights != nil {
 		tensors["weights"] = safetensors.FromFloat32(r.Weights)
+	}
+	if f.backward {
+		g, err := mha.SDPABackward(in.q, in.k, in.v, r, in.gradOut, opt)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.input, err)
+		}
+		tensors["grad.q"], tensors["grad.k"], tensors["grad.v"] = safetensors.FromFloat32(g.Q), safetensors.FromFloat32(g.K), safetensors.FromFloat32(g.V)
+		if g.Sinks != nil {
+			tensors["grad.sinks"] = safetensors.FromFloat32(&tensor.Tensor{Shape: []int{len(g.Sinks)}, Data: g.Sinks})
+		}
 	}
 	meta := map[string]string{"fully_masked_rows": fmt.Sprint(r.FullyMasked)}
 	if err := safetensors.WriteFile(f.out, tensors, meta); err != nil {
@@ -147,8 +168,14 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 	if r.Weights != nil {
 		fmt.Fprintf(w, ", weights %v", r.Weights.Shape)
 	}
+	if f.backward {
+		fmt.Fprint(w, ", grad.q, grad.k, grad.v")
+		if _, ok := tensors["grad.sinks"]; ok {
+			fmt.Fprint(w, ", grad.sinks")
+		}
+	}
 	fmt.Fprintln(w)
-	for _, line := range warnings {
+	for _, line := range in.warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), line)
 	}
 	if r.FullyMasked > 0 {
@@ -157,19 +184,22 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 	return nil
 }
 
-// loadSDPAInput reads q, k, v and the optional tensors of mha sdpa from path, putting the
-// optional ones into opt. It returns a warning for each of q, k and v that holds NaN or ±Inf.
-func loadSDPAInput(path string, opt *mha.SDPAOptions) (q, k, v *tensor.Tensor, warnings []string, err error) {
+// sdpaInput is what an input file of mha sdpa holds besides the options.
+type sdpaInput struct {
+	q, k, v, gradOut *tensor.Tensor
+	warnings         []string // for each of q, k, v and grad_out that holds NaN or ±Inf
+}
+
+// loadSDPAInput reads q, k, v, grad_out and the optional tensors of mha sdpa from path, putting
+// the optional ones into opt.
+func loadSDPAInput(path string, opt *mha.SDPAOptions) (*sdpaInput, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	for _, name := range f.Names() {
-		switch {
-		case name == "grad_out":
-			return nil, nil, nil, nil, fmt.Errorf("%s: holds grad_out, but mha sdpa does not compute gradients yet (there is no --backward)", path)
-		case !slices.Contains(sdpaInputs, name):
-			return nil, nil, nil, nil, fmt.Errorf("%s: unexpected tensor %q (an input file of mha sdpa holds %s)", path, name, strings.Join(sdpaInputs, ", "))
+		if !slices.Contains(sdpaInputs, name) {
+			return nil, fmt.Errorf("%s: unexpected tensor %q (an input file of mha sdpa holds %s)", path, name, strings.Join(sdpaInputs, ", "))
 		}
 	}
 	float := func(name, dims string) (*tensor.Tensor, error) {
@@ -188,27 +218,31 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (q, k, v *tensor.Tensor, w
 		}
 		return t, nil
 	}
+	in := new(sdpaInput)
 	for _, c := range []struct {
 		name, dims string
 		t          **tensor.Tensor
-	}{{"q", "B Hq Tq D", &q}, {"k", "B Hkv Tk D", &k}, {"v", "B Hkv Tk Dv", &v}} {
+	}{{"q", "B Hq Tq D", &in.q}, {"k", "B Hkv Tk D", &in.k}, {"v", "B Hkv Tk Dv", &in.v}, {"grad_out", "B Hq Tq Dv", &in.gradOut}} {
 		if !f.Has(c.name) {
-			return nil, nil, nil, nil, fmt.Errorf("%s: no tensor %q ([%s]); it has %s", path, c.name, c.dims, strings.Join(f.Names(), ", "))
+			if c.name == "grad_out" {
+				continue
+			}
+			return nil, fmt.Errorf("%s: no tensor %q ([%s]); it has %s", path, c.name, c.dims, strings.Join(f.Names(), ", "))
 		}
 		if *c.t, err = float(c.name, c.dims); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, err
 		}
 		if err := (*c.t).CheckFinite(c.name); err != nil {
-			warnings = append(warnings, nonFiniteWarning(path, err))
+			in.warnings = append(in.warnings, nonFiniteWarning(path, err))
 		}
 	}
 	slopes, err := float("alibi_slopes", "Hq")
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	if slopes != nil {
 		if opt.ALiBi {
-			return nil, nil, nil, nil, fmt.Errorf("%s holds alibi_slopes and --alibi asks for the standard ones: give one", path)
+			return nil, fmt.Errorf("%s holds alibi_slopes and --alibi asks for the standard ones: give one", path)
 		}
 		opt.ALiBi = true
 		opt.Slopes = make([]float64, len(slopes.Data))
@@ -218,13 +252,13 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (q, k, v *tensor.Tensor, w
 	}
 	sinks, err := float("sinks", "Hq")
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	if sinks != nil {
 		opt.Sinks = sinks.Data
 	}
 	if opt.AttnBias, err = float("attn_bias", ""); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	for _, m := range []struct {
 		name string
@@ -235,11 +269,11 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (q, k, v *tensor.Tensor, w
 		}
 		raw, _ := f.Raw(m.name)
 		if raw.DType != safetensors.Bool && raw.DType != safetensors.U8 {
-			return nil, nil, nil, nil, fmt.Errorf("%s: tensor %q is %s, want BOOL or U8 (true = may not attend)", path, m.name, raw.DType)
+			return nil, fmt.Errorf("%s: tensor %q is %s, want BOOL or U8 (true = may not attend)", path, m.name, raw.DType)
 		}
 		if *m.t, err = f.Bool(m.name); err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return q, k, v, warnings, nil
+	return in, nil
 }

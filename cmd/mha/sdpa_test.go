@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,11 +14,11 @@ import (
 
 // sdpaArgs turns a golden file of testdata/gen_sdpa.py into the input file and flags a user of
 // `mha sdpa` would give: its inputs (slopes renamed alibi_slopes) and its options' flags.
-func sdpaArgs(t *testing.T, g *safetensors.File) (input string, args []string) {
+func sdpaArgs(t *testing.T, g *safetensors.File, backward bool) (input string, args []string) {
 	t.Helper()
 	in := map[string]safetensors.Tensor{}
-	for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias", "slopes"} {
-		if !g.Has(name) {
+	for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias", "slopes", "grad_out"} {
+		if !g.Has(name) || name == "grad_out" && !backward {
 			continue
 		}
 		raw, err := g.Raw(name)
@@ -44,11 +45,14 @@ func sdpaArgs(t *testing.T, g *safetensors.File) (input string, args []string) {
 		f := strings.Split(r, ",")
 		args = append(args, "--rope-theta", f[0], "--rope-dim", f[1], "--rope-layout", f[2], "--rope-offset", f[3])
 	}
+	if backward {
+		args = append(args, "--backward")
+	}
 	return writeFile(t, in), args
 }
 
 // TestSDPAGoldens runs `mha sdpa` on every PyTorch golden of testdata/sdpa and compares out, lse
-// and weights with PyTorch's float64 values.
+// and weights, and with --backward the gradients, with PyTorch's float64 values.
 func TestSDPAGoldens(t *testing.T) {
 	paths, err := filepath.Glob("../../testdata/sdpa/*.safetensors")
 	if err != nil || len(paths) < 15 {
@@ -56,69 +60,77 @@ func TestSDPAGoldens(t *testing.T) {
 	}
 	ran := 0
 	for _, path := range paths {
-		t.Run(strings.TrimSuffix(filepath.Base(path), ".safetensors"), func(t *testing.T) {
-			g, err := safetensors.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, args := sdpaArgs(t, g)
-			if in == "" {
-				t.Skip("Llama 3 rope scaling has no flags")
-			}
-			ran++
-			out := filepath.Join(t.TempDir(), "out.safetensors")
-			if g.Has("weights") {
-				args = append(args, "--need-weights")
-			}
-			code, stdout, stderr := runCLI(append([]string{"sdpa", "--input", in, "--out", out}, args...)...)
-			if code != 0 {
-				t.Fatalf("exit %d: %s", code, stderr)
-			}
-			if !strings.HasPrefix(stdout, "wrote "+out+": out [") {
-				t.Errorf("stdout %q", stdout)
-			}
-			o, err := safetensors.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			names := []string{"out", "lse"}
-			if g.Has("weights") {
-				names = append(names, "weights")
-			}
-			if len(o.Names()) != len(names) {
-				t.Errorf("wrote %v, want %v", o.Names(), names)
-			}
-			for _, name := range names {
-				got, err := o.Float32(name)
+		for _, backward := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/backward=%v", strings.TrimSuffix(filepath.Base(path), ".safetensors"), backward), func(t *testing.T) {
+				g, err := safetensors.ReadFile(path)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, shape, err := g.Float64(name)
+				in, args := sdpaArgs(t, g, backward)
+				if in == "" {
+					t.Skip("Llama 3 rope scaling has no flags")
+				}
+				ran++
+				out := filepath.Join(t.TempDir(), "out.safetensors")
+				if g.Has("weights") {
+					args = append(args, "--need-weights")
+				}
+				code, stdout, stderr := runCLI(append([]string{"sdpa", "--input", in, "--out", out}, args...)...)
+				if code != 0 {
+					t.Fatalf("exit %d: %s", code, stderr)
+				}
+				if !strings.HasPrefix(stdout, "wrote "+out+": out [") {
+					t.Errorf("stdout %q", stdout)
+				}
+				o, err := safetensors.ReadFile(out)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if tensor.ShapeString(got.Shape) != tensor.ShapeString(shape) {
-					t.Fatalf("%s is %v, want %v", name, got.Shape, shape)
+				names := []string{"out", "lse"}
+				if g.Has("weights") {
+					names = append(names, "weights")
 				}
-				var gf, wf []float64 // lse is +Inf in rows with nothing to attend
-				for i, w := range want {
-					g := float64(got.Data[i])
-					if math.IsInf(w, 0) {
-						if g != w {
-							t.Fatalf("%s[%d] = %v, want %v", name, i, g, w)
-						}
-						continue
+				if backward {
+					names = append(names, "grad.q", "grad.k", "grad.v")
+					if g.Has("sinks") {
+						names = append(names, "grad.sinks")
 					}
-					gf, wf = append(gf, g), append(wf, w)
 				}
-				if e := tensor.RelError(gf, wf); e > 1e-5 {
-					t.Errorf("%s: relative error %.3g > 1e-5", name, e)
+				if len(o.Names()) != len(names) {
+					t.Errorf("wrote %v, want %v", o.Names(), names)
 				}
-			}
-		})
+				for _, name := range names {
+					got, err := o.Float32(name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, shape, err := g.Float64(name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if tensor.ShapeString(got.Shape) != tensor.ShapeString(shape) {
+						t.Fatalf("%s is %v, want %v", name, got.Shape, shape)
+					}
+					var gf, wf []float64 // lse is +Inf in rows with nothing to attend
+					for i, w := range want {
+						g := float64(got.Data[i])
+						if math.IsInf(w, 0) {
+							if g != w {
+								t.Fatalf("%s[%d] = %v, want %v", name, i, g, w)
+							}
+							continue
+						}
+						gf, wf = append(gf, g), append(wf, w)
+					}
+					if e := tensor.RelError(gf, wf); e > 1e-5 {
+						t.Errorf("%s: relative error %.3g > 1e-5", name, e)
+					}
+				}
+			})
+		}
 	}
-	if ran < 15 {
-		t.Errorf("ran %d goldens, want at least 15", ran)
+	if ran < 30 {
+		t.Errorf("ran %d goldens, want at least 30", ran)
 	}
 }
 
@@ -160,7 +172,9 @@ func TestSDPAErrors(t *testing.T) {
 		{"heads", writeFile(t, with("q", f32(1, 3, 3, 8))), nil, "q has 3 heads, want a multiple of k's 2 heads"},
 		{"head size", writeFile(t, with("k", f32(1, 2, 5, 7))), nil, "k is [1 2 5 7], want [1 Hkv Tk 8]"},
 		{"unknown tensor", writeFile(t, with("query", f32(1))), nil, `unexpected tensor "query"`},
-		{"grad_out", writeFile(t, with("grad_out", f32(1, 4, 3, 6))), nil, "does not compute gradients yet"},
+		{"grad_out without --backward", writeFile(t, with("grad_out", f32(1, 4, 3, 6))), nil, "holds grad_out; pass --backward"},
+		{"--backward without grad_out", ok, []string{"--backward"}, "--backward needs grad_out [B Hq Tq Dv]"},
+		{"grad_out shape", writeFile(t, with("grad_out", f32(1, 4, 3, 5))), []string{"--backward"}, "dOut is [1 4 3 5], want [1 4 3 6]"},
 		{"sinks", writeFile(t, with("sinks", f32(3))), nil, "3 sinks, want one per query head (4)"},
 		{"slopes shape", writeFile(t, with("alibi_slopes", f32(2, 2))), nil, `tensor "alibi_slopes" is [2 2], want [Hq]`},
 		{"slopes and --alibi", writeFile(t, with("alibi_slopes", f32(4))), []string{"--alibi"}, "give one"},
@@ -230,7 +244,7 @@ func FuzzSDPAInput(f *testing.F) {
 			f.Fatal(err)
 		}
 		in := map[string]safetensors.Tensor{}
-		for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias"} {
+		for _, name := range []string{"q", "k", "v", "sinks", "key_padding_mask", "attn_mask", "attn_bias", "grad_out"} {
 			if g.Has(name) {
 				in[name], _ = g.Raw(name)
 			}
@@ -239,7 +253,7 @@ func FuzzSDPAInput(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(b, uint8(0))
+		f.Add(b, uint8(64))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, flags uint8) {
 		in := filepath.Join(t.TempDir(), "in.safetensors")
@@ -258,6 +272,9 @@ func FuzzSDPAInput(f *testing.F) {
 		}
 		if flags&32 != 0 {
 			args = append(args, "--alibi", "--softcap", "3")
+		}
+		if flags&64 != 0 {
+			args = append(args, "--backward")
 		}
 		code, _, stderr := runCLI(args...)
 		if code != 0 && (code != 1 || strings.Count(stderr, "\n") != 1) {
