@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +62,9 @@ type benchFlags struct {
 	causal, needWeights, backward bool
 	json, torch, ort, worker      bool
 	python                        string
+	gqa, window, decode           int
+	cacheDType                    string // the worker's, with --decode
+	seqSet                        bool   // --seq was given
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -70,6 +74,14 @@ type benchConfig struct {
 	runs, warmup                 int
 	causal, needWeights          bool
 	backward                     bool // time forward + backward instead of the forward alone
+
+	// The attention core's modes (bench_sdpa.go): kvHeads > 0 times mha.SDPA with that many K/V
+	// heads instead of the layer; window > 0 adds a causal sliding window; decode times one new
+	// token against a cache of T, the worker's in cacheDType.
+	kvHeads, window int
+	decode          bool
+	cacheDType      string
+	readBW          float64 // bytes/s, measured with --decode
 }
 
 // flops is the work of one timed call at sequence length t. A forward is 8·T·E²·B for the four
@@ -79,6 +91,9 @@ type benchConfig struct {
 // FlashAttention-2 backward (2·T²·E·B more) is work the algorithm chooses and is not counted.
 // Causal attention is counted in full, so that skipping the masked half shows as a higher rate.
 func (c *benchConfig) flops(t int) float64 {
+	if c.sdpa() {
+		return c.sdpaFlops(t)
+	}
 	b, e, tt := float64(c.batch), float64(c.embed), float64(t)
 	fwd := 8*tt*e*e*b + 4*tt*tt*e*b
 	if c.backward {
@@ -139,6 +154,7 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 --json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement, whose
 "pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.seqSet = cmd.Flags().Changed("seq")
 			cfg, err := f.config()
 			if err != nil {
 				return err
@@ -165,6 +181,10 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 	fl.BoolVar(&f.ort, "ort", false, "also time ONNX Runtime (onnxruntime-node, through node and npm)")
 	fl.StringVar(&f.python, "python", defaultPython, "Python with PyTorch, for --torch and --ort")
 	fl.BoolVar(&f.worker, "worker", false, "time mha at the one T of --seq in this process and print the raw result (used by mha bench itself)")
+	fl.IntVar(&f.gqa, "gqa", 0, "time the attention core (mha.SDPA, no projections) with this many K/V heads shared by the --heads query heads")
+	fl.IntVar(&f.window, "window", 0, "time the attention core with a causal sliding window of W keys before each query")
+	fl.IntVar(&f.decode, "decode", 0, "time one new token against a KV cache of L tokens, per cache type (f32, bf16, f16), against the read bandwidth")
+	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
 	_ = fl.MarkHidden("worker")
 	return cmd
 }
@@ -206,6 +226,11 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	if f.backward && f.ort {
 		return nil, errors.New("--ort times ONNX Runtime's forward only (its inference session has no backward), want --backward without --ort")
 	}
+	if f.gqa != 0 || f.window != 0 || f.decode != 0 {
+		if err := f.sdpaConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if (f.torch || f.ort) && f.python == "" {
 		return nil, fmt.Errorf("--python is empty, want the Python that has PyTorch (such as %s)", defaultPython)
 	}
@@ -241,13 +266,21 @@ type workerResult struct {
 // line.
 func benchWorker(cfg *benchConfig, w io.Writer) error {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.threads))
-	l, err := mha.New(mha.Config{EmbedDim: cfg.embed, NumHeads: cfg.heads, Seed: benchLayerSeed})
-	if err != nil {
-		return err
+	var call benchCall
+	if cfg.sdpa() {
+		var err error
+		if call, err = newSDPABenchCall(cfg, cfg.seqs[0]); err != nil {
+			return err
+		}
+	} else {
+		l, err := mha.New(mha.Config{EmbedDim: cfg.embed, NumHeads: cfg.heads, Seed: benchLayerSeed})
+		if err != nil {
+			return err
+		}
+		x := tensor.New(cfg.batch, cfg.seqs[0], cfg.embed)
+		tensor.NewRNG(benchInputSeed).Normal(x, 1)
+		call = newBenchCall(cfg, l, x)
 	}
-	x := tensor.New(cfg.batch, cfg.seqs[0], cfg.embed)
-	tensor.NewRNG(benchInputSeed).Normal(x, 1)
-	call := newBenchCall(cfg, l, x)
 	runtime.GC()
 	res := workerResult{BaseKiB: procStatusKiB("VmRSS")}
 	for range cfg.warmup {
@@ -343,6 +376,14 @@ type benchRow struct {
 	PeakPct     jsonnum.Number `json:"peak_pct"`
 	PeakRSSMiB  float64        `json:"peak_rss_mib"`
 	ExtraMiB    float64        `json:"extra_mib"` // peak − resident memory after setup; -1 if unknown
+
+	// The attention core's modes: K/V heads, window, and for a decode step the cache bytes read
+	// per second and their share of the measured read bandwidth.
+	KVHeads   int            `json:"kv_heads,omitempty"`
+	Window    int            `json:"window,omitempty"`
+	Decode    bool           `json:"decode,omitempty"`
+	ReadGBps  jsonnum.Number `json:"read_gbps,omitempty"`
+	ReadBWPct jsonnum.Number `json:"read_bw_pct,omitempty"`
 }
 
 // peakRow is --json's first line.
@@ -359,11 +400,15 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot find the mha binary to run the measurements in: %v", err)
 	}
-	impls := []benchImpl{{"mha", func(t int) *exec.Cmd {
-		c := exec.Command(exe, cfg.workerArgs(t)...)
+	worker := func(args ...string) *exec.Cmd {
+		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 		return c
-	}}}
+	}
+	impls := []benchImpl{{"mha", func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+	if cfg.sdpa() {
+		impls = sdpaImpls(cfg, worker)
+	}
 	var info []string // lines for the human output's header
 	if f.torch || f.ort {
 		dir, err := writeBenchScripts()
@@ -375,11 +420,19 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 			return err
 		}
 		if f.torch {
-			info = append(info, probe.describe(cfg))
+			if cfg.sdpa() {
+				info = append(info, fmt.Sprintf("PyTorch %s, BLAS %s; torch-eager = its plain eager equivalent (1.13 has no GQA, window or KV cache call): K/V repeated per head, q·kᵀ/√D + an explicit mask, softmax, ·v, float32", probe.Version, probe.blasName()))
+			} else {
+				info = append(info, probe.describe(cfg))
+			}
 			if !probe.fastBLAS() {
 				fmt.Fprintf(stderr, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", probe.blasName(), probe.MMGFLOPS)
 			}
-			impls = append(impls, torchImpls(f.python, dir, cfg, stderr)...)
+			if cfg.sdpa() {
+				impls = append(impls, torchSDPAImpl(f.python, dir, cfg))
+			} else {
+				impls = append(impls, torchImpls(f.python, dir, cfg, stderr)...)
+			}
 		}
 		if f.ort {
 			im, line, err := prepareORT(f.python, dir, cfg, stderr)
@@ -396,6 +449,10 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 	}
 	prev := runtime.GOMAXPROCS(max(cfg.threads, runtime.GOMAXPROCS(0)))
 	peak := kernel.PeakGFLOPS(cfg.threads, kernel.DefaultPeakDuration)
+	if cfg.decode {
+		cfg.readBW = kernel.ReadBandwidth(cfg.threads, 0, 0)
+		debug.FreeOSMemory() // the children, forked from this process, would count its buffer in their peak RSS
+	}
 	runtime.GOMAXPROCS(prev)
 
 	out := newBenchPrinter(stdout, f.json, cfg, impls)
@@ -456,6 +513,9 @@ func (c *benchConfig) workerArgs(t int) []string {
 	args := []string{"bench", "--worker", "--seq", strconv.Itoa(t),
 		"--embed", strconv.Itoa(c.embed), "--heads", strconv.Itoa(c.heads), "--batch", strconv.Itoa(c.batch),
 		"--threads", strconv.Itoa(c.threads), "--runs", strconv.Itoa(c.runs), "--warmup", strconv.Itoa(c.warmup)}
+	if c.sdpa() {
+		args = append(args, c.sdpaArgs()...)
+	}
 	return append(args, c.modeArgs()...)
 }
 
@@ -518,10 +578,21 @@ func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benc
 		}
 		return round(float64(kib)/1024, 1)
 	}
-	return benchRow{Impl: impl, Pass: c.pass(), T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
+	r := benchRow{Impl: impl, Pass: c.pass(), T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
 		NeedWeights: c.needWeights, Threads: c.threads, MS: sig4(med), MSMin: sig4(fastest),
 		GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
-		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB)}
+		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB), KVHeads: c.kvHeads, Window: c.window, Decode: c.decode}
+	if c.decode {
+		dtype := mha.CacheFloat32 // torch-eager's cache, and mha-f32's
+		for _, d := range cacheDTypes {
+			if impl == "mha-"+d.name {
+				dtype = d.dtype
+			}
+		}
+		rate := c.cacheBytes(t, dtype) / (med / 1e3)
+		r.ReadGBps, r.ReadBWPct = sig4(rate/1e9), sig4(100*rate/c.readBW)
+	}
+	return r
 }
 
 // median returns the median of x (the mean of the middle two when len(x) is even).
@@ -902,19 +973,30 @@ func (p *benchPrinter) header(peak float64, info []string) error {
 		return json.NewEncoder(p.w).Encode(peakRow{PeakGFLOPS: sig4(peak), ISA: kernel.PeakISA(), Threads: p.cfg.threads})
 	}
 	c := p.cfg
-	fmt.Fprintf(p.w, "self-attention %s: E=%d H=%d B=%d causal=%t need_weights=%t, %d threads; median and fastest of %d calls after %d warm-up\n",
-		c.pass(), c.embed, c.heads, c.batch, c.causal, c.needWeights, c.threads, c.runs, c.warmup)
 	count := "FLOPs per forward = 8·T·E²·B + 4·T²·E·B (causal counted in full)"
+	switch {
+	case c.sdpa():
+		fmt.Fprintf(p.w, "%s, %d threads; median and fastest of %d calls after %d warm-up\n", c.sdpaMode(), c.threads, c.runs, c.warmup)
+		count = "FLOPs = 4·D·Hq·B per visible (query, key) pair"
+	default:
+		fmt.Fprintf(p.w, "self-attention %s: E=%d H=%d B=%d causal=%t need_weights=%t, %d threads; median and fastest of %d calls after %d warm-up\n",
+			c.pass(), c.embed, c.heads, c.batch, c.causal, c.needWeights, c.threads, c.runs, c.warmup)
+	}
 	if c.backward {
 		count = "FLOPs per forward+backward = 3× forward = 24·T·E²·B + 12·T²·E·B (causal counted in full; not counted: the 2·T²·E·B of Q·Kᵀ that mha's backward recomputes)"
 	}
 	fmt.Fprintf(p.w, "FMA peak %.1f GFLOP/s (%s, %d threads); %s\n",
 		peak, kernel.PeakISA(), c.threads, count)
+	rate, pct := "GFLOP/s", "% peak"
+	if c.decode {
+		fmt.Fprintf(p.w, "memory read bandwidth %.1f GB/s (%d threads); a step reads the cache, T·Hkv·2·D values of its type per sequence\n", c.readBW/1e9, c.threads)
+		rate, pct = "GB/s", "% read"
+	}
 	for _, line := range info {
 		fmt.Fprintln(p.w, line)
 	}
 	fmt.Fprintln(p.w)
-	_, err := fmt.Fprintf(p.w, benchHead, "T", "impl", "ms", "min ms", "GFLOP/s", "% peak", "peak RSS MiB", "extra MiB")
+	_, err := fmt.Fprintf(p.w, benchHead, "T", "impl", "ms", "min ms", rate, pct, "peak RSS MiB", "extra MiB")
 	return err
 }
 
@@ -927,7 +1009,11 @@ func (p *benchPrinter) row(r benchRow) error {
 	if p.json {
 		return json.NewEncoder(p.w).Encode(r)
 	}
-	_, err := fmt.Fprintf(p.w, benchRowF, r.T, r.Impl, fmtMS(float64(r.MS)), fmtMS(float64(r.MSMin)), fmtRate(float64(r.GFLOPS)), fmtRate(float64(r.PeakPct)), fmtMiB(r.PeakRSSMiB), fmtMiB(r.ExtraMiB))
+	rate, pct := r.GFLOPS, r.PeakPct
+	if r.Decode {
+		rate, pct = r.ReadGBps, r.ReadBWPct
+	}
+	_, err := fmt.Fprintf(p.w, benchRowF, r.T, r.Impl, fmtMS(float64(r.MS)), fmtMS(float64(r.MSMin)), fmtRate(float64(rate)), fmtRate(float64(pct)), fmtMiB(r.PeakRSSMiB), fmtMiB(r.ExtraMiB))
 	return err
 }
 
@@ -938,7 +1024,7 @@ func (p *benchPrinter) ratios() error {
 	}
 	others := p.names[1:]
 	fmt.Fprintln(p.w)
-	fmt.Fprintln(p.w, "speed of mha / speed of the other (the other's median ms / mha's):")
+	fmt.Fprintf(p.w, "speed of %s / speed of the other (the other's median ms / %s's):\n", p.names[0], p.names[0])
 	fmt.Fprintf(p.w, "%6s", "T")
 	for _, name := range others {
 		fmt.Fprintf(p.w, "  %*s", max(len(name), 6), name)
@@ -947,7 +1033,7 @@ func (p *benchPrinter) ratios() error {
 	for _, t := range p.cfg.seqs {
 		fmt.Fprintf(p.w, "%6d", t)
 		for _, name := range others {
-			fmt.Fprintf(p.w, "  %*s", max(len(name), 6), fmt.Sprintf("%.2f×", p.ms[t][name]/p.ms[t]["mha"]))
+			fmt.Fprintf(p.w, "  %*s", max(len(name), 6), fmt.Sprintf("%.2f×", p.ms[t][name]/p.ms[t][p.names[0]]))
 		}
 		if _, err := fmt.Fprintln(p.w); err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mhalab/mha"
 )
 
 // TestMain lets this test binary stand in for the mha binary in mha bench's children: bench
@@ -46,6 +48,12 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--backward", "--ort"}, "--ort times ONNX Runtime's forward only"},
 		{[]string{"--worker", "--seq", "8,16"}, "--worker times one sequence length"},
 		{[]string{"extra"}, "bench takes no arguments"},
+		{[]string{"--gqa", "5"}, "--gqa 5 does not divide --heads 12"},
+		{[]string{"--gqa", "-1"}, "want 0 (off) or a positive number"},
+		{[]string{"--window", "8", "--backward"}, "want them without --backward, --need-weights and --ort"},
+		{[]string{"--decode", "64", "--need-weights"}, "want them without --backward"},
+		{[]string{"--decode", "64", "--seq", "8"}, "--decode 64 sets the cache length; want it without --seq"},
+		{[]string{"--gqa", "4", "--cache-dtype", "f64"}, `--cache-dtype is "f64", want f32, bf16 or f16`},
 	} {
 		code, stdout, stderr := runCLI(append([]string{"bench"}, tc.args...)...)
 		if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "mha: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
@@ -76,7 +84,8 @@ func benchLines(t *testing.T, args ...string) (peakRow, []benchRow) {
 		if err := dec.Decode(&r); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
-		if !(r.MS > 0 && r.MSMin > 0 && r.MSMin <= r.MS && r.GFLOPS > 0 && r.PeakPct > 0 && r.PeakRSSMiB > 0 && r.ExtraMiB >= 0) {
+		if !(r.MS > 0 && r.MSMin > 0 && r.MSMin <= r.MS && r.GFLOPS > 0 && r.PeakPct > 0 && r.PeakRSSMiB > 0 && r.ExtraMiB >= 0) ||
+			r.Decode && !(r.ReadGBps > 0 && r.ReadBWPct > 0) {
 			t.Errorf("line %q: want positive ms ≥ ms_min, gflops, peak_pct and peak_rss_mib, extra_mib ≥ 0", line)
 		}
 		rows = append(rows, r)
@@ -298,5 +307,66 @@ func TestBenchORT(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[2], `"impl":"ort","pass":"forward","T":16`) {
 		t.Errorf("output %q, want a peak line, an mha line and an ort line at T=16", stdout)
+	}
+}
+
+// TestBenchSDPA runs tiny benchmarks of the attention core's modes and checks their JSON lines:
+// GQA, a window, and a decode step per cache type.
+func TestBenchSDPA(t *testing.T) {
+	_, rows := benchLines(t, "--gqa", "1", "--heads", "2", "--embed", "16", "--seq", "16,40", "--runs", "2", "--warmup", "1")
+	if len(rows) != 2 || rows[0].Impl != "mha" || rows[0].KVHeads != 1 || rows[1].T != 40 || rows[0].Window != 0 || rows[0].Decode {
+		t.Errorf("--gqa rows %+v", rows)
+	}
+	_, rows = benchLines(t, "--window", "4", "--heads", "2", "--embed", "16", "--seq", "40", "--runs", "2", "--warmup", "1")
+	if len(rows) != 1 || rows[0].KVHeads != 2 || rows[0].Window != 4 {
+		t.Errorf("--window rows %+v", rows)
+	}
+	_, rows = benchLines(t, "--decode", "300", "--gqa", "1", "--heads", "2", "--embed", "16", "--runs", "2", "--warmup", "1")
+	var impls []string
+	for _, r := range rows {
+		impls = append(impls, r.Impl)
+		if r.T != 300 || !r.Decode || r.KVHeads != 1 {
+			t.Errorf("--decode row %+v", r)
+		}
+	}
+	if !slices.Equal(impls, []string{"mha-f32", "mha-bf16", "mha-f16"}) {
+		t.Errorf("--decode implementations %v, want mha-f32, mha-bf16, mha-f16", impls)
+	}
+}
+
+// TestSDPAFlops checks the core's FLOP and byte counts against sums written out.
+func TestSDPAFlops(t *testing.T) {
+	cfg := &benchConfig{embed: 16, heads: 4, batch: 2, kvHeads: 2, window: 3}
+	pairs := 0
+	for i := range 10 {
+		pairs += min(i+1, 4)
+	}
+	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*pairs); got != want {
+		t.Errorf("window flops %v, want %v", got, want)
+	}
+	cfg.window = 0
+	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*100); got != want {
+		t.Errorf("full flops %v, want %v", got, want)
+	}
+	cfg.decode = true
+	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*10); got != want {
+		t.Errorf("decode flops %v, want %v", got, want)
+	}
+	if got, want := cfg.cacheBytes(10, mha.CacheBFloat16), float64(10*2*2*4*2*2); got != want {
+		t.Errorf("cache bytes %v, want %v", got, want)
+	}
+}
+
+// TestBenchTorchSDPA runs the attention core's modes against PyTorch's eager equivalent.
+func TestBenchTorchSDPA(t *testing.T) {
+	hasTorch(t)
+	for _, args := range [][]string{
+		{"--gqa", "1", "--window", "5", "--seq", "16"},
+		{"--decode", "64", "--gqa", "1"},
+	} {
+		_, rows := benchLines(t, append([]string{"--torch", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0"}, args...)...)
+		if len(rows) == 0 || rows[len(rows)-1].Impl != "torch-eager" || rows[len(rows)-1].KVHeads != 1 {
+			t.Errorf("%q: rows %+v, want torch-eager last", args, rows)
+		}
 	}
 }

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/tensor"
+)
+
+// mha bench's attention-core modes (--gqa, --window, --decode): mha.SDPA, or a decode step
+// against mha.KVCache, on random q, k, v [B, H or Hkv, T, E/H], with no projections.
+
+// cacheDTypes are the cache types --decode times, each as its own implementation mha-<name>.
+var cacheDTypes = []struct {
+	name  string
+	dtype mha.CacheDType
+}{{"f32", mha.CacheFloat32}, {"bf16", mha.CacheBFloat16}, {"f16", mha.CacheFloat16}}
+
+// sdpa reports whether cfg times the attention core rather than the layer.
+func (c *benchConfig) sdpa() bool { return c.kvHeads > 0 }
+
+// headDim is D = E/H.
+func (c *benchConfig) headDim() int { return c.embed / c.heads }
+
+// sdpaFlops is the work of one call of the core at sequence (or cache) length t: 4·D·H·B per
+// visible (query, key) pair. Full and causal attention count T² pairs (causal in full, as the
+// layer's count does); a window counts the pairs it lets through, Σ_i min(i + 1, W + 1), so that
+// its rate says how close the kernel comes to O(T·W) work; a decode step counts its one query
+// against the t cached keys.
+func (c *benchConfig) sdpaFlops(t int) float64 {
+	pairs := float64(t) * float64(t)
+	switch {
+	case c.decode:
+		pairs = float64(t)
+	case c.window > 0:
+		w := min(c.window+1, t)
+		pairs = float64(w)*float64(t) - float64(w)*float64(w-1)/2
+	}
+	return 4 * float64(c.headDim()) * float64(c.heads) * float64(c.batch) * pairs
+}
+
+// cacheBytes is what a decode step against a cache of t tokens must read: its keys and values.
+func (c *benchConfig) cacheBytes(t int, dtype mha.CacheDType) float64 {
+	return float64(t) * float64(c.kvHeads) * 2 * float64(c.headDim()) * float64(dtype.Size()) * float64(c.batch)
+}
+
+// sdpaMode describes the mode for the table's header.
+func (c *benchConfig) sdpaMode() string {
+	s := fmt.Sprintf("attention core (mha.SDPA, no projections): Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
+	switch {
+	case c.decode:
+		s = fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
+	case c.window > 0:
+		s += fmt.Sprintf(", causal sliding window W=%d (FLOPs count the pairs it lets through)", c.window)
+	case c.causal:
+		s += ", causal (bottom-right; counted in full)"
+	}
+	return s
+}
+
+// cacheDType returns the cache type named by the worker's --cache-dtype.
+func cacheDType(name string) (mha.CacheDType, error) {
+	for _, d := range cacheDTypes {
+		if d.name == name {
+			return d.dtype, nil
+		}
+	}
+	return 0, fmt.Errorf("--cache-dtype is %q, want f32, bf16 or f16", name)
+}
+
+// newSDPABenchCall returns the call to time in the core's modes at sequence (or cache) length t.
+// A decode call appends one token to a cache prefilled with t − 1, so the cache grows by one per
+// call, as it does while a model decodes.
+func newSDPABenchCall(cfg *benchConfig, t int) (benchCall, error) {
+	d, rng := cfg.headDim(), tensor.NewRNG(benchInputSeed)
+	random := func(shape ...int) *tensor.Tensor {
+		x := tensor.New(shape...)
+		rng.Normal(x, 1)
+		return x
+	}
+	ctx := mha.NewSDPAContext()
+	var r mha.SDPAResult
+	opt := &mha.SDPAOptions{Workers: cfg.threads}
+	if cfg.causal || cfg.window > 0 || cfg.decode {
+		opt.Causal = mha.CausalBottomRight
+	}
+	if cfg.window > 0 {
+		opt.Window = &mha.Window{Left: cfg.window, Right: 0}
+	}
+	if !cfg.decode {
+		q, k, v := random(cfg.batch, cfg.heads, t, d), random(cfg.batch, cfg.kvHeads, t, d), random(cfg.batch, cfg.kvHeads, t, d)
+		return benchCall{run: func() error { return ctx.SDPAInto(&r, q, k, v, opt) }, reset: func() {}}, nil
+	}
+	dtype, err := cacheDType(cfg.cacheDType)
+	if err != nil {
+		return benchCall{}, err
+	}
+	kv, err := mha.NewKVCache(cfg.batch, cfg.kvHeads, d, d, t+cfg.warmup+cfg.runs, dtype)
+	if err != nil {
+		return benchCall{}, err
+	}
+	none := tensor.New(cfg.batch, cfg.heads, 0, d)
+	if err := ctx.AttendCache(&r, kv, none, random(cfg.batch, cfg.kvHeads, t-1, d), random(cfg.batch, cfg.kvHeads, t-1, d), opt); err != nil {
+		return benchCall{}, err
+	}
+	q, k, v := random(cfg.batch, cfg.heads, 1, d), random(cfg.batch, cfg.kvHeads, 1, d), random(cfg.batch, cfg.kvHeads, 1, d)
+	return benchCall{run: func() error { return ctx.AttendCache(&r, kv, q, k, v, opt) }, reset: func() {}}, nil
+}
+
+// sdpaArgs are the worker's flags of the core's modes.
+func (c *benchConfig) sdpaArgs() []string {
+	args := []string{"--gqa", strconv.Itoa(c.kvHeads)}
+	if c.window > 0 {
+		args = append(args, "--window", strconv.Itoa(c.window))
+	}
+	return args
+}
+
+// sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
+func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
+	if !cfg.decode {
+		return []benchImpl{{"mha", func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+	}
+	var impls []benchImpl
+	for _, d := range cacheDTypes {
+		impls = append(impls, benchImpl{"mha-" + d.name, func(t int) *exec.Cmd {
+			return worker(append(cfg.workerArgs(t), "--decode", strconv.Itoa(t), "--cache-dtype", d.name)...)
+		}})
+	}
+	return impls
+}
+
+// torchSDPAImpl is PyTorch 1.13's eager equivalent of the core's modes, which it has no call for:
+// K and V repeated per query head (repeat_interleave), then softmax(q·kᵀ/√D + mask)·v in float32,
+// with the window as an explicit mask and a decode step as one query against the whole cache.
+func torchSDPAImpl(python, dir string, cfg *benchConfig) benchImpl {
+	return benchImpl{"torch-eager", func(t int) *exec.Cmd {
+		args := append([]string{filepath.Join(dir, "torch_sdpa.py"), "--H", strconv.Itoa(cfg.heads),
+			"--Hkv", strconv.Itoa(cfg.kvHeads), "--window", strconv.Itoa(cfg.window)}, cfg.scriptArgs(t)...)
+		if cfg.causal {
+			args = append(args, "--causal")
+		}
+		if cfg.decode {
+			args = append(args, "--decode")
+		}
+		c := exec.Command(python, args...)
+		c.Env = torchEnv(cfg.threads)
+		return c
+	}}
+}
+
+// sdpaConfig checks the core's flags and puts them into cfg.
+func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
+	switch {
+	case f.gqa < 0 || f.window < 0 || f.decode < 0:
+		return fmt.Errorf("--gqa %d --window %d --decode %d: want 0 (off) or a positive number", f.gqa, f.window, f.decode)
+	case f.backward || f.needWeights || f.ort:
+		return fmt.Errorf("--gqa, --window and --decode time the attention core's forward: want them without --backward, --need-weights and --ort")
+	case f.gqa > 0 && f.heads%f.gqa != 0:
+		return fmt.Errorf("--gqa %d does not divide --heads %d, want a divisor of %d (each K/V head serves a group of query heads)", f.gqa, f.heads, f.heads)
+	case f.decode > 0 && f.seqSet && !f.worker:
+		return fmt.Errorf("--decode %d sets the cache length; want it without --seq", f.decode)
+	}
+	if _, err := cacheDType(f.cacheDType); err != nil {
+		return err
+	}
+	cfg.kvHeads, cfg.window, cfg.cacheDType = f.heads, f.window, f.cacheDType
+	if f.gqa > 0 {
+		cfg.kvHeads = f.gqa
+	}
+	if f.decode > 0 {
+		cfg.decode = true
+		cfg.seqs = []int{f.decode}
+	}
+	return nil
+}
