@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -449,23 +448,45 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 	}
 	prev := runtime.GOMAXPROCS(max(cfg.threads, runtime.GOMAXPROCS(0)))
 	peak := kernel.PeakGFLOPS(cfg.threads, kernel.DefaultPeakDuration)
-	if cfg.decode {
-		cfg.readBW = kernel.ReadBandwidth(cfg.threads, 0, 0)
-		debug.FreeOSMemory() // the children, forked from this process, would count its buffer in their peak RSS
-	}
 	runtime.GOMAXPROCS(prev)
 
+	// With --decode the read bandwidth is measured after the children have run: a child's peak
+	// RSS would otherwise include the measurement's buffer, which the kernel counts from the
+	// parent it was forked from.
+	type result struct {
+		impl string
+		t    int
+		m    *measurement
+	}
+	var results []result
 	out := newBenchPrinter(stdout, f.json, cfg, impls)
-	if err := out.header(peak, info); err != nil {
-		return err
+	if !cfg.decode {
+		if err := out.header(peak, info); err != nil {
+			return err
+		}
 	}
 	for _, t := range cfg.seqs {
 		for _, im := range impls {
-			r, err := measure(im, t)
+			m, err := measure(im, t)
 			if err != nil {
 				return err
 			}
-			if err := out.row(cfg.row(im.name, t, r, peak)); err != nil {
+			if cfg.decode {
+				results = append(results, result{im.name, t, m})
+			} else if err := out.row(cfg.row(im.name, t, m, peak)); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.decode {
+		prev := runtime.GOMAXPROCS(max(cfg.threads, runtime.GOMAXPROCS(0)))
+		cfg.readBW = kernel.ReadBandwidth(cfg.threads, 0, 0)
+		runtime.GOMAXPROCS(prev)
+		if err := out.header(peak, info); err != nil {
+			return err
+		}
+		for _, r := range results {
+			if err := out.row(cfg.row(r.impl, r.t, r.m, peak)); err != nil {
 				return err
 			}
 		}
