@@ -796,3 +796,71 @@ func TestSDPABackwardErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSDPABackwardFiniteDifferences checks SDPABackward against central differences of the
+// float64 SDPAReference with every option at once: GQA, bottom-right causal, a window, a soft cap,
+// sinks, ALiBi slopes, key padding and partial interleaved rotary. The inputs are multiples of
+// 2⁻⁶, so that x ± 2⁻¹⁰ is exact in float32 and the differences see the step they were given.
+func TestSDPABackwardFiniteDifferences(t *testing.T) {
+	dyadic := func(x *tensor.Tensor) *tensor.Tensor {
+		for i, v := range x.Data {
+			x.Data[i] = float32(math.Round(float64(v)*64) / 64)
+		}
+		return x
+	}
+	q, k, v := dyadic(sdpaRand(1, 1, 2, 4, 5, 4)), dyadic(sdpaRand(2, 1, 2, 2, 7, 4)), dyadic(sdpaRand(3, 1, 2, 2, 7, 3))
+	dOut := dyadic(sdpaRand(4, 1, 2, 4, 5, 3))
+	pad := tensor.NewBool(2, 7)
+	pad.Data[3], pad.Data[7+6] = true, true
+	opt := SDPAOptions{
+		Causal: CausalBottomRight, Window: &Window{3, 1}, Softcap: 2, Sinks: []float32{0.5, -1, 0.25, 1},
+		ALiBi: true, Slopes: []float64{0.3, 0.1, 0.05, 0.2}, SlopeGrad: true, KeyPaddingMask: pad,
+		Rotary: &Rotary{Theta: 100, Dim: 2, Layout: RopeInterleaved, Offset: 3}, NeedLSE: true,
+	}
+	r, err := SDPA(q, k, v, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := SDPABackward(q, k, v, r, dOut, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		ref, err := SDPAReference(q, k, v, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := 0.0
+		for i, o := range ref.Out {
+			s += o * float64(dOut.Data[i])
+		}
+		return s
+	}
+	const h = 1.0 / 1024
+	diff := func(x []float32) []float64 {
+		d := make([]float64, len(x))
+		for i := range x {
+			x0 := x[i]
+			x[i] = x0 + h
+			up := loss()
+			x[i] = x0 - h
+			d[i] = (up - loss()) / (2 * h)
+			x[i] = x0
+		}
+		return d
+	}
+	checkRel(t, "dq", g.Q.Data, diff(q.Data), 1e-4)
+	checkRel(t, "dk", g.K.Data, diff(k.Data), 1e-4)
+	checkRel(t, "dv", g.V.Data, diff(v.Data), 1e-4)
+	checkRel(t, "dsinks", g.Sinks, diff(opt.Sinks), 1e-4)
+	dslopes := make([]float64, len(opt.Slopes))
+	for i := range opt.Slopes {
+		s0 := opt.Slopes[i]
+		opt.Slopes[i] = s0 + 1e-5
+		up := loss()
+		opt.Slopes[i] = s0 - 1e-5
+		dslopes[i] = (up - loss()) / 2e-5
+		opt.Slopes[i] = s0
+	}
+	checkRel(t, "dslopes", g.Slopes, dslopes, 1e-4)
+}
