@@ -472,32 +472,35 @@ func (p *sdpaPlan) bias(b, h int) attend.Bias {
 }
 
 // sdpaWork is one SDPA call's memory, kept in SDPAContext.free between calls, and the
-// parallel.Job of its two phases: Kᵀ per K/V head and, with rotary, the rotated Q (phase 0),
-// attention per task (phase 1).
+// parallel.Job of its phases: Kᵀ per K/V head and, with rotary, the rotated Q (phase 0),
+// attention per (batch, query head, query block) (phase 1), or the backward per (batch, K/V
+// head) (phase 2).
 type sdpaWork struct {
-	p     sdpaPlan
-	r     *SDPAResult
-	loop  parallel.Loop
-	phase int
-	kt    []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt], rotated with rotary
-	ldkt  int
-	q     []float32 // the Q the kernel reads: the caller's, or qrot
-	qrot  []float32 // with rotary: the rotated Q [B, Hq, Tq, D]
-	rope  ropeTable
-	rows  [][]float32 // with rotary: each worker's block of rotated keys
-	krot  []float32   // with rotary in the backward: the rotated K [B, Hkv, Tk, D] (in kbuf)
-	kbuf  []float32
+	p       sdpaPlan
+	r       *SDPAResult
+	loop    parallel.Loop
+	phase   int
+	kt      []float32 // Kᵀ of every (batch, K/V head): [B, Hkv, D, ldkt], rotated with rotary
+	ldkt    int
+	q       []float32 // the Q the kernel reads: the caller's, or qrot
+	slopes  []float64 // the default ALiBi slopes
+	qBlocks int
+	scratch []attend.Scratch
+	masked  []int
 
-	// The backward's: the gradients, each worker's scratch, and per (batch, query head) the
-	// sink's and the slope's gradient.
+	// With rotary: the table, the rotated Q [B, Hq, Tq, D], each worker's block of rotated keys,
+	// and in the backward the rotated K [B, Hkv, Tk, D] (krot, in kbuf's storage).
+	rope       ropeTable
+	qrot       []float32
+	rows       [][]float32
+	krot, kbuf []float32
+
+	// The backward's: the gradients, dOut, each worker's scratch, and per (batch, query head)
+	// the sink's and the slope's gradient.
 	g             *SDPAGrads
 	dOut          []float32
 	back          []attend.BackScratch
 	dsink, dslope []float64
-	slopes        []float64 // the default ALiBi slopes
-	qBlocks       int
-	scratch       []attend.Scratch
-	masked        []int
 }
 
 // Do runs one task of the current phase.

@@ -677,6 +677,29 @@ func FuzzSDPAShapes(f *testing.F) {
 		if r.FullyMasked != ref.FullyMasked {
 			t.Fatalf("fully masked %d, reference %d", r.FullyMasked, ref.FullyMasked)
 		}
+		// The backward of the same call: no error, and finite gradients of the right shapes.
+		opt.SlopeGrad = opt.ALiBi
+		g, err := SDPABackward(q, k, v, r, sdpaRand(seed+4, 1, r.Out.Shape...), &opt)
+		if err != nil {
+			t.Fatalf("backward: %v", err)
+		}
+		for _, x := range []struct {
+			name string
+			got  *tensor.Tensor
+			like *tensor.Tensor
+		}{{"dq", g.Q, q}, {"dk", g.K, k}, {"dv", g.V, v}} {
+			if !slices.Equal(x.got.Shape, x.like.Shape) {
+				t.Fatalf("%s is %v, want %v", x.name, x.got.Shape, x.like.Shape)
+			}
+			if err := x.got.CheckFinite(x.name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for h, s := range g.Sinks {
+			if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+				t.Fatalf("sink %d's gradient is %v", h, s)
+			}
+		}
 	})
 }
 
