@@ -393,7 +393,14 @@ func (p *plan) dropout(b, h, heads int, prob float64) *attend.Dropout {
 	if !p.opt.Training || prob == 0 {
 		return nil
 	}
-	return &attend.Dropout{P: prob, Seed: p.opt.DropoutSeed ^ uint64(b*heads+h+1)*0x9e3779b97f4a7c15}
+	d := headDropout(prob, p.opt.DropoutSeed, b, h, heads)
+	return &d
+}
+
+// headDropout is the dropout of batch b, head h of heads: each (batch, head) draws its own mask
+// from seed.
+func headDropout(prob float64, seed uint64, b, h, heads int) attend.Dropout {
+	return attend.Dropout{P: prob, Seed: seed ^ uint64(b*heads+h+1)*0x9e3779b97f4a7c15}
 }
 
 // run is the layer's computation in precision F. It returns the output [B, Tq, E], the per-head

@@ -78,6 +78,12 @@ type SDPAOptions struct {
 	AttnBias *tensor.Tensor
 	// SlopeGrad asks SDPABackward for the ALiBi slopes' gradient in SDPAGrads.Slopes.
 	SlopeGrad bool
+	// Dropout, when > 0, zeroes each weight with this probability and scales the kept ones by
+	// 1/(1 − Dropout), as in training; the mask depends only on DropoutSeed, the (batch, head)
+	// and the position, so SDPABackward, SDPAReference and any worker count draw the same one.
+	// Weights are returned after dropout, as PyTorch returns them. It must be in [0, 1).
+	Dropout     float64
+	DropoutSeed uint64
 	// NeedLSE asks for each row's log-sum-exp in SDPAResult.LSE.
 	NeedLSE bool
 	// NeedWeights asks for the attention weights in SDPAResult.Weights. They build a
@@ -327,6 +333,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return fmt.Errorf("%w: %d sinks, want one per query head (%d)", ErrShape, len(o.Sinks), p.hq)
 	case o.Workers < 0:
 		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, o.Workers)
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return fmt.Errorf("%w: dropout is %v, want a probability in [0, 1)", ErrShape, o.Dropout)
 	}
 	for h, s := range o.Slopes {
 		if math.IsNaN(s) || math.IsInf(s, 0) {
@@ -428,6 +436,16 @@ func (p *sdpaPlan) checkMask(name string, shape []int, n int) (perHead bool, err
 		return true, nil
 	}
 	return false, fmt.Errorf("%w: %s is %v, want [%d %d] or [%d %d %d %d] (Tq Tk or B Hq Tq Tk)", ErrShape, name, shape, p.tq, p.tk, p.b, p.hq, p.tq, p.tk)
+}
+
+// dropout points d at the dropout of batch b, query head h and returns it, or returns nil
+// without dropout. (d is the caller's, so that nothing is allocated.)
+func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
+	if p.opt.Dropout == 0 {
+		return nil
+	}
+	*d = headDropout(p.opt.Dropout, p.opt.DropoutSeed, b, h, p.hq)
+	return d
 }
 
 // kvHead returns the K/V head that query head h reads.
@@ -578,7 +596,14 @@ func (w *sdpaWork) attend(worker, task int) {
 	if w.r.LSE != nil {
 		lse = w.r.LSE.Data[bh*p.tq+i0 : bh*p.tq+i1]
 	}
-	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), nil, i0, i1, wts, lse, &w.scratch[worker])
+	var d attend.Dropout
+	drop := p.dropout(&d, b, h)
+	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), drop, i0, i1, wts, lse, &w.scratch[worker])
+	if wts != nil && drop != nil { // Tiled leaves the weights before dropout
+		for r := range i1 - i0 {
+			drop.Apply(i0+r, 0, wts[r*p.tk:(r+1)*p.tk])
+		}
+	}
 }
 
 // SDPAReference computes the same as SDPA in float64, densely, one (batch, query head) at a time
@@ -618,7 +643,7 @@ func SDPAReference(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPATrace, error)
 				Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv,
 			}
 			bias := p.bias(b, h)
-			tr.FullyMasked += attend.DenseLSE(&hd, &bias, p.scale, view(tr.Weights, bh*p.tq*p.tk), view(tr.LSE, bh*p.tq))
+			tr.FullyMasked += attend.DenseLSE(&hd, &bias, p.scale, p.dropout(new(attend.Dropout), b, h), view(tr.Weights, bh*p.tq*p.tk), view(tr.LSE, bh*p.tq))
 		}
 	}
 	return tr, nil

@@ -28,7 +28,8 @@ type SDPAGrads struct {
 // SDPABackward returns the gradients of a loss with respect to SDPA's inputs, given dOut
 // [B, Hq, Tq, Dv], the loss's gradient with respect to the output. q, k, v and opt must be the
 // forward's, and r its result, run with NeedLSE: the backward recomputes the weights tile by tile
-// from r.LSE (FlashAttention-2), or reads r.Weights when the forward returned them. A row whose
+// from r.LSE (FlashAttention-2), or reads r.Weights when the forward returned them (and had no
+// dropout: the weights it returns are after dropout, the backward needs them before). A row whose
 // keys were all masked adds nothing. It returns an error wrapping ErrShape when a tensor or
 // option does not fit the others or r lacks Out or LSE.
 func SDPABackward(q, k, v *tensor.Tensor, r *SDPAResult, dOut *tensor.Tensor, opt *SDPAOptions) (*SDPAGrads, error) {
@@ -173,14 +174,16 @@ func (w *sdpaWork) backward(worker, task int) {
 		if p.opt.ALiBi && p.opt.SlopeGrad {
 			gr.Slope = &w.dslope[bh]
 		}
-		var pw []float32
-		if w.r.Weights != nil {
+		var d attend.Dropout
+		drop := p.dropout(&d, b, h)
+		var pw []float32 // the weights before dropout, which the forward returns only without it
+		if w.r.Weights != nil && drop == nil {
 			pw = w.r.Weights.Data[bh*p.tq*p.tk : (bh+1)*p.tq*p.tk]
 		}
 		lse := w.r.LSE.Data[bh*p.tq : (bh+1)*p.tq]
 		dOut := view(w.dOut, bh*p.tq*p.dv)
 		bias := p.bias(b, h)
-		attend.Backward(&hd, &gr, dOut, p.dv, lse, &bias, float32(p.scale), nil, pw, &w.back[worker])
+		attend.Backward(&hd, &gr, dOut, p.dv, lse, &bias, float32(p.scale), drop, pw, &w.back[worker])
 		if p.opt.Sinks != nil {
 			// The sink's weight in row i is exp(sink − lse_i) and its value 0, so
 			// d loss/d sink = −Σ_i exp(sink − lse_i)·D_i with D_i = dOut_i·Out_i.

@@ -520,6 +520,7 @@ func TestSDPAAllocs(t *testing.T) {
 	opt.Workers = 3
 	opt.KeyPaddingMask = tensor.NewBool(2, 261)
 	opt.Rotary = &Rotary{Theta: 10000, Dim: 2, Offset: 7, Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}}
+	opt.Dropout = 0.1
 	c := new(SDPAContext) // the zero value is ready
 	for _, weights := range []bool{false, true} {
 		opt.NeedWeights = weights
@@ -771,6 +772,7 @@ func TestSDPABackwardAllocs(t *testing.T) {
 	opt.Sinks = []float32{1, 2, 3, 4}
 	opt.SlopeGrad, opt.Softcap, opt.Workers = true, 5, 3
 	opt.Rotary = &Rotary{Theta: 10000, Dim: 4}
+	opt.Dropout = 0.2
 	c := new(SDPAContext)
 	r := new(SDPAResult)
 	if err := c.SDPAInto(r, q, k, v, &opt); err != nil {
@@ -825,6 +827,12 @@ func TestSDPABackwardErrors(t *testing.T) {
 // sinks, ALiBi slopes, key padding and partial interleaved rotary. The inputs are multiples of
 // 2⁻⁶, so that x ± 2⁻¹⁰ is exact in float32 and the differences see the step they were given.
 func TestSDPABackwardFiniteDifferences(t *testing.T) {
+	for _, dropout := range []float64{0, 0.25} {
+		t.Run(fmt.Sprintf("dropout=%v", dropout), func(t *testing.T) { backwardFiniteDifferences(t, dropout) })
+	}
+}
+
+func backwardFiniteDifferences(t *testing.T, dropout float64) {
 	dyadic := func(x *tensor.Tensor) *tensor.Tensor {
 		for i, v := range x.Data {
 			x.Data[i] = float32(math.Round(float64(v)*64) / 64)
@@ -839,6 +847,7 @@ func TestSDPABackwardFiniteDifferences(t *testing.T) {
 		Causal: CausalBottomRight, Window: &Window{3, 1}, Softcap: 2, Sinks: []float32{0.5, -1, 0.25, 1},
 		ALiBi: true, Slopes: []float64{0.3, 0.1, 0.05, 0.2}, SlopeGrad: true, KeyPaddingMask: pad,
 		Rotary: &Rotary{Theta: 100, Dim: 2, Layout: RopeInterleaved, Offset: 3}, NeedLSE: true,
+		Dropout: dropout, DropoutSeed: 11,
 	}
 	r, err := SDPA(q, k, v, &opt)
 	if err != nil {
@@ -886,4 +895,67 @@ func TestSDPABackwardFiniteDifferences(t *testing.T) {
 		opt.Slopes[i] = s0
 	}
 	checkRel(t, "dslopes", g.Slopes, dslopes, 1e-4)
+}
+
+// TestSDPADropout checks dropout against SDPAReference's (the same counter-based mask), on tiles
+// and workers, with the weights returned after dropout; and that the dense and tiled backward
+// agree under it (the dense one falls back to recomputing, since the weights are after dropout).
+func TestSDPADropout(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalBottomRight)
+	opt.Dropout, opt.DropoutSeed, opt.NeedWeights = 0.3, 5, true
+	ref, err := SDPAReference(q, k, v, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *SDPAResult
+	for _, workers := range []int{1, 3} {
+		opt.Workers = workers
+		r, err := SDPA(q, k, v, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRel(t, "out", r.Out.Data, ref.Out, 1e-5)
+		checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-5)
+		checkRel(t, "weights", r.Weights.Data, ref.Weights, 1e-5)
+		if first != nil && !bitsEqual(first.Out.Data, r.Out.Data) {
+			t.Errorf("%d workers give other bits than 1", workers)
+		}
+		first = r
+	}
+	plain := opt
+	plain.Dropout = 0
+	none, err := SDPAReference(q, k, v, &plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped, visible := 0, 0
+	for i, w := range none.Weights {
+		if w > 0 {
+			visible++
+			if first.Weights.Data[i] == 0 {
+				dropped++
+			}
+		}
+	}
+	if frac := float64(dropped) / float64(visible); math.Abs(frac-0.3) > 0.01 {
+		t.Errorf("%.3f of the visible weights dropped, want 0.3", frac)
+	}
+	dOut := sdpaRand(9, 1, first.Out.Shape...)
+	dense, err := SDPABackward(q, k, v, first, dOut, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiled, err := SDPABackward(q, k, v, &SDPAResult{Out: first.Out, LSE: first.LSE}, dOut, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bitsEqual(dense.Q.Data, tiled.Q.Data) || !bitsEqual(dense.K.Data, tiled.K.Data) || !bitsEqual(dense.V.Data, tiled.V.Data) {
+		t.Error("with dropout, the backward given the weights differs from the one without")
+	}
+	for _, p := range []float64{-0.1, 1, math.NaN()} {
+		opt.Dropout = p
+		if _, err := SDPA(q, k, v, &opt); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "want a probability in [0, 1)") {
+			t.Errorf("dropout %v: error %v", p, err)
+		}
+	}
 }

@@ -190,11 +190,11 @@ func Dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 	return dense(h, b, scale, drop, w, steps, nil)
 }
 
-// DenseLSE is Dense without dropout or tracing that also writes each row's log-sum-exp of the
-// logits (the sink's included) to lse[:Tq]: +Inf for a row whose keys are all masked when there
+// DenseLSE is Dense without tracing that also writes each row's log-sum-exp of the logits (the
+// sink's included, dropout not) to lse[:Tq]: +Inf for a row whose keys are all masked when there
 // is no finite sink, as Tiled writes it.
-func DenseLSE[F Float](h *Head[F], b *Bias, scale F, w, lse []F) (fullyMasked int) {
-	return dense(h, b, scale, nil, w, nil, lse)
+func DenseLSE[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w, lse []F) (fullyMasked int) {
+	return dense(h, b, scale, drop, w, nil, lse)
 }
 
 func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *Steps[F], lse []F) (fullyMasked int) {
