@@ -138,20 +138,13 @@ func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (
 		return nil, fmt.Errorf("%s: has only one of key and value; give both, or neither for self-attention", path)
 	}
 	float := func(name string) (*tensor.Tensor, error) {
-		if !f.Has(name) {
-			return nil, nil
+		t, err := readFloat(f, path, name)
+		if t != nil {
+			if err := t.CheckFinite(name); err != nil {
+				warn(path, err)
+			}
 		}
-		if err := needFloat(f, name); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		t, err := f.Float32(name)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if err := t.CheckFinite(name); err != nil {
-			warn(path, err)
-		}
-		return t, nil
+		return t, err
 	}
 	j := &job{}
 	if j.query, err = float("query"); err != nil {
@@ -186,6 +179,22 @@ func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (
 		}
 	}
 	return j, nil
+}
+
+// readFloat returns tensor name of f, read from path, as float32, or nil when f has no such
+// tensor. It must be stored in a floating-point dtype.
+func readFloat(f *safetensors.File, path, name string) (*tensor.Tensor, error) {
+	if !f.Has(name) {
+		return nil, nil
+	}
+	if err := needFloat(f, name); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := f.Float32(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
 }
 
 // needFloat reports an error unless tensor name is stored in a floating-point dtype.

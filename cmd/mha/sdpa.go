@@ -203,15 +203,9 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (*sdpaInput, error) {
 		}
 	}
 	float := func(name, dims string) (*tensor.Tensor, error) {
-		if !f.Has(name) {
-			return nil, nil
-		}
-		if err := needFloat(f, name); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		t, err := f.Float32(name)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		t, err := readFloat(f, path, name)
+		if t == nil || err != nil {
+			return nil, err
 		}
 		if dims != "" && len(t.Shape) != strings.Count(dims, " ")+1 {
 			return nil, fmt.Errorf("%s: tensor %q is %v, want [%s]", path, name, t.Shape, dims)
