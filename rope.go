@@ -109,9 +109,9 @@ func (r *Rotary) invFreq(dst []float64, n int) []float64 {
 			wavelen := 2 * math.Pi / f
 			switch {
 			case wavelen < old/s.HighFreqFactor: // high frequencies: kept
-			case wavelen > old/s.LowFreqFactor: // low frequencies: interpolated
+			case wavelen > old/s.LowFreqFactor: // low frequencies: divided by the factor
 				f /= s.Factor
-			default:
+			default: // between: interpolated smoothly
 				smooth := (old/wavelen - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
 				f = (1-smooth)*f/s.Factor + smooth*f
 			}
