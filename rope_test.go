@@ -2,6 +2,7 @@ package mha
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -117,5 +118,54 @@ func TestRotaryErrors(t *testing.T) {
 	}
 	if err := r.Apply(nil, 0); !errors.Is(err, ErrShape) {
 		t.Errorf("Apply of nil: %v", err)
+	}
+}
+
+// TestRotaryInverse checks the inverse rotation that SDPABackward applies to dq and dk: it
+// rotates by the opposite angles (against the float64 rotation at position −m), it undoes the
+// forward rotation, and the dimensions beyond Dim pass through untouched.
+func TestRotaryInverse(t *testing.T) {
+	const start, rows, d = 1000, 7, 10
+	for _, r := range []Rotary{
+		{Theta: 10000},
+		{Theta: 10000, Layout: RopeInterleaved},
+		{Theta: 100, Dim: 6},
+		{Theta: 100, Dim: 4, Layout: RopeInterleaved},
+		{Theta: 500000, Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}},
+	} {
+		t.Run(fmt.Sprintf("%v,dim=%d,scaled=%v", r.Layout, r.Dim, r.Scaling != nil), func(t *testing.T) {
+			n, err := r.check(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := sdpaRand(7, 1, 2, 3, rows, d)
+			var tab ropeTable
+			tab.build(&r, n, start, rows)
+
+			back := x.Clone()
+			tab.apply(back.Data, d, rows, 0, r.Layout, true)
+			want := make([]float64, len(x.Data))
+			inv := r.invFreq(nil, n)
+			for row := range len(x.Data) / d {
+				for i := range d {
+					want[row*d+i] = float64(x.Data[row*d+i])
+				}
+				rotate64(want[row*d:(row+1)*d], inv, -(start + row%rows), r.Layout)
+			}
+			checkRel(t, "inverse against the float64 rotation by −m", back.Data, want, 3e-7)
+
+			round := x.Clone()
+			tab.apply(round.Data, d, rows, 0, r.Layout, false)
+			if bitsEqual(round.Data, x.Data) {
+				t.Fatal("the forward rotation left x unchanged")
+			}
+			tab.apply(round.Data, d, rows, 0, r.Layout, true)
+			checkRel(t, "forward then inverse", round.Data, as[float64](x.Data), 3e-7)
+			for row := range len(x.Data) / d {
+				if !bitsEqual(back.Data[row*d+n:(row+1)*d], x.Data[row*d+n:(row+1)*d]) {
+					t.Fatalf("row %d: dimensions %d to %d changed", row, n, d)
+				}
+			}
+		})
 	}
 }
