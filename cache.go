@@ -268,14 +268,14 @@ func (w *cacheWork) rotate(n int, k *tensor.Tensor, tn int) []float32 {
 	w.rope.build(r, w.ropeDim, r.Offset+first, w.tk-first)
 	w.qrot = kernel.Grow(w.qrot, len(w.q))
 	copy(w.qrot, w.q)
-	w.rope.apply(w.qrot, w.d, w.tq, w.tk-w.tq-first, r.Layout, false)
+	w.rope.apply(w.qrot, w.d, w.tq, w.tk-w.tq-first, false)
 	w.q = w.qrot
 	if tn == 0 {
 		return keys
 	}
 	w.krot = kernel.Grow(w.krot, len(keys))
 	copy(w.krot, keys)
-	w.rope.apply(w.krot, w.d, tn, n-first, r.Layout, false)
+	w.rope.apply(w.krot, w.d, tn, n-first, false)
 	return w.krot
 }
 

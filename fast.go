@@ -116,25 +116,27 @@ func (a *acts) split(buf []float32) (q, k, v []float32) {
 	return view(buf, a.qo), view(buf, a.ko), view(buf, a.vo)
 }
 
-// layout sizes buf for a call of plan p to a layer with embed dim e, whose input projection
-// weights are stacked (in_proj_weight) or not, and points q, k and v into it.
-func (a *acts) layout(p *plan, e int, stacked bool) {
+// layout sizes buf for a call of plan p to a layer with embed dim e and key/value width ekv,
+// whose input projection weights are stacked (in_proj_weight) or not, and points q, k and v
+// into it.
+func (a *acts) layout(p *plan, e, ekv int, stacked bool) {
 	tkx := p.tkx
 	a.fused, a.kvFused = p.self && stacked, !p.self && p.kvSame && stacked
-	switch nq, nk := p.b*p.tq*e, p.b*tkx*e; {
+	switch nq, nk := p.b*p.tq*e, p.b*tkx*ekv; {
 	case a.fused:
 		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
-		a.buf = kernel.Grow(a.buf, p.b*tkx*3*e)
-		a.qo, a.ko, a.vo = 0, e, 2*e
-		a.ldq, a.ldk, a.ldv, a.rq, a.rk = 3*e, 3*e, 3*e, tkx, tkx
+		w := e + 2*ekv
+		a.buf = kernel.Grow(a.buf, p.b*tkx*w)
+		a.qo, a.ko, a.vo = 0, e, e+ekv
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = w, w, w, tkx, tkx
 	case a.kvFused:
 		a.buf = kernel.Grow(a.buf, nq+2*nk)
-		a.qo, a.ko, a.vo = 0, nq, nq+e
-		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, 2*e, 2*e, p.tq, tkx
+		a.qo, a.ko, a.vo = 0, nq, nq+ekv
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, 2*ekv, 2*ekv, p.tq, tkx
 	default:
 		a.buf = kernel.Grow(a.buf, nq+2*nk)
 		a.qo, a.ko, a.vo = 0, nq, nq+nk
-		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, e, e, p.tq, tkx
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, ekv, ekv, p.tq, tkx
 	}
 	a.q, a.k, a.v = a.split(a.buf)
 }
@@ -168,6 +170,9 @@ type work struct {
 	back    []attend.BackScratch
 	ws      []kernel.Workspace
 	rows    [][]float32 // a row of weights per worker
+	rope    ropeTable   // with Config.Rotary: the call's sines and cosines
+	ropeK0  int         // the rows of rope that key 0 and query 0 sit at
+	ropeQ0  int
 	masked  []int       // fully masked rows, per worker
 	lse     []float32   // where the row log-sum-exps go: Saved.lse or nil
 }
@@ -225,19 +230,20 @@ func (w *work) workers() int {
 
 // projections returns the layer's input projection weights and biases (nil without biases).
 func (l *Layer) projections() (wq, wk, wv, bq, bk, bv []float32) {
-	return splitProjections(l.param, l.cfg.EmbedDim)
+	return splitProjections(l.param, l.cfg.EmbedDim, l.cfg.KVDim())
 }
 
 // splitProjections returns the query, key and value parts of the input projections' tensors,
 // looked up by PyTorch name with get (the parameters, or their gradients): the blocks of
-// in_proj_weight and in_proj_bias, or q/k/v_proj_weight. Absent tensors give nil.
-func splitProjections(get func(name string) []float32, e int) (wq, wk, wv, bq, bk, bv []float32) {
+// in_proj_weight and in_proj_bias, or q/k/v_proj_weight, for embed dim e and key/value width
+// ekv. Absent tensors give nil.
+func splitProjections(get func(name string) []float32, e, ekv int) (wq, wk, wv, bq, bk, bv []float32) {
 	wq, wk, wv = get("q_proj_weight"), get("k_proj_weight"), get("v_proj_weight")
 	if w := get("in_proj_weight"); w != nil {
-		wq, wk, wv = w[:e*e], w[e*e:2*e*e], w[2*e*e:]
+		wq, wk, wv = w[:e*e], w[e*e:(e+ekv)*e], w[(e+ekv)*e:]
 	}
 	if b := get("in_proj_bias"); b != nil {
-		bq, bk, bv = b[:e], b[e:2*e], b[2*e:]
+		bq, bk, bv = b[:e], b[e:e+ekv], b[e+ekv:]
 	}
 	return wq, wk, wv, bq, bk, bv
 }
@@ -246,7 +252,7 @@ func splitProjections(get func(name string) []float32, e int) (wq, wk, wv, bq, b
 // what Backward needs.
 func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	p, c, a := &w.p, l.cfg, w.a
-	e, heads := c.EmbedDim, c.NumHeads
+	e, ekv, heads := c.EmbedDim, c.KVDim(), c.NumHeads
 	w.l, w.s = l, s
 	defer func() { w.l = nil }()
 	clear(w.masked[:w.workers()])
@@ -257,9 +263,9 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	tkx := p.tkx
 	wq, wk, wv, bq, bk, bv := l.projections()
 	inW, inB := l.param("in_proj_weight"), l.param("in_proj_bias")
-	a.layout(p, e, inW != nil)
+	a.layout(p, e, ekv, inW != nil)
 	if a.fused {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: 3 * e, cRows: tkx, rows: p.tq, n: 3 * e, batches: p.b}
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b}
 		w.run(phaseGemm, w.g.tasks())
 	} else {
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
@@ -269,12 +275,12 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW[e*e:], ldw: e, trans: true, bias: bkv, c: a.k, ldc: 2 * e, cRows: tkx, rows: p.tk, n: 2 * e, batches: p.b}
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW[e*e:], ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: e, batches: p.b},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: e, batches: p.b},
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
 			} {
 				w.g = g
 				w.run(phaseGemm, w.g.tasks())
@@ -286,23 +292,29 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		for b := range p.b {
 			row := b*tkx + p.tk
 			if biasK != nil {
-				copy(a.k[row*a.ldk:row*a.ldk+e], biasK)
-				copy(a.v[row*a.ldv:row*a.ldv+e], biasV)
+				copy(a.k[row*a.ldk:row*a.ldk+ekv], biasK)
+				copy(a.v[row*a.ldv:row*a.ldv+ekv], biasV)
 				row++
 			}
 			if c.AddZeroAttn {
-				clear(a.k[row*a.ldk : row*a.ldk+e])
-				clear(a.v[row*a.ldv : row*a.ldv+e])
+				clear(a.k[row*a.ldk : row*a.ldk+ekv])
+				clear(a.v[row*a.ldv : row*a.ldv+ekv])
 			}
 		}
 	}
 
-	// Kᵀ per head, then attention per (batch, head, query block). The heads write side by side
-	// into the concatenation: their own query columns, which they no longer need, or Saved's
-	// own buffer in training, where Backward needs Q.
+	// Kᵀ per K/V head (with rotary: K rotated in place first, and Q per head), then attention
+	// per (batch, head, query block). The heads write side by side into the concatenation:
+	// their own query columns, which they no longer need, or Saved's own buffer in training,
+	// where Backward needs Q.
 	a.ldkt = paddedStride(tkx)
-	a.kt = kernel.Grow(a.kt, p.b*e*a.ldkt)
-	w.run(phaseTranspose, p.b*heads)
+	a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	tasks := p.b * c.KVHeads()
+	if c.Rotary != nil {
+		w.buildRope()
+		tasks += p.b * heads
+	}
+	w.run(phaseTranspose, tasks)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
 	if s != nil {
 		s.concat = kernel.Grow(s.concat, p.b*p.tq*e)
@@ -369,6 +381,15 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	}
 }
 
+// buildRope fills w.rope with the positions of the call's keys and queries under
+// Config.Rotary.
+func (w *work) buildRope() {
+	r, p := w.l.cfg.Rotary, &w.p
+	start, count, k0, q0 := ropeSpan(r.Offset, p.tq, p.tk)
+	w.rope.build(r, w.l.ropeDim, start, count)
+	w.ropeK0, w.ropeQ0 = k0, q0
+}
+
 // paddedStride returns a row stride of at least n floats that is a multiple of 16 (64 bytes) but
 // not of 256, so that the rows of Kᵀ the GEMM walks down do not all fall into the same cache
 // sets.
@@ -380,19 +401,30 @@ func paddedStride(n int) int {
 	return ld
 }
 
-// transpose writes Kᵀ of one (batch, head) task: kt[b, o_h + i, j] = K[b, j, o_h + i] for
-// i < d_h. It walks the keys in blocks, so that each block's rows of K stay in cache while Kᵀ is
-// written in order.
+// transpose runs one task of the transpose phase. The first B·Hkv tasks write Kᵀ of one
+// (batch, K/V head g): kt[b, o_g + i, j] = K[b, j, o_g + i] for i < d_g, walking the keys in
+// blocks, so that each block's rows of K stay in cache while Kᵀ is written in order; with rotary
+// each block is rotated in place first. With rotary, the B·H tasks after them rotate Q of one
+// (batch, head) in place.
 func (w *work) transpose(task int) {
-	a, offs := w.a, w.l.offs
-	heads, tkx, ld := w.l.cfg.NumHeads, w.p.tkx, a.ldkt
-	b, h := task/heads, task%heads
-	o, d := offs[h], offs[h+1]-offs[h]
-	dst := a.kt[(b*offs[heads]+o)*ld : (b*offs[heads]+o+d)*ld]
+	a, c, p := w.a, &w.l.cfg, &w.p
+	hkv, tkx, ld, ekv := c.KVHeads(), p.tkx, a.ldkt, c.KVDim()
+	if task >= p.b*hkv {
+		task -= p.b * hkv
+		b, h := task/c.NumHeads, task%c.NumHeads
+		w.rope.rotate(view(a.q, b*a.rq*a.ldq+w.l.offs[h]), a.ldq, p.tq, w.ropeQ0, false)
+		return
+	}
+	b, g := task/hkv, task%hkv
+	o, d := w.l.kvOffs[g], w.l.kvOffs[g+1]-w.l.kvOffs[g]
+	dst := a.kt[(b*ekv+o)*ld : (b*ekv+o+d)*ld]
 	src := view(a.k, b*a.rk*a.ldk+o)
 	const block = 64
 	for j0 := 0; j0 < tkx; j0 += block {
 		j1 := min(j0+block, tkx)
+		if c.Rotary != nil {
+			w.rope.rotate(src[j0*a.ldk:], a.ldk, j1-j0, w.ropeK0+j0, false)
+		}
 		for i := range d {
 			out := dst[i*ld+j0 : i*ld+j1]
 			for j := range out {
@@ -406,12 +438,13 @@ func (w *work) transpose(task int) {
 // concatenation w.out.
 func (w *work) head(b, h int) attend.Head[float32] {
 	a, p, offs := w.a, &w.p, w.l.offs
-	o, d, e := offs[h], offs[h+1]-offs[h], offs[len(offs)-1]
+	o, d := offs[h], offs[h+1]-offs[h]
+	ko, ekv := w.l.kvOffs[w.l.cfg.KVHead(h)], w.l.cfg.KVDim()
 	return attend.Head[float32]{
 		Q: view(a.q, b*a.rq*a.ldq+o), LdQ: a.ldq,
-		K: view(a.k, b*a.rk*a.ldk+o), LdK: a.ldk,
-		Kt: view(a.kt, (b*e+o)*a.ldkt), LdKt: a.ldkt,
-		V: view(a.v, b*a.rk*a.ldv+o), LdV: a.ldv,
+		K: view(a.k, b*a.rk*a.ldk+ko), LdK: a.ldk,
+		Kt: view(a.kt, (b*ekv+ko)*a.ldkt), LdKt: a.ldkt,
+		V: view(a.v, b*a.rk*a.ldv+ko), LdV: a.ldv,
 		Out: view(w.out, b*w.ro*w.ldo+o), LdOut: w.ldo,
 		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 	}

@@ -85,8 +85,8 @@ type Result struct {
 // chapters. Tk counts the appended bias_kv and zero_attn rows.
 type Trace struct {
 	B, Tq, Tk, H, D, E int       // D is the head size when all heads have one (0 with HeadDims of different sizes)
-	Q                  []float64 // [B, Tq, E] query projection; head h is columns h·D … (h+1)·D
-	K, V               []float64 // [B, Tk, E] key and value projections
+	Q                  []float64 // [B, Tq, E] query projection, rotated with rotary; head h is columns h·D … (h+1)·D
+	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), rotated with rotary
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
 	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled (0 in fully masked rows)
@@ -123,7 +123,7 @@ func (l *Layer) Reference(query, key, value *tensor.Tensor, opt *Options) (*Trac
 		return nil, err
 	}
 	tr := &Trace{B: p.b, Tq: p.tq, Tk: p.tkx, H: l.cfg.NumHeads, E: l.cfg.EmbedDim}
-	if l.cfg.HeadDims == nil || !slices.ContainsFunc(l.cfg.HeadDims, func(d int) bool { return d != l.cfg.HeadDims[0] }) {
+	if !l.cfg.unequalHeads() {
 		tr.D = l.cfg.HeadDim(0)
 	}
 	tr.Output, tr.Weights, tr.FullyMasked = run[float64](l, p, tr)
@@ -209,6 +209,11 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	}
 	if tv != p.tk {
 		return fmt.Errorf("%w: key has %d rows and value %d, want the same", ErrShape, p.tk, tv)
+	}
+	if r := c.Rotary; r != nil {
+		if start, _, _, _ := ropeSpan(r.Offset, p.tq, p.tk); r.Offset+p.tk > maxRopePosition || start < -maxRopePosition {
+			return fmt.Errorf("%w: rotary positions %d to %d, want them within ±%d", ErrShape, start, r.Offset+p.tk-1, maxRopePosition)
+		}
 	}
 	p.tkx = p.tk
 	if c.AddBiasKV {
@@ -407,15 +412,22 @@ func headDropout(prob float64, seed uint64, b, h, heads int) attend.Dropout {
 // weights [B, H, Tq, Tkx] when they were asked for or traced, and the count of fully masked rows.
 func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
 	c := l.cfg
-	e, heads := c.EmbedDim, c.NumHeads
+	e, ekv, heads := c.EmbedDim, c.KVDim(), c.NumHeads
 	wq, wk, wv, bq, bk, bv := l.projections()
 
-	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, all [B, T, E].
+	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, [B, T, E] (K and V
+	// [B, T, Hkv·d] with grouped K/V heads).
 	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq, bq, e)
-	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk, bk, e)
-	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv, bv, e)
-	k = appendRows(k, p, e, l.param("bias_k"), c.AddZeroAttn)
-	v = appendRows(v, p, e, l.param("bias_v"), c.AddZeroAttn)
+	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk, bk, ekv)
+	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv, bv, ekv)
+	k = appendRows(k, p, ekv, l.param("bias_k"), c.AddZeroAttn)
+	v = appendRows(v, p, ekv, l.param("bias_v"), c.AddZeroAttn)
+	if r := c.Rotary; r != nil {
+		// Every head's query and key rotated by the exact angles of their positions.
+		inv := r.invFreq(nil, l.ropeDim)
+		rotateRows(q, e, p.tq, p.tk-p.tq+r.Offset, l.offs, l.ropeDim, inv, r.Layout)
+		rotateRows(k, ekv, p.tk, r.Offset, l.kvOffs, l.ropeDim, inv, r.Layout)
+	}
 
 	// Each head attends in its own d_h-wide column block; head outputs land side by side in concat.
 	n := p.tq * p.tkx
@@ -429,11 +441,11 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	concat := make([]F, p.b*p.tq*e)
 	for b := range p.b {
 		for h := range heads {
-			o, d := l.offs[h], l.offs[h+1]-l.offs[h]
+			o, d, ko := l.offs[h], l.offs[h+1]-l.offs[h], l.kvOffs[c.KVHead(h)]
 			hd := &attend.Head[F]{
 				Q: view(q, b*p.tq*e+o), LdQ: e,
-				K: view(k, b*p.tkx*e+o), LdK: e,
-				V: view(v, b*p.tkx*e+o), LdV: e,
+				K: view(k, b*p.tkx*ekv+ko), LdK: ekv,
+				V: view(v, b*p.tkx*ekv+ko), LdV: ekv,
 				Out: view(concat, b*p.tq*e+o), LdOut: e,
 				Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 			}
@@ -461,6 +473,25 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 		weights = w
 	}
 	return out, weights, fullyMasked
+}
+
+// rotateRows rotates x [N, T, width] in place: the first n dimensions of each head's columns,
+// heads starting at offs (the last entry ends them), row t of each block of T at position
+// first + t, by the exact float64 angles of inverse frequencies inv.
+func rotateRows[F kernel.Float](x []F, width, t, first int, offs []int, n int, inv []float64, l RopeLayout) {
+	row := make([]float64, n)
+	for r := range len(x) / max(width, 1) {
+		for _, o := range offs[:len(offs)-1] {
+			seg := x[r*width+o : r*width+o+n]
+			for i, v := range seg {
+				row[i] = float64(v)
+			}
+			rotate64(row, inv, first+r%t, l)
+			for i, v := range row {
+				seg[i] = F(v)
+			}
+		}
+	}
 }
 
 // traceSteps returns the hooks that copy one head's scores into tr at offset off, or nil when

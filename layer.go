@@ -66,6 +66,18 @@ type Config struct {
 	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite): its logits
 	// are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
 	HeadScales []float64
+
+	// NumKVHeads is the number of key/value heads, Hkv; 0 means NumHeads. Fewer than NumHeads
+	// is grouped-query attention (1 is multi-query attention): Hkv must divide NumHeads, query
+	// head h reads K/V head ⌊h·Hkv/H⌋, and the key and value projections are Hkv·d wide, so
+	// in_proj_weight is [E + 2·Hkv·d, E] (or k_proj_weight and v_proj_weight [Hkv·d, kdim] and
+	// [Hkv·d, vdim]), in_proj_bias [E + 2·Hkv·d], bias_k and bias_v [1, 1, Hkv·d]. It needs
+	// heads of one size (no HeadDims of different sizes).
+	NumKVHeads int
+	// Rotary, when not nil, rotates every head's query and key after the projections (RoPE), as
+	// SDPAOptions.Rotary does: key j at position Offset + j, query i at Offset + Tk − Tq + i. It
+	// needs heads of one size and no appended keys (AddBiasKV, AddZeroAttn).
+	Rotary *Rotary
 }
 
 // MaxDim bounds every size in a Config, so that a size read from a file cannot ask for an absurd
@@ -101,6 +113,21 @@ func (c Config) HeadScale(h int) float64 {
 	return 1 / math.Sqrt(float64(c.HeadDim(h)))
 }
 
+// KVHeads returns Hkv, the number of key/value heads: NumKVHeads, or NumHeads.
+func (c Config) KVHeads() int { return orDefault(c.NumKVHeads, c.NumHeads) }
+
+// KVDim returns the width of the key and value projections, Hkv·d: EmbedDim without grouped
+// K/V heads.
+func (c Config) KVDim() int {
+	if c.KVHeads() == c.NumHeads {
+		return c.EmbedDim
+	}
+	return c.KVHeads() * c.HeadDim(0)
+}
+
+// KVHead returns the K/V head that query head h reads, ⌊h·Hkv/H⌋.
+func (c Config) KVHead(h int) int { return h * c.KVHeads() / c.NumHeads }
+
 func (c Config) kdim() int { return orDefault(c.KDim, c.EmbedDim) }
 func (c Config) vdim() int { return orDefault(c.VDim, c.EmbedDim) }
 
@@ -134,6 +161,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: vdim is %d, want > 0 (or 0 for embed dim)", ErrConfig, c.VDim)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("%w: dropout is %v, want a probability in [0, 1)", ErrConfig, c.Dropout)
+	case c.NumKVHeads < 0 || c.NumKVHeads > c.NumHeads || c.NumHeads%c.KVHeads() != 0:
+		return fmt.Errorf("%w: %d K/V heads for %d query heads, want a divisor of the query heads (or 0 for as many)", ErrConfig, c.NumKVHeads, c.NumHeads)
+	case c.KVHeads() < c.NumHeads && c.unequalHeads():
+		return fmt.Errorf("%w: grouped K/V heads (%d for %d heads) need heads of one size, have head dims %v", ErrConfig, c.KVHeads(), c.NumHeads, c.HeadDims)
+	case c.Rotary != nil && c.unequalHeads():
+		return fmt.Errorf("%w: rotary needs heads of one size, have head dims %v", ErrConfig, c.HeadDims)
+	case c.Rotary != nil && (c.AddBiasKV || c.AddZeroAttn):
+		return fmt.Errorf("%w: rotary gives appended keys (add_bias_kv, add_zero_attn) no position; use one or the other", ErrConfig)
 	}
 	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim()} {
 		if d > MaxDim {
@@ -157,16 +192,42 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: head %d has scale %v, want a finite number", ErrConfig, h, s)
 		}
 	}
+	if c.Rotary != nil {
+		if _, err := c.Rotary.check(c.HeadDim(0)); err != nil {
+			return fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), ErrShape.Error()+": "))
+		}
+	}
 	return nil
+}
+
+// unequalHeads reports whether HeadDims gives heads of different sizes.
+func (c Config) unequalHeads() bool {
+	return c.HeadDims != nil && slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
+}
+
+// clone returns c with its own copies of the slices and the rotary.
+func (c Config) clone() Config {
+	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
+	if r := c.Rotary; r != nil {
+		rc := *r
+		if r.Scaling != nil {
+			sc := *r.Scaling
+			rc.Scaling = &sc
+		}
+		c.Rotary = &rc
+	}
+	return c
 }
 
 // Layer is a multi-head attention layer. Its Forward is safe to call from many goroutines at
 // once; changing its parameters (LoadStateDict, writing through Parameters) while a Forward runs
 // is not.
 type Layer struct {
-	cfg    Config
-	params []Param // in PyTorch's state-dict order
-	offs   []int   // head h owns columns offs[h] … offs[h+1] of Q, K, V and the concatenation
+	cfg     Config
+	params  []Param // in PyTorch's state-dict order
+	offs    []int   // head h owns columns offs[h] … offs[h+1] of Q and the concatenation
+	kvOffs  []int   // K/V head g owns columns kvOffs[g] … kvOffs[g+1] of K and V
+	ropeDim int     // the dimensions Config.Rotary rotates
 
 	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
 
@@ -188,12 +249,22 @@ func New(cfg Config) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.HeadDims, cfg.HeadScales = slices.Clone(cfg.HeadDims), slices.Clone(cfg.HeadScales)
+	cfg = cfg.clone()
 	l := &Layer{cfg: cfg, pool: new(parallel.Pool)}
 	for h := range cfg.NumHeads {
 		l.offs = append(l.offs, cfg.HeadOffset(h))
 	}
 	l.offs = append(l.offs, cfg.EmbedDim)
+	l.kvOffs = l.offs
+	if hkv := cfg.KVHeads(); hkv < cfg.NumHeads {
+		l.kvOffs = nil
+		for g := range hkv + 1 {
+			l.kvOffs = append(l.kvOffs, g*cfg.HeadDim(0))
+		}
+	}
+	if cfg.Rotary != nil {
+		l.ropeDim, _ = cfg.Rotary.check(cfg.HeadDim(0)) // Validate checked it
+	}
 	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
 		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
@@ -219,21 +290,21 @@ type paramShape struct {
 
 // paramShapes lists the parameters of a layer for c, with PyTorch's names, shapes and order.
 func (c Config) paramShapes() []paramShape {
-	e := c.EmbedDim
+	e, ekv := c.EmbedDim, c.KVDim()
 	var s []paramShape
 	if c.sameDims() {
-		s = append(s, paramShape{"in_proj_weight", []int{3 * e, e}})
+		s = append(s, paramShape{"in_proj_weight", []int{e + 2*ekv, e}})
 	} else {
 		s = append(s,
 			paramShape{"q_proj_weight", []int{e, e}},
-			paramShape{"k_proj_weight", []int{e, c.kdim()}},
-			paramShape{"v_proj_weight", []int{e, c.vdim()}})
+			paramShape{"k_proj_weight", []int{ekv, c.kdim()}},
+			paramShape{"v_proj_weight", []int{ekv, c.vdim()}})
 	}
 	if !c.NoBias {
-		s = append(s, paramShape{"in_proj_bias", []int{3 * e}})
+		s = append(s, paramShape{"in_proj_bias", []int{e + 2*ekv}})
 	}
 	if c.AddBiasKV {
-		s = append(s, paramShape{"bias_k", []int{1, 1, e}}, paramShape{"bias_v", []int{1, 1, e}})
+		s = append(s, paramShape{"bias_k", []int{1, 1, ekv}}, paramShape{"bias_v", []int{1, 1, ekv}})
 	}
 	s = append(s, paramShape{"out_proj.weight", []int{e, e}})
 	if !c.NoBias {
@@ -244,9 +315,7 @@ func (c Config) paramShapes() []paramShape {
 
 // Config returns the layer's configuration (a copy: changing it does not change the layer).
 func (l *Layer) Config() Config {
-	c := l.cfg
-	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
-	return c
+	return l.cfg.clone()
 }
 
 // Parameters returns the layer's parameters in PyTorch's state-dict order. The tensors are the
@@ -317,10 +386,12 @@ func describe(ps []Param) string {
 	return strings.Join(names, ", ")
 }
 
-// InferConfig reads the embed dim, kdim, vdim, bias and add_bias_kv from the names and shapes in
-// an nn.MultiheadAttention state dict, with numHeads heads. AddZeroAttn, Dropout and Seed are
-// not stored in a state dict and are left zero. It returns an error wrapping ErrStateDict when sd
-// is not such a state dict, or ErrConfig when the sizes do not make a valid layer.
+// InferConfig reads the embed dim, kdim, vdim, the K/V heads, bias and add_bias_kv from the
+// names and shapes in an nn.MultiheadAttention state dict (or one of a layer with grouped K/V
+// heads, whose key and value projections are narrower), with numHeads heads. AddZeroAttn,
+// Dropout, Rotary and Seed are not stored in a state dict and are left zero. It returns an error
+// wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
+// a valid layer.
 func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	out, ok := sd["out_proj.weight"]
 	if !ok {
@@ -329,20 +400,33 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	if len(out.Shape) != 2 || out.Shape[0] != out.Shape[1] {
 		return Config{}, fmt.Errorf("%w: out_proj.weight is %v, want [E E]", ErrStateDict, out.Shape)
 	}
-	cfg := Config{EmbedDim: out.Shape[0], NumHeads: numHeads}
-	if _, ok := sd["in_proj_weight"]; !ok {
+	e := out.Shape[0]
+	cfg := Config{EmbedDim: e, NumHeads: numHeads}
+	ekv := e
+	if in, ok := sd["in_proj_weight"]; ok {
+		if len(in.Shape) != 2 || in.Shape[1] != e || in.Shape[0] <= e || (in.Shape[0]-e)%2 != 0 {
+			return Config{}, fmt.Errorf("%w: in_proj_weight is %v, want [E + 2·Ekv, E] with E = %d", ErrStateDict, in.Shape, e)
+		}
+		ekv = (in.Shape[0] - e) / 2
+	} else {
 		k, v := sd["k_proj_weight"], sd["v_proj_weight"]
 		if k == nil || v == nil {
 			return Config{}, fmt.Errorf("%w: want in_proj_weight, or q_proj_weight, k_proj_weight and v_proj_weight (have %s)", ErrStateDict, strings.Join(slices.Sorted(maps.Keys(sd)), ", "))
 		}
-		if len(k.Shape) != 2 || len(v.Shape) != 2 {
-			return Config{}, fmt.Errorf("%w: k_proj_weight is %v and v_proj_weight %v, want [E kdim] and [E vdim]", ErrStateDict, k.Shape, v.Shape)
+		if len(k.Shape) != 2 || len(v.Shape) != 2 || k.Shape[0] != v.Shape[0] {
+			return Config{}, fmt.Errorf("%w: k_proj_weight is %v and v_proj_weight %v, want [Ekv kdim] and [Ekv vdim]", ErrStateDict, k.Shape, v.Shape)
 		}
-		cfg.KDim, cfg.VDim = k.Shape[1], v.Shape[1]
+		cfg.KDim, cfg.VDim, ekv = k.Shape[1], v.Shape[1], k.Shape[0]
 		if cfg.sameDims() {
 			// PyTorch stores separate projections only when kdim or vdim differ from E.
 			return Config{}, fmt.Errorf("%w: q/k/v_proj_weight with kdim = vdim = E = %d; PyTorch names these in_proj_weight", ErrStateDict, cfg.EmbedDim)
 		}
+	}
+	if ekv != e {
+		if numHeads <= 0 || e%numHeads != 0 || ekv%(e/numHeads) != 0 {
+			return Config{}, fmt.Errorf("%w: key/value projections %d wide for E = %d and %d heads, want a multiple of the head size", ErrStateDict, ekv, e, numHeads)
+		}
+		cfg.NumKVHeads = ekv / (e / numHeads)
 	}
 	_, hasBias := sd["in_proj_bias"]
 	cfg.NoBias = !hasBias

@@ -159,15 +159,30 @@ func (t *ropeTable) build(r *Rotary, n, start, count int) {
 	}
 }
 
-// apply rotates the rows of x, [N, T, d] row-major, row t of each block of T at the table's
-// row first + t, in layout l; with inverse by the opposite angles (the transpose of the
-// rotation, which takes a gradient with respect to rotated rows back to the rows).
-func (tb *ropeTable) apply(x []float32, d, t, first int, l RopeLayout, inverse bool) {
+// rotate rotates rows rows of x, row r at x[r·ld:], by the angles of table row first + r, in the
+// table's layout; with inverse by the opposite angles.
+func (tb *ropeTable) rotate(x []float32, ld, rows, first int, inverse bool) {
 	half := tb.n / 2
-	for row := range len(x) / d {
-		m := first + row%t
-		rotate(x[row*d:(row+1)*d], tb.cos[m*half:(m+1)*half], tb.sin[m*half:(m+1)*half], l, inverse)
+	for r := range rows {
+		m := first + r
+		rotate(x[r*ld:r*ld+tb.n], tb.cos[m*half:(m+1)*half], tb.sin[m*half:(m+1)*half], tb.key.Layout, inverse)
 	}
+}
+
+// apply rotates the rows of x, [N, T, d] row-major, row t of each block of T at the table's row
+// first + t; with inverse by the opposite angles.
+func (tb *ropeTable) apply(x []float32, d, t, first int, inverse bool) {
+	for blk := range len(x) / (t * d) {
+		tb.rotate(x[blk*t*d:], d, t, first, inverse)
+	}
+}
+
+// ropeSpan returns the rotary positions of Tq queries against Tk keys at offset P, key j at
+// position P + j and query i at P + Tk − Tq + i: the first position start and the count of
+// positions from it that cover them all, and the rows of that span where key 0 and query 0 sit.
+func ropeSpan(offset, tq, tk int) (start, count, key0, query0 int) {
+	shift := min(0, tk-tq)
+	return offset + shift, max(tk, tq), -shift, tk - tq - shift
 }
 
 // rotate rotates row x (its first 2·len(cos) elements; the rest pass through) by the angles whose
@@ -233,6 +248,6 @@ func (r *Rotary) Apply(x *tensor.Tensor, start int) error {
 	}
 	var tab ropeTable
 	tab.build(r, n, start, t)
-	tab.apply(x.Data, d, t, 0, r.Layout, false)
+	tab.apply(x.Data, d, t, 0, false)
 	return nil
 }

@@ -143,7 +143,7 @@ func TestRotaryInverse(t *testing.T) {
 			tab.build(&r, n, start, rows)
 
 			back := x.Clone()
-			tab.apply(back.Data, d, rows, 0, r.Layout, true)
+			tab.apply(back.Data, d, rows, 0, true)
 			want := make([]float64, len(x.Data))
 			inv := r.invFreq(nil, n)
 			for row := range len(x.Data) / d {
@@ -155,11 +155,11 @@ func TestRotaryInverse(t *testing.T) {
 			checkRel(t, "inverse against the float64 rotation by −m", back.Data, want, 3e-7)
 
 			round := x.Clone()
-			tab.apply(round.Data, d, rows, 0, r.Layout, false)
+			tab.apply(round.Data, d, rows, 0, false)
 			if bitsEqual(round.Data, x.Data) {
 				t.Fatal("the forward rotation left x unchanged")
 			}
-			tab.apply(round.Data, d, rows, 0, r.Layout, true)
+			tab.apply(round.Data, d, rows, 0, true)
 			checkRel(t, "forward then inverse", round.Data, as[float64](x.Data), 3e-7)
 			for row := range len(x.Data) / d {
 				if !bitsEqual(back.Data[row*d+n:(row+1)*d], x.Data[row*d+n:(row+1)*d]) {

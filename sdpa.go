@@ -263,7 +263,9 @@ type sdpaPlan struct {
 	d, dv              int
 	scale              float64
 	ropeDim            int // rotary dimensions (0: no rotary)
-	ropeStart          int // the position of the table's first row: Offset + min(0, Tk − Tq)
+	ropeStart          int // the position of the table's first row (ropeSpan)
+	ropeCount          int // its rows
+	ropeK0, ropeQ0     int // the rows of key 0 and query 0
 	maskPerHead        bool
 	biasPerHead        bool
 }
@@ -381,7 +383,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		if err != nil {
 			return err
 		}
-		p.ropeDim, p.ropeStart = n, r.Offset+min(0, p.tk-p.tq)
+		p.ropeDim = n
+		p.ropeStart, p.ropeCount, p.ropeK0, p.ropeQ0 = ropeSpan(r.Offset, p.tq, p.tk)
 		if r.Offset+p.tk > maxRopePosition || p.ropeStart < -maxRopePosition {
 			return fmt.Errorf("%w: rotary positions %d to %d, want them within ±%d", ErrShape, p.ropeStart, r.Offset+p.tk-1, maxRopePosition)
 		}
@@ -399,7 +402,7 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	w.q, w.krot = p.q, nil
 	tasks := p.b * p.hkv
 	if p.ropeDim > 0 {
-		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeRows())
+		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeCount)
 		w.qrot = kernel.Grow(w.qrot, len(p.q))
 		w.q = w.qrot
 		if len(w.rows) < n {
@@ -415,13 +418,6 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	pool.Run(&w.loop, n, tasks, w)
 }
 
-// ropeRows is how many positions the rotary table of a call covers: keys at Offset + j and
-// queries at Offset + Tk − Tq + i, from ropeStart on.
-func (p *sdpaPlan) ropeRows() int { return max(p.tk, p.tq) }
-
-// keyPos and queryPos are the rows of the rotary table of key j and query i.
-func (p *sdpaPlan) keyPos(j int) int   { return p.opt.Rotary.Offset + j - p.ropeStart }
-func (p *sdpaPlan) queryPos(i int) int { return p.opt.Rotary.Offset + p.tk - p.tq + i - p.ropeStart }
 
 // checkMask checks an attention mask's shape, [Tq, Tk] or [B, Hq, Tq, Tk], and reports whether
 // it is per head.
@@ -540,7 +536,7 @@ func (w *sdpaWork) rotateQ(bh int) {
 	p := &w.p
 	q := w.qrot[bh*p.tq*p.d : (bh+1)*p.tq*p.d]
 	copy(q, p.q[bh*p.tq*p.d:])
-	w.rope.apply(q, p.d, p.tq, p.queryPos(0), p.opt.Rotary.Layout, false)
+	w.rope.rotate(q, p.d, p.tq, p.ropeQ0, false)
 }
 
 // transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does, rotating
@@ -562,7 +558,7 @@ func (w *sdpaWork) transpose(worker, task int) {
 				blk = w.krot[(task*p.tk+j0)*p.d : (task*p.tk+j1)*p.d]
 			}
 			copy(blk, src[j0*p.d:j1*p.d])
-			w.rope.apply(blk, p.d, j1-j0, p.keyPos(j0), p.opt.Rotary.Layout, false)
+			w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
 		}
 		for i := range p.d {
 			out := dst[i*ld+j0 : i*ld+j1]

@@ -196,10 +196,10 @@ func (w *sdpaWork) backward(worker, task int) {
 			w.dsink[bh] = s
 		}
 		if p.ropeDim > 0 {
-			w.rope.apply(g.Q.Data[bh*p.tq*p.d:(bh+1)*p.tq*p.d], p.d, p.tq, p.queryPos(0), p.opt.Rotary.Layout, true)
+			w.rope.rotate(g.Q.Data[bh*p.tq*p.d:(bh+1)*p.tq*p.d], p.d, p.tq, p.ropeQ0, true)
 		}
 	}
 	if p.ropeDim > 0 {
-		w.rope.apply(g.K.Data[task*p.tk*p.d:(task+1)*p.tk*p.d], p.d, p.tk, p.keyPos(0), p.opt.Rotary.Layout, true)
+		w.rope.rotate(g.K.Data[task*p.tk*p.d:(task+1)*p.tk*p.d], p.d, p.tk, p.ropeK0, true)
 	}
 }

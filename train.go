@@ -189,7 +189,7 @@ func (w *work) grad(name string) []float32 {
 func (w *work) backwardLayer() {
 	l, p, a, s := w.l, &w.p, w.a, w.s
 	c := l.cfg
-	e, heads, tkx := c.EmbedDim, c.NumHeads, p.tkx
+	e, ekv, tkx := c.EmbedDim, c.KVDim(), p.tkx
 	w.workers()
 
 	// The output projection Y = concat'·W_oᵀ + b_o of the (gated) heads: dW_o += dYᵀ·concat',
@@ -205,12 +205,16 @@ func (w *work) backwardLayer() {
 	w.run(phaseGemm, w.g.tasks())
 	w.gateBackward()
 
-	// Attention, per (batch, head): the gradients of Q, K and V land in dbuf, laid out as the
-	// projections are in acts.buf.
+	// Attention, per (batch, K/V head): the gradients of Q, K and V land in dbuf, laid out as
+	// the projections are in acts.buf. With rotary they are the gradients of the rotated Q and
+	// K, which each task turns back by the inverse rotation.
 	w.dbuf = kernel.Grow(w.dbuf, len(a.buf))
 	clear(w.dbuf)
 	w.out, w.ldo, w.ro = s.concat, e, p.tq
-	w.run(phaseBackward, p.b*heads)
+	if c.Rotary != nil {
+		w.buildRope()
+	}
+	w.run(phaseBackward, p.b*c.KVHeads())
 	dq, dk, dv := a.split(w.dbuf)
 
 	// The appended rows: bias_k and bias_v get their rows' gradients; the zero rows are constant.
@@ -218,21 +222,21 @@ func (w *work) backwardLayer() {
 		gv := w.grad("bias_v")
 		for b := range p.b {
 			row := b*tkx + p.tk
-			kernel.Axpy(1, dk[row*a.ldk:row*a.ldk+e], gk)
-			kernel.Axpy(1, dv[row*a.ldv:row*a.ldv+e], gv)
+			kernel.Axpy(1, dk[row*a.ldk:row*a.ldk+ekv], gk)
+			kernel.Axpy(1, dv[row*a.ldv:row*a.ldv+ekv], gv)
 		}
 	}
 
 	// The input projections X·Wᵀ + b: dW += dProjᵀ·X, db += Σ dProj, dX += dProj·W.
 	wq, wk, wv, _, _, _ := l.projections()
 	if a.fused {
-		w.project(w.dbuf, 3*e, tkx, p.q, e, p.tq, l.param("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, 3*e)
+		w.project(w.dbuf, a.ldq, tkx, p.q, e, p.tq, l.param("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, a.ldq)
 		return
 	}
-	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e)
+	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e, ekv)
 	w.project(dq, a.ldq, a.rq, p.q, e, p.tq, wq, gq, bq, w.gr.Query.Data, e)
-	w.project(dk, a.ldk, a.rk, p.k, c.kdim(), p.tk, wk, gk, bk, w.gr.Key.Data, e)
-	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, e)
+	w.project(dk, a.ldk, a.rk, p.k, c.kdim(), p.tk, wk, gk, bk, w.gr.Key.Data, ekv)
+	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, ekv)
 }
 
 // gateBackward turns dconcat' = dL/dconcat' into dL/dconcat, the gradient of the heads' own
@@ -272,25 +276,36 @@ func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, 
 	w.run(phaseGemm, w.g.tasks())
 }
 
-// backward runs the attention backward of one (batch, head) task.
+// backward runs the attention backward of one (batch, K/V head) task: of each query head of the
+// group in turn, which all add into the K/V head's dK and dV.
 func (w *work) backward(worker, task int) {
-	p, a, s := &w.p, w.a, w.s
-	heads := w.l.cfg.NumHeads
-	b, h := task/heads, task%heads
-	o := w.l.offs[h]
-	hd := w.head(b, h)
+	p, a, s, c := &w.p, w.a, w.s, &w.l.cfg
+	heads, hkv, e := c.NumHeads, c.KVHeads(), c.EmbedDim
+	b, g := task/hkv, task%hkv
+	ko := w.l.kvOffs[g]
 	dq, dk, dv := a.split(w.dbuf)
-	g := attend.Grad{
-		DQ: view(dq, b*a.rq*a.ldq+o), LdDQ: a.ldq,
-		DK: view(dk, b*a.rk*a.ldk+o), LdDK: a.ldk,
-		DV: view(dv, b*a.rk*a.ldv+o), LdDV: a.ldv,
+	dkh := view(dk, b*a.rk*a.ldk+ko)
+	group := heads / hkv
+	for h := g * group; h < (g+1)*group; h++ {
+		o, bh := w.l.offs[h], b*heads+h
+		hd := w.head(b, h)
+		gr := attend.Grad{
+			DQ: view(dq, b*a.rq*a.ldq+o), LdDQ: a.ldq,
+			DK: dkh, LdDK: a.ldk,
+			DV: view(dv, b*a.rk*a.ldv+ko), LdDV: a.ldv,
+		}
+		bias := p.bias(b, h, heads)
+		var probs []float32
+		if s.dense {
+			n := p.tq * p.tkx
+			probs = s.probs[bh*n : (bh+1)*n]
+		}
+		attend.Backward(&hd, &gr, view(w.dconcat, b*p.tq*e+o), e, s.lse[bh*p.tq:(bh+1)*p.tq], &bias, float32(p.scale(*c, h)), p.dropout(b, h, heads, c.Dropout), probs, &w.back[worker])
+		if c.Rotary != nil {
+			w.rope.rotate(gr.DQ, a.ldq, p.tq, w.ropeQ0, true)
+		}
 	}
-	bias := p.bias(b, h, heads)
-	var probs []float32
-	if s.dense {
-		n := p.tq * p.tkx
-		probs = s.probs[task*n : (task+1)*n]
+	if c.Rotary != nil {
+		w.rope.rotate(dkh, a.ldk, p.tk, w.ropeK0, true)
 	}
-	e := w.l.cfg.EmbedDim
-	attend.Backward(&hd, &g, view(w.dconcat, b*p.tq*e+o), e, s.lse[task*p.tq:(task+1)*p.tq], &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), probs, &w.back[worker])
 }

@@ -1,0 +1,339 @@
+package mha
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// gqaCase is a layer with grouped K/V heads or rotary and a call of it.
+type gqaCase struct {
+	name    string
+	cfg     Config
+	b, tq   int
+	tk      int  // 0: self-attention
+	kvSame  bool // cross-attention with key and value one tensor
+	causal  bool
+	padding bool
+}
+
+func gqaCases() []gqaCase {
+	half := &Rotary{Theta: 100, Offset: 3}
+	partial := &Rotary{Theta: 10000, Dim: 2, Layout: RopeInterleaved, Offset: 1,
+		Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8}}
+	return []gqaCase{
+		{name: "gqa", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Seed: 1}, b: 2, tq: 7, causal: true},
+		{name: "mqa rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, Rotary: half, Seed: 2}, b: 2, tq: 9, causal: true, padding: true},
+		{name: "mha rotary", cfg: Config{EmbedDim: 12, NumHeads: 3, Rotary: half, Seed: 3}, b: 1, tq: 6},
+		{name: "cross kv-same partial rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: partial, Seed: 4}, b: 2, tq: 5, tk: 8, kvSame: true, causal: true},
+		{name: "cross kdim vdim", cfg: Config{EmbedDim: 8, NumHeads: 4, NumKVHeads: 2, KDim: 5, VDim: 3, NoBias: true, Rotary: half, Seed: 5}, b: 2, tq: 8, tk: 4, padding: true},
+		{name: "gqa bias_kv zero_attn", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, AddBiasKV: true, AddZeroAttn: true, Seed: 6}, b: 2, tq: 5, tk: 6},
+	}
+}
+
+// inputs returns the case's query, key, value (nil for self-attention) and options.
+func (c gqaCase) inputs(seed uint64) (q, k, v *tensor.Tensor, opt *Options) {
+	rng := tensor.NewRNG(seed)
+	e := c.cfg.EmbedDim
+	q = randTensor(rng, c.b, c.tq, e)
+	tk := c.tq
+	if c.tk > 0 {
+		tk = c.tk
+		k = randTensor(rng, c.b, tk, c.cfg.kdim())
+		v = k
+		if !c.kvSame {
+			v = randTensor(rng, c.b, tk, c.cfg.vdim())
+		}
+	}
+	opt = &Options{Causal: c.causal}
+	if c.padding {
+		m := tensor.NewBool(c.b, tk)
+		m.Data[tk-1] = true    // batch 0: last key
+		m.Data[tk+tk/2] = true // batch 1: a middle key
+		opt.KeyPaddingMask = m
+	}
+	return q, k, v, opt
+}
+
+// composed computes the case's output as the projections in float64, SDPAReference over them
+// (grouped heads, rotary, top-left causal, padding) and the output projection: an independent
+// composition of the layer from the functional API.
+func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Options) []float64 {
+	t.Helper()
+	cfg := l.Config()
+	e, h, hkv, d := cfg.EmbedDim, cfg.NumHeads, cfg.KVHeads(), cfg.HeadDim(0)
+	if k == nil {
+		k, v = q, q
+	}
+	wq, wk, wv, bq, bk, bv := l.projections()
+	// project returns x·wᵀ + bias as [B, heads, T, d] float32 (SDPA's layout).
+	project := func(x *tensor.Tensor, w, bias []float32, heads int) *tensor.Tensor {
+		b, tt, in := x.Shape[0], x.Shape[1], x.Shape[2]
+		out := tensor.New(b, heads, tt, d)
+		for bb := range b {
+			for i := range tt {
+				for o := range heads * d {
+					s := 0.0
+					if bias != nil {
+						s = float64(bias[o])
+					}
+					for f := range in {
+						s += float64(x.Data[(bb*tt+i)*in+f]) * float64(w[o*in+f])
+					}
+					out.Data[((bb*heads+o/d)*tt+i)*d+o%d] = float32(s)
+				}
+			}
+		}
+		return out
+	}
+	so := &SDPAOptions{KeyPaddingMask: opt.KeyPaddingMask, Rotary: cfg.Rotary}
+	if opt.Causal {
+		so.Causal = CausalTopLeft
+	}
+	kk, vv := project(k, wk, bk, hkv), project(v, wv, bv, hkv)
+	if cfg.AddBiasKV || cfg.AddZeroAttn { // the appended key rows, after the projected ones
+		bkv, bvv := l.param("bias_k"), l.param("bias_v")
+		extra := 0
+		if cfg.AddBiasKV {
+			extra++
+		}
+		if cfg.AddZeroAttn {
+			extra++
+		}
+		grow := func(x *tensor.Tensor, bias []float32) *tensor.Tensor {
+			b, tt := x.Shape[0], x.Shape[2]
+			y := tensor.New(b, hkv, tt+extra, d)
+			for bh := range b * hkv {
+				copy(y.Data[bh*(tt+extra)*d:], x.Data[bh*tt*d:(bh+1)*tt*d])
+				if bias != nil {
+					copy(y.Data[(bh*(tt+extra)+tt)*d:], bias[bh%hkv*d:][:d])
+				}
+			}
+			return y
+		}
+		kk, vv = grow(kk, bkv), grow(vv, bvv)
+		if m := opt.KeyPaddingMask; m != nil {
+			t.Fatal("the composition does not pad appended keys")
+		}
+	}
+	tr, err := SDPAReference(project(q, wq, bq, h), kk, vv, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, tq := q.Shape[0], q.Shape[1]
+	wo, bo := l.param("out_proj.weight"), l.param("out_proj.bias")
+	out := make([]float64, b*tq*e)
+	for bb := range b {
+		for i := range tq {
+			for o := range e {
+				s := 0.0
+				if bo != nil {
+					s = float64(bo[o])
+				}
+				for f := range e {
+					s += tr.Out[((bb*h+f/d)*tq+i)*d+f%d] * float64(wo[o*e+f])
+				}
+				out[(bb*tq+i)*e+o] = s
+			}
+		}
+	}
+	return out
+}
+
+// TestLayerGQARotary checks the layer with grouped K/V heads and rotary, in float32 and in its
+// float64 Reference, against the same layer composed from its projections and SDPAReference.
+func TestLayerGQARotary(t *testing.T) {
+	for _, c := range gqaCases() {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLayer(t, c.cfg)
+			q, k, v, opt := c.inputs(7)
+			want := composed(t, l, c, q, k, v, opt)
+			r := forward(t, l, q, k, v, opt)
+			checkRel(t, "Forward", r.Output.Data, want, 1e-5)
+			tr, err := l.Reference(q, k, v, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The composition rounds its projections to float32, so 1e-12 is out of reach.
+			checkRel(t, "Reference", tr.Output, want, 1e-6)
+
+			wopt := *opt
+			wopt.NeedWeights, wopt.PerHeadWeights = true, true
+			rw := forward(t, l, q, k, v, &wopt)
+			checkRel(t, "Forward with weights", rw.Output.Data, want, 1e-5)
+			checkRel(t, "weights", rw.Weights.Data, tr.Weights, 1e-5)
+		})
+	}
+}
+
+// TestLayerGQAParams checks the parameter shapes of grouped K/V heads and that InferConfig
+// reads them back.
+func TestLayerGQAParams(t *testing.T) {
+	for _, cfg := range []Config{
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, AddBiasKV: true},
+		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, KDim: 5, VDim: 7, NoBias: true},
+	} {
+		l := newLayer(t, cfg)
+		ekv := cfg.NumKVHeads * cfg.HeadDim(0)
+		if got := l.Config().KVDim(); got != ekv {
+			t.Errorf("%+v: KVDim %d, want %d", cfg, got, ekv)
+		}
+		want := map[string][]int{"out_proj.weight": {16, 16}}
+		if cfg.KDim == 0 {
+			want["in_proj_weight"] = []int{16 + 2*ekv, 16}
+		} else {
+			want["q_proj_weight"], want["k_proj_weight"], want["v_proj_weight"] = []int{16, 16}, []int{ekv, cfg.KDim}, []int{ekv, cfg.VDim}
+		}
+		if !cfg.NoBias {
+			want["in_proj_bias"], want["out_proj.bias"] = []int{16 + 2*ekv}, []int{16}
+		}
+		if cfg.AddBiasKV {
+			want["bias_k"], want["bias_v"] = []int{1, 1, ekv}, []int{1, 1, ekv}
+		}
+		sd := l.StateDict()
+		if len(sd) != len(want) {
+			t.Errorf("%+v: %d parameters, want %d", cfg, len(sd), len(want))
+		}
+		for name, shape := range want {
+			if p, ok := sd[name]; !ok || !slices.Equal(p.Shape, shape) {
+				t.Errorf("%+v: %s is %v, want %v", cfg, name, sd[name], shape)
+			}
+		}
+		got, err := InferConfig(sd, cfg.NumHeads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.NumKVHeads != cfg.NumKVHeads || got.KDim != cfg.KDim || got.VDim != cfg.VDim || got.NoBias != cfg.NoBias || got.AddBiasKV != cfg.AddBiasKV {
+			t.Errorf("InferConfig gave %+v, want %+v", got, cfg)
+		}
+	}
+}
+
+// TestLayerGQAErrors checks that configurations grouped heads and rotary cannot serve are
+// refused with ErrConfig.
+func TestLayerGQAErrors(t *testing.T) {
+	for _, cfg := range []Config{
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 3},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 8},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: -1},
+		{EmbedDim: 16, NumHeads: 2, NumKVHeads: 1, HeadDims: []int{4, 12}},
+		{EmbedDim: 16, NumHeads: 2, HeadDims: []int{4, 12}, Rotary: &Rotary{Theta: 10}},
+		{EmbedDim: 16, NumHeads: 2, AddBiasKV: true, Rotary: &Rotary{Theta: 10}},
+		{EmbedDim: 16, NumHeads: 2, Rotary: &Rotary{Theta: 0}},
+		{EmbedDim: 16, NumHeads: 2, Rotary: &Rotary{Theta: 10, Dim: 3}},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
+		}
+	}
+	l := newLayer(t, Config{EmbedDim: 8, NumHeads: 2, Rotary: &Rotary{Theta: 10, Offset: maxRopePosition - 4}})
+	q := randTensor(tensor.NewRNG(1), 1, 5, 8)
+	if _, err := l.Forward(q, nil, nil, nil); !errors.Is(err, ErrShape) {
+		t.Errorf("positions past the rotary limit: %v, want ErrShape", err)
+	}
+}
+
+// TestLayerGQABackward checks the gradients of grouped K/V heads and rotary against central
+// finite differences of the float64 Reference, for every parameter and input value.
+func TestLayerGQABackward(t *testing.T) {
+	for _, c := range gqaCases() {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLayer(t, c.cfg)
+			q, k, v, opt := c.inputs(11)
+			rng := tensor.NewRNG(12)
+			dy := randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
+			got := backward(t, l, q, k, v, opt, dy)
+			loss := func() float64 {
+				tr, err := l.Reference(q, k, v, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := 0.0
+				for i, y := range tr.Output {
+					s += y * float64(dy.Data[i])
+				}
+				return s
+			}
+			diff := func(x []float32) []float64 {
+				g := make([]float64, len(x))
+				for i, old := range x {
+					const h = 1.0 / 256
+					x[i] = old + h
+					up := loss()
+					x[i] = old - h
+					down := loss()
+					x[i] = old
+					g[i] = (up - down) / (2 * h)
+				}
+				return g
+			}
+			want := map[string][]float64{"query": diff(q.Data)}
+			if k != nil {
+				want["key"] = diff(k.Data)
+				if v != k {
+					want["value"] = diff(v.Data)
+				}
+			}
+			for _, p := range l.Parameters() {
+				want[p.Name] = diff(p.T.Data)
+			}
+			compareGrads(t, got, want, 1e-4)
+		})
+	}
+}
+
+// TestLayerGQAWorkers checks that grouped heads with rotary give the same bits on any number of
+// workers, forward and backward.
+func TestLayerGQAWorkers(t *testing.T) {
+	l := newLayer(t, Config{EmbedDim: 32, NumHeads: 8, NumKVHeads: 2, Rotary: &Rotary{Theta: 500}, Seed: 3, Dropout: 0.1})
+	rng := tensor.NewRNG(4)
+	q, dy := randTensor(rng, 2, 150, 32), randTensor(rng, 2, 150, 32)
+	var want map[string][]float32
+	for _, workers := range []int{1, 2, 3, 5} {
+		got := backward(t, l, q, nil, nil, &Options{Workers: workers, Causal: true, Training: true, DropoutSeed: 7}, dy)
+		if want == nil {
+			want = got
+			continue
+		}
+		for name, w := range want {
+			if !bitsEqual(got[name], w) {
+				t.Fatalf("workers %d: %s differs from 1 worker's", workers, name)
+			}
+		}
+	}
+}
+
+// TestLayerGQAEqualsRepeatedKV checks that grouped K/V heads are the plain layer whose key and
+// value projections repeat each K/V head's rows for every query head of its group.
+func TestLayerGQAEqualsRepeatedKV(t *testing.T) {
+	const e, heads, hkv = 16, 4, 2
+	d := e / heads
+	g := newLayer(t, Config{EmbedDim: e, NumHeads: heads, NumKVHeads: hkv, Seed: 8})
+	m := newLayer(t, Config{EmbedDim: e, NumHeads: heads, Seed: 9})
+	gw, gb := g.param("in_proj_weight"), g.param("in_proj_bias")
+	mw, mb := m.param("in_proj_weight"), m.param("in_proj_bias")
+	ekv := hkv * d
+	copy(mw[:e*e], gw[:e*e])
+	copy(mb[:e], gb[:e])
+	for part := range 2 { // K, then V
+		for o := range e { // row o of the plain layer's block: head o/d, K/V head (o/d)·hkv/heads
+			src := e + part*ekv + (o/d)*hkv/heads*d + o%d
+			dst := e + part*e + o
+			copy(mw[dst*e:(dst+1)*e], gw[src*e:(src+1)*e])
+			mb[dst] = gb[src]
+		}
+	}
+	copy(m.param("out_proj.weight"), g.param("out_proj.weight"))
+	copy(m.param("out_proj.bias"), g.param("out_proj.bias"))
+	x := randTensor(tensor.NewRNG(10), 2, 11, e)
+	for _, causal := range []bool{false, true} {
+		opt := &Options{Causal: causal}
+		a, b := forward(t, g, x, nil, nil, opt), forward(t, m, x, nil, nil, opt)
+		if diff := maxAbsDiff(a.Output.Data, b.Output.Data); diff > 1e-5 {
+			t.Errorf("causal %v: grouped and repeated differ by %g", causal, diff)
+		}
+	}
+}
