@@ -173,8 +173,8 @@ type work struct {
 	rope    ropeTable   // with Config.Rotary: the call's sines and cosines
 	ropeK0  int         // the rows of rope that key 0 and query 0 sit at
 	ropeQ0  int
-	masked  []int       // fully masked rows, per worker
-	lse     []float32   // where the row log-sum-exps go: Saved.lse or nil
+	masked  []int     // fully masked rows, per worker
+	lse     []float32 // where the row log-sum-exps go: Saved.lse or nil
 }
 
 type phase int

@@ -418,7 +418,6 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	pool.Run(&w.loop, n, tasks, w)
 }
 
-
 // checkMask checks an attention mask's shape, [Tq, Tk] or [B, Hq, Tq, Tk], and reports whether
 // it is per head.
 func (p *sdpaPlan) checkMask(name string, shape []int, n int) (perHead bool, err error) {
