@@ -84,6 +84,12 @@ func (b *Bias) Span(i int) (lo, hi int) {
 	return lo, hi
 }
 
+// sees reports whether Causal and Window leave query i some key of [j0, j1).
+func (b *Bias) sees(i, j0, j1 int) bool {
+	lo, hi := b.Span(i)
+	return lo < hi && lo < j1 && hi > j0
+}
+
 // ranged reports whether Causal or Window limit the visible keys.
 func (b *Bias) ranged() bool { return b.Causal || b.Window }
 

@@ -182,3 +182,60 @@ func TestApplyRangeOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestTiledRangedMatchesDense checks Tiled against Dense under causal masks and windows of every
+// alignment and width, narrower and wider than a block, with appended keys past Stride, padding
+// and a sink: the edge tiles that run only some of a block's rows must give every row its whole
+// softmax.
+func TestTiledRangedMatchesDense(t *testing.T) {
+	const tq, stride, d = 150, 290, 5
+	const tk = stride + 2 // two appended keys, never masked
+	pad := make([]bool, stride)
+	pad[17], pad[200] = true, true
+	var cases []Bias
+	for _, center := range []int{0, stride - tq, -40} {
+		for _, lr := range [][2]int{{0, 0}, {3, 0}, {40, 5}, {70, -1}, {-1, 33}, {300, 300}, {100, 100}} {
+			cases = append(cases,
+				Bias{Stride: stride, Window: true, Center: center, Left: lr[0], Right: lr[1]},
+				Bias{Stride: stride, Causal: true, Offset: center, Window: true, Center: center, Left: lr[0], Right: lr[1], KeyPad: pad, HasSink: true, Sink: 0.5, Slope: 0.05})
+		}
+		cases = append(cases, Bias{Stride: stride, Causal: true, Offset: center})
+	}
+	q, kt, k, v := make([]float32, tq*d), make([]float32, d*tk), make([]float64, tk*d), make([]float32, tk*d)
+	for i := range q {
+		q[i] = float32(math.Sin(float64(i) * 0.7))
+	}
+	for j := range tk {
+		for c := range d {
+			x := float32(math.Cos(float64(j*d+c) * 1.3))
+			kt[c*tk+j], k[j*d+c], v[j*d+c] = x, float64(x), float32(math.Sin(float64(j+c)))
+		}
+	}
+	q64, v64 := make([]float64, len(q)), make([]float64, len(v))
+	for i, x := range q {
+		q64[i] = float64(x)
+	}
+	for i, x := range v {
+		v64[i] = float64(x)
+	}
+	for _, b := range cases {
+		out, lse := make([]float32, tq*d), make([]float32, tq)
+		h := Head[float32]{Q: q, LdQ: d, Kt: kt, LdKt: tk, V: v, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+		masked := 0
+		for i0 := 0; i0 < tq; i0 += BlockQ {
+			i1 := min(i0+BlockQ, tq)
+			masked += Tiled(&h, &b, 0.5, nil, i0, i1, nil, lse[i0:i1], new(Scratch))
+		}
+		out64 := make([]float64, tq*d)
+		h64 := Head[float64]{Q: q64, LdQ: d, K: k, LdK: d, V: v64, LdV: d, Out: out64, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+		want := Dense(&h64, &b, 0.5, nil, make([]float64, tq*tk), nil)
+		if masked != want {
+			t.Errorf("bias %+v: %d fully masked rows, want %d", b, masked, want)
+		}
+		for i := range out {
+			if math.IsNaN(float64(out[i])) || math.Abs(float64(out[i])-out64[i]) > 1e-5 {
+				t.Fatalf("bias %+v: out[%d] = %v, want %v", b, i, out[i], out64[i])
+			}
+		}
+	}
+}
