@@ -263,7 +263,8 @@ func (w *sgemmVector) packB(is isa, transB bool, kc, nc, nr int, b operandB, pc,
 }
 
 // packBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj: it transposes an nj×kc block of a
-// row-major matrix into kc rows of stride nr. Whole 8×8 blocks go to the assembly.
+// row-major matrix into kc rows of stride nr. Whole 8×8 blocks go to the assembly, the ragged
+// right and bottom edges to the loops.
 func packBT(dst, src []float32, ld, kc, nj, nr int) {
 	p8, j8 := kc/8*8, nj/8*8
 	if p8 > 0 && j8 > 0 {
@@ -271,13 +272,14 @@ func packBT(dst, src []float32, ld, kc, nj, nr int) {
 		_ = dst[(p8-1)*nr+j8-1] // nor writes
 		sgemmPackBT(&dst[0], &src[0], ld, p8, j8, nr)
 	}
-	for p := range kc {
-		row := dst[p*nr : p*nr+nj]
-		jstart := 0
-		if p < p8 {
-			jstart = j8
+	for j := j8; j < nj; j++ {
+		for p := range p8 {
+			dst[p*nr+j] = src[j*ld+p]
 		}
-		for j := jstart; j < nj; j++ {
+	}
+	for p := p8; p < kc; p++ {
+		row := dst[p*nr : p*nr+nj]
+		for j := range row {
 			row[j] = src[j*ld+p]
 		}
 	}
