@@ -114,6 +114,32 @@ func (f *File) Bool(name string) (*tensor.Bool, error) {
 	return &tensor.Bool{Shape: t.Shape, Data: out}, nil
 }
 
+// Half returns the tensor called name as it is stored, without conversion, when its dtype is BF16
+// or F16: its 16-bit patterns (little-endian in the file) with format tensor.BFloat16 or
+// tensor.Float16, and the stored shape. The result is a fresh copy, half the size of the
+// tensor's Float32. Half returns an error when there is no such tensor or its dtype is another
+// one.
+func (f *File) Half(name string) (*tensor.Half, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	var format tensor.HalfFormat
+	switch t.DType {
+	case BF16:
+		format = tensor.BFloat16
+	case F16:
+		format = tensor.Float16
+	default:
+		return nil, fmt.Errorf("safetensors: tensor %q has dtype %s, want BF16 or F16 for a half-precision tensor", name, t.DType)
+	}
+	out := make([]uint16, len(t.Data)/2)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
+	}
+	return &tensor.Half{Shape: t.Shape, Data: out, Format: format}, nil
+}
+
 func checkBoolBytes(name string, b []byte) error {
 	for i, v := range b {
 		if v > 1 {
@@ -149,6 +175,25 @@ func FromFloat64(data []float64, shape []int) (Tensor, error) {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
 	}
 	return Tensor{DType: F64, Shape: cloneShape(shape), Data: b}, nil
+}
+
+// FromHalf returns h as a BF16 or F16 tensor, as h.Format says: a copy of h's shape and its bit
+// patterns as little-endian bytes, unconverted. It does not check h's shape; Encode rejects a
+// tensor whose data does not match its shape. A format that is neither tensor.BFloat16 nor
+// tensor.Float16 gives a tensor of dtype "", which Encode rejects as unknown.
+func FromHalf(h *tensor.Half) Tensor {
+	var dt DType
+	switch h.Format {
+	case tensor.BFloat16:
+		dt = BF16
+	case tensor.Float16:
+		dt = F16
+	}
+	b := make([]byte, 2*len(h.Data))
+	for i, v := range h.Data {
+		binary.LittleEndian.PutUint16(b[2*i:], v)
+	}
+	return Tensor{DType: dt, Shape: cloneShape(h.Shape), Data: b}
 }
 
 // FromBool returns m as a BOOL tensor: a copy of m's shape and one byte, 0 or 1, per element. It

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// FuzzParse checks that Parse never panics and that whatever it accepts converts and survives a
-// re-encode unchanged.
+// FuzzParse checks that Parse never panics and that whatever it accepts converts, is read back
+// as stored by Half where it is F16 or BF16, and survives a re-encode unchanged.
 func FuzzParse(f *testing.F) {
 	seeds := []map[string]Tensor{
 		{"w": {F32, []int{2, 2}, le32(1, -2, 0.5, float32(math.Inf(1)))}},
@@ -90,6 +90,18 @@ func FuzzParse(f *testing.F) {
 							t.Fatalf("tensor %q[%d]: Float32 %g, Float64 %g", name, i, a, f64[i])
 						}
 					}
+				}
+			}
+			h, errHalf := file.Half(name)
+			if isHalf := r.DType == F16 || r.DType == BF16; (errHalf == nil) != isHalf {
+				t.Fatalf("tensor %q (%s): Half error %v", name, r.DType, errHalf)
+			}
+			if errHalf == nil {
+				if len(h.Data) != n || !slices.Equal(h.Shape, r.Shape) {
+					t.Fatalf("tensor %q: Half has %d values of shape %v, want %d of %v", name, len(h.Data), h.Shape, n, r.Shape)
+				}
+				if back := FromHalf(h); back.DType != r.DType || !bytes.Equal(back.Data, r.Data) {
+					t.Fatalf("tensor %q: FromHalf(Half) gives %s %x, stored %s %x", name, back.DType, back.Data, r.DType, r.Data)
 				}
 			}
 			_, errBool := file.Bool(name)

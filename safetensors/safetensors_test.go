@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -304,6 +305,13 @@ func TestKnownHalfBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		h, err := f.Half("x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(h.Data, bits) || !slices.Equal(h.Shape, []int{n}) {
+			t.Errorf("%s: Half = %#04x %v, want the stored %#04x [%d]", tc.dtype, h.Data, h.Shape, bits, n)
+		}
 		for i, c := range tc.cases {
 			if g := math.Float32bits(got.Data[i]); g != c.want {
 				t.Errorf("%s %#04x: Float32 = %#08x (%g), want %#08x (%g)",
@@ -314,6 +322,73 @@ func TestKnownHalfBytes(t *testing.T) {
 				t.Errorf("%s %#04x: Float64 = %g, want %g", tc.dtype, c.bits, g, w)
 			}
 		}
+	}
+}
+
+// TestHalf checks that Half returns BF16 and F16 tensors as stored, that FromHalf writes them back
+// unchanged, and that other dtypes and missing tensors are refused with errors naming them.
+func TestHalf(t *testing.T) {
+	special := []uint16{0, 0x8000, 0x0001, 0x03ff, 0x7bff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x3c00, 0x3f80, 0xffff}
+	in := map[string]*tensor.Half{
+		"bf16":   {Shape: []int{4, 4}, Data: special, Format: tensor.BFloat16},
+		"f16":    {Shape: []int{2, 8}, Data: special, Format: tensor.Float16},
+		"scalar": {Shape: []int{}, Data: []uint16{0x4049}, Format: tensor.BFloat16},
+		"empty":  {Shape: []int{3, 0}, Data: []uint16{}, Format: tensor.Float16},
+	}
+	tensors := map[string]Tensor{"f32": FromFloat32(&tensor.Tensor{Shape: []int{1}, Data: []float32{1}})}
+	for name, h := range in {
+		tensors[name] = FromHalf(h)
+	}
+	if got := tensors["bf16"]; got.DType != BF16 || &got.Shape[0] == &in["bf16"].Shape[0] || !bytes.Equal(got.Data[:4], []byte{0, 0, 0, 0x80}) {
+		t.Errorf("FromHalf(bf16) = %v %v %x: want BF16, a copied shape, little-endian bytes", got.DType, got.Shape, got.Data[:4])
+	}
+	if got := tensors["f16"]; got.DType != F16 {
+		t.Errorf("FromHalf(f16) has dtype %v, want F16", got.DType)
+	}
+	enc, err := Encode(tensors, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustParse(t, enc)
+	for name, want := range in {
+		got, err := f.Half(name)
+		if err != nil {
+			t.Fatalf("Half(%q): %v", name, err)
+		}
+		if got.Format != want.Format || !slices.Equal(got.Shape, want.Shape) || !slices.Equal(got.Data, want.Data) || got.Shape == nil {
+			t.Errorf("Half(%q) = %v %v %#04x, want %v %v %#04x", name, got.Format, got.Shape, got.Data, want.Format, want.Shape, want.Data)
+		}
+		// Half is the stored form of what Float32 converts.
+		f32, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, h := range got.Data {
+			w := kernel.F16ToF32(h)
+			if got.Format == tensor.BFloat16 {
+				w = kernel.BF16ToF32(h)
+			}
+			if math.Float32bits(f32.Data[i]) != math.Float32bits(w) {
+				t.Errorf("Half(%q)[%d] = %#04x, but Float32 gives %#08x", name, i, h, math.Float32bits(f32.Data[i]))
+			}
+		}
+	}
+	// A fresh copy: changing it does not change the file.
+	h, _ := f.Half("bf16")
+	h.Data[0], h.Shape[0] = 0xabcd, 99
+	if again, _ := f.Half("bf16"); again.Data[0] != 0 || again.Shape[0] != 4 {
+		t.Error("Half shares its data or shape with the File")
+	}
+
+	if _, err := f.Half("f32"); err == nil || err.Error() != `safetensors: tensor "f32" has dtype F32, want BF16 or F16 for a half-precision tensor` {
+		t.Errorf("Half(f32) error = %v", err)
+	}
+	if _, err := f.Half("x"); err == nil || !strings.Contains(err.Error(), `no tensor "x" (have: bf16, empty, f16, f32, scalar)`) {
+		t.Errorf("Half(x) error = %v", err)
+	}
+	bad := FromHalf(&tensor.Half{Shape: []int{1}, Data: []uint16{1}})
+	if _, err := Encode(map[string]Tensor{"w": bad}, nil); err == nil || !strings.Contains(err.Error(), `tensor "w": unknown dtype ""`) {
+		t.Errorf("Encode of FromHalf without a format: error %v", err)
 	}
 }
 

@@ -72,8 +72,8 @@ func Gemm[F Float](transA, transB bool, m, n, k int, alpha F, a []F, lda int, b 
 }
 
 // checkOperands panics unless A, B and C hold the matrices a GEMM of these sizes reads and
-// writes.
-func checkOperands[F Float](transA, transB bool, m, n, k int, a []F, lda int, b []F, ldb int, c []F, ldc int) {
+// writes. B's elements may be of another type than A's and C's (half-precision bits).
+func checkOperands[F Float, E any](transA, transB bool, m, n, k int, a []F, lda int, b []E, ldb int, c []F, ldc int) {
 	checkLen("C", c, m, n, ldc)
 	if transA {
 		checkLen("A", a, k, m, lda)
@@ -88,7 +88,7 @@ func checkOperands[F Float](transA, transB bool, m, n, k int, a []F, lda int, b 
 }
 
 // checkLen panics unless x holds a rows×cols matrix with row stride ld.
-func checkLen[F Float](name string, x []F, rows, cols, ld int) {
+func checkLen[E any](name string, x []E, rows, cols, ld int) {
 	if rows == 0 || cols == 0 {
 		return
 	}

@@ -26,15 +26,75 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 	w.sgemm(best, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)
 }
 
+// SgemmHalf is Sgemm with B held in half precision: b holds the bit patterns of B's values,
+// bfloat16 when bf16 is set and IEEE 754 binary16 otherwise, laid out as Sgemm's b (k×n, or n×k
+// when transB is set, with row stride ldb, counted in values). The values are decoded to float32
+// while B is packed, a block at a time, never as a whole; decoding is exact and the products are
+// summed in Sgemm's order, so C comes out bit for bit as Sgemm's on the decoded B. The layer's
+// projection x·Wᵀ of an m×k x with W stored [n, k] is SgemmHalf(false, true, m, n, k, 1, x, k,
+// w, bf16, k, 0, c, n, bias).
+//
+// SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations (its Workspace keeps
+// one more scratch buffer of a few KiB), and panics as Sgemm does.
+func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
+}
+
 // sgemm is Sgemm on the instruction set is, which must be one of available().
 func (w *Workspace) sgemm(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	w.gemm(is, transA, transB, m, n, k, alpha, a, lda, operandB{f32: b}, ldb, beta, c, ldc, bias)
+}
+
+// sgemmHalf is SgemmHalf on the instruction set is, which must be one of available().
+func (w *Workspace) sgemmHalf(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	f := f16
+	if bf16 {
+		f = bfloat16
+	}
+	w.gemm(is, transA, transB, m, n, k, alpha, a, lda, operandB{half: b, format: f}, ldb, beta, c, ldc, bias)
+}
+
+// bFormat is how the B operand of a product is stored.
+type bFormat uint8
+
+const (
+	f32      bFormat = iota // float32 values
+	bfloat16                // bfloat16 bits, decoded while B is packed
+	f16                     // IEEE 754 binary16 bits, decoded while B is packed
+)
+
+// operandB is the B operand of a product: f32 holds its values when format is f32, half holds
+// their bits otherwise.
+type operandB struct {
+	f32    []float32
+	half   []uint16
+	format bFormat
+}
+
+// decode sets dst to the len(dst) values of half-precision b starting at index off, decoded on
+// the instruction set is.
+func (b operandB) decode(is isa, dst []float32, off int) {
+	src := b.half[off : off+len(dst)]
+	if b.format == bfloat16 {
+		decodeBF16(is, dst, src)
+	} else {
+		decodeF16(is, dst, src)
+	}
+}
+
+// gemm is sgemm and sgemmHalf: the checks, then the path of the instruction set is.
+func (w *Workspace) gemm(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("kernel: negative dimension in Sgemm: m=%d n=%d k=%d", m, n, k))
 	}
 	if m == 0 || n == 0 {
 		return
 	}
-	checkOperands(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if b.format == f32 {
+		checkOperands(transA, transB, m, n, k, a, lda, b.f32, ldb, c, ldc)
+	} else {
+		checkOperands(transA, transB, m, n, k, a, lda, b.half, ldb, c, ldc)
+	}
 	if bias != nil && len(bias) < n {
 		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
 	}

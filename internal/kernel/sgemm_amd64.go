@@ -24,6 +24,11 @@ import "math"
 //     otherwise packed, kc×nc at a time, into nr-wide k-major panels that stay in L2. A
 //     transposed B is always packed: that is where transB is handled.
 //   - k is cut into kc blocks when B is packed; the first block applies beta, the last the bias.
+//   - A half-precision B (SgemmHalf) is always packed, and decoded as it is: a transposed one
+//     8 rows at a time into a small scratch that sgemmPackBT transposes into the panel, a
+//     row-major one straight into the panel's rows. Its blocking is the one a float32 B would
+//     get (kc = k and nc = n where that one is read in place), so that the kernels sum the
+//     same products in the same order and the results agree to the bit.
 
 const (
 	mrAVX512 = 14 // largest tile height of the AVX-512 kernels
@@ -76,24 +81,28 @@ type sgemmVector struct {
 	pack  []float32 // packed panels of B (kc×nr each)
 	apack []float32 // one packed row panel of a transposed A (kc×mr)
 	edge  []float32 // one zero-padded panel of B read in place past the end of its slice
+	rows  []float32 // 8 rows of a transposed half-precision B, decoded (8×kc)
 
 	tile  [mrAVX2 * nrAVX2]float32 // AVX2 edge tiles of C
 	btile [nrAVX2]float32          // bias of an AVX2 edge tile
 }
 
 // run is sgemm on AVX-512 or AVX2 for m, n, k > 0 and alpha ≠ 0, with the slices checked.
-func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	mrMax, nr := mrAVX2, nrAVX2
 	if is == avx512 {
 		mrMax, nr = mrAVX512, nrAVX512
 	}
-	packB := transB || m > inPlaceM || k*n > inPlaceKN
+	blocked := transB || m > inPlaceM || k*n > inPlaceKN
+	packB := blocked || b.format != f32
 	kc, nc := k, n
-	if packB {
+	if blocked {
 		kc, nc = min(k, blockK), min(n, blockN)
 		if nc < n {
 			nc = max(nc/nr*nr, nr)
 		}
+	}
+	if packB {
 		w.pack = Grow(w.pack, kc*((nc+nr-1)/nr*nr))
 	}
 	tiles := (m + mrMax - 1) / mrMax // row tiles; the first m%tiles are one row taller
@@ -104,7 +113,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
 			if packB {
-				w.packB(transB, kcur, ncur, nr, b, pc, jc, ldb)
+				w.packB(is, transB, kcur, ncur, nr, b, pc, jc, ldb)
 			}
 			bt := beta
 			if pc > 0 {
@@ -146,7 +155,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 					if packB {
 						bp = &w.pack[jr*kcur]
 					} else {
-						bp, sb = w.inPlaceB(b, ldb, pc, kcur, jc+jr, nr, nrc)
+						bp, sb = w.inPlaceB(b.f32, ldb, pc, kcur, jc+jr, nr, nrc)
 					}
 					biasp := &negZero[0]
 					if bs != nil {
@@ -213,39 +222,65 @@ func (w *sgemmVector) inPlaceB(b []float32, ldb, pc, kc, j, nr, nrc int) (*float
 }
 
 // packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack as ⌈nc/nr⌉ panels of
-// kc×nr values, k-major, the last one zero-padded.
-func (w *sgemmVector) packB(transB bool, kc, nc, nr int, b []float32, pc, jc, ldb int) {
+// kc×nr values, k-major, the last one zero-padded. A half-precision B is decoded on the
+// instruction set is.
+func (w *sgemmVector) packB(is isa, transB bool, kc, nc, nr int, b operandB, pc, jc, ldb int) {
 	for jr := 0; jr < nc; jr += nr {
 		nrc := min(nr, nc-jr)
 		dst := w.pack[jr*kc : jr*kc+kc*nr]
-		if !transB {
-			src := b[pc*ldb+jc+jr:]
+		switch {
+		case !transB:
+			off := pc*ldb + jc + jr
 			for p := range kc {
-				row := dst[p*nr : p*nr+nr]
-				copy(row, src[p*ldb:p*ldb+nrc])
-				if nrc < nr {
-					clear(row[nrc:])
+				row := dst[p*nr : p*nr+nrc]
+				if b.format == f32 {
+					copy(row, b.f32[off+p*ldb:])
+				} else {
+					b.decode(is, row, off+p*ldb)
 				}
 			}
-			continue
-		}
-		// op(B)(p, j) = b[j·ldb + p]: transpose. Whole 8×8 blocks go to the assembly.
-		src := b[(jc+jr)*ldb+pc:]
-		p8, j8 := kc/8*8, nrc/8*8
-		if p8 > 0 && j8 > 0 {
-			_ = src[(j8-1)*ldb+p8-1] // the assembly reads no further
-			sgemmPackBT(&dst[0], &src[0], ldb, p8, j8, nr)
-		}
-		for p := range kc {
-			row := dst[p*nr : p*nr+nr]
-			jstart := 0
-			if p < p8 {
-				jstart = j8
+		case b.format == f32:
+			// op(B)(p, j) = b[j·ldb + p]: transpose.
+			packBT(dst, b.f32[(jc+jr)*ldb+pc:], ldb, kc, nrc, nr)
+		default:
+			// Decode 8 rows of the stored B (8 columns of op(B)) into w.rows, then transpose
+			// them into the panel.
+			w.rows = Grow(w.rows, 8*kc)
+			for j0 := 0; j0 < nrc; j0 += 8 {
+				g := min(8, nrc-j0)
+				for j := range g {
+					b.decode(is, w.rows[j*kc:j*kc+kc], (jc+jr+j0+j)*ldb+pc)
+				}
+				packBT(dst[j0:], w.rows, kc, kc, g, nr)
 			}
-			for j := jstart; j < nrc; j++ {
-				row[j] = src[j*ldb+p]
+		}
+		if nrc < nr {
+			for p := range kc {
+				clear(dst[p*nr+nrc : p*nr+nr])
 			}
-			clear(row[nrc:])
+		}
+	}
+}
+
+// packBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj: it transposes an nj×kc block of a
+// row-major matrix into kc rows of stride nr. Whole 8×8 blocks go to the assembly, the ragged
+// right and bottom edges to the loops.
+func packBT(dst, src []float32, ld, kc, nj, nr int) {
+	p8, j8 := kc/8*8, nj/8*8
+	if p8 > 0 && j8 > 0 {
+		_ = src[(j8-1)*ld+p8-1] // the assembly reads no further
+		_ = dst[(p8-1)*nr+j8-1] // nor writes
+		sgemmPackBT(&dst[0], &src[0], ld, p8, j8, nr)
+	}
+	for j := j8; j < nj; j++ {
+		for p := range p8 {
+			dst[p*nr+j] = src[j*ld+p]
+		}
+	}
+	for p := p8; p < kc; p++ {
+		row := dst[p*nr : p*nr+nj]
+		for j := range row {
+			row[j] = src[j*ld+p]
 		}
 	}
 }

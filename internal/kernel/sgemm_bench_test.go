@@ -68,3 +68,51 @@ func BenchmarkSgemm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSgemmHalf measures the layer's projection x·Wᵀ (transB, W stored n×k) with W in
+// float32 (Sgemm) and in bfloat16 and binary16 (SgemmHalf), on one goroutine per instruction
+// set, reporting GFLOP/s (2·m·n·k per call) and the bytes of W read per second (n·k values of
+// 4 or 2 bytes per call).
+func BenchmarkSgemmHalf(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, is := range available() {
+		for _, nk := range []int{768, 2048} {
+			for _, m := range []int{1, 16, 512} {
+				n, k := nk, nk
+				a := to32(randSlice(r, m*k))
+				w32 := to32(randSlice(r, n*k))
+				wbf, wf := make([]uint16, n*k), make([]uint16, n*k)
+				EncodeBF16(wbf, w32)
+				EncodeF16(wf, w32)
+				c := make([]float32, m*n)
+				for _, format := range []string{"f32", "bf16", "f16"} {
+					b.Run(fmt.Sprintf("isa=%v/m=%d/n=%d,k=%d/B=%s", is, m, n, k, format), func(b *testing.B) {
+						var ws Workspace
+						call := func() {
+							switch format {
+							case "f32":
+								ws.sgemm(is, false, true, m, n, k, 1, a, k, w32, k, 0, c, n, nil)
+							case "bf16":
+								ws.sgemmHalf(is, false, true, m, n, k, 1, a, k, wbf, true, k, 0, c, n, nil)
+							default:
+								ws.sgemmHalf(is, false, true, m, n, k, 1, a, k, wf, false, k, 0, c, n, nil)
+							}
+						}
+						call()
+						size := 4
+						if format != "f32" {
+							size = 2
+						}
+						b.ResetTimer()
+						for b.Loop() {
+							call()
+						}
+						sec := b.Elapsed().Seconds()
+						b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/sec/1e9, "GFLOP/s")
+						b.ReportMetric(float64(size)*float64(n)*float64(k)*float64(b.N)/sec/1e9, "GB/s-of-B")
+					})
+				}
+			}
+		}
+	}
+}

@@ -4,7 +4,9 @@ package kernel
 // the vector path: k is cut into kc blocks; an mc×kc block of op(A) is packed into k-major
 // panels mrGo tall (that absorbs transA); a row-major B is read in place, a transposed one is
 // packed into k-major panels nrGo wide (as is the ragged last panel of a row-major one); and a
-// register-tiled loop computes one mrGo×nrGo tile of C at a time.
+// register-tiled loop computes one mrGo×nrGo tile of C at a time. A half-precision B is packed
+// whole (each kc block), transposed or not, decoded panel by panel into a small scratch that
+// packGo packs from; the tiles then sum the same products in the same order as on a float32 B.
 
 const (
 	mrGo = 2   // rows of a register tile
@@ -16,12 +18,14 @@ const (
 // sgemmGeneric holds the packing buffers of the pure-Go path.
 type sgemmGeneric struct {
 	a, b []float32
+	half []float32 // one panel of a half-precision B, decoded (kc×nrGo)
 }
 
 // run is sgemm on the pure-Go path for m, n, k > 0 and alpha ≠ 0, with the slices checked.
-func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	kc := min(k, kcGo)
-	if transB {
+	packAll := transB || b.format != f32 // every panel of B packed, not only the ragged last
+	if packAll {
 		g.b = Grow(g.b, kc*((n+nrGo-1)/nrGo*nrGo))
 	} else {
 		g.b = Grow(g.b, kc*nrGo) // the ragged last panel only
@@ -32,10 +36,13 @@ func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []
 	for pc := 0; pc < k; pc += kc {
 		kcur := min(kc, k-pc)
 		first, last := pc == 0, pc+kcur == k
-		if transB {
-			packGo(g.b, false, kcur, n, nrGo, b, pc, ldb)
-		} else if nfull < n {
-			packGo(g.b, true, kcur, n-nfull, nrGo, b[nfull:], pc, ldb)
+		switch {
+		case b.format != f32:
+			g.packHalf(!transB, kcur, n, b, pc, ldb)
+		case transB:
+			packGo(g.b, false, kcur, n, nrGo, b.f32, pc, ldb)
+		case nfull < n:
+			packGo(g.b, true, kcur, n-nfull, nrGo, b.f32[nfull:], pc, ldb)
 		}
 		for ic := 0; ic < m; ic += mcGo {
 			mcur := min(mcGo, m-ic)
@@ -50,10 +57,10 @@ func (g *sgemmGeneric) run(transA, transB bool, m, n, k int, alpha float32, a []
 				for jr := 0; jr < n; jr += nrGo {
 					nr := min(nrGo, n-jr)
 					switch {
-					case transB:
+					case packAll:
 						tile2x4(&acc, kcur, ap, g.b[jr*kcur:jr*kcur+kcur*nrGo], nrGo)
 					case jr < nfull:
-						tile2x4(&acc, kcur, ap, b[pc*ldb+jr:], ldb)
+						tile2x4(&acc, kcur, ap, b.f32[pc*ldb+jr:], ldb)
 					default:
 						tile2x4(&acc, kcur, ap, g.b[:kcur*nrGo], nrGo)
 					}
@@ -112,6 +119,28 @@ func packGo(dst []float32, kmajor bool, kc, nc, w int, x []float32, pc, ld int) 
 				pan[p*w+j] = v
 			}
 		}
+	}
+}
+
+// packHalf packs rows pc…pc+kc−1 and columns 0…nc−1 of a half-precision op(B) into g.b as
+// packGo does (kmajor: B as stored, else transposed): panel by panel, it decodes the values the
+// panel holds into g.half, laid out as in b but with rows only as wide as the panel needs, and
+// packs them from there.
+func (g *sgemmGeneric) packHalf(kmajor bool, kc, nc int, b operandB, pc, ld int) {
+	g.half = Grow(g.half, kc*nrGo)
+	for j0 := 0; j0 < nc; j0 += nrGo {
+		nw := min(nrGo, nc-j0)
+		if kmajor { // value (p, j) at b[(pc+p)·ld + j]
+			for p := range kc {
+				b.decode(generic, g.half[p*nw:p*nw+nw], (pc+p)*ld+j0)
+			}
+			packGo(g.b[j0*kc:], true, kc, nw, nrGo, g.half, 0, nw)
+			continue
+		}
+		for j := range nw { // value (p, j) at b[j·ld + pc+p]
+			b.decode(generic, g.half[j*kc:j*kc+kc], (j0+j)*ld+pc)
+		}
+		packGo(g.b[j0*kc:], false, kc, nw, nrGo, g.half, 0, kc)
 	}
 }
 

@@ -6,6 +6,6 @@ package kernel
 type sgemmVector struct{}
 
 // run is never called in this build: available() offers only the generic path.
-func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	panic("kernel: no " + is.String() + " kernels in this build")
 }
