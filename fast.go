@@ -228,15 +228,68 @@ func (w *work) workers() int {
 	return n
 }
 
-// projections returns the layer's input projection weights and biases (nil without biases).
-func (l *Layer) projections() (wq, wk, wv, bq, bk, bv []float32) {
-	return splitProjections(l.param, l.cfg.EmbedDim, l.cfg.KVDim())
+// matrix is a weight matrix as the GEMMs read it: float32 values f, or, when f is nil, the bits
+// h of half-precision values, bfloat16 when bf16 is set.
+type matrix struct {
+	f    []float32
+	h    []uint16
+	bf16 bool
 }
 
-// splitProjections returns the query, key and value parts of the input projections' tensors,
-// looked up by PyTorch name with get (the parameters, or their gradients): the blocks of
-// in_proj_weight and in_proj_bias, or q/k/v_proj_weight, for embed dim e and key/value width
-// ekv. Absent tensors give nil.
+// matrix returns the weight matrix called name, in the precision the layer holds it.
+func (l *Layer) matrix(name string) matrix {
+	if h := l.half[name]; h != nil {
+		return matrix{h: h.Data, bf16: h.Format == tensor.BFloat16}
+	}
+	return matrix{f: l.param(name)}
+}
+
+// present reports whether the layer has the matrix.
+func (m matrix) present() bool { return m.f != nil || m.h != nil }
+
+// slice returns values [i, j) of m.
+func (m matrix) slice(i, j int) matrix {
+	if m.f != nil {
+		return matrix{f: m.f[i:j]}
+	}
+	return matrix{h: m.h[i:j], bf16: m.bf16}
+}
+
+// from returns m from value i on.
+func (m matrix) from(i int) matrix { return m.slice(i, max(len(m.f), len(m.h))) }
+
+// float32s returns m's values as float32: m.f itself, or decoded into a new slice.
+func (m matrix) float32s() []float32 {
+	if m.f != nil || m.h == nil {
+		return m.f
+	}
+	out := make([]float32, len(m.h))
+	if m.bf16 {
+		kernel.DecodeBF16(out, m.h)
+	} else {
+		kernel.DecodeF16(out, m.h)
+	}
+	return out
+}
+
+// projections returns the layer's input projection weights, in the precision the layer holds
+// them, and biases (nil without biases): the blocks of in_proj_weight and in_proj_bias, or
+// q/k/v_proj_weight.
+func (l *Layer) projections() (wq, wk, wv matrix, bq, bk, bv []float32) {
+	e, ekv := l.cfg.EmbedDim, l.cfg.KVDim()
+	wq, wk, wv = l.matrix("q_proj_weight"), l.matrix("k_proj_weight"), l.matrix("v_proj_weight")
+	if w := l.matrix("in_proj_weight"); w.present() {
+		wq, wk, wv = w.slice(0, e*e), w.slice(e*e, (e+ekv)*e), w.from((e+ekv)*e)
+	}
+	if b := l.param("in_proj_bias"); b != nil {
+		bq, bk, bv = b[:e], b[e:e+ekv], b[e+ekv:]
+	}
+	return wq, wk, wv, bq, bk, bv
+}
+
+// splitProjections returns the query, key and value parts of the input projections' gradients,
+// looked up by PyTorch name with get: the blocks of in_proj_weight and in_proj_bias, or
+// q/k/v_proj_weight, for embed dim e and key/value width ekv. Absent tensors give nil.
 func splitProjections(get func(name string) []float32, e, ekv int) (wq, wk, wv, bq, bk, bv []float32) {
 	wq, wk, wv = get("q_proj_weight"), get("k_proj_weight"), get("v_proj_weight")
 	if w := get("in_proj_weight"); w != nil {
@@ -262,8 +315,8 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// value are the same tensor, else one each.
 	tkx := p.tkx
 	wq, wk, wv, bq, bk, bv := l.projections()
-	inW, inB := l.param("in_proj_weight"), l.param("in_proj_bias")
-	a.layout(p, e, ekv, inW != nil)
+	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
+	a.layout(p, e, ekv, inW.present())
 	if a.fused {
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b}
 		w.run(phaseGemm, w.g.tasks())
@@ -275,7 +328,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW[e*e:], ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
@@ -373,7 +426,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
 		x, ldx, xRows = *buf, e, p.tq
 	}
-	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.param("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
 	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
@@ -508,7 +561,7 @@ type gemm struct {
 	x          []float32
 	ldx, xRows int
 	k          int
-	w          []float32
+	w          matrix
 	ldw        int
 	trans      bool
 	bias       []float32
@@ -535,11 +588,16 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	if g.bias != nil {
 		bias = g.bias[c0 : c0+cols]
 	}
-	w := g.w[c0:]
+	w := g.w.from(c0)
 	if g.trans {
-		w = g.w[c0*g.ldw:]
+		w = g.w.from(c0 * g.ldw)
 	}
-	ws.Sgemm(false, g.trans, rows, cols, g.k, 1, g.x[(b*g.xRows+r0)*g.ldx:], g.ldx, w, g.ldw, g.beta, g.c[(b*g.cRows+r0)*g.ldc+c0:], g.ldc, bias)
+	x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	if w.f == nil && w.h != nil {
+		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+		return
+	}
+	ws.Sgemm(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
 }
 
 // wgrad is one parallel weight gradient of a projection Y = X·Wᵀ + b: it adds Σ_batches

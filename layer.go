@@ -33,6 +33,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/internal/parallel"
 	"github.com/mhalab/mha/tensor"
 )
@@ -223,11 +224,15 @@ func (c Config) clone() Config {
 // once; changing its parameters (LoadStateDict, writing through Parameters) while a Forward runs
 // is not.
 type Layer struct {
-	cfg     Config
-	params  []Param // in PyTorch's state-dict order
-	offs    []int   // head h owns columns offs[h] … offs[h+1] of Q and the concatenation
-	kvOffs  []int   // K/V head g owns columns kvOffs[g] … kvOffs[g+1] of K and V
-	ropeDim int     // the dimensions Config.Rotary rotates
+	cfg    Config
+	params []Param // in PyTorch's state-dict order; T is nil for a weight held in half precision
+	shapes [][]int // the parameters' shapes, in the same order
+	// half holds the weight matrices LoadHalfStateDict loaded, by name; nil when the layer is all
+	// float32.
+	half    map[string]*tensor.Half
+	offs    []int // head h owns columns offs[h] … offs[h+1] of Q and the concatenation
+	kvOffs  []int // K/V head g owns columns kvOffs[g] … kvOffs[g+1] of K and V
+	ropeDim int   // the dimensions Config.Rotary rotates
 
 	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
 
@@ -268,6 +273,7 @@ func New(cfg Config) (*Layer, error) {
 	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
 		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
+		l.shapes = append(l.shapes, s.shape)
 	}
 	rng := tensor.NewRNG(cfg.Seed)
 	for _, p := range l.params {
@@ -318,35 +324,52 @@ func (l *Layer) Config() Config {
 	return l.cfg.clone()
 }
 
-// Parameters returns the layer's parameters in PyTorch's state-dict order. The tensors are the
-// layer's own: writing to them changes the layer.
-func (l *Layer) Parameters() []Param { return slices.Clone(l.params) }
+// Parameters returns the layer's parameters in PyTorch's state-dict order. The float32 tensors
+// are the layer's own: writing to them changes the layer. A weight held in half precision
+// (LoadHalfStateDict) comes as a new float32 tensor of its values, which the layer does not read.
+func (l *Layer) Parameters() []Param {
+	ps := slices.Clone(l.params)
+	for i, p := range ps {
+		if h := l.half[p.Name]; h != nil {
+			ps[i].T = decodeHalf(h)
+		}
+	}
+	return ps
+}
 
 // NumParams returns the number of scalar parameters: 4·E² + 4·E for the default config (the
 // chapters' 4·d_model², plus biases).
 func (l *Layer) NumParams() int {
 	n := 0
-	for _, p := range l.params {
-		n += len(p.T.Data)
+	for _, s := range l.shapes {
+		c, _ := tensor.NumElements(s) // New checked the sizes
+		n += c
 	}
 	return n
 }
 
-// param returns the parameter called name, or nil when the layer has none.
+// param returns the float32 parameter called name, or nil when the layer has none (or holds it
+// in half precision: read weight matrices through matrix).
 func (l *Layer) param(name string) []float32 {
 	for _, p := range l.params {
-		if p.Name == name {
+		if p.Name == name && p.T != nil {
 			return p.T.Data
 		}
 	}
 	return nil
 }
 
+// has reports whether the layer has a parameter called name.
+func (l *Layer) has(name string) bool {
+	return slices.ContainsFunc(l.params, func(p Param) bool { return p.Name == name })
+}
+
 // StateDict returns the parameters by PyTorch name, as nn.MultiheadAttention.state_dict() does.
-// The tensors are the layer's own, not copies.
+// The float32 tensors are the layer's own, not copies; a weight held in half precision comes as a
+// new float32 tensor of its values.
 func (l *Layer) StateDict() map[string]*tensor.Tensor {
 	sd := make(map[string]*tensor.Tensor, len(l.params))
-	for _, p := range l.params {
+	for _, p := range l.Parameters() {
 		sd[p.Name] = p.T
 	}
 	return sd
@@ -354,34 +377,109 @@ func (l *Layer) StateDict() map[string]*tensor.Tensor {
 
 // LoadStateDict copies sd's tensors into the layer's parameters, strictly as PyTorch's
 // load_state_dict does: every parameter must be present with its exact shape and no other name
-// may appear. On error (wrapping ErrStateDict) the layer is unchanged.
+// may appear. Weights the layer held in half precision are float32 again afterwards. On error
+// (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
-	for _, p := range l.params {
-		t, ok := sd[p.Name]
+	err := l.checkStateDict(slices.Sorted(maps.Keys(sd)), func(name string) ([]int, int, bool) {
+		t, ok := sd[name]
 		if !ok {
-			return fmt.Errorf("%w: missing %q (want %s)", ErrStateDict, p.Name, describe(l.params))
+			return nil, 0, false
 		}
-		if !slices.Equal(t.Shape, p.T.Shape) || len(t.Data) != len(p.T.Data) {
-			return fmt.Errorf("%w: %s is %v, want %v", ErrStateDict, p.Name, t.Shape, p.T.Shape)
+		return t.Shape, len(t.Data), true
+	})
+	if err != nil {
+		return err
+	}
+	for i, p := range l.params {
+		if p.T == nil {
+			l.params[i].T = tensor.New(l.shapes[i]...)
+		}
+		copy(l.params[i].T.Data, sd[p.Name].Data)
+	}
+	l.half = nil
+	return nil
+}
+
+// LoadHalfStateDict is LoadStateDict for a checkpoint stored in bfloat16 or float16, all its
+// tensors in one format. The weight matrices (in_proj_weight or q/k/v_proj_weight, and
+// out_proj.weight) are kept as they are, at half the memory of float32, and read by the matrix
+// products, which convert them to float32 as they pack them; the biases (and bias_k, bias_v) are
+// converted to float32. Forward, ForwardInto and Reference then compute in float32 (float64) on
+// the half-precision values; ForwardTrain returns an error, since training needs float32 weights
+// (LoadStateDict converts back). The layer keeps sd's matrices, not copies: they must not change
+// while the layer uses them. On error (wrapping ErrStateDict) the layer is unchanged.
+func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
+	names := slices.Sorted(maps.Keys(sd))
+	err := l.checkStateDict(names, func(name string) ([]int, int, bool) {
+		t, ok := sd[name]
+		if !ok {
+			return nil, 0, false
+		}
+		return t.Shape, len(t.Data), true
+	})
+	if err != nil {
+		return err
+	}
+	format := sd[names[0]].Format
+	for _, name := range names {
+		if f := sd[name].Format; f != format || (f != tensor.BFloat16 && f != tensor.Float16) {
+			return fmt.Errorf("%w: %s is %v and %s %v, want one format, bfloat16 or float16", ErrStateDict, names[0], format, name, f)
 		}
 	}
-	if len(sd) != len(l.params) {
-		for _, name := range slices.Sorted(maps.Keys(sd)) {
-			if l.param(name) == nil {
-				return fmt.Errorf("%w: unexpected %q (want %s)", ErrStateDict, name, describe(l.params))
-			}
+	l.half = make(map[string]*tensor.Half)
+	for i, p := range l.params {
+		h := sd[p.Name]
+		if isMatrix(p.Name) {
+			l.half[p.Name] = h
+			l.params[i].T = nil
+			continue
 		}
-	}
-	for _, p := range l.params {
-		copy(p.T.Data, sd[p.Name].Data)
+		l.params[i].T = decodeHalf(h)
 	}
 	return nil
 }
 
-func describe(ps []Param) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = fmt.Sprintf("%s %v", p.Name, p.T.Shape)
+// isMatrix reports whether the parameter called name is a weight matrix, which a layer may hold
+// in half precision.
+func isMatrix(name string) bool { return strings.HasSuffix(name, "weight") }
+
+// decodeHalf returns h's values as a new float32 tensor.
+func decodeHalf(h *tensor.Half) *tensor.Tensor {
+	t := &tensor.Tensor{Shape: slices.Clone(h.Shape), Data: make([]float32, len(h.Data))}
+	if h.Format == tensor.BFloat16 {
+		kernel.DecodeBF16(t.Data, h.Data)
+	} else {
+		kernel.DecodeF16(t.Data, h.Data)
+	}
+	return t
+}
+
+// checkStateDict checks a state dict with the given sorted names against the layer's parameters:
+// lookup returns a tensor's shape and value count, and whether it is there.
+func (l *Layer) checkStateDict(names []string, lookup func(name string) ([]int, int, bool)) error {
+	for i, p := range l.params {
+		shape, count, ok := lookup(p.Name)
+		if !ok {
+			return fmt.Errorf("%w: missing %q (want %s)", ErrStateDict, p.Name, l.describe())
+		}
+		want, _ := tensor.NumElements(l.shapes[i])
+		if !slices.Equal(shape, l.shapes[i]) || count != want {
+			return fmt.Errorf("%w: %s is %v, want %v", ErrStateDict, p.Name, shape, l.shapes[i])
+		}
+	}
+	for _, name := range names {
+		if !l.has(name) {
+			return fmt.Errorf("%w: unexpected %q (want %s)", ErrStateDict, name, l.describe())
+		}
+	}
+	return nil
+}
+
+// describe lists the parameters' names and shapes, for errors.
+func (l *Layer) describe() string {
+	names := make([]string, len(l.params))
+	for i, p := range l.params {
+		names[i] = fmt.Sprintf("%s %v", p.Name, l.shapes[i])
 	}
 	return strings.Join(names, ", ")
 }

@@ -2,9 +2,11 @@ package mha
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -92,7 +94,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 	if opt.Causal {
 		so.Causal = CausalTopLeft
 	}
-	kk, vv := project(k, wk, bk, hkv), project(v, wv, bv, hkv)
+	kk, vv := project(k, wk.f, bk, hkv), project(v, wv.f, bv, hkv)
 	if cfg.AddBiasKV || cfg.AddZeroAttn { // the appended key rows, after the projected ones
 		bkv, bvv := l.param("bias_k"), l.param("bias_v")
 		extra := 0
@@ -118,7 +120,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 			t.Fatal("the composition does not pad appended keys")
 		}
 	}
-	tr, err := SDPAReference(project(q, wq, bq, h), kk, vv, so)
+	tr, err := SDPAReference(project(q, wq.f, bq, h), kk, vv, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,5 +337,90 @@ func TestLayerGQAEqualsRepeatedKV(t *testing.T) {
 		if diff := maxAbsDiff(a.Output.Data, b.Output.Data); diff > 1e-5 {
 			t.Errorf("causal %v: grouped and repeated differ by %g", causal, diff)
 		}
+	}
+}
+
+// TestLayerHalfWeights checks a layer holding bfloat16 or float16 weights against the float32
+// layer whose weights are their values: the same bits from Forward (the half-precision GEMM
+// decodes exactly and sums in the same order), the same Reference, no float32 copy of the
+// matrices kept, and training refused.
+func TestLayerHalfWeights(t *testing.T) {
+	for _, cfg := range []Config{
+		{EmbedDim: 32, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 1000}, Seed: 1},
+		{EmbedDim: 24, NumHeads: 3, KDim: 5, VDim: 7, AddBiasKV: true, Seed: 2},
+	} {
+		for _, format := range []tensor.HalfFormat{tensor.BFloat16, tensor.Float16} {
+			t.Run(fmt.Sprintf("%v/kdim=%d", format, cfg.KDim), func(t *testing.T) {
+				full, half := newLayer(t, cfg), newLayer(t, cfg)
+				sd := map[string]*tensor.Half{}
+				for _, p := range full.Parameters() {
+					h := &tensor.Half{Shape: p.T.Shape, Data: make([]uint16, len(p.T.Data)), Format: format}
+					if format == tensor.BFloat16 {
+						kernel.EncodeBF16(h.Data, p.T.Data)
+						kernel.DecodeBF16(p.T.Data, h.Data) // the float32 layer gets the rounded values
+					} else {
+						kernel.EncodeF16(h.Data, p.T.Data)
+						kernel.DecodeF16(p.T.Data, h.Data)
+					}
+					sd[p.Name] = h
+				}
+				if err := half.LoadHalfStateDict(sd); err != nil {
+					t.Fatal(err)
+				}
+				for name := range sd {
+					if isMatrix(name) && half.param(name) != nil {
+						t.Errorf("%s: the layer keeps a float32 copy", name)
+					}
+				}
+				rng := tensor.NewRNG(3)
+				q := randTensor(rng, 2, 70, cfg.EmbedDim)
+				var k, v *tensor.Tensor
+				if cfg.KDim != 0 {
+					k, v = randTensor(rng, 2, 40, cfg.KDim), randTensor(rng, 2, 40, cfg.VDim)
+				}
+				opt := &Options{Causal: true, NeedWeights: true}
+				a, b := forward(t, full, q, k, v, opt), forward(t, half, q, k, v, opt)
+				if !bitsEqual(a.Output.Data, b.Output.Data) || !bitsEqual(a.Weights.Data, b.Weights.Data) {
+					t.Errorf("half weights differ from their float32 values: %g", maxAbsDiff(a.Output.Data, b.Output.Data))
+				}
+				ra, err := full.Reference(q, k, v, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb, err := half.Reference(q, k, v, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, "Reference", rb.Output, ra.Output, 0)
+				for name, p := range half.StateDict() {
+					if !bitsEqual(p.Data, full.StateDict()[name].Data) {
+						t.Errorf("StateDict %s differs from the loaded values", name)
+					}
+				}
+				var r Result
+				var s Saved
+				if err := half.ForwardTrain(&r, &s, q, k, v, opt); !errors.Is(err, ErrConfig) {
+					t.Errorf("ForwardTrain with half weights: %v, want ErrConfig", err)
+				}
+				if err := half.LoadStateDict(full.StateDict()); err != nil {
+					t.Fatal(err)
+				}
+				if err := half.ForwardTrain(&r, &s, q, k, v, opt); err != nil {
+					t.Errorf("ForwardTrain after LoadStateDict: %v", err)
+				}
+			})
+		}
+	}
+	l := newLayer(t, Config{EmbedDim: 8, NumHeads: 2})
+	sd := map[string]*tensor.Half{}
+	for i, p := range l.Parameters() {
+		f := tensor.BFloat16
+		if i == 1 {
+			f = tensor.Float16
+		}
+		sd[p.Name] = &tensor.Half{Shape: p.T.Shape, Data: make([]uint16, len(p.T.Data)), Format: f}
+	}
+	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) {
+		t.Errorf("mixed formats: %v, want ErrStateDict", err)
 	}
 }

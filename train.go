@@ -26,9 +26,14 @@ type Saved struct {
 }
 
 // ForwardTrain is ForwardInto that also keeps in s what Backward needs. The inputs and the
-// layer's parameters must not change until Backward returns. Errors are as for Forward; after
-// one, s holds nothing Backward accepts.
+// layer's parameters must not change until Backward returns. Errors are as for Forward, and one
+// wrapping ErrConfig when the layer holds half-precision weights; after one, s holds nothing
+// Backward accepts.
 func (l *Layer) ForwardTrain(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
+	if l.half != nil {
+		s.l = nil
+		return fmt.Errorf("%w: training needs float32 weights, and the layer holds half-precision ones (LoadHalfStateDict); load float32 weights with LoadStateDict to train", ErrConfig)
+	}
 	return l.forward(r, s, query, key, value, opt)
 }
 
@@ -141,7 +146,7 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 		return nil
 	}
 	if len(g.Params) != len(l.params) {
-		return fmt.Errorf("%w: Grads.Params has %d tensors, want %d (%s)", ErrShape, len(g.Params), len(l.params), describe(l.params))
+		return fmt.Errorf("%w: Grads.Params has %d tensors, want %d (%s)", ErrShape, len(g.Params), len(l.params), l.describe())
 	}
 	for i, q := range l.params {
 		gp := g.Params[i]
@@ -201,7 +206,7 @@ func (w *work) backwardLayer() {
 	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: x, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
 	w.run(phaseWgrad, w.wg.tasks())
 	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*e)
-	w.g = gemm{x: w.dy, ldx: e, xRows: p.tq, k: e, w: l.param("out_proj.weight"), ldw: e, c: w.dconcat, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.g = gemm{x: w.dy, ldx: e, xRows: p.tq, k: e, w: l.matrix("out_proj.weight"), ldw: e, c: w.dconcat, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
 	w.run(phaseGemm, w.g.tasks())
 	w.gateBackward()
 
@@ -230,7 +235,7 @@ func (w *work) backwardLayer() {
 	// The input projections X·Wᵀ + b: dW += dProjᵀ·X, db += Σ dProj, dX += dProj·W.
 	wq, wk, wv, _, _, _ := l.projections()
 	if a.fused {
-		w.project(w.dbuf, a.ldq, tkx, p.q, e, p.tq, l.param("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, a.ldq)
+		w.project(w.dbuf, a.ldq, tkx, p.q, e, p.tq, l.matrix("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, a.ldq)
 		return
 	}
 	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e, ekv)
@@ -268,7 +273,7 @@ func (w *work) gateBackward() {
 // project is the backward of one input projection Y = X·Wᵀ + b, for X [B, rows, in] and W
 // [n, in]: it adds dYᵀ·X to dW, Σ dY to db (when not nil) and dY·W to dX. dY's rows are
 // strided by ldy, with yRows rows per batch of which the first rows count.
-func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, wt, dw, db, dx []float32, n int) {
+func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, wt matrix, dw, db, dx []float32, n int) {
 	b := w.p.b
 	w.wg = wgrad{dy: dy, ldy: ldy, yRows: yRows, x: x, ldx: in, xRows: rows, dw: dw, db: db, rows: rows, n: n, k: in, batches: b}
 	w.run(phaseWgrad, w.wg.tasks())

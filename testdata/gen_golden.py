@@ -309,11 +309,29 @@ def case_metadata(case):
 # safetensors writer and an independent reader
 # ---------------------------------------------------------------------------
 
-DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"), "BOOL": np.dtype("u1"), "U8": np.dtype("u1")}
+DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+          "I64": np.dtype("<i8"), "BOOL": np.dtype("u1"), "U8": np.dtype("u1")}
+
+
+class BF16:
+    """A bfloat16 tensor for write_safetensors: the bits of array rounded to nearest, ties to even."""
+
+    def __init__(self, array):
+        bits = np.ascontiguousarray(array, dtype="<f4").view("<u4").astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        self.bits = rounded.astype("<u2")
+        self.shape = self.bits.shape
+
+    def values(self):
+        """The float32 values the bits stand for."""
+        return (self.bits.astype("<u4") << 16).view("<f4")
 
 
 def safetensors_dtype(array):
-    return {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.bool_: "BOOL", np.uint8: "U8"}[array.dtype.type]
+    if isinstance(array, BF16):
+        return "BF16"
+    return {np.float32: "F32", np.float64: "F64", np.float16: "F16", np.int64: "I64", np.bool_: "BOOL",
+            np.uint8: "U8"}[array.dtype.type]
 
 
 def write_safetensors(path, tensors, metadata):
@@ -322,6 +340,8 @@ def write_safetensors(path, tensors, metadata):
     for name in sorted(tensors):
         array = tensors[name]
         dtype = safetensors_dtype(array)
+        if isinstance(array, BF16):
+            array = array.bits
         data = np.ascontiguousarray(array, dtype=DTYPES[dtype]).tobytes()
         header[name] = {"dtype": dtype, "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(data)]}

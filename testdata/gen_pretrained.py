@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Generate tiny Hugging Face checkpoints and their reference outputs for package pretrained.
+
+Run from the repository root with the interpreter that has PyTorch 1.13:
+
+    /usr/bin/python3 testdata/gen_pretrained.py
+
+Hugging Face's transformers library is not installable here, so each architecture's forward pass
+is written below in float64 PyTorch after Hugging Face's own modeling code (read through the
+project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_bert.py (BertForMaskedLM),
+modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
+with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
+key j is visible to query i when i - W < j <= i).
+
+For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
+config.json and model.safetensors (or model.safetensors.index.json and two shards), with the
+tensor names, dtypes and variants real folders have (prefix or not, GPT-2's attn.bias buffers,
+BERT's old gamma/beta names, a tied head left out or stored). expected.safetensors holds the input
+ids (I64 [B, T]), the attention mask (I64 [B, T]; BERT and padded batches), the logits (F64
+[B, T, V]), the final hidden states (F64 [B, T, E], after the final norm where the model has one)
+and the attention weights of every layer, attentions.<l> (F64 [B, H, T, T]). Weights stored in
+F16 or BF16 are used by the reference as their rounded values, so the reference is exact for the
+weights as stored. Rotary angles are exact float64 (Hugging Face computes them in float32; the
+difference at these positions is below 1e-6).
+"""
+
+import json
+import math
+import os
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_golden import BF16, write_safetensors  # noqa: E402  the project's one safetensors writer
+from gen_sdpa import apply_rope  # noqa: E402  the one rotary (Hugging Face's rotate_half and Llama 3 scaling)
+
+OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
+
+torch.set_num_threads(1)
+
+
+def rng_for(name):
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+class Params:
+    """Draws weights, stores them under Hugging Face names in the chosen dtype, and hands the
+    reference their stored values as float64 tensors."""
+
+    def __init__(self, name, dtype):
+        self.rng, self.dtype, self.stored = rng_for(name), dtype, {}
+
+    def draw(self, name, shape, std=0.2, mean=0.0):
+        x = (mean + std * self.rng.standard_normal(shape)).astype(np.float32)
+        return self.put(name, x)
+
+    def put(self, name, x):
+        if self.dtype == "BF16":
+            b = BF16(x)
+            self.stored[name] = b
+            x = b.values()
+        elif self.dtype == "F16":
+            x = x.astype(np.float16)
+            self.stored[name] = x
+        else:
+            self.stored[name] = x
+        return torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
+
+
+def softmax_attention(q, k, v, mask):
+    """q [B,H,T,d], k, v [B,H,S,d]; mask [B or 1, 1 or H, T, S] bool, True = visible."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    w = torch.nan_to_num(w, nan=0.0)
+    return w @ v, w
+
+
+def layer_norm(x, w, b, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def split_heads(x, h):
+    b, t, e = x.shape
+    return x.view(b, t, h, e // h).transpose(1, 2)
+
+
+def merge_heads(x):
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+# ---------------------------------------------------------------- GPT-2
+
+
+def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 48, "n_positions": 16,
+           "n_embd": 16, "n_layer": 2, "n_head": 4, "n_inner": None, "activation_function": "gelu_new",
+           "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "torch_dtype": torch_dtype(dtype)}
+    p = Params(name, dtype)
+    e, v, npos, nl, h = cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"], cfg["n_layer"], cfg["n_head"]
+    pre = "transformer." if prefix else ""
+    wte = p.draw(pre + "wte.weight", (v, e), 0.5)
+    wpe = p.draw(pre + "wpe.weight", (npos, e), 0.3)
+    layers = []
+    for l in range(nl):
+        s = f"{pre}h.{l}."
+        layers.append({
+            "ln1": (p.draw(s + "ln_1.weight", (e,), 0.1, 1.0), p.draw(s + "ln_1.bias", (e,), 0.1)),
+            "c_attn": (p.draw(s + "attn.c_attn.weight", (e, 3 * e)), p.draw(s + "attn.c_attn.bias", (3 * e,), 0.1)),
+            "c_proj": (p.draw(s + "attn.c_proj.weight", (e, e)), p.draw(s + "attn.c_proj.bias", (e,), 0.1)),
+            "ln2": (p.draw(s + "ln_2.weight", (e,), 0.1, 1.0), p.draw(s + "ln_2.bias", (e,), 0.1)),
+            "c_fc": (p.draw(s + "mlp.c_fc.weight", (e, 4 * e)), p.draw(s + "mlp.c_fc.bias", (4 * e,), 0.1)),
+            "mlp_proj": (p.draw(s + "mlp.c_proj.weight", (4 * e, e)), p.draw(s + "mlp.c_proj.bias", (e,), 0.1)),
+        })
+        if buffers:  # the causal-mask buffers old GPT-2 checkpoints carry
+            tri = np.tril(np.ones((npos, npos), dtype=np.float32)).reshape(1, 1, npos, npos)
+            p.stored[s + "attn.bias"] = tri.astype(np.bool_)
+            p.stored[s + "attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    lnf = (p.draw(pre + "ln_f.weight", (e,), 0.1, 1.0), p.draw(pre + "ln_f.bias", (e,), 0.1))
+    if tied_stored:
+        p.stored["lm_head.weight"] = p.stored[pre + "wte.weight"]
+
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 9)))
+    b, t = ids.shape
+    x = wte[ids] + wpe[torch.arange(t)]
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    attns = []
+    for L in layers:
+        a = layer_norm(x, *L["ln1"], cfg["layer_norm_epsilon"])
+        qkv = a @ L["c_attn"][0] + L["c_attn"][1]  # Conv1D: x·W + b, W [in, out]
+        q, k, vv = qkv.split(e, dim=-1)
+        o, w = softmax_attention(split_heads(q, h), split_heads(k, h), split_heads(vv, h), mask)
+        attns.append(w)
+        x = x + merge_heads(o) @ L["c_proj"][0] + L["c_proj"][1]
+        m = layer_norm(x, *L["ln2"], cfg["layer_norm_epsilon"])
+        x = x + gelu_new(m @ L["c_fc"][0] + L["c_fc"][1]) @ L["mlp_proj"][0] + L["mlp_proj"][1]
+    hidden = layer_norm(x, *lnf, cfg["layer_norm_epsilon"])
+    logits = hidden @ wte.T
+    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns)
+
+
+# ---------------------------------------------------------------- BERT
+
+
+def bert(name, dtype, old_names):
+    cfg = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 40, "hidden_size": 16,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24, "hidden_act": "gelu",
+           "max_position_embeddings": 16, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
+           "position_embedding_type": "absolute", "torch_dtype": torch_dtype(dtype)}
+    p = Params(name, dtype)
+    e, v, h = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
+    ffn, eps = cfg["intermediate_size"], cfg["layer_norm_eps"]
+    g, bb = ("gamma", "beta") if old_names else ("weight", "bias")
+
+    def ln(prefix):
+        return p.draw(f"{prefix}.{g}", (e,), 0.1, 1.0), p.draw(f"{prefix}.{bb}", (e,), 0.1)
+
+    def lin(prefix, i, o):  # nn.Linear: weight [out, in]
+        return p.draw(prefix + ".weight", (o, i)), p.draw(prefix + ".bias", (o,), 0.1)
+
+    word = p.draw("bert.embeddings.word_embeddings.weight", (v, e), 0.5)
+    pos = p.draw("bert.embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
+    typ = p.draw("bert.embeddings.token_type_embeddings.weight", (cfg["type_vocab_size"], e), 0.3)
+    emb_ln = ln("bert.embeddings.LayerNorm")
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"bert.encoder.layer.{l}."
+        layers.append({
+            "q": lin(s + "attention.self.query", e, e), "k": lin(s + "attention.self.key", e, e),
+            "v": lin(s + "attention.self.value", e, e), "o": lin(s + "attention.output.dense", e, e),
+            "ln1": ln(s + "attention.output.LayerNorm"), "i": lin(s + "intermediate.dense", e, ffn),
+            "out": lin(s + "output.dense", ffn, e), "ln2": ln(s + "output.LayerNorm"),
+        })
+    head_dense = lin("cls.predictions.transform.dense", e, e)
+    head_ln = ln("cls.predictions.transform.LayerNorm")
+    head_bias = p.draw("cls.predictions.bias", (v,), 0.1)
+    # The decoder is tied to the word embeddings; BertForMaskedLM's state dict stores both names.
+    p.stored["cls.predictions.decoder.weight"] = p.stored["bert.embeddings.word_embeddings.weight"]
+    p.stored["cls.predictions.decoder.bias"] = p.stored["cls.predictions.bias"]
+
+    ids = torch.from_numpy(p.rng.integers(1, v, size=(2, 8)))
+    am = torch.ones(2, 8, dtype=torch.int64)
+    am[1, 5:] = 0
+    ids[1, 5:] = cfg["pad_token_id"]
+    types = torch.zeros(2, 8, dtype=torch.int64)
+    types[0, 4:] = 1
+    b, t = ids.shape
+    x = layer_norm(word[ids] + pos[torch.arange(t)] + typ[types], *emb_ln, eps)
+    mask = am.bool().view(b, 1, 1, t).expand(b, 1, t, t)
+    attns = []
+    for L in layers:
+        def f(name, y):
+            return y @ L[name][0].T + L[name][1]
+        o, w = softmax_attention(split_heads(f("q", x), h), split_heads(f("k", x), h), split_heads(f("v", x), h), mask)
+        attns.append(w)
+        x = layer_norm(f("o", merge_heads(o)) + x, *L["ln1"], eps)  # post-norm: LN(X + MultiHead(X))
+        x = layer_norm(f("out", gelu(f("i", x))) + x, *L["ln2"], eps)
+    hidden = x
+    y = layer_norm(gelu(hidden @ head_dense[0].T + head_dense[1]), *head_ln, eps)
+    logits = y @ word.T + head_bias
+    write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, token_type_ids=types)
+
+
+# ---------------------------------------------------------------- Llama family
+
+
+def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False):
+    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
+    cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": 44, "hidden_size": 16,
+           "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
+           "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 500.0, "hidden_act": "silu",
+           "tie_word_embeddings": tied, "attention_bias": qkv_bias if model_type == "llama" else False,
+           "torch_dtype": torch_dtype(dtype), "bos_token_id": 1, "eos_token_id": 2}
+    if scaling is not None:
+        cfg["rope_scaling"] = dict(scaling, rope_type="llama3")
+    if window is not None:
+        cfg["sliding_window"] = window
+    p = Params(name, dtype)
+    e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    d = e // h
+    eps = cfg["rms_norm_eps"]
+
+    def rms(x, w):
+        return w * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"model.layers.{l}."
+        L = {"in_norm": p.draw(s + "input_layernorm.weight", (e,), 0.1, 1.0),
+             "post_norm": p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, 1.0),
+             "q": p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
+             "k": p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
+             "v": p.draw(s + "self_attn.v_proj.weight", (kv_heads * d, e)),
+             "o": p.draw(s + "self_attn.o_proj.weight", (e, h * d)),
+             "gate": p.draw(s + "mlp.gate_proj.weight", (ffn, e)),
+             "up": p.draw(s + "mlp.up_proj.weight", (ffn, e)),
+             "down": p.draw(s + "mlp.down_proj.weight", (e, ffn))}
+        if qkv_bias:
+            for part, n in (("q", h * d), ("k", kv_heads * d), ("v", kv_heads * d)):
+                L[part + "b"] = p.draw(s + f"self_attn.{part}_proj.bias", (n,), 0.1)
+        layers.append(L)
+    norm = p.draw("model.norm.weight", (e,), 0.1, 1.0)
+    head = emb if tied else p.draw("lm_head.weight", (v, e), 0.5)
+
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 10)))
+    b, t = ids.shape
+    rope = (cfg["rope_theta"], d, "half", 0)
+    sc = None if scaling is None else (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
+                                       scaling["original_max_position_embeddings"])
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    visible = j <= i
+    if window is not None:
+        visible = visible & (j > i - window)
+    mask = visible.view(1, 1, t, t)
+    x = emb[ids]
+    attns = []
+    for L in layers:
+        a = rms(x, L["in_norm"])
+        q, k, vv = a @ L["q"].T, a @ L["k"].T, a @ L["v"].T
+        if qkv_bias:
+            q, k, vv = q + L["qb"], k + L["kb"], vv + L["vb"]
+        q, k, vv = split_heads(q, h), split_heads(k, kv_heads), split_heads(vv, kv_heads)
+        q, k = apply_rope(q, torch.arange(t), rope, sc), apply_rope(k, torch.arange(t), rope, sc)
+        rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
+        k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        x = x + merge_heads(o) @ L["o"].T
+        m = rms(x, L["post_norm"])
+        gate = m @ L["gate"].T
+        x = x + (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
+    hidden = rms(x, norm)
+    logits = hidden @ head.T
+    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns)
+
+
+# ---------------------------------------------------------------- files
+
+
+def torch_dtype(dtype):
+    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype]
+
+
+def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, attns, token_type_ids=None):
+    d = os.path.join(OUT_DIR, name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    meta = {"format": "pt"}
+    if shards:
+        names = sorted(stored)
+        half = len(names) // 2
+        weight_map = {}
+        for k, part in enumerate((names[:half], names[half:])):
+            fname = f"model-{k + 1:05d}-of-00002.safetensors"
+            write_safetensors(os.path.join(d, fname), {n: stored[n] for n in part}, meta)
+            weight_map.update({n: fname for n in part})
+        total = sum(int(np.prod(stored[n].shape)) for n in names)
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+            f.write("\n")
+    else:
+        write_safetensors(os.path.join(d, "model.safetensors"), stored, meta)
+    exp = {"input_ids": ids.numpy().astype(np.int64), "logits": logits.numpy(), "hidden": hidden.numpy()}
+    if attention_mask is not None:
+        exp["attention_mask"] = attention_mask.numpy().astype(np.int64)
+    if token_type_ids is not None:
+        exp["token_type_ids"] = token_type_ids.numpy().astype(np.int64)
+    for l, w in enumerate(attns):
+        exp[f"attentions.{l}"] = w.numpy()
+    write_safetensors(os.path.join(d, "expected.safetensors"), exp, {"model": name})
+
+
+def main():
+    torch.set_default_dtype(torch.float64)
+    gpt2("gpt2", "F32", prefix=False, buffers=True, tied_stored=False, shards=False)
+    gpt2("gpt2-prefixed-f16-sharded", "F16", prefix=True, buffers=False, tied_stored=True, shards=True)
+    bert("bert", "F32", old_names=False)
+    bert("bert-gamma-beta", "F32", old_names=True)
+    llama("llama", "F32", "LlamaForCausalLM", kv_heads=2, tied=False)
+    llama("llama3-bf16", "BF16", "LlamaForCausalLM", kv_heads=1, tied=True, shards=True,
+          scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8})
+    llama("qwen2", "F32", "Qwen2ForCausalLM", kv_heads=2, tied=True, qkv_bias=True)
+    llama("mistral", "F32", "MistralForCausalLM", kv_heads=2, tied=False, window=4)
+
+
+if __name__ == "__main__":
+    main()
