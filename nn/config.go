@@ -64,8 +64,8 @@ type Config struct {
 	// NoHeadBias leaves the bias out of the output head (Hugging Face's lm_head has none).
 	NoHeadBias bool `json:"no_head_bias,omitempty"`
 	// TieEmbeddings makes the output head's weight the token embedding tok_emb.weight [Vocab,
-	// DModel] itself (Hugging Face's tie_word_embeddings): there is no head.weight parameter, and
-	// the head's gradient is added into the embedding's.
+	// DModel] itself (Hugging Face's tie_word_embeddings): there is no head.weight parameter, the
+	// head's gradient is added into the embedding's, and, an embedding, it is not weight-decayed.
 	TieEmbeddings bool `json:"tie_embeddings,omitempty"`
 	// TypeVocab, when > 0, adds BERT's token type embedding type_emb.weight [TypeVocab, DModel]
 	// (token_type_embeddings, type_vocab_size) to the token and position embeddings, indexed by

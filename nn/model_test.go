@@ -94,6 +94,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte(`{"vocab":3,"seq_len":2,"d_model":4,"heads":4,"layers":1,"attn_only":true,"norm":"post","positions":"sinusoidal","dropout":0.5}`))
 	f.Add([]byte(`{"vocab":1e3}`))
+	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","norm_eps":1e-6,"activation":"swiglu","no_mlp_bias":true,"no_head_bias":true,"tie_embeddings":true}`))
+	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"post","positions":"learned","norm_eps":1e-12,"activation":"gelu_new","type_vocab":2,"emb_norm":true}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
