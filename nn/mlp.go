@@ -6,8 +6,8 @@ import (
 
 // mlp is a block's feed-forward network, of one of two shapes:
 //
-//	fc2(act(fc1(x)))                         act GELU, exact or tanh (GPT-2)
-//	down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x))   SwiGLU (Llama)
+//	fc2(act(fc1(x)))                              act the exact GELU or its tanh form (GPT-2)
+//	down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x))    SwiGLU (Llama)
 //
 // with or without biases.
 type mlp struct {
@@ -54,7 +54,8 @@ func (m *mlp) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 	if m.up != nil {
 		// h = a ⊙ u with a = SiLU(gate): du = dh ⊙ a, da = dh ⊙ u.
 		a, u := m.act.y, m.up.y
-		du := zeroed(&s.f3, n*f)
+		s.f3 = kernel.Grow(s.f3, n*f)
+		du := s.f3
 		r.rows(len(dh), addBlock, func(_, _, i0, i1 int) {
 			for i := i0; i < i1; i++ {
 				du[i] = dh[i] * a[i]

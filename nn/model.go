@@ -15,7 +15,8 @@ import (
 
 // Model is a causal transformer decoder (see Config) with explicit forward and backward passes.
 // Its parameters use the names and layouts of the PyTorch module in testdata/torch_model.py, so
-// a state dict moves between the two as is.
+// a state dict moves between the two as is (its named_parameters(): with a tied head, PyTorch's
+// state_dict() also lists head.weight, which is tok_emb.weight).
 //
 // A Model holds the state of its last Forward, Loss and Backward: it is not safe for concurrent
 // use. Run one model per goroutine.
