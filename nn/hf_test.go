@@ -347,3 +347,19 @@ func TestTokenTypeErrors(t *testing.T) {
 		t.Error("token types 1 gave the logits of token types 0")
 	}
 }
+
+// TestHFForwardBytes checks what the options add to the memory estimate: SwiGLU's two more
+// hidden-width activations per block, and the embedding norm's output.
+func TestHFForwardBytes(t *testing.T) {
+	const b, tl = 3, 5
+	base := Config{Vocab: 11, SeqLen: 8, DModel: 8, Heads: 2, Layers: 2, FFN: 12, Norm: PreNorm, Positions: Learned}
+	swiglu, embNorm := base, base
+	swiglu.Activation, embNorm.EmbNorm = SwiGLU, true
+	n := float64(b * tl)
+	if got, want := swiglu.ForwardBytes(b, tl, false)-base.ForwardBytes(b, tl, false), 4*2*n*12*2; got != want {
+		t.Errorf("SwiGLU adds %v bytes, want %v", got, want)
+	}
+	if got, want := embNorm.ForwardBytes(b, tl, true)-base.ForwardBytes(b, tl, true), 4*n*8; got != want {
+		t.Errorf("the embedding norm adds %v bytes, want %v", got, want)
+	}
+}
