@@ -286,7 +286,7 @@ func TestHFLoadErrors(t *testing.T) {
 		{"llama", func(ts map[string]safetensors.Tensor, _ map[string]string) { delete(ts, "blocks.1.ffn.up_proj.weight") },
 			`missing parameter "blocks.1.ffn.up_proj.weight" [12 8]`},
 		{"gpt2", func(ts map[string]safetensors.Tensor, _ map[string]string) { ts["head.weight"] = f32Tensor(11, 8) },
-			`unexpected tensor "head.weight" [11 8]`},
+			`unexpected tensor "head.weight" [11 8]: the model has no such parameter (its head is tied: the head's weight is tok_emb.weight)`},
 		{"bert", func(ts map[string]safetensors.Tensor, _ map[string]string) { ts["type_emb.weight"] = f32Tensor(3, 8) },
 			`parameter "type_emb.weight" is [3 8], want [2 8]`},
 		{"bert", func(ts map[string]safetensors.Tensor, _ map[string]string) { delete(ts, "emb_ln.bias") },

@@ -386,7 +386,11 @@ func checkShapes(layout []paramSpec, have map[string][]int) error {
 		}
 		for _, name := range slices.Sorted(maps.Keys(have)) {
 			if !known[name] {
-				return fmt.Errorf("nn: unexpected tensor %q %v: the model has no such parameter", name, have[name])
+				hint := ""
+				if name == "head.weight" { // in every layout but a tied head's
+					hint = " (its head is tied: the head's weight is tok_emb.weight)"
+				}
+				return fmt.Errorf("nn: unexpected tensor %q %v: the model has no such parameter%s", name, have[name], hint)
 			}
 		}
 	}
