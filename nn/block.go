@@ -11,16 +11,16 @@ import (
 )
 
 // block is one decoder block: causal multi-head self-attention and, unless attention-only, a
-// feed-forward network fc2(GELU(fc1(x))), each with a residual connection and a LayerNorm:
+// feed-forward network (see mlp), each with a residual connection and a normalisation layer
+// (LayerNorm or RMSNorm):
 //
 //	post-norm:  x = LN1(x + MHA(x));     x = LN2(x + FFN(x))
 //	pre-norm:   x = x + MHA(LN1(x));     x = x + FFN(LN2(x))
 type block struct {
 	pre      bool
-	ln1, ln2 *layerNorm // ln2 is nil in attention-only blocks
+	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks
 	attn     *mha.Layer
-	fc1, fc2 *linear // nil in attention-only blocks
-	act      gelu
+	ffn      *mlp // nil in attention-only blocks
 
 	res   mha.Result
 	saved mha.Saved
@@ -43,7 +43,7 @@ func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
-	b := &block{pre: c.Norm == PreNorm, ln1: newLayerNorm(ps, prefix+"ln1"), attn: attn}
+	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn}
 	for _, q := range attn.Parameters() {
 		p := ps.get(prefix + "attn." + q.Name)
 		if !slices.Equal(p.Value.Shape, q.T.Shape) {
@@ -53,8 +53,8 @@ func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
 		b.grads.Params = append(b.grads.Params, mha.Param{Name: q.Name, T: p.Grad})
 	}
 	if !c.AttnOnly {
-		b.ln2 = newLayerNorm(ps, prefix+"ln2")
-		b.fc1, b.fc2 = newLinear(ps, prefix+"ffn.fc1"), newLinear(ps, prefix+"ffn.fc2")
+		b.ln2 = newNorm(ps, c, prefix+"ln2")
+		b.ffn = newMLP(ps, c, prefix+"ffn.")
 	}
 	return b, nil
 }
@@ -79,7 +79,7 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 	if !b.pre {
 		x = b.ln1.forward(r, x, n)
 	}
-	if b.fc1 == nil {
+	if b.ffn == nil {
 		return x, nil
 	}
 	b.sum2 = kernel.Grow(b.sum2, n*d)
@@ -87,24 +87,11 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 	if b.pre {
 		in = b.ln2.forward(r, x, n)
 	}
-	add(r, b.sum2, x, b.ffnForward(r, in, n))
+	add(r, b.sum2, x, b.ffn.forward(r, in, n))
 	if b.pre {
 		return b.sum2, nil
 	}
 	return b.ln2.forward(r, b.sum2, n), nil
-}
-
-func (b *block) ffnForward(r *runner, x []float32, n int) []float32 {
-	u := b.fc1.forward(r, x, n)
-	return b.fc2.forward(r, b.act.forward(r, u), n)
-}
-
-// ffnBackward adds dL/dx into dx given dy = dL/dFFN(x), using s's hidden-width buffers.
-func (b *block) ffnBackward(r *runner, dy, dx []float32, n int, s *scratch) {
-	dg, du := zeroed(&s.f1, n*b.fc1.out), zeroed(&s.f2, n*b.fc1.out)
-	b.fc2.backward(r, dy, dg, n)
-	b.act.backward(r, dg, du)
-	b.fc1.backward(r, du, dx, n)
 }
 
 // attnBackward adds dL/dinput of the attention into dIn, given dOut = dL/dMHA(input); dOut and
@@ -126,9 +113,9 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 	if b.pre {
 		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)): dx holds dL/dx1, then dL/dx.
 		copy(dx, dy)
-		if b.fc1 != nil {
+		if b.ffn != nil {
 			dh := zeroed(&s.d1, n*d)
-			b.ffnBackward(r, dy, dh, n, s)
+			b.ffn.backward(r, dy, dh, n, s)
 			b.ln2.backward(r, dh, dx, n)
 		}
 		dh := zeroed(&s.d1, n*d)
@@ -140,12 +127,12 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 	}
 	// y = LN2(s2), s2 = x1 + FFN(x1), x1 = LN1(s1), s1 = x + MHA(x).
 	dx1 := dy
-	if b.fc1 != nil {
+	if b.ffn != nil {
 		ds2 := zeroed(&s.d1, n*d)
 		b.ln2.backward(r, dy, ds2, n)
 		dx1 = zeroed(&s.d2, n*d)
 		copy(dx1, ds2)
-		b.ffnBackward(r, ds2, dx1, n, s)
+		b.ffn.backward(r, ds2, dx1, n, s)
 	}
 	ds1 := zeroed(&s.d1, n*d)
 	b.ln1.backward(r, dx1, ds1, n)
@@ -155,8 +142,8 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 
 // scratch holds the gradient buffers a backward pass reuses across blocks.
 type scratch struct {
-	d1, d2 []float32 // [n, d]
-	f1, f2 []float32 // [n, ffn]
+	d1, d2     []float32 // [n, d]
+	f1, f2, f3 []float32 // [n, ffn]
 }
 
 // zeroed returns *buf grown to n values, all 0.

@@ -197,6 +197,20 @@ func FuzzCheckpoint(f *testing.F) {
 	}
 	f.Add(seed, "")
 	f.Add(seed, `{"vocab":3,"seq_len":2,"d_model":2,"heads":1,"layers":1,"ffn":2,"norm":"pre","positions":"sinusoidal"}`)
+	f.Add(seed, `{"vocab":3,"seq_len":2,"d_model":2,"heads":1,"layers":1,"ffn":2,"norm":"pre","positions":"learned","tie_embeddings":true}`)
+	llama, err := NewModel(Config{Vocab: 3, SeqLen: 2, DModel: 2, Heads: 1, Layers: 1, FFN: 2, Norm: PreNorm, Positions: NoPositions,
+		NormKind: RMSNorm, Activation: SwiGLU, NoMLPBias: true, NoHeadBias: true, TypeVocab: 2, EmbNorm: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := Save(path, llama, nil, nil); err != nil {
+		f.Fatal(err)
+	}
+	if seed, err = os.ReadFile(path); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, "")
+	f.Add(seed, `{"vocab":3,"seq_len":2,"d_model":2,"heads":1,"layers":1,"ffn":2,"norm":"pre","positions":"none","norm_kind":"layernorm","activation":"swiglu","no_mlp_bias":true,"no_head_bias":true,"type_vocab":2,"emb_norm":true}`)
 	f.Fuzz(func(t *testing.T, data []byte, config string) {
 		file, err := safetensors.Parse(data)
 		if err != nil {

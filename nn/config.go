@@ -13,6 +13,19 @@ import (
 // Config describes a causal decoder: token embedding plus positions, Layers blocks of
 // multi-head self-attention (and, unless AttnOnly, a feed-forward network), and an output head
 // over the vocabulary. It is stored as JSON in checkpoints, under the field names of its tags.
+//
+// The fields after HeadScales make Hugging Face's GPT-2, BERT and Llama families configurations
+// of the same model; their zero values are the model as it was before they existed, and they are
+// left out of the JSON when zero, so older checkpoints load and save unchanged:
+//
+//	GPT-2   norm "pre", positions "learned", activation "gelu_new", tie_embeddings, no_head_bias
+//	BERT    norm "post", positions "learned", norm_eps 1e-12, type_vocab 2, emb_norm
+//	Llama   norm "pre", positions "none", norm_kind "rmsnorm", norm_eps 1e-5 or 1e-6,
+//	        activation "swiglu", no_mlp_bias, no_head_bias (tie_embeddings in some)
+//
+// (the attention-side differences, such as rotary positions and bidirectional attention, are
+// mha's). Every Linear stores its weight as [out, in], PyTorch's nn.Linear layout: GPT-2's
+// Conv1D weights, stored [in, out], are transposed once when a loader maps them onto a Config.
 type Config struct {
 	Vocab     int     `json:"vocab"`     // tokens are in [0, Vocab); > 0
 	SeqLen    int     `json:"seq_len"`   // the most positions a sequence may have; > 0
@@ -31,6 +44,36 @@ type Config struct {
 	// each and 1/√d_h.
 	HeadDims   []int     `json:"head_dims,omitempty"`
 	HeadScales []float64 `json:"head_scales,omitempty"`
+
+	// NormKind is the kind of every normalisation layer (blocks, final, embedding): "" or
+	// "layernorm" for LayerNorm (parameters weight and bias), "rmsnorm" for Llama's RMSNorm
+	// y = x/√(mean(x²) + eps)·w (parameter weight only).
+	NormKind string `json:"norm_kind,omitempty"`
+	// NormEps is the eps of every normalisation layer, in (0, 1]; 0 means 1e-5, PyTorch's
+	// LayerNorm default (Hugging Face: GPT-2 layer_norm_epsilon 1e-5, BERT layer_norm_eps
+	// 1e-12, Llama rms_norm_eps 1e-5 or 1e-6).
+	NormEps float64 `json:"norm_eps,omitempty"`
+	// Activation is the feed-forward network: "" or "gelu" for fc2(GELU(fc1(x))) with the exact
+	// (erf) GELU; "gelu_new" or "gelu_pytorch_tanh" (Hugging Face's two names of one function)
+	// for the same network with GELU's tanh approximation, as GPT-2; "swiglu" for Llama's gated
+	// network down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x)). Empty with AttnOnly.
+	Activation string `json:"activation,omitempty"`
+	// NoMLPBias leaves the biases out of the feed-forward network's Linears (Llama's
+	// mlp_bias false). False with AttnOnly.
+	NoMLPBias bool `json:"no_mlp_bias,omitempty"`
+	// NoHeadBias leaves the bias out of the output head (Hugging Face's lm_head has none).
+	NoHeadBias bool `json:"no_head_bias,omitempty"`
+	// TieEmbeddings makes the output head's weight the token embedding tok_emb.weight [Vocab,
+	// DModel] itself (Hugging Face's tie_word_embeddings): there is no head.weight parameter, the
+	// head's gradient is added into the embedding's, and, an embedding, it is not weight-decayed.
+	TieEmbeddings bool `json:"tie_embeddings,omitempty"`
+	// TypeVocab, when > 0, adds BERT's token type embedding type_emb.weight [TypeVocab, DModel]
+	// (token_type_embeddings, type_vocab_size) to the token and position embeddings, indexed by
+	// RunOptions.TokenTypes (all 0 when nil); at most MaxDim.
+	TypeVocab int `json:"type_vocab,omitempty"`
+	// EmbNorm normalises the sum of the embeddings with a normalisation layer emb_ln of kind
+	// NormKind (BERT's embeddings.LayerNorm) before the first block.
+	EmbNorm bool `json:"emb_norm,omitempty"`
 }
 
 // Values of Config.Norm and Config.Positions.
@@ -39,7 +82,27 @@ const (
 	PreNorm    = "pre"
 	Sinusoidal = "sinusoidal"
 	Learned    = "learned"
+	// NoPositions adds no position embedding: positions come from inside the attention (rotary
+	// embeddings, as Llama's), or not at all.
+	NoPositions = "none"
 )
+
+// Values of Config.NormKind; "" is LayerNorm.
+const (
+	LayerNorm = "layernorm"
+	RMSNorm   = "rmsnorm"
+)
+
+// Values of Config.Activation; "" is GELU.
+const (
+	GELU            = "gelu"              // x·Φ(x), Φ by erf: PyTorch's F.gelu, Hugging Face's "gelu"
+	GELUNew         = "gelu_new"          // GELU's tanh approximation, Hugging Face's name in GPT-2
+	GELUPyTorchTanh = "gelu_pytorch_tanh" // the same function under Hugging Face's other name
+	SwiGLU          = "swiglu"            // Llama's gated network with SiLU (hidden_act "silu")
+)
+
+// DefaultNormEps is the eps of the normalisation layers when Config.NormEps is 0.
+const DefaultNormEps = 1e-5
 
 // MaxDim bounds Vocab, SeqLen, DModel and FFN, and MaxLayers bounds Layers, so that sizes read
 // from a file cannot overflow the arithmetic on them.
@@ -76,10 +139,22 @@ func (c Config) Validate() error {
 		return bad("ffn is %d, want a value in [1, %d] (or 0 for 4·d_model)", c.FFN, MaxDim)
 	case c.Norm != PostNorm && c.Norm != PreNorm:
 		return bad("norm is %q, want %q or %q", c.Norm, PostNorm, PreNorm)
-	case c.Positions != Sinusoidal && c.Positions != Learned:
-		return bad("positions is %q, want %q or %q", c.Positions, Sinusoidal, Learned)
+	case c.Positions != Sinusoidal && c.Positions != Learned && c.Positions != NoPositions:
+		return bad("positions is %q, want %q, %q or %q", c.Positions, Sinusoidal, Learned, NoPositions)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return bad("dropout is %v, want a probability in [0, 1)", c.Dropout)
+	case c.NormKind != "" && c.NormKind != LayerNorm && c.NormKind != RMSNorm:
+		return bad("norm_kind is %q, want %q or %q (or empty for %q)", c.NormKind, LayerNorm, RMSNorm, LayerNorm)
+	case !(c.NormEps >= 0 && c.NormEps <= 1):
+		return bad("norm_eps is %v, want a value in (0, 1] (or 0 for %v)", c.NormEps, DefaultNormEps)
+	case c.AttnOnly && c.Activation != "":
+		return bad("activation is %q with attn_only, want none", c.Activation)
+	case c.Activation != "" && c.Activation != GELU && c.Activation != GELUNew && c.Activation != GELUPyTorchTanh && c.Activation != SwiGLU:
+		return bad("activation is %q, want %q, %q, %q or %q (or empty for %q)", c.Activation, GELU, GELUNew, GELUPyTorchTanh, SwiGLU, GELU)
+	case c.AttnOnly && c.NoMLPBias:
+		return bad("no_mlp_bias is set with attn_only, which has no feed-forward network")
+	case c.TypeVocab < 0 || c.TypeVocab > MaxDim:
+		return bad("type_vocab is %d, want a value in [1, %d] (or 0 for no token types)", c.TypeVocab, MaxDim)
 	}
 	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
 		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
@@ -98,23 +173,40 @@ func (c Config) Attention() mha.Config {
 
 // ForwardBytes estimates the memory, in bytes, of the buffers that a Forward of b sequences of
 // length t and the Loss after it keep: per block, the attention's projections Q, K, V and Kᵀ, its
-// head outputs and output, the LayerNorm outputs and residual sums, and the feed-forward
-// network's hidden activations [B, T, FFN] three times (fc1, GELU and its Φ); with keepWeights, the attention weights
-// [B, H, T, T] of every block twice (before and after dropout); the embeddings; and the logits
-// [B, T, Vocab] and their gradient. It is a float64 so that no size overflows it; c must be
-// valid.
+// head outputs and output, the normalisation outputs and residual sums, and the feed-forward
+// network's hidden activations [B, T, FFN], three times (fc1, the activation and its gate Φ or
+// σ) or, for SwiGLU, five (gate_proj, up_proj, σ, SiLU and the product); with keepWeights, the
+// attention weights [B, H, T, T] of every block twice (before and after dropout); the
+// embeddings (twice with EmbNorm); and the logits [B, T, Vocab] and their gradient. It is a
+// float64 so that no size overflows it; c must be valid.
 func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
 	c = c.withDefaults()
 	n, d := float64(b)*float64(t), float64(c.DModel)
 	perBlock := 8 * n * d // LN1(x), Q, K, V, Kᵀ, heads, output, x + MHA
 	if !c.AttnOnly {
-		perBlock += 3*n*d + 3*n*float64(c.FFN) // LN2(x), fc2, x + FFN; fc1, GELU, Φ
+		hidden := 3.0 // fc1, GELU, Φ
+		if c.Activation == SwiGLU {
+			hidden = 5
+		}
+		perBlock += 3*n*d + hidden*n*float64(c.FFN) // LN2(x), fc2, x + FFN; the hidden activations
 	}
 	if keepWeights {
 		perBlock += 2 * float64(b) * float64(c.Heads) * float64(t) * float64(t)
 	}
-	floats := 2*n*d + float64(c.Layers)*perBlock + 2*n*float64(c.Vocab) // embeddings, final LN; blocks; logits, dlogits
+	emb := 2 * n * d // embeddings, final LN
+	if c.EmbNorm {
+		emb += n * d
+	}
+	floats := emb + float64(c.Layers)*perBlock + 2*n*float64(c.Vocab) // blocks; logits, dlogits
 	return 4 * floats
+}
+
+// normEps returns the eps of c's normalisation layers.
+func (c Config) normEps() float64 {
+	if c.NormEps == 0 {
+		return DefaultNormEps
+	}
+	return c.NormEps
 }
 
 // withDefaults returns c with FFN set to 4·DModel when it is 0 and the blocks have a

@@ -6,23 +6,35 @@ import (
 	"github.com/mhalab/mha/internal/kernel"
 )
 
-// embedding is the input of the model: x[b, t] = tok_emb[token[b, t]] + position t, with
-// positions either learned (pos_emb [SeqLen, d], a parameter) or sinusoidal (a fixed table).
+// embedding is the input of the model: x[b, t] = tok_emb[token[b, t]] + position t
+// (+ type_emb[type[b, t]]), with positions learned (pos_emb [SeqLen, d], a parameter),
+// sinusoidal (a fixed table) or none, then, with Config.EmbNorm, normalised by emb_ln.
 // Embeddings are not scaled by √d.
 type embedding struct {
 	d      int
-	tok    *Param    // [Vocab, d]
-	pos    *Param    // [SeqLen, d] when learned, else nil
-	table  []float32 // [SeqLen, d]: pos's values, or the sinusoidal table for the longest T yet
-	tokens []int     // the last forward's tokens (not owned)
-	y      []float32 // its output [B·T, d]
+	tok    *Param     // [Vocab, d]
+	pos    *Param     // [SeqLen, d] when learned, else nil
+	typ    *Param     // [TypeVocab, d] with token types, else nil
+	norm   *normLayer // emb_ln with EmbNorm, else nil
+	sin    bool       // sinusoidal positions
+	table  []float32  // [SeqLen, d]: pos's values, or the sinusoidal table for the longest T yet
+	tokens []int      // the last forward's tokens (not owned)
+	types  []int      // and token types (not owned; nil for all 0)
+	y      []float32  // its output [B·T, d], before the normalisation
+	dy     []float32  // backward's gradient of y, with a normalisation
 }
 
 func newEmbedding(ps params, c Config) *embedding {
-	e := &embedding{d: c.DModel, tok: ps.get("tok_emb.weight")}
+	e := &embedding{d: c.DModel, tok: ps.get("tok_emb.weight"), sin: c.Positions == Sinusoidal}
 	if c.Positions == Learned {
 		e.pos = ps.get("pos_emb.weight")
 		e.table = e.pos.Value.Data
+	}
+	if c.TypeVocab > 0 {
+		e.typ = ps.get("type_emb.weight")
+	}
+	if c.EmbNorm {
+		e.norm = newNorm(ps, c, "emb_ln")
 	}
 	return e
 }
@@ -47,32 +59,58 @@ func sinusoid(n, d int) []float32 {
 	return pe
 }
 
-// forward returns the embeddings [b·t, d] of tokens [b, t], whose values the caller has checked
-// to lie in [0, Vocab). tokens must stay unchanged until backward has run.
-func (e *embedding) forward(tokens []int, b, t int) []float32 {
+// forward returns the embeddings [b·t, d] of tokens [b, t], and of their token types [b, t]
+// (nil for all 0; only with type embeddings), whose values the caller has checked to lie in
+// [0, Vocab) and [0, TypeVocab). tokens and types must stay unchanged until backward has run.
+func (e *embedding) forward(r *runner, tokens, types []int, b, t int) []float32 {
 	d := e.d
-	if e.pos == nil && len(e.table) < t*d {
+	if e.sin && len(e.table) < t*d {
 		e.table = sinusoid(t, d)
 	}
-	e.tokens = tokens
+	e.tokens, e.types = tokens, types
 	e.y = kernel.Grow(e.y, b*t*d)
 	for i, tok := range tokens {
 		out := e.y[i*d : (i+1)*d]
 		copy(out, e.tok.Value.Data[tok*d:(tok+1)*d])
-		kernel.Axpy(1, e.table[i%t*d:(i%t+1)*d], out)
+		if e.table != nil {
+			kernel.Axpy(1, e.table[i%t*d:(i%t+1)*d], out)
+		}
+		if e.typ != nil {
+			typ := 0
+			if types != nil {
+				typ = types[i]
+			}
+			kernel.Axpy(1, e.typ.Value.Data[typ*d:(typ+1)*d], out)
+		}
+	}
+	if e.norm != nil {
+		return e.norm.forward(r, e.y, b*t)
 	}
 	return e.y
 }
 
-// backward adds dy [b·t, d], the gradient of the last forward's output, into the rows of the
-// token embedding (and of the learned positions) that forward read, row by row in order.
-func (e *embedding) backward(dy []float32, t int) {
+// backward adds dy [b·t, d], the gradient of the last forward's output, through the
+// normalisation if any, into the rows of the token embedding (and of the learned positions and
+// the token types) that forward read, row by row in order.
+func (e *embedding) backward(r *runner, dy []float32, t int) {
 	d := e.d
+	if e.norm != nil {
+		g := zeroed(&e.dy, len(dy))
+		e.norm.backward(r, dy, g, len(dy)/d)
+		dy = g
+	}
 	for i, tok := range e.tokens {
 		g := dy[i*d : (i+1)*d]
 		kernel.Axpy(1, g, e.tok.Grad.Data[tok*d:(tok+1)*d])
 		if e.pos != nil {
 			kernel.Axpy(1, g, e.pos.Grad.Data[i%t*d:(i%t+1)*d])
+		}
+		if e.typ != nil {
+			typ := 0
+			if e.types != nil {
+				typ = e.types[i]
+			}
+			kernel.Axpy(1, g, e.typ.Grad.Data[typ*d:(typ+1)*d])
 		}
 	}
 }

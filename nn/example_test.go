@@ -68,5 +68,53 @@ func Example() {
 	// Output:
 	// loss at step 0 above 2: true; at step 59 below 0.05: true
 	// 7050 parameters, task count, step 60, 61 optimizer tensors
-	// {Vocab:10 SeqLen:8 DModel:16 Heads:2 Layers:2 FFN:64 Norm:pre Positions:learned AttnOnly:false Dropout:0 Seed:1 HeadDims:[] HeadScales:[]}
+	// {Vocab:10 SeqLen:8 DModel:16 Heads:2 Layers:2 FFN:64 Norm:pre Positions:learned AttnOnly:false Dropout:0 Seed:1 HeadDims:[] HeadScales:[] NormKind: NormEps:0 Activation: NoMLPBias:false NoHeadBias:false TieEmbeddings:false TypeVocab:0 EmbNorm:false}
+}
+
+// A Llama-like configuration: RMSNorm, SwiGLU without biases, no position embedding and a head
+// tied to the token embedding; its parameters under their names.
+func ExampleConfig_llama() {
+	cfg := nn.Config{Vocab: 32, SeqLen: 16, DModel: 8, Heads: 2, Layers: 1, FFN: 24, Norm: nn.PreNorm, Positions: nn.NoPositions,
+		NormKind: nn.RMSNorm, NormEps: 1e-6, Activation: nn.SwiGLU, NoMLPBias: true, NoHeadBias: true, TieEmbeddings: true}
+	m, err := nn.NewModel(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		fmt.Println(p.Name, p.Value.Shape)
+	}
+	// Output:
+	// tok_emb.weight [32 8]
+	// blocks.0.ln1.weight [8]
+	// blocks.0.attn.in_proj_weight [24 8]
+	// blocks.0.attn.in_proj_bias [24]
+	// blocks.0.attn.out_proj.weight [8 8]
+	// blocks.0.attn.out_proj.bias [8]
+	// blocks.0.ln2.weight [8]
+	// blocks.0.ffn.gate_proj.weight [24 8]
+	// blocks.0.ffn.up_proj.weight [24 8]
+	// blocks.0.ffn.down_proj.weight [8 24]
+	// ln_f.weight [8]
+}
+
+// A BERT-like embedding: token types (BERT's token_type_ids) are passed with each Forward.
+func ExampleRunOptions_tokenTypes() {
+	cfg := nn.Config{Vocab: 30, SeqLen: 8, DModel: 8, Heads: 2, Layers: 1, Norm: nn.PostNorm, Positions: nn.Learned,
+		NormEps: 1e-12, TypeVocab: 2, EmbNorm: true}
+	m, err := nn.NewModel(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tokens := []int{2, 7, 9, 3, 12, 5} // [CLS] a b [SEP] c [SEP]
+	types := []int{0, 0, 0, 0, 1, 1}
+	logits, err := m.Forward(tokens, 1, 6, &nn.RunOptions{TokenTypes: types})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(logits.Shape)
+	_, err = m.Forward(tokens, 1, 6, &nn.RunOptions{TokenTypes: []int{0, 0, 0, 0, 1, 2}})
+	fmt.Println(err)
+	// Output:
+	// [1 6 30]
+	// nn: token type 2 at position 5 (batch 0, step 5) is outside [0, 2)
 }

@@ -19,6 +19,7 @@ type goldenCase struct {
 	cfg             Config
 	b, t            int
 	tokens, targets []int
+	types           []int // token types, nil for the default
 	scored          []bool
 	logits          []float64
 	loss, correct   float64
@@ -45,6 +46,9 @@ func loadGolden(t *testing.T) []goldenCase {
 		}
 		c.tokens, c.b, c.t = goldenInts(t, f, "tokens")
 		c.targets, _, _ = goldenInts(t, f, "targets")
+		if f.Has("token_types") {
+			c.types, _, _ = goldenInts(t, f, "token_types")
+		}
 		scored, err := f.Bool("scored")
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +92,10 @@ func goldenInts(t *testing.T, f *safetensors.File, name string) (v []int, b, n i
 
 // TestGolden loads PyTorch's parameters into the Go model and checks the logits, the loss, the
 // accuracy and every parameter's gradient against PyTorch's float64 run of the same module, with
-// 1 and 3 workers.
+// 1 and 3 workers. The cases span the Hugging Face options (see gen_nn_golden.py's CASES):
+// RMSNorm, eps, GELU-tanh, SwiGLU, Linears without bias, a tied head (whose gradient PyTorch's
+// autograd adds into tok_emb.weight), token types given or left at 0, the embedding norm and
+// no positions.
 func TestGolden(t *testing.T) {
 	for _, c := range loadGolden(t) {
 		for _, workers := range []int{1, 3} {
@@ -107,7 +114,7 @@ func TestGolden(t *testing.T) {
 			if err := json.Unmarshal([]byte(c.f.Metadata["names"]), &want); err != nil || !slices.Equal(order, want) {
 				t.Errorf("%s: parameter order\n%v\nPyTorch's named_parameters (%v)\n%v", c.name, order, err, want)
 			}
-			logits, err := m.Forward(c.tokens, c.b, c.t, &RunOptions{Workers: workers})
+			logits, err := m.Forward(c.tokens, c.b, c.t, &RunOptions{Workers: workers, TokenTypes: c.types})
 			if err != nil {
 				t.Fatal(err)
 			}

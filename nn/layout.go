@@ -24,7 +24,7 @@ const (
 	initNormal initKind = iota // N(0, 1), as nn.Embedding
 	initLinear                 // nn.Linear's weight: U(±1/√in)
 	initBias                   // nn.Linear's bias: U(±1/√in)
-	initOnes                   // LayerNorm's weight
+	initOnes                   // LayerNorm's and RMSNorm's weight
 	initZeros                  // LayerNorm's bias
 	initAttn                   // initialised by the mha layer that owns it
 )
@@ -37,38 +37,62 @@ func (c Config) layout() []paramSpec {
 	if c.Positions == Learned {
 		s = append(s, paramSpec{name: "pos_emb.weight", shape: []int{c.SeqLen, d}, init: initNormal})
 	}
+	if c.TypeVocab > 0 {
+		s = append(s, paramSpec{name: "type_emb.weight", shape: []int{c.TypeVocab, d}, init: initNormal})
+	}
+	if c.EmbNorm {
+		s = append(s, c.normSpecs("emb_ln")...)
+	}
+	bias := !c.NoMLPBias
 	for l := range c.Layers {
 		p := "blocks." + strconv.Itoa(l) + "."
-		s = append(s, layerNormSpecs(p+"ln1", d)...)
+		s = append(s, c.normSpecs(p+"ln1")...)
 		s = append(s,
 			paramSpec{name: p + "attn.in_proj_weight", shape: []int{3 * d, d}, init: initAttn, decay: true},
 			paramSpec{name: p + "attn.in_proj_bias", shape: []int{3 * d}, init: initAttn},
 			paramSpec{name: p + "attn.out_proj.weight", shape: []int{d, d}, init: initAttn, decay: true},
 			paramSpec{name: p + "attn.out_proj.bias", shape: []int{d}, init: initAttn})
-		if !c.AttnOnly {
-			s = append(s, layerNormSpecs(p+"ln2", d)...)
-			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN)...)
-			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d)...)
+		switch {
+		case c.AttnOnly:
+		case c.Activation == SwiGLU:
+			s = append(s, c.normSpecs(p+"ln2")...)
+			s = append(s, linearSpecs(p+"ffn.gate_proj", d, c.FFN, bias)...)
+			s = append(s, linearSpecs(p+"ffn.up_proj", d, c.FFN, bias)...)
+			s = append(s, linearSpecs(p+"ffn.down_proj", c.FFN, d, bias)...)
+		default:
+			s = append(s, c.normSpecs(p+"ln2")...)
+			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN, bias)...)
+			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d, bias)...)
 		}
 	}
 	if c.Norm == PreNorm {
-		s = append(s, layerNormSpecs("ln_f", d)...)
+		s = append(s, c.normSpecs("ln_f")...)
 	}
-	return append(s, linearSpecs("head", d, v)...)
+	head := linearSpecs("head", d, v, !c.NoHeadBias)
+	if c.TieEmbeddings {
+		head = head[1:] // the weight is tok_emb.weight
+	}
+	return append(s, head...)
 }
 
-func linearSpecs(name string, in, out int) []paramSpec {
-	return []paramSpec{
-		{name: name + ".weight", shape: []int{out, in}, init: initLinear, decay: true},
-		{name: name + ".bias", shape: []int{out}, init: initBias, fanIn: in},
+// linearSpecs returns the weight [out, in] of nn.Linear called name and, with bias, its bias.
+func linearSpecs(name string, in, out int, bias bool) []paramSpec {
+	s := []paramSpec{{name: name + ".weight", shape: []int{out, in}, init: initLinear, decay: true}}
+	if bias {
+		s = append(s, paramSpec{name: name + ".bias", shape: []int{out}, init: initBias, fanIn: in})
 	}
+	return s
 }
 
-func layerNormSpecs(name string, d int) []paramSpec {
-	return []paramSpec{
-		{name: name + ".weight", shape: []int{d}, init: initOnes},
-		{name: name + ".bias", shape: []int{d}, init: initZeros},
+// normSpecs returns the parameters of c's normalisation layer called name: a weight, and for
+// LayerNorm a bias.
+func (c Config) normSpecs(name string) []paramSpec {
+	d := c.DModel
+	s := []paramSpec{{name: name + ".weight", shape: []int{d}, init: initOnes}}
+	if c.NormKind != RMSNorm {
+		s = append(s, paramSpec{name: name + ".bias", shape: []int{d}, init: initZeros})
 	}
+	return s
 }
 
 // newParam allocates the parameter s describes and initialises it from rng; an initAttn

@@ -4,18 +4,25 @@ import (
 	"github.com/mhalab/mha/internal/kernel"
 )
 
-// linear is nn.Linear: y = x·Wᵀ + b with W [out, in] and b [out], over n rows of x [n, in].
+// linear is nn.Linear: y = x·Wᵀ + b with W [out, in] and b [out] (or no b), over n rows of
+// x [n, in]. Weights stored [in, out], as GPT-2's Conv1D, are transposed by whoever loads them.
 type linear struct {
 	in, out      int
-	weight, bias *Param
+	weight, bias *Param // bias is nil in a Linear without one
 
 	x []float32 // the last forward's input [n, in], read by backward (not owned)
 	y []float32 // the last forward's output [n, out]
 }
 
+// newLinear returns the Linear called name, with a bias when the layout has name.bias.
 func newLinear(ps params, name string) *linear {
-	w := ps.get(name + ".weight")
-	return &linear{out: w.Value.Shape[0], in: w.Value.Shape[1], weight: w, bias: ps.get(name + ".bias")}
+	return linearOf(ps.get(name+".weight"), ps[name+".bias"])
+}
+
+// linearOf returns the Linear of weight w [out, in] and bias b [out] (or nil); w may belong to
+// another module too, as a tied output head's is the token embedding.
+func linearOf(w, b *Param) *linear {
+	return &linear{out: w.Value.Shape[0], in: w.Value.Shape[1], weight: w, bias: b}
 }
 
 // forward returns y = x·Wᵀ + b for x [n, in]; y is the module's buffer, overwritten by the next
@@ -23,7 +30,11 @@ func newLinear(ps params, name string) *linear {
 func (l *linear) forward(r *runner, x []float32, n int) []float32 {
 	l.x = x
 	l.y = kernel.Grow(l.y, n*l.out)
-	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.Value.Data, l.in, 0, l.y, l.out, l.bias.Value.Data)
+	var b []float32
+	if l.bias != nil {
+		b = l.bias.Value.Data
+	}
+	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.Value.Data, l.in, 0, l.y, l.out, b)
 	return l.y
 }
 
@@ -31,7 +42,9 @@ func (l *linear) forward(r *runner, x []float32, n int) []float32 {
 // dL/dx = dy·W into dx [n, in], given dy = dL/dy [n, out] of the last forward.
 func (l *linear) backward(r *runner, dy, dx []float32, n int) {
 	r.gemmAcc(l.out, l.in, n, dy, l.x, l.weight.Grad.Data)
-	sumRows(r, dy, n, l.out, l.bias.Grad.Data)
+	if l.bias != nil {
+		sumRows(r, dy, n, l.out, l.bias.Grad.Data)
+	}
 	if dx != nil {
 		r.gemm(false, false, n, l.in, l.out, dy, l.out, l.weight.Value.Data, l.in, 1, dx, l.in, nil)
 	}

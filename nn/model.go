@@ -15,7 +15,8 @@ import (
 
 // Model is a causal transformer decoder (see Config) with explicit forward and backward passes.
 // Its parameters use the names and layouts of the PyTorch module in testdata/torch_model.py, so
-// a state dict moves between the two as is.
+// a state dict moves between the two as is (its named_parameters(): with a tied head, PyTorch's
+// state_dict() also lists head.weight, which is tok_emb.weight).
 //
 // A Model holds the state of its last Forward, Loss and Backward: it is not safe for concurrent
 // use. Run one model per goroutine.
@@ -24,12 +25,13 @@ type Model struct {
 	params []*Param
 	emb    *embedding
 	blocks []*block
-	lnF    *layerNorm // pre-norm only
+	lnF    *normLayer // pre-norm only
 	head   *linear
 	r      runner
 
 	b, t    int       // the last forward's batch and length; 0 before the first
 	tokens  []int     // a copy of its tokens
+	types   []int     // and of its token types, when given
 	logits  []float32 // [B·T, Vocab]
 	dlogits []float32 // dL/dlogits of the last Loss
 	kept    bool      // the last forward kept the attention weights
@@ -65,11 +67,15 @@ type RunOptions struct {
 	// uniform heads): Heads[l] applies to block l; layers past its end are left alone. A Gate
 	// is [B, H] for the call's batch.
 	Heads []mha.HeadOptions
+	// TokenTypes, for a model with token type embeddings (Config.TypeVocab > 0), are the token
+	// type ids [B, T] (BERT's token_type_ids, in [0, TypeVocab)); nil means all 0. They must be
+	// nil for a model without.
+	TokenTypes []int
 }
 
 // NewModel returns a model for cfg with parameters initialised as PyTorch initialises the
 // matching module (nn.Embedding N(0, 1), nn.Linear U(±1/√in) for weight and bias, LayerNorm 1
-// and 0, nn.MultiheadAttention's own scheme), drawn from cfg.Seed; the values differ from
+// and 0, RMSNorm 1, nn.MultiheadAttention's own scheme), drawn from cfg.Seed; the values differ from
 // PyTorch's because the generators differ. An FFN of 0 without AttnOnly becomes 4·DModel, as
 // Config() then reports. It returns an error wrapping ErrConfig when cfg is invalid.
 func NewModel(cfg Config) (*Model, error) {
@@ -95,10 +101,33 @@ func NewModel(cfg Config) (*Model, error) {
 		m.blocks = append(m.blocks, b)
 	}
 	if cfg.Norm == PreNorm {
-		m.lnF = newLayerNorm(ps, "ln_f")
+		m.lnF = newNorm(ps, cfg, "ln_f")
 	}
-	m.head = newLinear(ps, "head")
+	if cfg.TieEmbeddings {
+		m.head = linearOf(ps.get("tok_emb.weight"), ps["head.bias"])
+	} else {
+		m.head = newLinear(ps, "head")
+	}
 	return m, nil
+}
+
+// checkTypes returns an error unless types, RunOptions.TokenTypes for a forward of b sequences
+// of length t, are nil, or hold b·t ids in [0, typeVocab) for a model with token types.
+func checkTypes(types []int, typeVocab, b, t int) error {
+	switch {
+	case types == nil:
+		return nil
+	case typeVocab == 0:
+		return errors.New("nn: token types given to a model without token type embeddings (type_vocab 0), want nil")
+	case len(types) != b*t:
+		return fmt.Errorf("nn: %d token types for batch %d × length %d, want %d", len(types), b, t, b*t)
+	}
+	for i, typ := range types {
+		if typ < 0 || typ >= typeVocab {
+			return fmt.Errorf("nn: token type %d at position %d (batch %d, step %d) is outside [0, %d)", typ, i, i/t, i%t, typeVocab)
+		}
+	}
+	return nil
 }
 
 // mix derives a seed from seed and i (the splitmix64 finaliser of their combination), so that
@@ -118,7 +147,8 @@ func (m *Model) Config() Config {
 }
 
 // Params returns the model's parameters in a fixed order (PyTorch's named_parameters order).
-// The Params are the model's own: an optimizer updates them in place.
+// The Params are the model's own: an optimizer updates them in place. A tied output head
+// (Config.TieEmbeddings) has no Param of its own: its weight is tok_emb.weight.
 func (m *Model) Params() []*Param { return slices.Clone(m.params) }
 
 // NumParams returns the number of scalar parameters.
@@ -144,8 +174,9 @@ func (m *Model) CheckFinite() error {
 // Forward runs the model on tokens [B, T] (row-major, len b·t) and returns the logits
 // [B, T, Vocab], whose storage is the model's and is overwritten by the next Forward. The model
 // keeps a copy of the tokens and what Backward needs. It returns an error, leaving no forward
-// for Loss, when b or t is not positive, t > SeqLen, len(tokens) ≠ b·t, or a token is outside
-// [0, Vocab).
+// for Loss, when b or t is not positive, t > SeqLen, len(tokens) ≠ b·t, a token is outside
+// [0, Vocab), or opt.TokenTypes is not nil and the model has no token types, its length is not
+// b·t, or a type is outside [0, TypeVocab).
 func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
 	m.state = stateFresh
 	if opt == nil {
@@ -165,10 +196,18 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 			return nil, fmt.Errorf("nn: token %d at position %d (batch %d, step %d) is outside [0, %d)", tok, i, i/t, i%t, c.Vocab)
 		}
 	}
+	if err := checkTypes(opt.TokenTypes, c.TypeVocab, b, t); err != nil {
+		return nil, err
+	}
 	m.r.setWorkers(opt.Workers)
 	m.b, m.t = b, t
 	m.tokens = append(m.tokens[:0], tokens...)
-	x := m.emb.forward(m.tokens, b, t)
+	m.types = append(m.types[:0], opt.TokenTypes...)
+	var types []int // nil for all 0
+	if opt.TokenTypes != nil {
+		types = m.types
+	}
+	x := m.emb.forward(&m.r, m.tokens, types, b, t)
 	mo := mha.Options{Causal: true, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: m.r.workers}
 	for l, blk := range m.blocks {
 		mo.DropoutSeed = mix(opt.Seed, uint64(l))
@@ -292,7 +331,7 @@ func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 		}
 		dy, dx = dx, dy
 	}
-	m.emb.backward(dy, m.t)
+	m.emb.backward(&m.r, dy, m.t)
 	return nil
 }
 
@@ -347,7 +386,11 @@ func checkShapes(layout []paramSpec, have map[string][]int) error {
 		}
 		for _, name := range slices.Sorted(maps.Keys(have)) {
 			if !known[name] {
-				return fmt.Errorf("nn: unexpected tensor %q %v: the model has no such parameter", name, have[name])
+				hint := ""
+				if name == "head.weight" { // in every layout but a tied head's
+					hint = " (its head is tied: the head's weight is tok_emb.weight)"
+				}
+				return fmt.Errorf("nn: unexpected tensor %q %v: the model has no such parameter%s", name, have[name], hint)
 			}
 		}
 	}

@@ -28,7 +28,18 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.AttnOnly, c.FFN = true, 16 }, "ffn is 16 with attn_only, want 0"},
 		{func(c *Config) { c.FFN = -1 }, "ffn is -1, want a value in [1, 65536] (or 0 for 4·d_model)"},
 		{func(c *Config) { c.Norm = "" }, `norm is "", want "post" or "pre"`},
-		{func(c *Config) { c.Positions = "rope" }, `positions is "rope", want "sinusoidal" or "learned"`},
+		{func(c *Config) { c.Positions = "rope" }, `positions is "rope", want "sinusoidal", "learned" or "none"`},
+		{func(c *Config) { c.NormKind = "batchnorm" }, `norm_kind is "batchnorm", want "layernorm" or "rmsnorm" (or empty for "layernorm")`},
+		{func(c *Config) { c.NormEps = -1e-5 }, "norm_eps is -1e-05, want a value in (0, 1] (or 0 for 1e-05)"},
+		{func(c *Config) { c.NormEps = 2 }, "norm_eps is 2, want a value in (0, 1]"},
+		{func(c *Config) { c.NormEps = math.Inf(1) }, "norm_eps is +Inf"},
+		{func(c *Config) { c.NormEps = math.NaN() }, "norm_eps is NaN"},
+		{func(c *Config) { c.Activation = "relu" }, `activation is "relu", want "gelu", "gelu_new", "gelu_pytorch_tanh" or "swiglu" (or empty for "gelu")`},
+		{func(c *Config) { c.Activation = "silu" }, `activation is "silu"`},
+		{func(c *Config) { c.AttnOnly, c.Activation = true, SwiGLU }, `activation is "swiglu" with attn_only, want none`},
+		{func(c *Config) { c.AttnOnly, c.NoMLPBias = true, true }, "no_mlp_bias is set with attn_only, which has no feed-forward network"},
+		{func(c *Config) { c.TypeVocab = -1 }, "type_vocab is -1, want a value in [1, 65536] (or 0 for no token types)"},
+		{func(c *Config) { c.TypeVocab = MaxDim + 1 }, "type_vocab is 65537"},
 		{func(c *Config) { c.Dropout = 1 }, "dropout is 1, want a probability in [0, 1)"},
 		{func(c *Config) { c.Dropout = math.NaN() }, "dropout is NaN"},
 		{func(c *Config) { c.DModel, c.Heads = 20000, 1 }, "the default ffn 4·d_model = 80000 is larger than 65536"},
@@ -83,6 +94,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte(`{"vocab":3,"seq_len":2,"d_model":4,"heads":4,"layers":1,"attn_only":true,"norm":"post","positions":"sinusoidal","dropout":0.5}`))
 	f.Add([]byte(`{"vocab":1e3}`))
+	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","norm_eps":1e-6,"activation":"swiglu","no_mlp_bias":true,"no_head_bias":true,"tie_embeddings":true}`))
+	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"post","positions":"learned","norm_eps":1e-12,"activation":"gelu_new","type_vocab":2,"emb_norm":true}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

@@ -9,7 +9,8 @@ For every case in CASES this writes nn/testdata/golden/<case>.safetensors holdin
 parameters of torch_model.Model under their names, the inputs "tokens" [B, T] (I64), "targets"
 [B, T] (I64) and "scored" [B, T] (BOOL), and the float64 results of the same model run in double
 precision: "logits" [B, T, V], "loss" (a scalar), "correct" (a scalar count) and "grad.<name>"
-for every parameter. The model config is in the metadata under "config", as in a checkpoint, and
+for every parameter; with token type embeddings, also the "token_types" [B, T] (I64) the run
+used, unless the case runs with the default (all 0, no tensor stored). The model config is in the metadata under "config", as in a checkpoint, and
 the parameter names in named_parameters() order under "names" (a JSON list).
 Each case draws from its own generator seeded from its name, so the output is deterministic.
 """
@@ -37,7 +38,27 @@ CASES = {
     "pre_sinusoidal": (dict(d_model=8, norm="pre", positions="sinusoidal"), 0.3),
     "post_sinusoidal_attn_only": (dict(d_model=8, norm="post", positions="sinusoidal", attn_only=True), 0.3),
     "pre_learned_attn_only": (dict(d_model=8, norm="pre", positions="learned", attn_only=True), 0.0),
+    # Hugging Face families, less their attention (rotary positions, grouped K/V heads,
+    # bidirectional BERT): Llama, RMSNorm + SwiGLU without biases and no position embedding ...
+    "llama": (dict(d_model=8, ffn=12, norm="pre", positions="none", norm_kind="rmsnorm", norm_eps=1e-6,
+                   activation="swiglu", no_mlp_bias=True, no_head_bias=True), 0.0),
+    # ... tied, post-norm, with SwiGLU's optional biases and an eps large enough to matter;
+    "llama_tied_post": (dict(d_model=8, ffn=12, norm="post", positions="none", norm_kind="rmsnorm", norm_eps=0.1,
+                             activation="swiglu", tie_embeddings=True), 0.3),
+    # GPT-2: GELU-tanh, learned positions, head tied to the token embedding without bias;
+    "gpt2": (dict(d_model=8, ffn=16, norm="pre", positions="learned", norm_eps=1e-5, activation="gelu_new",
+                  tie_embeddings=True, no_head_bias=True), 0.0),
+    # BERT's embeddings: token types and the embedding LayerNorm, eps 1e-12, types given ...
+    "bert": (dict(d_model=12, ffn=16, norm="post", positions="learned", norm_eps=1e-12, activation="gelu",
+                  type_vocab=2, emb_norm=True), 0.0),
+    # ... and types left at their default 0, with every other option mixed in.
+    "bert_default_types": (dict(d_model=8, norm="pre", positions="sinusoidal", norm_kind="rmsnorm",
+                                activation="gelu_pytorch_tanh", no_mlp_bias=True, type_vocab=3,
+                                emb_norm=True), 0.3),
 }
+
+# The cases that run with token types other than the default.
+GIVEN_TYPES = {"bert"}
 
 
 def make_case(name, fields, unscored):
@@ -48,15 +69,18 @@ def make_case(name, fields, unscored):
     with torch.no_grad():
         for p in model.parameters():  # move LayerNorm gains, biases and zero inits off their defaults
             p.add_(0.2 * torch.randn_like(p))
-    params = {k: v.detach().clone().numpy() for k, v in model.state_dict().items()}
+    params = {k: v.detach().clone().numpy() for k, v in model.named_parameters()}
 
     tokens = torch.randint(0, cfg.vocab, (BATCH, LENGTH))
     targets = torch.randint(0, cfg.vocab, (BATCH, LENGTH))
     scored = torch.rand(BATCH, LENGTH) >= unscored
     scored[0, 0] = True
+    types = None
+    if name in GIVEN_TYPES:
+        types = torch.randint(0, cfg.type_vocab, (BATCH, LENGTH))
 
     model = model.double().eval()
-    logits = model(tokens)
+    logits = model(tokens, types)
     loss, correct, _ = torch_model.loss(logits, targets, scored)
     loss.backward()
 
@@ -64,6 +88,8 @@ def make_case(name, fields, unscored):
     tensors.update(tokens=tokens.numpy(), targets=targets.numpy(), scored=scored.numpy(),
                    logits=logits.detach().numpy(), loss=np.array(loss.item()),
                    correct=np.array(float(correct)))
+    if types is not None:
+        tensors["token_types"] = types.numpy()
     for k, p in model.named_parameters():
         tensors["grad." + k] = p.grad.numpy()
     path = os.path.join(GOLDEN_DIR, name + ".safetensors")

@@ -1,0 +1,160 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/mhalab/mha/internal/kernel"
+)
+
+// actBlock is the number of values one activation task handles.
+const actBlock = 2048
+
+// actKind is a gated activation y = x·s(x), s one of the gates below.
+type actKind int
+
+const (
+	actGELU     actKind = iota // s = Φ(x), the standard normal CDF: the exact GELU, PyTorch's default
+	actGELUTanh                // s = σ(2·√(2/π)·(x + 0.044715·x³)) = (1 + tanh(√(2/π)·(x + 0.044715·x³)))/2
+	actSiLU                    // s = σ(x): SiLU (swish), SwiGLU's gate
+)
+
+// The constants of GELU's tanh approximation.
+const (
+	tanhGELUScale = 0.7978845608028654 // √(2/π)
+	tanhGELUCubic = 0.044715
+)
+
+// activationOf returns the activation of the feed-forward network of a config whose Activation
+// is name (SiLU for SwiGLU).
+func activationOf(name string) actKind {
+	switch name {
+	case GELUNew, GELUPyTorchTanh:
+		return actGELUTanh
+	case SwiGLU:
+		return actSiLU
+	}
+	return actGELU
+}
+
+// activation is an elementwise activation y = x·s(x) (see actKind), with its backward
+// dy/dx = s(x) + x·s′(x).
+type activation struct {
+	kind actKind
+	x    []float32 // the last forward's input (not owned)
+	y    []float32 // its output
+	gate []float32 // s(x), kept for backward
+}
+
+// forward returns y = x·s(x) for the n values of x, in the module's buffer. x must stay
+// unchanged until backward has run. σ(z) is 1/(1 + e^(−z)), with e^(−z) rounded to float32
+// (kernel.Sexp); it is 0 where e^(−z) overflows.
+func (a *activation) forward(r *runner, x []float32) []float32 {
+	n := len(x)
+	a.x = x
+	a.y = kernel.Grow(a.y, n)
+	a.gate = kernel.Grow(a.gate, n)
+	r.rows(n, actBlock, func(_, _, i0, i1 int) {
+		s := a.gate[i0:i1]
+		switch a.kind {
+		case actGELU:
+			normalCDF(x[i0:i1], s)
+		case actGELUTanh:
+			for i, v := range x[i0:i1] {
+				s[i] = -2 * tanhGELUScale * (v + tanhGELUCubic*v*v*v)
+			}
+		case actSiLU:
+			for i, v := range x[i0:i1] {
+				s[i] = -v
+			}
+		}
+		if a.kind != actGELU {
+			kernel.Sexp(s, 0)
+			for i, e := range s {
+				s[i] = 1 / (1 + e)
+			}
+		}
+		for i := i0; i < i1; i++ {
+			a.y[i] = x[i] * a.gate[i]
+		}
+	})
+	return a.y
+}
+
+// backward adds dL/dx = dy·(s(x) + x·s′(x)) into dx, given dy = dL/dy of the last forward:
+// s′ is φ, the standard normal density, for the exact GELU; σ(1 − σ)·2·√(2/π)·(1 + 3·0.044715·x²)
+// for the tanh approximation; σ(1 − σ) for SiLU.
+func (a *activation) backward(r *runner, dy, dx []float32) {
+	r.rows(len(dy), actBlock, func(worker, _, i0, i1 int) {
+		x, s, g, out := a.x[i0:i1], a.gate[i0:i1], dy[i0:i1], dx[i0:i1]
+		switch a.kind {
+		case actGELU:
+			e := r.scratch(worker, i1-i0)
+			for i, v := range x {
+				e[i] = -0.5 * v * v
+			}
+			kernel.Sexp(e, 0)
+			const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
+			for i, v := range x {
+				out[i] += g[i] * (s[i] + v*invSqrt2Pi*e[i])
+			}
+		case actGELUTanh:
+			for i, v := range x {
+				d := s[i] // s + x·s′, with s′ = 0 where σ saturates (x² may overflow there)
+				if ds := s[i] * (1 - s[i]); ds != 0 {
+					d += v * ds * 2 * tanhGELUScale * (1 + 3*tanhGELUCubic*v*v)
+				}
+				out[i] += g[i] * d
+			}
+		case actSiLU:
+			for i, v := range x {
+				out[i] += g[i] * (s[i] + v*s[i]*(1-s[i]))
+			}
+		}
+	})
+}
+
+// normalCDF sets cdf[i] = Φ(x[i]) by cubic Hermite interpolation between the exact values of Φ
+// and of its derivative φ at the nodes of cdfTable; below cdfLo it gives 0 (Φ(−10) < 1e-23),
+// above −cdfLo 1. The error is below 5e-8 (float32 rounding), and below 1e-6 relative for
+// x ≥ −4; in the far left tail the interpolation's error relative to the tiny Φ grows to 3e-5.
+func normalCDF(x, cdf []float32) {
+	for i, v := range x {
+		u := (float64(v) - cdfLo) * cdfScale
+		switch {
+		case u >= 0 && u < cdfIntervals:
+			k := int(u)
+			s, c := u-float64(k), &cdfTable[k]
+			cdf[i] = float32(c[0] + s*(c[1]+s*(c[2]+s*c[3])))
+		case u < 0:
+			cdf[i] = 0
+		case u >= cdfIntervals:
+			cdf[i] = 1
+		default:
+			cdf[i] = v // NaN
+		}
+	}
+}
+
+// The interpolation grid of normalCDF: cdfIntervals intervals of width 1/cdfScale from cdfLo to
+// −cdfLo.
+const (
+	cdfLo        = -10
+	cdfScale     = 32
+	cdfIntervals = -2 * cdfLo * cdfScale
+)
+
+// cdfTable holds, per interval, the coefficients in s ∈ [0, 1) of the cubic that matches Φ and
+// φ at both ends. It is computed once and only read.
+var cdfTable = func() (t [cdfIntervals][4]float64) {
+	const h = 1.0 / cdfScale
+	node := func(k int) (p, d float64) { // Φ and h·φ at node k
+		x := cdfLo + float64(k)*h
+		return math.Erfc(-x/math.Sqrt2) / 2, h * math.Exp(-x*x/2) / math.Sqrt(2*math.Pi)
+	}
+	for k := range t {
+		p0, d0 := node(k)
+		p1, d1 := node(k + 1)
+		t[k] = [4]float64{p0, d0, 3*(p1-p0) - 2*d0 - d1, 2*(p0-p1) + d0 + d1}
+	}
+	return t
+}()
