@@ -26,6 +26,12 @@ type Options struct {
 	// Causal masks key j for query i when j > i (top-left alignment, also when Tq ≠ Tk). The
 	// keys appended by add_bias_kv and add_zero_attn stay visible, as in PyTorch.
 	Causal bool
+	// Window, when not nil, is a sliding window aligned as Causal is, top-left: query i sees
+	// keys i − Left ≤ j ≤ i + Right (−1: unbounded on that side); with Causal, Right is
+	// moot. Keys outside it are skipped, not computed. The keys appended by add_bias_kv and
+	// add_zero_attn stay visible. (SDPA's windows align bottom-right, at i + Tk − Tq; in
+	// self-attention the two agree.)
+	Window *Window
 	// NeedWeights asks for the attention weights in Result.Weights.
 	NeedWeights bool
 	// PerHeadWeights returns weights per head, [B, H, Tq, Tk], instead of averaged over heads,
@@ -225,6 +231,9 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	if n := p.denseElements(c.NumHeads, traced); n > MaxDenseElements {
 		return fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) allowed when they are kept (NeedWeights, Reference)", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)
 	}
+	if w := p.opt.Window; w != nil && (w.Left < -1 || w.Right < -1) {
+		return fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
+	}
 	if m := p.opt.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
 			return err
@@ -374,6 +383,10 @@ func (p *plan) checkAttnMask(name string, shape []int, n, heads int) (perHead bo
 // bias returns the mask description of batch b, head h.
 func (p *plan) bias(b, h, heads int) attend.Bias {
 	bias := attend.Bias{Causal: p.opt.Causal, Stride: p.tk}
+	if w := p.opt.Window; w != nil {
+		// Sizes beyond Tq + Tk see the same keys; clamping keeps i ± size from overflowing.
+		bias.Window, bias.Left, bias.Right = true, min(w.Left, p.tq+p.tk), min(w.Right, p.tq+p.tk)
+	}
 	n := p.tq * p.tk
 	if m := p.opt.KeyPaddingMask; m != nil {
 		bias.KeyPad = m.Data[b*p.tk : (b+1)*p.tk]

@@ -404,10 +404,11 @@ func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
 // tensors in one format. The weight matrices (in_proj_weight or q/k/v_proj_weight, and
 // out_proj.weight) are kept as they are, at half the memory of float32, and read by the matrix
 // products, which convert them to float32 as they pack them; the biases (and bias_k, bias_v) are
-// converted to float32. Forward, ForwardInto and Reference then compute in float32 (float64) on
-// the half-precision values; ForwardTrain returns an error, since training needs float32 weights
-// (LoadStateDict converts back). The layer keeps sd's matrices, not copies: they must not change
-// while the layer uses them. On error (wrapping ErrStateDict) the layer is unchanged.
+// converted to float32. Every pass then computes in float32 (Reference in float64) on the
+// half-precision values, Backward included: its gradients are float32, but an optimiser has no
+// float32 weight to update, so train with float32 weights (LoadStateDict converts back). The
+// layer keeps sd's matrices, not copies: they must not change while the layer uses them. On
+// error (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
 	names := slices.Sorted(maps.Keys(sd))
 	err := l.checkStateDict(names, func(name string) ([]int, int, bool) {

@@ -342,8 +342,8 @@ func TestLayerGQAEqualsRepeatedKV(t *testing.T) {
 
 // TestLayerHalfWeights checks a layer holding bfloat16 or float16 weights against the float32
 // layer whose weights are their values: the same bits from Forward (the half-precision GEMM
-// decodes exactly and sums in the same order), the same Reference, no float32 copy of the
-// matrices kept, and training refused.
+// decodes exactly and sums in the same order), the same Reference and gradients, and no float32
+// copy of the matrices kept.
 func TestLayerHalfWeights(t *testing.T) {
 	for _, cfg := range []Config{
 		{EmbedDim: 32, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 1000}, Seed: 1},
@@ -397,16 +397,15 @@ func TestLayerHalfWeights(t *testing.T) {
 						t.Errorf("StateDict %s differs from the loaded values", name)
 					}
 				}
-				var r Result
-				var s Saved
-				if err := half.ForwardTrain(&r, &s, q, k, v, opt); !errors.Is(err, ErrConfig) {
-					t.Errorf("ForwardTrain with half weights: %v, want ErrConfig", err)
+				dy := randTensor(rng, 2, 70, cfg.EmbedDim)
+				ga, gb := backward(t, full, q, k, v, opt, dy), backward(t, half, q, k, v, opt, dy)
+				for name, g := range ga {
+					if !bitsEqual(g, gb[name]) {
+						t.Errorf("gradient %s with half weights differs from float32's", name)
+					}
 				}
-				if err := half.LoadStateDict(full.StateDict()); err != nil {
-					t.Fatal(err)
-				}
-				if err := half.ForwardTrain(&r, &s, q, k, v, opt); err != nil {
-					t.Errorf("ForwardTrain after LoadStateDict: %v", err)
+				if err := half.LoadStateDict(full.StateDict()); err != nil || half.half != nil {
+					t.Errorf("LoadStateDict after LoadHalfStateDict: %v, half weights %v", err, half.half != nil)
 				}
 			})
 		}
@@ -422,5 +421,47 @@ func TestLayerHalfWeights(t *testing.T) {
 	}
 	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) {
 		t.Errorf("mixed formats: %v, want ErrStateDict", err)
+	}
+}
+
+// TestLayerWindow checks the layer's sliding window against the same window written as a
+// boolean attention mask, in Forward, Reference and Backward, with grouped heads and rotary.
+func TestLayerWindow(t *testing.T) {
+	const tq, tk = 90, 90
+	l := newLayer(t, Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100}, Seed: 5})
+	rng := tensor.NewRNG(6)
+	x, dy := randTensor(rng, 2, tq, 16), randTensor(rng, 2, tq, 16)
+	for _, w := range []Window{{3, 0}, {0, 2}, {70, 5}, {-1, 4}, {10, -1}} {
+		for _, causal := range []bool{false, true} {
+			mask := tensor.NewBool(tq, tk)
+			for i := range tq {
+				for j := range tk {
+					mask.Data[i*tk+j] = (w.Left >= 0 && j < i-w.Left) || (w.Right >= 0 && j > i+w.Right)
+				}
+			}
+			win, masked := &Options{Window: &w, Causal: causal}, &Options{AttnMask: mask, Causal: causal}
+			a, b := forward(t, l, x, nil, nil, win), forward(t, l, x, nil, nil, masked)
+			if d := maxAbsDiff(a.Output.Data, b.Output.Data); d > 1e-6 {
+				t.Errorf("window %v causal %v: Forward differs from the mask by %g", w, causal, d)
+			}
+			ra, err := l.Reference(x, nil, nil, win)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, err := l.Reference(x, nil, nil, masked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "Reference", ra.Output, rb.Output, 1e-12)
+			ga, gb := backward(t, l, x, nil, nil, win, dy), backward(t, l, x, nil, nil, masked, dy)
+			for name, g := range ga {
+				if d := maxAbsDiff(g, gb[name]); d > 1e-5 {
+					t.Errorf("window %v causal %v: gradient %s differs from the mask's by %g", w, causal, name, d)
+				}
+			}
+		}
+	}
+	if _, err := l.Forward(x, nil, nil, &Options{Window: &Window{-2, 0}}); !errors.Is(err, ErrShape) {
+		t.Errorf("window (−2, 0): %v, want ErrShape", err)
 	}
 }

@@ -26,14 +26,9 @@ type Saved struct {
 }
 
 // ForwardTrain is ForwardInto that also keeps in s what Backward needs. The inputs and the
-// layer's parameters must not change until Backward returns. Errors are as for Forward, and one
-// wrapping ErrConfig when the layer holds half-precision weights; after one, s holds nothing
-// Backward accepts.
+// layer's parameters must not change until Backward returns. Errors are as for Forward; after
+// one, s holds nothing Backward accepts.
 func (l *Layer) ForwardTrain(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
-	if l.half != nil {
-		s.l = nil
-		return fmt.Errorf("%w: training needs float32 weights, and the layer holds half-precision ones (LoadHalfStateDict); load float32 weights with LoadStateDict to train", ErrConfig)
-	}
 	return l.forward(r, s, query, key, value, opt)
 }
 
@@ -140,8 +135,8 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 		}
 	}
 	if g.Params == nil {
-		for _, q := range l.params {
-			g.Params = append(g.Params, Param{q.Name, tensor.New(q.T.Shape...)})
+		for i, q := range l.params {
+			g.Params = append(g.Params, Param{q.Name, tensor.New(l.shapes[i]...)})
 		}
 		return nil
 	}
@@ -150,8 +145,8 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 	}
 	for i, q := range l.params {
 		gp := g.Params[i]
-		if gp.Name != q.Name || gp.T == nil || !slices.Equal(gp.T.Shape, q.T.Shape) || len(gp.T.Data) != len(q.T.Data) {
-			return fmt.Errorf("%w: Grads.Params[%d] is %s %v, want %s %v", ErrShape, i, gp.Name, shapeOf(gp.T), q.Name, q.T.Shape)
+		if n, _ := tensor.NumElements(l.shapes[i]); gp.Name != q.Name || gp.T == nil || !slices.Equal(gp.T.Shape, l.shapes[i]) || len(gp.T.Data) != n {
+			return fmt.Errorf("%w: Grads.Params[%d] is %s %v, want %s %v", ErrShape, i, gp.Name, shapeOf(gp.T), q.Name, l.shapes[i])
 		}
 	}
 	return nil
