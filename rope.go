@@ -36,8 +36,10 @@ func (l RopeLayout) String() string {
 // OriginalMaxPositions/HighFreqFactor are kept, and the band between is interpolated smoothly, as
 // Hugging Face's _compute_llama3_parameters does.
 type RopeScaling struct {
-	Factor, LowFreqFactor, HighFreqFactor float64
-	OriginalMaxPositions                  int // original_max_position_embeddings
+	Factor               float64 `json:"factor"`
+	LowFreqFactor        float64 `json:"low_freq_factor"`
+	HighFreqFactor       float64 `json:"high_freq_factor"`
+	OriginalMaxPositions int     `json:"original_max_position_embeddings"`
 }
 
 // Rotary is rotary position embedding (RoPE, Su et al.): pair p of a head vector at position m is

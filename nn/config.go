@@ -74,6 +74,44 @@ type Config struct {
 	// EmbNorm normalises the sum of the embeddings with a normalisation layer emb_ln of kind
 	// NormKind (BERT's embeddings.LayerNorm) before the first block.
 	EmbNorm bool `json:"emb_norm,omitempty"`
+
+	// KVHeads, when > 0, is every block's number of key/value heads, a divisor of Heads
+	// (mha.Config.NumKVHeads; Hugging Face's num_key_value_heads): grouped-query attention.
+	KVHeads int `json:"kv_heads,omitempty"`
+	// Rope, when not nil, rotates every block's queries and keys (mha.Config.Rotary), Llama's
+	// positions: query and key t sit at position t.
+	Rope *Rope `json:"rope,omitempty"`
+	// NoAttnBias leaves the biases out of the attention's projections (in_proj_bias and
+	// out_proj.bias; Llama's attention_bias false).
+	NoAttnBias bool `json:"no_attn_bias,omitempty"`
+	// Bidirectional lets every position attend to every other (BERT's encoder); the default is
+	// causal.
+	Bidirectional bool `json:"bidirectional,omitempty"`
+	// Window, when > 0, is a causal sliding window: position i attends to the Window positions
+	// i − Window + 1 … i (Hugging Face's sliding_window, as Mistral uses it). Not with
+	// Bidirectional.
+	Window int `json:"window,omitempty"`
+}
+
+// Rope is the rotary position embedding of a Config: mha.Rotary's fields, as stored in JSON.
+type Rope struct {
+	Theta       float64 `json:"theta"`                 // the base θ, > 0 (Hugging Face's rope_theta)
+	Dim         int     `json:"dim,omitempty"`         // rotated dimensions of each head; 0 means all
+	Interleaved bool    `json:"interleaved,omitempty"` // pairs (2p, 2p+1) as GPT-J, not rotate-half as Llama
+	// Scaling, when not nil, is Llama 3's rope_scaling.
+	Scaling *mha.RopeScaling `json:"scaling,omitempty"`
+}
+
+// rotary returns r as the attention layer's Rotary, or nil for nil.
+func (r *Rope) rotary() *mha.Rotary {
+	if r == nil {
+		return nil
+	}
+	rot := &mha.Rotary{Theta: r.Theta, Dim: r.Dim, Layout: mha.RopeHalf, Scaling: r.Scaling}
+	if r.Interleaved {
+		rot.Layout = mha.RopeInterleaved
+	}
+	return rot
 }
 
 // Values of Config.Norm and Config.Positions.
@@ -155,6 +193,10 @@ func (c Config) Validate() error {
 		return bad("no_mlp_bias is set with attn_only, which has no feed-forward network")
 	case c.TypeVocab < 0 || c.TypeVocab > MaxDim:
 		return bad("type_vocab is %d, want a value in [1, %d] (or 0 for no token types)", c.TypeVocab, MaxDim)
+	case c.Window < 0 || c.Window > MaxDim:
+		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxDim)
+	case c.Window > 0 && c.Bidirectional:
+		return bad("window %d with bidirectional attention, want a window only on causal attention", c.Window)
 	}
 	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
 		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
@@ -168,7 +210,18 @@ func (c Config) Validate() error {
 // Attention returns the config of every block's attention layer, whose HeadDim and HeadOffset
 // give the layout of the heads. Its Seed is 0: each block seeds its own layer.
 func (c Config) Attention() mha.Config {
-	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales}
+	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
+		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
+}
+
+// attnOptions returns the options of every block's attention for a forward of opt: causal
+// unless Bidirectional, with the sliding window.
+func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
+	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers}
+	if c.Window > 0 {
+		mo.Window = &mha.Window{Left: c.Window - 1, Right: 0}
+	}
+	return mo
 }
 
 // ForwardBytes estimates the memory, in bytes, of the buffers that a Forward of b sequences of

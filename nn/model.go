@@ -29,12 +29,13 @@ type Model struct {
 	head   *linear
 	r      runner
 
-	b, t    int       // the last forward's batch and length; 0 before the first
-	tokens  []int     // a copy of its tokens
-	types   []int     // and of its token types, when given
-	logits  []float32 // [B·T, Vocab]
-	dlogits []float32 // dL/dlogits of the last Loss
-	kept    bool      // the last forward kept the attention weights
+	b, t    int         // the last forward's batch and length; 0 before the first
+	tokens  []int       // a copy of its tokens
+	types   []int       // and of its token types, when given
+	padding tensor.Bool // a copy of its padding mask, when given
+	logits  []float32   // [B·T, Vocab]
+	dlogits []float32   // dL/dlogits of the last Loss
+	kept    bool        // the last forward kept the attention weights
 	state   state
 	scr     scratch
 	dx, dy  []float32 // the residual stream's gradient, [B·T, d], alternating between blocks
@@ -71,6 +72,10 @@ type RunOptions struct {
 	// type ids [B, T] (BERT's token_type_ids, in [0, TypeVocab)); nil means all 0. They must be
 	// nil for a model without.
 	TokenTypes []int
+	// Padding, when not nil, marks the padding positions [B, T] (true: padding, Hugging Face's
+	// attention_mask 0), which no position attends to. Their own outputs are computed as any
+	// other's; a caller ignores them.
+	Padding []bool
 }
 
 // NewModel returns a model for cfg with parameters initialised as PyTorch initialises the
@@ -175,8 +180,8 @@ func (m *Model) CheckFinite() error {
 // [B, T, Vocab], whose storage is the model's and is overwritten by the next Forward. The model
 // keeps a copy of the tokens and what Backward needs. It returns an error, leaving no forward
 // for Loss, when b or t is not positive, t > SeqLen, len(tokens) ≠ b·t, a token is outside
-// [0, Vocab), or opt.TokenTypes is not nil and the model has no token types, its length is not
-// b·t, or a type is outside [0, TypeVocab).
+// [0, Vocab), opt.TokenTypes is not nil and the model has no token types, its length is not
+// b·t, or a type is outside [0, TypeVocab), or opt.Padding is not nil and its length is not b·t.
 func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
 	m.state = stateFresh
 	if opt == nil {
@@ -199,6 +204,9 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if err := checkTypes(opt.TokenTypes, c.TypeVocab, b, t); err != nil {
 		return nil, err
 	}
+	if opt.Padding != nil && len(opt.Padding) != b*t {
+		return nil, fmt.Errorf("nn: padding mask of %d values for batch %d × length %d, want %d", len(opt.Padding), b, t, b*t)
+	}
 	m.r.setWorkers(opt.Workers)
 	m.b, m.t = b, t
 	m.tokens = append(m.tokens[:0], tokens...)
@@ -208,7 +216,11 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 		types = m.types
 	}
 	x := m.emb.forward(&m.r, m.tokens, types, b, t)
-	mo := mha.Options{Causal: true, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: m.r.workers}
+	mo := c.attnOptions(opt, m.r.workers)
+	if opt.Padding != nil {
+		m.padding.Shape, m.padding.Data = append(m.padding.Shape[:0], b, t), append(m.padding.Data[:0], opt.Padding...)
+		mo.KeyPaddingMask = &m.padding
+	}
 	for l, blk := range m.blocks {
 		mo.DropoutSeed = mix(opt.Seed, uint64(l))
 		mo.Heads = mha.HeadOptions{}
