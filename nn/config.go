@@ -75,6 +75,10 @@ type Config struct {
 	// NormKind (BERT's embeddings.LayerNorm) before the first block.
 	EmbNorm bool `json:"emb_norm,omitempty"`
 
+	// HeadTransform puts BERT's masked-LM transform before the output head: y =
+	// Norm(act(x·Wᵀ + b)), head_dense [DModel, DModel] with bias, act the Activation (not
+	// "swiglu"), and a normalisation layer head_ln of kind NormKind.
+	HeadTransform bool `json:"head_transform,omitempty"`
 	// KVHeads, when > 0, is every block's number of key/value heads, a divisor of Heads
 	// (mha.Config.NumKVHeads; Hugging Face's num_key_value_heads): grouped-query attention.
 	KVHeads int `json:"kv_heads,omitempty"`
@@ -193,6 +197,8 @@ func (c Config) Validate() error {
 		return bad("no_mlp_bias is set with attn_only, which has no feed-forward network")
 	case c.TypeVocab < 0 || c.TypeVocab > MaxDim:
 		return bad("type_vocab is %d, want a value in [1, %d] (or 0 for no token types)", c.TypeVocab, MaxDim)
+	case c.HeadTransform && (c.AttnOnly || c.Activation == SwiGLU):
+		return bad("head_transform needs a GELU activation, have attn_only %v, activation %q", c.AttnOnly, c.Activation)
 	case c.Window < 0 || c.Window > MaxDim:
 		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxDim)
 	case c.Window > 0 && c.Bidirectional:

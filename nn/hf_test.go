@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
@@ -29,15 +30,18 @@ func hfConfigs() map[string]Config {
 		"llama": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
 			c.Activation, c.NoMLPBias, c.NoHeadBias = SwiGLU, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.Window = 1, &Rope{Theta: 100}, true, 3
 		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
+			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}
 		}),
 		"gpt2": with(func(c *Config) {
 			c.Norm, c.Positions, c.Activation, c.TieEmbeddings, c.NoHeadBias = PreNorm, Learned, GELUNew, true, true
 		}),
 		"bert": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormEps, c.TypeVocab, c.EmbNorm = PostNorm, Learned, 1e-12, 2, true
+			c.Bidirectional, c.HeadTransform = true, true
 		}),
 		"mixed": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.NoMLPBias = PostNorm, Sinusoidal, RMSNorm, GELUPyTorchTanh, true
@@ -84,8 +88,15 @@ func TestHFParams(t *testing.T) {
 		for _, l := range []string{"blocks.0.", "blocks.1."} {
 			norm(l + "ln1")
 			norm(l + "ln2")
-			lin(l+"attn.out_proj", d, d, true)
-			want[l+"attn.in_proj_weight"], want[l+"attn.in_proj_bias"] = []int{3 * d, d}, []int{3 * d}
+			ekv := d
+			if cfg.KVHeads > 0 {
+				ekv = cfg.KVHeads * d / cfg.Heads
+			}
+			lin(l+"attn.out_proj", d, d, !cfg.NoAttnBias)
+			want[l+"attn.in_proj_weight"] = []int{d + 2*ekv, d}
+			if !cfg.NoAttnBias {
+				want[l+"attn.in_proj_bias"] = []int{d + 2*ekv}
+			}
 			if cfg.Activation == SwiGLU {
 				lin(l+"ffn.gate_proj", d, f, !cfg.NoMLPBias)
 				lin(l+"ffn.up_proj", d, f, !cfg.NoMLPBias)
@@ -97,6 +108,10 @@ func TestHFParams(t *testing.T) {
 		}
 		if cfg.Norm == PreNorm {
 			norm("ln_f")
+		}
+		if cfg.HeadTransform {
+			lin("head_dense", d, d, true)
+			norm("head_ln")
 		}
 		lin("head", d, v, !cfg.NoHeadBias)
 		if cfg.TieEmbeddings {
@@ -118,7 +133,7 @@ func TestHFParams(t *testing.T) {
 		}
 		for _, p := range m.Params() {
 			decay := strings.HasSuffix(p.Name, "proj_weight") || strings.HasSuffix(p.Name, "proj.weight") ||
-				strings.HasSuffix(p.Name, "fc1.weight") || strings.HasSuffix(p.Name, "fc2.weight") || p.Name == "head.weight"
+				strings.HasSuffix(p.Name, "fc1.weight") || strings.HasSuffix(p.Name, "fc2.weight") || p.Name == "head.weight" || p.Name == "head_dense.weight"
 			if p.NoDecay == decay {
 				t.Errorf("%s: %s: NoDecay %v", name, p.Name, p.NoDecay)
 			}
@@ -140,12 +155,14 @@ func TestHFGradient(t *testing.T) {
 		opt := &RunOptions{}
 		if cfg.TypeVocab > 0 && name == "bert" {
 			opt.TokenTypes = []int{0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1}
+			opt.Padding = make([]bool, 14)
+			opt.Padding[12], opt.Padding[13] = true, true
 		}
 		rng := tensor.NewRNG(3)
 		for _, p := range m.Params() {
 			if !strings.Contains(p.Name, "attn.") {
 				rng.Normal(p.Value, 0.3) // norm gains, biases and type embeddings off their init
-				if strings.HasSuffix(p.Name, "ln1.weight") || strings.HasSuffix(p.Name, "ln2.weight") || strings.HasSuffix(p.Name, "ln_f.weight") || strings.HasSuffix(p.Name, "emb_ln.weight") {
+				if strings.HasSuffix(p.Name, "ln1.weight") || strings.HasSuffix(p.Name, "ln2.weight") || strings.HasSuffix(p.Name, "ln_f.weight") || strings.HasSuffix(p.Name, "emb_ln.weight") || strings.HasSuffix(p.Name, "head_ln.weight") {
 					for i := range p.Value.Data {
 						p.Value.Data[i]++
 					}

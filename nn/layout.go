@@ -72,6 +72,10 @@ func (c Config) layout() []paramSpec {
 	if c.Norm == PreNorm {
 		s = append(s, c.normSpecs("ln_f")...)
 	}
+	if c.HeadTransform {
+		s = append(s, linearSpecs("head_dense", d, d, true)...)
+		s = append(s, c.normSpecs("head_ln")...)
+	}
 	head := linearSpecs("head", d, v, !c.NoHeadBias)
 	if c.TieEmbeddings {
 		head = head[1:] // the weight is tok_emb.weight

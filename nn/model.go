@@ -25,7 +25,8 @@ type Model struct {
 	params []*Param
 	emb    *embedding
 	blocks []*block
-	lnF    *normLayer // pre-norm only
+	lnF    *normLayer     // pre-norm only
+	trans  *headTransform // with Config.HeadTransform
 	head   *linear
 	r      runner
 
@@ -107,6 +108,9 @@ func NewModel(cfg Config) (*Model, error) {
 	}
 	if cfg.Norm == PreNorm {
 		m.lnF = newNorm(ps, cfg, "ln_f")
+	}
+	if cfg.HeadTransform {
+		m.trans = newHeadTransform(ps, cfg)
 	}
 	if cfg.TieEmbeddings {
 		m.head = linearOf(ps.get("tok_emb.weight"), ps["head.bias"])
@@ -236,6 +240,9 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if m.lnF != nil {
 		x = m.lnF.forward(&m.r, x, b*t)
 	}
+	if m.trans != nil {
+		x = m.trans.forward(&m.r, x, b*t)
+	}
 	m.logits = m.head.forward(&m.r, x, b*t)
 	m.kept = opt.KeepWeights
 	m.state = stateForward
@@ -329,6 +336,11 @@ func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 	n, d := m.b*m.t, m.cfg.DModel
 	dy, dx := zeroed(&m.dy, n*d), zeroed(&m.dx, n*d)
 	m.head.backward(&m.r, m.dlogits, dy, n)
+	if m.trans != nil {
+		m.trans.backward(&m.r, dy, dx, n)
+		dy, dx = dx, dy
+		clear(dx)
+	}
 	if m.lnF != nil {
 		m.lnF.backward(&m.r, dy, dx, n)
 		dy, dx = dx, dy
