@@ -146,10 +146,13 @@ const (
 // DefaultNormEps is the eps of the normalisation layers when Config.NormEps is 0.
 const DefaultNormEps = 1e-5
 
-// MaxDim bounds Vocab, SeqLen, DModel and FFN, and MaxLayers bounds Layers, so that sizes read
-// from a file cannot overflow the arithmetic on them.
+// MaxDim bounds DModel, FFN and the other widths, MaxVocab Vocab, MaxSeqLen SeqLen and MaxLayers
+// Layers, so that sizes read from a file cannot overflow the arithmetic on them. (Llama 3's
+// vocabulary has 128256 tokens and its context 131072 positions.)
 const (
 	MaxDim    = 1 << 16
+	MaxVocab  = 1 << 18
+	MaxSeqLen = 1 << 20
 	MaxLayers = 1 << 10
 )
 
@@ -163,11 +166,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
 	}
 	for _, f := range []struct {
-		name string
-		v    int
-	}{{"vocab", c.Vocab}, {"seq_len", c.SeqLen}, {"d_model", c.DModel}, {"heads", c.Heads}} {
-		if f.v <= 0 || f.v > MaxDim {
-			return bad("%s is %d, want a value in [1, %d]", f.name, f.v, MaxDim)
+		name  string
+		v, to int
+	}{{"vocab", c.Vocab, MaxVocab}, {"seq_len", c.SeqLen, MaxSeqLen}, {"d_model", c.DModel, MaxDim}, {"heads", c.Heads, MaxDim}} {
+		if f.v <= 0 || f.v > f.to {
+			return bad("%s is %d, want a value in [1, %d]", f.name, f.v, f.to)
 		}
 	}
 	switch {

@@ -20,8 +20,8 @@ func TestConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Vocab = 0 }, "vocab is 0, want a value in [1, 65536]"},
-		{func(c *Config) { c.SeqLen = MaxDim + 1 }, "seq_len is 65537, want a value in [1, 65536]"},
+		{func(c *Config) { c.Vocab = 0 }, "vocab is 0, want a value in [1, 262144]"},
+		{func(c *Config) { c.SeqLen = MaxSeqLen + 1 }, "seq_len is 1048577, want a value in [1, 1048576]"},
 		{func(c *Config) { c.DModel = -1 }, "d_model is -1"},
 		{func(c *Config) { c.Heads = 3 }, "d_model 8 is not divisible by heads 3"},
 		{func(c *Config) { c.Layers = 0 }, "layers is 0, want a value in [1, 1024]"},
