@@ -34,6 +34,7 @@ type Model struct {
 	tokens  []int       // a copy of its tokens
 	types   []int       // and of its token types, when given
 	padding tensor.Bool // a copy of its padding mask, when given
+	hidden  []float32   // the final hidden states [B·T, d] (a module's buffer)
 	logits  []float32   // [B·T, Vocab]
 	dlogits []float32   // dL/dlogits of the last Loss
 	kept    bool        // the last forward kept the attention weights
@@ -240,6 +241,7 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if m.lnF != nil {
 		x = m.lnF.forward(&m.r, x, b*t)
 	}
+	m.hidden = x
 	if m.trans != nil {
 		x = m.trans.forward(&m.r, x, b*t)
 	}
@@ -247,6 +249,17 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	m.kept = opt.KeepWeights
 	m.state = stateForward
 	return &tensor.Tensor{Shape: []int{b, t, c.Vocab}, Data: m.logits}, nil
+}
+
+// Hidden returns the final hidden states of the last Forward, [B, T, DModel]: the output of the
+// last block, after the final normalisation of a pre-norm model (Hugging Face's
+// last_hidden_state), before the head transform and the head. It is nil before the first
+// Forward; the storage is the model's, overwritten by the next Forward.
+func (m *Model) Hidden() *tensor.Tensor {
+	if m.state == stateFresh {
+		return nil
+	}
+	return &tensor.Tensor{Shape: []int{m.b, m.t, m.cfg.DModel}, Data: m.hidden}
 }
 
 // Weights returns the attention weights of block layer from the last Forward, [B, H, T, T]

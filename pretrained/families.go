@@ -1,0 +1,264 @@
+package pretrained
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/nn"
+)
+
+// Buffers and heads the families skip, named without the base model's prefix.
+var (
+	gpt2Skip = regexp.MustCompile(`^(h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight)$`)
+	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
+	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
+	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
+)
+
+// gpt2Layout maps a GPT2LMHeadModel (or GPT2Model) folder: pre-norm blocks with learned
+// positions, Conv1D weights stored [in, out] and transposed here, c_attn's columns [Q | K | V]
+// becoming in_proj_weight's rows, and the head tied to wte.
+func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, pos := hc.NEmbd, hc.VocabSize, hc.NHead, hc.NLayer, hc.NPositions
+	if err := checkSizes(map[string]int{"n_embd": e, "vocab_size": v, "n_head": heads, "n_layer": layers, "n_positions": pos}); err != nil {
+		return nil, err
+	}
+	ffn := 4 * e
+	if hc.NInner != nil {
+		ffn = *hc.NInner
+	}
+	if err := checkSizes(map[string]int{"n_inner": ffn}); err != nil {
+		return nil, err
+	}
+	act := hc.ActivationFunction
+	if act == "" {
+		act = "gelu_new"
+	}
+	switch {
+	case act != nn.GELUNew && act != nn.GELU && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: GPT-2 activation_function %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case hc.ScaleAttnByInverseLayer || hc.ReorderAndUpcastAttn || !orBool(hc.ScaleAttnWeights, true):
+		return nil, fmt.Errorf("%w: GPT-2 with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights", ErrUnsupported)
+	case hc.AddCrossAttention:
+		return nil, fmt.Errorf("%w: GPT-2 with cross-attention", ErrUnsupported)
+	}
+	tied := orBool(hc.TieEmbeddings, true)
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied, NoHeadBias: true},
+		prefixes: []string{"transformer.", ""},
+		skip: func(name string) bool {
+			return gpt2Skip.MatchString(name) && (name != "lm_head.weight" || tied)
+		},
+	}
+	add := func(name string, transpose bool, p part) {
+		l.params = append(l.params, binding{name: name, parts: []part{p}, transpose: transpose})
+	}
+	add("tok_emb.weight", false, src("wte.weight", v, e))
+	add("pos_emb.weight", false, src("wpe.weight", pos, e))
+	for i := range layers {
+		h, b := "h."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		add(b+"ln1.weight", false, src(h+"ln_1.weight", e))
+		add(b+"ln1.bias", false, src(h+"ln_1.bias", e))
+		add(b+"attn.in_proj_weight", true, src(h+"attn.c_attn.weight", e, 3*e))
+		add(b+"attn.in_proj_bias", false, src(h+"attn.c_attn.bias", 3*e))
+		add(b+"attn.out_proj.weight", true, src(h+"attn.c_proj.weight", e, e))
+		add(b+"attn.out_proj.bias", false, src(h+"attn.c_proj.bias", e))
+		add(b+"ln2.weight", false, src(h+"ln_2.weight", e))
+		add(b+"ln2.bias", false, src(h+"ln_2.bias", e))
+		add(b+"ffn.fc1.weight", true, src(h+"mlp.c_fc.weight", e, ffn))
+		add(b+"ffn.fc1.bias", false, src(h+"mlp.c_fc.bias", ffn))
+		add(b+"ffn.fc2.weight", true, src(h+"mlp.c_proj.weight", ffn, e))
+		add(b+"ffn.fc2.bias", false, src(h+"mlp.c_proj.bias", e))
+	}
+	add("ln_f.weight", false, src("ln_f.weight", e))
+	add("ln_f.bias", false, src("ln_f.bias", e))
+	if !tied {
+		add("head.weight", false, part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
+// bertLayout maps a BertModel or BertForMaskedLM folder: post-norm blocks, token types, an
+// embedding LayerNorm, bidirectional attention with query, key and value stacked into
+// in_proj_weight, and, when the folder has it, the masked-LM head (transform, then the decoder
+// tied to the word embeddings plus its bias). Old checkpoints' LayerNorm gamma and beta are read
+// as weight and bias.
+func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, ffn, pos := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize, hc.MaxPositionEmbeddings
+	types := hc.TypeVocabSize
+	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers,
+		"intermediate_size": ffn, "max_position_embeddings": pos, "type_vocab_size": types}); err != nil {
+		return nil, err
+	}
+	act := hc.HiddenAct
+	if act == "" {
+		act = nn.GELU
+	}
+	switch {
+	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: BERT hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case hc.PositionEmbeddingType != "" && hc.PositionEmbeddingType != "absolute":
+		return nil, fmt.Errorf("%w: BERT position_embedding_type %q (mha has absolute)", ErrUnsupported, hc.PositionEmbeddingType)
+	case hc.IsDecoder || hc.AddCrossAttention:
+		return nil, fmt.Errorf("%w: BERT as a decoder or with cross-attention", ErrUnsupported)
+	}
+	l := &layout{prefixes: []string{"bert.", ""}, skip: bertSkip.MatchString}
+	_, _, _, mlm := l.find(w, part{names: []string{"cls.predictions.transform.dense.weight"}, head: true})
+	l.cfg = nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
+		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
+		Bidirectional: true, TieEmbeddings: true, HeadTransform: mlm, NoHeadBias: !mlm}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string, head bool) {
+		add(to+".weight", part{names: []string{from + ".weight", from + ".gamma"}, shape: []int{e}, head: head})
+		add(to+".bias", part{names: []string{from + ".bias", from + ".beta"}, shape: []int{e}, head: head})
+	}
+	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
+	add("pos_emb.weight", src("embeddings.position_embeddings.weight", pos, e))
+	add("type_emb.weight", src("embeddings.token_type_embeddings.weight", types, e))
+	norm("emb_ln", "embeddings.LayerNorm", false)
+	for i := range layers {
+		h, b := "encoder.layer."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		self := h + "attention.self."
+		add(b+"attn.in_proj_weight", src(self+"query.weight", e, e), src(self+"key.weight", e, e), src(self+"value.weight", e, e))
+		add(b+"attn.in_proj_bias", src(self+"query.bias", e), src(self+"key.bias", e), src(self+"value.bias", e))
+		add(b+"attn.out_proj.weight", src(h+"attention.output.dense.weight", e, e))
+		add(b+"attn.out_proj.bias", src(h+"attention.output.dense.bias", e))
+		norm(b+"ln1", h+"attention.output.LayerNorm", false)
+		add(b+"ffn.fc1.weight", src(h+"intermediate.dense.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"intermediate.dense.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"output.dense.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"output.dense.bias", e))
+		norm(b+"ln2", h+"output.LayerNorm", false)
+	}
+	if mlm {
+		add("head_dense.weight", part{names: []string{"cls.predictions.transform.dense.weight"}, shape: []int{e, e}, head: true})
+		add("head_dense.bias", part{names: []string{"cls.predictions.transform.dense.bias"}, shape: []int{e}, head: true})
+		norm("head_ln", "cls.predictions.transform.LayerNorm", true)
+		add("head.bias", part{names: []string{"cls.predictions.bias", "cls.predictions.decoder.bias"}, shape: []int{v}, head: true})
+	}
+	return l, nil
+}
+
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2; CausalLM or the bare model):
+// pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the rotate-half
+// layout, q, k and v stacked into in_proj_weight, the SwiGLU network, no position embedding, and
+// an untied or tied head.
+func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
+	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+		return nil, err
+	}
+	kv := heads
+	if hc.NumKeyValueHeads != nil {
+		kv = *hc.NumKeyValueHeads
+	}
+	if hc.MaxPositionEmbeddings < 0 {
+		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
+	}
+	act := hc.HiddenAct
+	switch {
+	case act != "" && act != "silu":
+		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
+	case hc.HeadDim != nil && *hc.HeadDim != e/heads:
+		return nil, fmt.Errorf("%w: head_dim %d ≠ hidden_size / num_attention_heads = %d", ErrUnsupported, *hc.HeadDim, e/heads)
+	case kv <= 0 || heads%kv != 0:
+		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
+	case hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
+		return nil, fmt.Errorf("%w: partial_rotary_factor %v", ErrUnsupported, *hc.PartialRotaryFactor)
+	}
+	rope := &nn.Rope{Theta: orFloat(hc.RopeTheta, 10000)}
+	if len(hc.RopeScaling) > 0 && string(hc.RopeScaling) != "null" {
+		var sc struct {
+			RopeType string `json:"rope_type"`
+			Type     string `json:"type"`
+			mha.RopeScaling
+		}
+		if err := json.Unmarshal(hc.RopeScaling, &sc); err != nil {
+			return nil, fmt.Errorf("pretrained: rope_scaling is not the JSON object expected: %w", err)
+		}
+		kind := sc.RopeType
+		if kind == "" {
+			kind = sc.Type
+		}
+		switch kind {
+		case "default":
+		case "llama3":
+			rope.Scaling = &sc.RopeScaling
+		default:
+			return nil, fmt.Errorf("%w: rope_scaling type %q (mha has llama3)", ErrUnsupported, kind)
+		}
+	}
+	d := e / heads
+	ekv := kv * d
+	qwen := hc.ModelType == "qwen2" || hasPrefix(hc.Architectures, "Qwen2")
+	qkvBias := hc.AttentionBias || qwen
+	tied := orBool(hc.TieEmbeddings, false)
+	seq := nn.MaxSeqLen
+	if p := hc.MaxPositionEmbeddings; p > 0 {
+		seq = min(p, nn.MaxSeqLen)
+	}
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, 1e-6), Activation: nn.SwiGLU,
+			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias},
+		prefixes: []string{"model.", ""},
+		skip: func(name string) bool {
+			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
+		},
+	}
+	if kv != heads {
+		l.cfg.KVHeads = kv
+	}
+	switch {
+	case qwen && hc.UseSlidingWindow:
+		return nil, fmt.Errorf("%w: Qwen2 with use_sliding_window", ErrUnsupported)
+	case !qwen && hc.SlidingWindow != nil && *hc.SlidingWindow > 0:
+		l.cfg.Window = min(*hc.SlidingWindow, seq)
+	}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	add("tok_emb.weight", src("embed_tokens.weight", v, e))
+	for i := range layers {
+		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		at := h + "self_attn."
+		add(b+"ln1.weight", src(h+"input_layernorm.weight", e))
+		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", e, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
+		if qkvBias {
+			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
+		}
+		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, e))
+		if qkvBias {
+			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
+			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})
+		}
+		add(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
+		for _, proj := range []struct {
+			name    string
+			in, out int
+		}{{"gate_proj", e, ffn}, {"up_proj", e, ffn}, {"down_proj", ffn, e}} {
+			add(b+"ffn."+proj.name+".weight", src(h+"mlp."+proj.name+".weight", proj.out, proj.in))
+			if hc.MLPBias {
+				add(b+"ffn."+proj.name+".bias", src(h+"mlp."+proj.name+".bias", proj.out))
+			}
+		}
+	}
+	add("ln_f.weight", src("norm.weight", e))
+	if !tied {
+		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
+func hasPrefix(names []string, prefix string) bool {
+	for _, n := range names {
+		if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}

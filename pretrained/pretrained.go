@@ -1,0 +1,336 @@
+// Package pretrained opens Hugging Face model folders as nn models, offline: config.json and the
+// weights in model.safetensors (or model.safetensors.index.json and its shards), F32, F16 or BF16.
+// It maps a folder onto an nn.Config and the folder's tensors onto the model's parameters, and
+// does nothing else: the toy models and the pretrained ones run through the same nn forward,
+// backward and probes.
+//
+// The architectures, each exact against Hugging Face's modeling code:
+//
+//	GPT2LMHeadModel, GPT2Model            pre-norm, learned positions, gelu_new, tied head;
+//	                                      Conv1D weights [in, out] are transposed at load time
+//	BertModel, BertForMaskedLM            post-norm LayerNorm(X + MultiHead(X)), token types,
+//	                                      bidirectional attention, the masked-LM head
+//	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
+//	Qwen2ForCausalLM (and their *Model)   Llama 3's rope_scaling), grouped K/V heads,
+//	                                      Mistral's sliding window, Qwen2's q/k/v biases
+//
+// Tensor names are accepted with or without the base model's prefix (transformer., bert.,
+// model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary
+// inv_freq, position_ids) and heads the model does not run (BERT's pooler and next-sentence
+// head) are skipped and listed in Model.Unused. A tied head may be stored or left out.
+package pretrained
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// ErrUnsupported is wrapped by the errors about a folder mha cannot run: an architecture, or an
+// option of one, that it does not implement.
+var ErrUnsupported = errors.New("pretrained: unsupported model")
+
+// Family is the layout an architecture belongs to.
+type Family string
+
+// The families.
+const (
+	GPT2  Family = "gpt2"
+	BERT  Family = "bert"
+	Llama Family = "llama"
+)
+
+// Model is a Hugging Face folder opened as an nn model.
+type Model struct {
+	// NN is the model, with the folder's weights.
+	NN *nn.Model
+	// Architecture is the folder's architecture (config.json's architectures[0], or its
+	// model_type when it has none) and Family its layout.
+	Architecture string
+	Family       Family
+	// Unused lists the folder's tensors the model does not read: buffers, a stored copy of a
+	// tied head, and heads it does not run. Any other tensor the model does not read is an
+	// error of Open.
+	Unused []string
+}
+
+// hfConfig holds the fields of config.json the families read, under Hugging Face's names.
+// Pointers tell a field left out from a zero.
+type hfConfig struct {
+	Architectures []string `json:"architectures"`
+	ModelType     string   `json:"model_type"`
+	VocabSize     int      `json:"vocab_size"`
+	TieEmbeddings *bool    `json:"tie_word_embeddings"`
+
+	// GPT-2
+	NEmbd                   int             `json:"n_embd"`
+	NHead                   int             `json:"n_head"`
+	NLayer                  int             `json:"n_layer"`
+	NPositions              int             `json:"n_positions"`
+	NInner                  *int            `json:"n_inner"`
+	ActivationFunction      string          `json:"activation_function"`
+	LayerNormEpsilon        *float64        `json:"layer_norm_epsilon"`
+	ScaleAttnWeights        *bool           `json:"scale_attn_weights"`
+	ScaleAttnByInverseLayer bool            `json:"scale_attn_by_inverse_layer_idx"`
+	ReorderAndUpcastAttn    bool            `json:"reorder_and_upcast_attn"`
+	AddCrossAttention       bool            `json:"add_cross_attention"`
+	PositionEmbeddingType   string          `json:"position_embedding_type"`
+	IsDecoder               bool            `json:"is_decoder"`
+	HiddenSize              int             `json:"hidden_size"`
+	NumAttentionHeads       int             `json:"num_attention_heads"`
+	NumHiddenLayers         int             `json:"num_hidden_layers"`
+	IntermediateSize        int             `json:"intermediate_size"`
+	MaxPositionEmbeddings   int             `json:"max_position_embeddings"`
+	TypeVocabSize           int             `json:"type_vocab_size"`
+	LayerNormEps            *float64        `json:"layer_norm_eps"`
+	HiddenAct               string          `json:"hidden_act"`
+	NumKeyValueHeads        *int            `json:"num_key_value_heads"`
+	RMSNormEps              *float64        `json:"rms_norm_eps"`
+	RopeTheta               *float64        `json:"rope_theta"`
+	RopeScaling             json.RawMessage `json:"rope_scaling"`
+	AttentionBias           bool            `json:"attention_bias"`
+	MLPBias                 bool            `json:"mlp_bias"`
+	HeadDim                 *int            `json:"head_dim"`
+	SlidingWindow           *int            `json:"sliding_window"`
+	UseSlidingWindow        bool            `json:"use_sliding_window"`
+	PartialRotaryFactor     *float64        `json:"partial_rotary_factor"`
+}
+
+// architectures maps each architecture mha runs to its family.
+var architectures = map[string]Family{
+	"GPT2LMHeadModel": GPT2, "GPT2Model": GPT2,
+	"BertModel": BERT, "BertForMaskedLM": BERT,
+	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
+	"MistralForCausalLM": Llama, "MistralModel": Llama,
+	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
+}
+
+// modelTypes maps config.json's model_type to the family, for folders without architectures.
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama}
+
+// Open reads the Hugging Face model folder dir: config.json, then the weights. It returns an
+// error when a file is missing or malformed, the architecture or one of its options is not
+// supported (wrapping ErrUnsupported), or a tensor the model needs is missing or has another
+// shape than the config gives (the error names the tensor, its file, and both shapes). It never
+// touches the network.
+func Open(dir string) (*Model, error) {
+	var hc hfConfig
+	if err := readJSON(dir, "config.json", &hc); err != nil {
+		return nil, err
+	}
+	m := &Model{}
+	switch {
+	case len(hc.Architectures) > 0:
+		m.Architecture = hc.Architectures[0]
+		fam, ok := architectures[m.Architecture]
+		if !ok {
+			return nil, fmt.Errorf("%w: architecture %q in %s; mha runs %s", ErrUnsupported, m.Architecture, filepath.Join(dir, "config.json"), strings.Join(slices.Sorted(maps.Keys(architectures)), ", "))
+		}
+		m.Family = fam
+	case hc.ModelType != "":
+		m.Architecture = hc.ModelType
+		fam, ok := modelTypes[hc.ModelType]
+		if !ok {
+			return nil, fmt.Errorf("%w: model_type %q in %s; mha runs %s", ErrUnsupported, hc.ModelType, filepath.Join(dir, "config.json"), strings.Join(slices.Sorted(maps.Keys(modelTypes)), ", "))
+		}
+		m.Family = fam
+	default:
+		return nil, fmt.Errorf("pretrained: %s names no architectures and no model_type", filepath.Join(dir, "config.json"))
+	}
+	w, err := openWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	var lay *layout
+	switch m.Family {
+	case GPT2:
+		lay, err = gpt2Layout(&hc, w)
+	case BERT:
+		lay, err = bertLayout(&hc, w)
+	default:
+		lay, err = llamaLayout(&hc, w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, filepath.Join(dir, "config.json"))
+	}
+	sd, used, err := lay.load(w)
+	if err != nil {
+		return nil, err
+	}
+	if m.NN, err = nn.NewModel(lay.cfg); err != nil {
+		return nil, fmt.Errorf("pretrained: %s maps to an invalid model: %w", dir, err)
+	}
+	if err := m.NN.LoadStateDict(sd); err != nil {
+		return nil, fmt.Errorf("pretrained: %s: %w", dir, err)
+	}
+	for _, n := range slices.Sorted(maps.Keys(w.where)) {
+		if used[n] {
+			continue
+		}
+		if !lay.skip(lay.base(n)) {
+			return nil, fmt.Errorf("pretrained: tensor %s in %s is not part of a %s model as mha maps it", n, w.where[n], m.Architecture)
+		}
+		m.Unused = append(m.Unused, n)
+	}
+	return m, nil
+}
+
+// layout is a family's mapping of a folder onto nn: the config, and each parameter's sources.
+type layout struct {
+	cfg      nn.Config
+	prefixes []string // the base model's name prefixes, tried in order; "" is no prefix
+	params   []binding
+	skip     func(name string) bool // buffers and heads the model does not run
+}
+
+// binding builds one nn parameter from the folder's tensors: the parts, each [rows, cols] as
+// stored (with transpose, [cols, rows] is stored and transposed), concatenated by rows.
+type binding struct {
+	name      string
+	parts     []part
+	transpose bool
+}
+
+// part is one source tensor: its name (without the base prefix, unless head), alternative
+// names (BERT's gamma and beta), and its shape as stored. With zero, a missing tensor is zeros.
+type part struct {
+	names []string
+	shape []int
+	head  bool // outside the base model: lm_head., cls.
+	zero  bool
+}
+
+func src(name string, shape ...int) part { return part{names: []string{name}, shape: shape} }
+
+// load resolves every binding against w and returns the state dict and the tensor names read.
+func (l *layout) load(w *weights) (map[string]*tensor.Tensor, map[string]bool, error) {
+	sd := make(map[string]*tensor.Tensor, len(l.params))
+	used := map[string]bool{}
+	for _, b := range l.params {
+		var data []float32
+		rows, cols := 0, 0
+		for _, p := range b.parts {
+			name, t, file, found := l.find(w, p)
+			want := p.shape
+			if !found {
+				if !p.zero {
+					return nil, nil, fmt.Errorf("pretrained: the folder has no tensor %s %v (for %s)", l.fullName(p), want, b.name)
+				}
+				n, _ := tensor.NumElements(want)
+				data = append(data, make([]float32, n)...)
+			} else {
+				used[name] = true
+				if !slices.Equal(t.Shape, want) {
+					return nil, nil, fmt.Errorf("pretrained: %s in %s is %v, want %v", name, file, t.Shape, want)
+				}
+				v, err := w.files[file].Float32(name)
+				if err != nil {
+					return nil, nil, fmt.Errorf("pretrained: %s: %w", file, err)
+				}
+				data = append(data, v.Data...)
+			}
+			if len(want) == 2 {
+				rows, cols = rows+want[0], want[1]
+			} else {
+				rows += want[0]
+			}
+		}
+		shape := []int{rows}
+		if cols > 0 {
+			shape = append(shape, cols)
+		}
+		if b.transpose {
+			data = transposed(data, rows, cols)
+			shape = []int{cols, rows}
+		}
+		sd[b.name] = &tensor.Tensor{Shape: shape, Data: data}
+	}
+	return sd, used, nil
+}
+
+// find looks p up under its names, with each prefix.
+func (l *layout) find(w *weights, p part) (name string, t safetensors.Tensor, file string, ok bool) {
+	prefixes := l.prefixes
+	if p.head {
+		prefixes = []string{""}
+	}
+	for _, n := range p.names {
+		for _, pre := range prefixes {
+			if t, file, ok := w.raw(pre + n); ok {
+				return pre + n, t, file, true
+			}
+		}
+	}
+	return "", safetensors.Tensor{}, "", false
+}
+
+// fullName is p's first name as the folder would hold it with the first prefix.
+func (l *layout) fullName(p part) string {
+	if p.head {
+		return p.names[0]
+	}
+	return l.prefixes[0] + p.names[0]
+}
+
+// base strips the base model's prefix from name.
+func (l *layout) base(name string) string {
+	for _, pre := range l.prefixes {
+		if pre != "" && strings.HasPrefix(name, pre) {
+			return strings.TrimPrefix(name, pre)
+		}
+	}
+	return name
+}
+
+// transposed returns x [rows, cols] transposed, [cols, rows].
+func transposed(x []float32, rows, cols int) []float32 {
+	y := make([]float32, len(x))
+	for i := range rows {
+		for j := range cols {
+			y[j*rows+i] = x[i*cols+j]
+		}
+	}
+	return y
+}
+
+// checkSizes reports an error naming the first size outside [1, its bound]: nn's bounds, so
+// that a config cannot make Open plan more layers or larger tensors than nn builds.
+func checkSizes(sizes map[string]int) error {
+	for _, k := range slices.Sorted(maps.Keys(sizes)) {
+		bound := nn.MaxDim
+		switch k {
+		case "vocab_size":
+			bound = nn.MaxVocab
+		case "n_positions", "max_position_embeddings":
+			bound = nn.MaxSeqLen
+		case "n_layer", "num_hidden_layers":
+			bound = nn.MaxLayers
+		}
+		if v := sizes[k]; v <= 0 || v > bound {
+			return fmt.Errorf("pretrained: config.json's %s is %d, want a value in [1, %d]", k, v, bound)
+		}
+	}
+	return nil
+}
+
+func orFloat(p *float64, def float64) float64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func orBool(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
