@@ -66,7 +66,8 @@ func (f *layerFlags) load() (*job, error) {
 }
 
 // loadLayer builds a layer from an nn.MultiheadAttention state dict stored in path, taking the
-// tensors whose names start with prefix (which is stripped). It returns the prefix it used: the
+// tensors whose names start with prefix (which is stripped). When they are all bfloat16 (or all
+// float16), the layer keeps its weight matrices in that form. It returns the prefix it used: the
 // one given, with a dot added when it names a module. A tensor holding NaN or ±Inf is an error
 // unless allowNonFinite, and then passed to warn.
 func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool, warn func(path string, err error)) (*mha.Layer, string, error) {
@@ -78,9 +79,13 @@ func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool,
 		prefix += "." // a PyTorch module path given without the dot before the parameter names
 	}
 	sd := map[string]*tensor.Tensor{}
+	dtypes := map[safetensors.DType]bool{}
 	for _, name := range f.Names() {
 		if !strings.HasPrefix(name, prefix) {
 			continue
+		}
+		if raw, err := f.Raw(name); err == nil {
+			dtypes[raw.DType] = true
 		}
 		if err := needFloat(f, name); err != nil {
 			return nil, "", fmt.Errorf("%s: %w", path, err)
@@ -108,6 +113,19 @@ func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool,
 	l, err := mha.New(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	if len(dtypes) == 1 && (dtypes[safetensors.BF16] || dtypes[safetensors.F16]) {
+		// A bfloat16 or float16 checkpoint: the layer keeps its weight matrices as they are.
+		half := map[string]*tensor.Half{}
+		for name := range sd {
+			if half[name], err = f.Half(prefix + name); err != nil {
+				return nil, "", fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		if err := l.LoadHalfStateDict(half); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", path, err)
+		}
+		return l, prefix, nil
 	}
 	if err := l.LoadStateDict(sd); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
@@ -409,4 +410,55 @@ func FuzzRunInput(f *testing.F) {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
 		}
 	})
+}
+
+// TestRunHalfWeights checks that mha run keeps bfloat16 and float16 weights as they are and
+// gives the bits of the float32 weights holding the same values.
+func TestRunHalfWeights(t *testing.T) {
+	g, err := safetensors.ReadFile("../../testdata/golden/self_basic.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, input := splitGolden(t, g)
+	wf, err := safetensors.ReadFile(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []tensor.HalfFormat{tensor.BFloat16, tensor.Float16} {
+		half, rounded := map[string]safetensors.Tensor{}, map[string]safetensors.Tensor{}
+		for _, name := range wf.Names() {
+			x, err := wf.Float32(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &tensor.Half{Shape: x.Shape, Data: make([]uint16, len(x.Data)), Format: format}
+			if format == tensor.BFloat16 {
+				kernel.EncodeBF16(h.Data, x.Data)
+				kernel.DecodeBF16(x.Data, h.Data)
+			} else {
+				kernel.EncodeF16(h.Data, x.Data)
+				kernel.DecodeF16(x.Data, h.Data)
+			}
+			half[name], rounded[name] = safetensors.FromHalf(h), safetensors.FromFloat32(x)
+		}
+		var outs [2]*tensor.Tensor
+		for i, weights := range []string{writeFile(t, half), writeFile(t, rounded)} {
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			if code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out, "--backward"); code != 0 {
+				t.Fatalf("%v: exit %d, %s", format, code, stderr)
+			}
+			res, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if outs[i], err = res.Float32("output"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range outs[0].Data {
+			if outs[0].Data[i] != outs[1].Data[i] {
+				t.Fatalf("%v weights: output[%d] = %v, want %v as with their float32 values", format, i, outs[0].Data[i], outs[1].Data[i])
+			}
+		}
+	}
 }
