@@ -175,6 +175,9 @@ type work struct {
 	ropeQ0  int
 	masked  []int     // fully masked rows, per worker
 	lse     []float32 // where the row log-sum-exps go: Saved.lse or nil
+
+	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
+	cres       SDPAResult     // ForwardCache: the attention's result
 }
 
 type phase int

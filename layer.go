@@ -235,6 +235,7 @@ type Layer struct {
 	ropeDim int   // the dimensions Config.Rotary rotates
 
 	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
+	sdpa *SDPAContext   // ForwardCache's attention
 
 	mu   sync.Mutex
 	free []*work // Forward's scratch memory, kept for the next calls
@@ -255,7 +256,7 @@ func New(cfg Config) (*Layer, error) {
 		return nil, err
 	}
 	cfg = cfg.clone()
-	l := &Layer{cfg: cfg, pool: new(parallel.Pool)}
+	l := &Layer{cfg: cfg, pool: new(parallel.Pool), sdpa: NewSDPAContext()}
 	for h := range cfg.NumHeads {
 		l.offs = append(l.offs, cfg.HeadOffset(h))
 	}

@@ -465,3 +465,64 @@ func TestLayerWindow(t *testing.T) {
 		t.Errorf("window (−2, 0): %v, want ErrShape", err)
 	}
 }
+
+// TestLayerForwardCache checks that a prefill and then steps through the layer's KV cache give
+// Forward's output on the whole sequence, with grouped heads, rotary with an offset, and a
+// window.
+func TestLayerForwardCache(t *testing.T) {
+	const b, n, e = 2, 13, 16
+	for _, c := range []struct {
+		cfg    Config
+		window *Window
+	}{
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100, Offset: 2}, Seed: 1}, nil},
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1, Rotary: &Rotary{Theta: 100, Layout: RopeInterleaved}, Seed: 2}, &Window{3, 0}},
+		{Config{EmbedDim: e, NumHeads: 2, NoBias: true, Seed: 3}, nil},
+	} {
+		l := newLayer(t, c.cfg)
+		x := randTensor(tensor.NewRNG(4), b, n, e)
+		opt := &Options{Causal: true, Window: c.window}
+		want := forward(t, l, x, nil, nil, opt).Output
+		kv, err := l.NewKVCache(b, n, CacheFloat32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 0, b*n*e)
+		var parts [][]float32
+		for _, step := range []int{5, 1, 1, 2, 1, 3} {
+			start := kv.Len()
+			xs := tensor.New(b, step, e)
+			for bb := range b {
+				copy(xs.Data[bb*step*e:(bb+1)*step*e], x.Data[(bb*n+start)*e:(bb*n+start+step)*e])
+			}
+			y, err := l.ForwardCache(kv, xs, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, y.Data)
+		}
+		for bb := range b { // back to [B, T, E]
+			for _, p := range parts {
+				step := len(p) / (b * e)
+				got = append(got, p[bb*step*e:(bb+1)*step*e]...)
+			}
+		}
+		checkRel(t, fmt.Sprintf("%+v", c.cfg), got, as[float64](want.Data), 1e-5)
+		if _, err := l.ForwardCache(kv, tensor.New(b, 1, e), opt); !errors.Is(err, ErrShape) {
+			t.Errorf("a full cache: %v, want ErrShape", err)
+		}
+	}
+	l := newLayer(t, Config{EmbedDim: e, NumHeads: 2})
+	kv, _ := l.NewKVCache(1, 4, CacheFloat32)
+	for _, bad := range []*Options{{NeedWeights: true}, {Heads: HeadOptions{Keep: true}}, {AttnMask: tensor.NewBool(1, 1)}} {
+		if _, err := l.ForwardCache(kv, tensor.New(1, 1, e), bad); !errors.Is(err, ErrShape) {
+			t.Errorf("options %+v: %v, want ErrShape", bad, err)
+		}
+	}
+	if _, err := l.ForwardCache(kv, tensor.New(2, 1, e), nil); !errors.Is(err, ErrShape) {
+		t.Errorf("batch 2 on a cache of 1: %v, want ErrShape", err)
+	}
+	if _, err := l.ForwardCache(kv, tensor.New(1, 1, e+1), nil); !errors.Is(err, ErrShape) {
+		t.Errorf("x [1 1 %d]: %v, want ErrShape", e+1, err)
+	}
+}

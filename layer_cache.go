@@ -1,0 +1,134 @@
+package mha
+
+import (
+	"fmt"
+
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
+
+// NewKVCache returns an empty cache for the layer's keys and values: batch sequences of up to
+// capacity positions, stored as dtype, for ForwardCache. Errors are as for the package's
+// NewKVCache, and one wrapping ErrConfig when the layer's heads have different sizes.
+func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, error) {
+	if l.cfg.unequalHeads() {
+		return nil, fmt.Errorf("%w: a KV cache needs heads of one size, the layer has head dims %v", ErrConfig, l.cfg.HeadDims)
+	}
+	d := l.cfg.HeadDim(0)
+	return NewKVCache(batch, l.cfg.KVHeads(), d, d, capacity, dtype)
+}
+
+// ForwardCache is the layer's self-attention for decoding: x [B, T, E] holds the next T
+// positions of B sequences whose earlier keys and values kv holds (from the layer's NewKVCache).
+// It projects x, appends the new keys and values to kv (rotated with Config.Rotary at their
+// positions Offset + kv.Len() + t, as SDPAContext.AttendCache stores them), attends every query to
+// the cached keys up to its own position (with opt.Causal; without it, to all of them), within
+// opt.Window (counted from the query's own position), and returns the output projection
+// [B, T, E]. A prefill of T tokens followed by steps of one token gives Forward's outputs on the
+// whole sequence, up to float32 rounding. The scale is the heads' (Config.HeadScales must give
+// one scale, or none).
+//
+// Of Options it reads Causal, Window and Workers; masks, weights, dropout and head
+// interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have no
+// position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
+// layer or kv, or kv has too little room left.
+func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
+	c := l.cfg
+	var o Options
+	if opt != nil {
+		o = *opt
+	}
+	switch {
+	case kv == nil:
+		return nil, fmt.Errorf("%w: ForwardCache needs a KV cache (Layer.NewKVCache)", ErrShape)
+	case x == nil:
+		return nil, fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
+	case o.KeyPaddingMask != nil || o.AttnMask != nil || o.AttnBias != nil || o.NeedWeights || o.Training ||
+		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Uniform != nil:
+		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window and Workers; masks, weights, dropout and head options need Forward", ErrShape)
+	case c.AddBiasKV || c.AddZeroAttn:
+		return nil, fmt.Errorf("%w: appended keys (add_bias_kv, add_zero_attn) have no position in a KV cache", ErrConfig)
+	}
+	if err := checkData("x", x.Shape, len(x.Data)); err != nil {
+		return nil, err
+	}
+	if len(x.Shape) != 3 || x.Shape[2] != c.EmbedDim {
+		return nil, fmt.Errorf("%w: x is %v, want [B T %d]", ErrShape, x.Shape, c.EmbedDim)
+	}
+	b, t := x.Shape[0], x.Shape[1]
+	scale := c.HeadScale(0)
+	for h := range c.NumHeads {
+		if c.HeadScale(h) != scale {
+			return nil, fmt.Errorf("%w: ForwardCache needs one score scale for all heads, have %v", ErrConfig, c.HeadScales)
+		}
+	}
+	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
+		return nil, fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
+	}
+	if kv.b != b {
+		return nil, fmt.Errorf("%w: x has %d sequences, the cache %d", ErrShape, b, kv.b)
+	}
+
+	w := l.getWork()
+	defer l.putWork(w)
+	w.l = l
+	defer func() { w.l = nil }()
+	w.p.opt.Workers = o.Workers
+	w.workers()
+	e, ekv, heads, hkv, d := c.EmbedDim, c.KVDim(), c.NumHeads, c.KVHeads(), c.HeadDim(0)
+
+	// The projections, Q [B·T, E] and K, V [B·T, Hkv·d], then laid out per head.
+	wq, wk, wv, bq, bk, bv := l.projections()
+	n := b * t
+	w.dbuf = kernel.Grow(w.dbuf, n*(e+2*ekv))
+	q, k, v := w.dbuf[:n*e], w.dbuf[n*e:n*(e+ekv)], w.dbuf[n*(e+ekv):]
+	for _, g := range [...]gemm{
+		{x: x.Data, ldx: e, xRows: n, k: e, w: wq, ldw: e, trans: true, bias: bq, c: q, ldc: e, cRows: n, rows: n, n: e, batches: 1},
+		{x: x.Data, ldx: e, xRows: n, k: e, w: wk, ldw: e, trans: true, bias: bk, c: k, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
+		{x: x.Data, ldx: e, xRows: n, k: e, w: wv, ldw: e, trans: true, bias: bv, c: v, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
+	} {
+		w.g = g
+		w.run(phaseGemm, w.g.tasks())
+	}
+	w.cq = perHead(w.cq, q, b, t, heads, d)
+	w.ck = perHead(w.ck, k, b, t, hkv, d)
+	w.cv = perHead(w.cv, v, b, t, hkv, d)
+
+	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers}
+	if o.Causal {
+		so.Causal = CausalBottomRight
+	}
+	if err := l.sdpa.AttendCache(&w.cres, kv, w.cq, w.ck, w.cv, &so); err != nil {
+		return nil, err
+	}
+
+	// The heads side by side, then the output projection.
+	w.dconcat = kernel.Grow(w.dconcat, n*e)
+	out := w.cres.Out.Data
+	for bb := range b {
+		for h := range heads {
+			for i := range t {
+				copy(w.dconcat[(bb*t+i)*e+h*d:][:d], out[((bb*heads+h)*t+i)*d:][:d])
+			}
+		}
+	}
+	y := tensor.New(b, t, e)
+	w.g = gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1}
+	w.run(phaseGemm, w.g.tasks())
+	return y, nil
+}
+
+// perHead returns x [B, T, H·d] laid out as [B, H, T, d], in t's storage when it is large
+// enough.
+func perHead(t *tensor.Tensor, x []float32, b, n, heads, d int) *tensor.Tensor {
+	t = reuse(t, b*n*heads*d, b, heads, n, d)
+	for bb := range b {
+		for i := range n {
+			row := x[(bb*n+i)*heads*d:]
+			for h := range heads {
+				copy(t.Data[((bb*heads+h)*n+i)*d:][:d], row[h*d:(h+1)*d])
+			}
+		}
+	}
+	return t
+}
