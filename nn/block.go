@@ -62,6 +62,30 @@ func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
 // forward returns the block's output [B·T, d] for x [B·T, d], keeping what backward needs.
 // x must stay unchanged until backward has run.
 func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) ([]float32, error) {
+	return b.run(r, x, batch, t, func() ([]float32, error) {
+		if err := b.attn.ForwardTrain(&b.res, &b.saved, &b.in, nil, nil, opt); err != nil {
+			return nil, err
+		}
+		b.gated = opt.Heads.Gate != nil
+		return b.res.Output.Data, nil
+	})
+}
+
+// forwardCached returns the block's output [B·T, d] for x [B·T, d], the next T positions of the
+// sequences whose keys and values kv holds, which it extends; it keeps nothing for backward.
+func (b *block) forwardCached(r *runner, x []float32, batch, t int, kv *mha.KVCache, opt *mha.Options) ([]float32, error) {
+	return b.run(r, x, batch, t, func() ([]float32, error) {
+		y, err := b.attn.ForwardCache(kv, &b.in, opt)
+		if err != nil {
+			return nil, err
+		}
+		return y.Data, nil
+	})
+}
+
+// run is the block's computation on x [B·T, d], with attend the attention of b.in, which run
+// sets to the attention's input.
+func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float32, error)) ([]float32, error) {
 	n := batch * t
 	d := b.ln1.d
 	b.sum1 = kernel.Grow(b.sum1, n*d)
@@ -70,11 +94,11 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 		in = b.ln1.forward(r, x, n)
 	}
 	b.in = tensor.Tensor{Shape: []int{batch, t, d}, Data: in}
-	if err := b.attn.ForwardTrain(&b.res, &b.saved, &b.in, nil, nil, opt); err != nil {
+	y, err := attend()
+	if err != nil {
 		return nil, err
 	}
-	b.gated = opt.Heads.Gate != nil
-	add(r, b.sum1, x, b.res.Output.Data)
+	add(r, b.sum1, x, y)
 	x = b.sum1
 	if !b.pre {
 		x = b.ln1.forward(r, x, n)

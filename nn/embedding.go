@@ -59,13 +59,14 @@ func sinusoid(n, d int) []float32 {
 	return pe
 }
 
-// forward returns the embeddings [b·t, d] of tokens [b, t], and of their token types [b, t]
-// (nil for all 0; only with type embeddings), whose values the caller has checked to lie in
-// [0, Vocab) and [0, TypeVocab). tokens and types must stay unchanged until backward has run.
-func (e *embedding) forward(r *runner, tokens, types []int, b, t int) []float32 {
+// forward returns the embeddings [b·t, d] of tokens [b, t] at positions start … start+t−1, and
+// of their token types [b, t] (nil for all 0; only with type embeddings), whose values the
+// caller has checked to lie in [0, Vocab) and [0, TypeVocab), and the positions in [0, SeqLen).
+// tokens and types must stay unchanged until backward has run (which needs start 0).
+func (e *embedding) forward(r *runner, tokens, types []int, b, t, start int) []float32 {
 	d := e.d
-	if e.sin && len(e.table) < t*d {
-		e.table = sinusoid(t, d)
+	if e.sin && len(e.table) < (start+t)*d {
+		e.table = sinusoid(start+t, d)
 	}
 	e.tokens, e.types = tokens, types
 	e.y = kernel.Grow(e.y, b*t*d)
@@ -73,7 +74,8 @@ func (e *embedding) forward(r *runner, tokens, types []int, b, t int) []float32 
 		out := e.y[i*d : (i+1)*d]
 		copy(out, e.tok.Value.Data[tok*d:(tok+1)*d])
 		if e.table != nil {
-			kernel.Axpy(1, e.table[i%t*d:(i%t+1)*d], out)
+			p := start + i%t
+			kernel.Axpy(1, e.table[p*d:(p+1)*d], out)
 		}
 		if e.typ != nil {
 			typ := 0

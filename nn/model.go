@@ -220,7 +220,7 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if opt.TokenTypes != nil {
 		types = m.types
 	}
-	x := m.emb.forward(&m.r, m.tokens, types, b, t)
+	x := m.emb.forward(&m.r, m.tokens, types, b, t, 0)
 	mo := c.attnOptions(opt, m.r.workers)
 	if opt.Padding != nil {
 		m.padding.Shape, m.padding.Data = append(m.padding.Shape[:0], b, t), append(m.padding.Data[:0], opt.Padding...)

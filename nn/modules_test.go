@@ -500,7 +500,7 @@ func TestEmbedding(t *testing.T) {
 			return y
 		}
 		r := newTestRunner(t, 2)
-		y := e.forward(r, tokens, c.types, b, tl)
+		y := e.forward(r, tokens, c.types, b, tl, 0)
 		if err := tensor.RelError(y, ref()); err > 1e-6 {
 			t.Errorf("%+v: forward relative error %.3g", cfg, err)
 		}

@@ -1,0 +1,106 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/tensor"
+)
+
+// Cache holds every block's keys and values for generation: the positions a model has seen so
+// far, which ForwardCached extends. Make one with Model.NewCache; it belongs to that model.
+type Cache struct {
+	m        *Model
+	kv       []*mha.KVCache
+	b, n     int
+	capacity int
+}
+
+// NewCache returns an empty cache for batch sequences of up to capacity positions (at most the
+// model's SeqLen), its keys and values stored as dtype (mha.CacheFloat32, mha.CacheFloat16 or
+// mha.CacheBFloat16; the arithmetic stays float32). It returns an error when batch or capacity
+// is not positive, capacity exceeds SeqLen, the model is bidirectional, or its attention cannot
+// use a cache (heads of different sizes).
+func (m *Model) NewCache(batch, capacity int, dtype mha.CacheDType) (*Cache, error) {
+	switch {
+	case batch <= 0 || capacity <= 0:
+		return nil, fmt.Errorf("nn: cache of batch %d and capacity %d, want both > 0", batch, capacity)
+	case capacity > m.cfg.SeqLen:
+		return nil, fmt.Errorf("nn: cache capacity %d is more than the model's seq_len %d", capacity, m.cfg.SeqLen)
+	case m.cfg.Bidirectional:
+		return nil, errors.New("nn: a bidirectional model attends to later positions, which a cache of the earlier ones cannot give; use Forward")
+	}
+	c := &Cache{m: m, b: batch, capacity: capacity}
+	for l, blk := range m.blocks {
+		kv, err := blk.attn.NewKVCache(batch, capacity, dtype)
+		if err != nil {
+			return nil, fmt.Errorf("nn: block %d: %w", l, err)
+		}
+		c.kv = append(c.kv, kv)
+	}
+	return c, nil
+}
+
+// Len returns the number of positions the cache holds.
+func (c *Cache) Len() int { return c.n }
+
+// Reset empties the cache, keeping its memory.
+func (c *Cache) Reset() {
+	for _, kv := range c.kv {
+		kv.Reset()
+	}
+	c.n = 0
+}
+
+// ForwardCached runs tokens [B, T] (row-major, len b·t) as the next T positions of the
+// sequences in c, after the c.Len() it holds, and returns their logits [B, T, Vocab], which equal
+// those of a Forward of the whole sequences at those positions up to float32 rounding. The
+// storage is the model's, overwritten by the next forward. It keeps nothing for Loss or
+// Backward (a Loss needs a Forward); of opt it reads Workers only. It returns an error, leaving
+// c unchanged, when b is not c's batch, t is not positive, c has fewer than t positions left,
+// or a token is outside [0, Vocab).
+func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
+	if opt == nil {
+		opt = new(RunOptions)
+	}
+	cfg := m.cfg
+	switch {
+	case c == nil || c.m != m:
+		return nil, errors.New("nn: ForwardCached needs a cache from this model's NewCache")
+	case b != c.b || t <= 0:
+		return nil, fmt.Errorf("nn: batch %d and length %d for a cache of batch %d, want the cache's batch and a length > 0", b, t, c.b)
+	case c.n+t > c.capacity:
+		return nil, fmt.Errorf("nn: %d positions after the cache's %d, more than its capacity %d", t, c.n, c.capacity)
+	case len(tokens) != b*t:
+		return nil, fmt.Errorf("nn: %d tokens for batch %d × length %d, want %d", len(tokens), b, t, b*t)
+	}
+	for i, tok := range tokens {
+		if tok < 0 || tok >= cfg.Vocab {
+			return nil, fmt.Errorf("nn: token %d at position %d (batch %d, step %d) is outside [0, %d)", tok, i, i/t, i%t, cfg.Vocab)
+		}
+	}
+	m.state = stateFresh // no Loss or Backward after this
+	m.r.setWorkers(opt.Workers)
+	m.tokens = append(m.tokens[:0], tokens...)
+	x := m.emb.forward(&m.r, m.tokens, nil, b, t, c.n)
+	mo := cfg.attnOptions(&RunOptions{}, m.r.workers)
+	for l, blk := range m.blocks {
+		var err error
+		if x, err = blk.forwardCached(&m.r, x, b, t, c.kv[l], &mo); err != nil {
+			// Blocks before l have stored these positions: the cache is now inconsistent, so
+			// empty it rather than leave it half-extended.
+			c.Reset()
+			return nil, fmt.Errorf("nn: block %d: %w", l, err)
+		}
+	}
+	if m.lnF != nil {
+		x = m.lnF.forward(&m.r, x, b*t)
+	}
+	if m.trans != nil {
+		x = m.trans.forward(&m.r, x, b*t)
+	}
+	m.logits = m.head.forward(&m.r, x, b*t)
+	c.n += t
+	return &tensor.Tensor{Shape: []int{b, t, cfg.Vocab}, Data: m.logits}, nil
+}

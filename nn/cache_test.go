@@ -1,0 +1,76 @@
+package nn
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/tensor"
+)
+
+// TestForwardCached checks generation's path: a prefill and then steps of one or more tokens
+// through the cache give, at every step, the logits of a Forward of the whole sequence so far,
+// for every family and cache dtype.
+func TestForwardCached(t *testing.T) {
+	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3} // 2 sequences of 8
+	const b, n = 2, 8
+	for name, cfg := range hfConfigs() {
+		for _, dtype := range []mha.CacheDType{mha.CacheFloat32, mha.CacheBFloat16} {
+			t.Run(fmt.Sprintf("%s/%v", name, dtype), func(t *testing.T) {
+				m, err := NewModel(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := m.NewCache(b, n, dtype)
+				if cfg.Bidirectional {
+					if err == nil {
+						t.Error("NewCache accepted a bidirectional model")
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				tol := 1e-5
+				if dtype != mha.CacheFloat32 {
+					tol = 2e-2 // keys and values rounded to bfloat16
+				}
+				for _, step := range []int{3, 1, 2, 1, 1} {
+					start := c.Len()
+					part := make([]int, 0, b*step)
+					for bb := range b {
+						part = append(part, tokens[bb*n+start:bb*n+start+step]...)
+					}
+					got, err := m.ForwardCached(c, part, b, step, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = got.Clone()
+					prefix := make([]int, 0, b*(start+step))
+					for bb := range b {
+						prefix = append(prefix, tokens[bb*n:bb*n+start+step]...)
+					}
+					full, err := m.Forward(prefix, b, start+step, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					v := cfg.Vocab
+					want := make([]float64, 0, len(got.Data))
+					for bb := range b {
+						for i := start; i < start+step; i++ {
+							for _, x := range full.Data[(bb*(start+step)+i)*v : (bb*(start+step)+i+1)*v] {
+								want = append(want, float64(x))
+							}
+						}
+					}
+					if e := tensor.RelError(got.Data, want); e > tol {
+						t.Errorf("positions %d to %d: relative error %.3g against Forward, want ≤ %g", start, start+step-1, e, tol)
+					}
+				}
+				if _, err := m.ForwardCached(c, []int{1, 2}, b, 1, nil); err == nil {
+					t.Error("a full cache took another position")
+				}
+			})
+		}
+	}
+}
