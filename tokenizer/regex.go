@@ -178,7 +178,7 @@ func (t *translator) oneClass() (class string, negated bool, err error) {
 			return classEscape(e), false, nil
 		case 'S', 'D', 'W':
 			t.pos += 2
-			return classEscape(e+'a'-'A'), true, nil
+			return classEscape(e + 'a' - 'A'), true, nil
 		}
 		s, err := t.escape(true)
 		return s, false, err

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,8 +33,8 @@ import (
 // Tokenizer encodes text into token ids and decodes ids back into text, as the tokenizer.json it
 // was read from says. It is safe for concurrent use.
 type Tokenizer struct {
-	normalizer normalizer    // nil: none
-	pre        preTokenizer  // nil: none
+	normalizer normalizer   // nil: none
+	pre        preTokenizer // nil: none
 	model      model
 	post       postProcessor // nil: none
 	decoder    decoder       // nil: tokens joined by spaces
@@ -75,12 +76,18 @@ func Load(path string) (*Tokenizer, error) {
 // where it has add_bos_token or add_eos_token, which (as in transformers' Llama tokenizers) say
 // whether encoding with special tokens puts bos_token in front and eos_token at the end.
 func LoadDir(dir string) (*Tokenizer, error) {
-	if fi, err := os.Stat(dir); err != nil {
+	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: expected a model folder, got %s, which does not exist", dir)
+	} else if err != nil {
 		return nil, fmt.Errorf("tokenizer: expected a model folder, got %w", err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("tokenizer: expected a model folder, got the file %s", dir)
 	}
-	t, err := Load(filepath.Join(dir, "tokenizer.json"))
+	path := filepath.Join(dir, "tokenizer.json")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: expected the model folder %s to hold tokenizer.json, got a folder without it", dir)
+	}
+	t, err := Load(path)
 	if err != nil {
 		return nil, err
 	}
