@@ -143,7 +143,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		for i, r := range c.Normalizers {
 			n, err := buildNormalizer(r)
 			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+				return nil, fmt.Errorf("normalizers[%d]: %w", i, err)
 			}
 			if n != nil {
 				seq = append(seq, n)
@@ -230,7 +230,7 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		for i, r := range c.Pretokenizers {
 			p, err := buildPreTokenizer(r)
 			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+				return nil, fmt.Errorf("pretokenizers[%d]: %w", i, err)
 			}
 			if p != nil {
 				seq = append(seq, p)
@@ -326,7 +326,7 @@ func buildPostProcessor(raw json.RawMessage, tokens map[int]string) (postProcess
 		for i, r := range c.Processors {
 			p, err := buildPostProcessor(r, tokens)
 			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+				return nil, fmt.Errorf("processors[%d]: %w", i, err)
 			}
 			if p != nil {
 				seq = append(seq, p)
@@ -428,7 +428,7 @@ func buildDecoder(raw json.RawMessage) (decoder, error) {
 		for i, r := range c.Decoders {
 			d, err := buildDecoder(r)
 			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+				return nil, fmt.Errorf("decoders[%d]: %w", i, err)
 			}
 			if d != nil {
 				seq = append(seq, d)

@@ -105,18 +105,6 @@ func (n normString) prepend(s string) normString {
 	return b.done()
 }
 
-// append puts s after n, coming from n's last character; an empty n stays empty.
-func (n normString) append(s string) normString {
-	if n.s == "" {
-		return n
-	}
-	_, w := utf8.DecodeLastRuneInString(n.s)
-	var b builder
-	b.addFrom(n, 0, len(n.s))
-	b.add(s, n.span(len(n.s)-w, len(n.s)))
-	return b.done()
-}
-
 // replaceSpans replaces each span of n (sorted, not overlapping) by content, which comes from the
 // whole span it replaces.
 func (n normString) replaceSpans(spans [][2]int, content string) normString {

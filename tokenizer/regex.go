@@ -322,12 +322,15 @@ func (t *translator) bracket() (string, error) {
 			}
 			b.WriteString(s)
 		case c == '[' && t.hasPrefix("[:"):
-			end := strings.Index(string(t.src[t.pos:]), ":]")
-			if end < 0 {
+			end := t.pos + 2
+			for end+1 < len(t.src) && !(t.src[end] == ':' && t.src[end+1] == ']') {
+				end++
+			}
+			if end+1 >= len(t.src) {
 				return "", fmt.Errorf("'[:' at %d has no ':]'", t.pos)
 			}
-			b.WriteString(string(t.src[t.pos : t.pos+end+2]))
-			t.pos += end + 2
+			b.WriteString(string(t.src[t.pos : end+2]))
+			t.pos = end + 2
 		case c == '[' || c == '&' && t.hasPrefix("&&"):
 			return "", fmt.Errorf("nested classes and class intersections (at %d) are not supported", t.pos)
 		default:

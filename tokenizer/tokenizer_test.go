@@ -24,6 +24,7 @@ func TestTokenizerPattern(t *testing.T) {
 		{`(?i:'s|'t)|\p{N}{1,3}`, "IT'S 12345", []string{"'S", "123", "45"}},
 		{`\w+|[^\w\s]+`, "héllo, wörld_1!", []string{"héllo", ",", "wörld_1", "!"}},
 		{`a(?=b)|c`, "abacab", []string{"a", "c", "a"}},
+		{`[[:alpha:]é]+`, "ab1é", []string{"ab", "é"}},
 	}
 	for _, c := range cases {
 		p, err := compilePattern(c.pattern)
@@ -38,7 +39,7 @@ func TestTokenizerPattern(t *testing.T) {
 			t.Errorf("%q on %q: got %q, want %q", c.pattern, c.text, got, c.want)
 		}
 	}
-	for _, bad := range []string{`(?<=a)b`, `a(?!b)c`, `(a(?!b))`, `(?>a)`, `a++`, `\1`, `[a`, `(a`, `a)`, `[^\S]`} {
+	for _, bad := range []string{`(?<=a)b`, `a(?!b)c`, `(a(?!b))`, `(?>a)`, `a++`, `\1`, `[a`, `(a`, `a)`, `[^\S]`, `[[:é`, `a{2`, `\p{L`, `\`} {
 		if _, err := compilePattern(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -186,7 +187,7 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "unk_token": "<unk>"}}`, `unk_token "<unk>": expected a token of the vocabulary`},
 		{`{"model": {"type": "BPE", "vocab": {"a": -1}}}`, "expected ids ≥ 0"},
 		{`{` + model + `, "normalizer": {"type": "Precompiled"}}`, `normalizer: type "Precompiled" is not supported`},
-		{`{` + model + `, "normalizer": {"type": "Sequence", "normalizers": [{"type": "X"}]}}`, `Sequence[0]: normalizer: type "X"`},
+		{`{` + model + `, "normalizer": {"type": "Sequence", "normalizers": [{"type": "X"}]}}`, `normalizers[0]: normalizer: type "X"`},
 		{`{` + model + `, "normalizer": 5}`, "normalizer: expected an object"},
 		{`{` + model + `, "normalizer": {"type": "Replace"}}`, "expected a pattern"},
 		{`{` + model + `, "pre_tokenizer": {"type": "UnicodeScripts"}}`, `pre_tokenizer: type "UnicodeScripts" is not supported`},
