@@ -40,13 +40,16 @@ func toLower(r rune) string {
 	return string(unicode.ToLower(r))
 }
 
-// stripAccents is the StripAccents normalizer: it removes the nonspacing marks (Mn), which after
-// NFD are the accents.
+// stripAccents is the StripAccents normalizer: it removes the combining marks (Unicode's Mark
+// category: Mn, Mc and Me), which after NFD hold the accents.
 type stripAccents struct{}
 
-func (stripAccents) normalize(n normString) normString {
+func (stripAccents) normalize(n normString) normString { return removeRunes(n, unicode.M) }
+
+// removeRunes removes the runes of a category from n.
+func removeRunes(n normString, cat *unicode.RangeTable) normString {
 	return n.mapRunes(func(r rune) string {
-		if unicode.Is(unicode.Mn, r) {
+		if unicode.Is(cat, r) {
 			return ""
 		}
 		return string(r)
@@ -120,7 +123,7 @@ func (b bertNormalizer) normalize(n normString) normString {
 		})
 	}
 	if b.stripAccents {
-		n = stripAccents{}.normalize(n.unicodeNorm(norm.NFD))
+		n = removeRunes(n.unicodeNorm(norm.NFD), unicode.Mn) // BERT's accents: the nonspacing marks only
 	}
 	if b.lowercase {
 		n = lowercase{}.normalize(n)

@@ -63,6 +63,34 @@ func TestTokenizerRustBehavior(t *testing.T) {
 	if want := [][2]int{{0, 3}, {3, 4}, {4, 5}, {5, 13}}; !slices.Equal(spans, want) {
 		t.Errorf("Metaspace split offsets: got %v, want %v", spans, want)
 	}
+	// Punctuation isolates every character (tokenizers.js keeps runs together); Digits without
+	// individual_digits keeps runs.
+	for _, c := range []struct {
+		p    preTokenizer
+		want []string
+	}{
+		{runeClassPre{isPunct, isolated}, []string{"a", "!", "!", "!", "b", "$", "(", "1", ")"}},
+		{runeClassPre{isPunct, mergedWithPrevious}, []string{"a!", "!", "!", "b$", "(", "1)"}},
+		{runeClassPre{isNumeric, contiguous}, []string{"a!!!b$(", "1", ")"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: mergedWithNext}, []string{"a", "!", "!", "!b$(1)"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: contiguous}, []string{"a", "!!!", "b$(1)"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: removed, invert: true}, []string{"!", "!", "!"}},
+	} {
+		var got []string
+		for _, p := range c.p.preTokenize([]normString{newNormString("a!!!b$(1)", 0)}) {
+			got = append(got, p.s)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%#v: got %q, want %q", c.p, got, c.want)
+		}
+	}
+	// StripAccents removes every mark, BERT's normalizer only the nonspacing ones.
+	if got := (stripAccents{}).normalize(newNormString("दुनिया e\u0301", 0)).s; got != "दनय e" {
+		t.Errorf("StripAccents: got %q", got)
+	}
+	if got := (bertNormalizer{stripAccents: true}).normalize(newNormString("दुनिया é", 0)).s; got != "दनिया e" {
+		t.Errorf("BertNormalizer strip_accents: got %q", got)
+	}
 	// The Metaspace decoder drops every '▁' of the first token.
 	if got := strings.Join(metaspaceDec{"▁", true}.decode([]string{"▁▁a", "▁b"}), ""); got != "a b" {
 		t.Errorf("Metaspace decoder: got %q, want %q", got, "a b")

@@ -156,6 +156,41 @@ export const variants = {
         special_tokens: { "<|endoftext|>": { id: "<|endoftext|>", ids: [50256], tokens: ["<|endoftext|>"] } } },
     },
   },
+  // Unicode normalizers before GPT-2's byte-level BPE, with a prefix space.
+  "gpt2-normalizers": {
+    base: "gpt2",
+    patch: {
+      normalizer: {
+        type: "Sequence",
+        normalizers: [
+          { type: "NFKD" },
+          { type: "StripAccents" },
+          { type: "Lowercase" },
+          { type: "Strip", strip_left: true, strip_right: true },
+          { type: "Replace", pattern: { Regex: "\\s+" }, content: " " },
+          { type: "NFC" },
+        ],
+      },
+      pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    },
+  },
+  // bert-base-uncased's vocabulary behind other pre-tokenizers (not Punctuation: tokenizers.js
+  // keeps a run of punctuation together, where Hugging Face tokenizers isolates each character).
+  "bert-pretokenizers": {
+    base: "bert-base-uncased",
+    patch: {
+      normalizer: { type: "Sequence", normalizers: [{ type: "NFKC" }, { type: "Lowercase" }] },
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          { type: "WhitespaceSplit" },
+          { type: "Digits", individual_digits: true },
+          { type: "Split", pattern: { String: "ing" }, behavior: "Isolated", invert: false },
+          { type: "Split", pattern: { Regex: "[aeiou]{3,}" }, behavior: "Removed", invert: false },
+        ],
+      },
+    },
+  },
   // bert-base-uncased's vocabulary, cased input: no lowercasing, accents kept.
   "bert-nolower": {
     base: "bert-base-uncased",
@@ -231,6 +266,12 @@ const texts = [
   "ĠĠ byte level chars Ġ",
   "<0x41> <0xFF>",
   "\u{10FFFF}\u{E000}",
+  "The Transformer follows this overall architecture using stacked self-attention and point-wise, fully connected layers for both the encoder and decoder, shown in the left and right halves of Figure 1, respectively.",
+  "Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V\n\nwhere d_k = 64 and h = 8 heads; 512 / 8 = 64.",
+  "    indented code\n\tand a tab\n  \n   trailing spaces   \n",
+  "running jumping swimming singing queueing aaaiiieee",
+  "ＡＢＣ１２３　全角スペース",
+  "Ⅻ ㍿ ½ ² ℌ ﬀ",
 ];
 
 // A fixed pseudo-random source (mulberry32), so that the goldens are the same on every run.
@@ -246,8 +287,8 @@ function rng(seed) {
 const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301"];
 const random = [];
 const r = rng(13);
-for (let i = 0; i < 120; i++) {
-  const n = Math.floor(r() * 40);
+for (let i = 0; i < 300; i++) {
+  const n = Math.floor(r() * (i < 250 ? 40 : 400));
   let s = "";
   for (let j = 0; j < n; j++) s += pool[Math.floor(r() * pool.length)];
   random.push(s);
