@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.model, t.vocab, err = buildModel(f.Model); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	t.vocab = maps.Clone(t.vocab) // the model's stays without the added tokens, as in Hugging Face tokenizers
 	for tok, id := range t.vocab {
 		t.tokens[id] = tok
 	}

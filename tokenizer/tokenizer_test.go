@@ -294,3 +294,63 @@ func TestTokenizerLoadDir(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizerAddedTokens checks single_word, lstrip and rstrip (with the offsets they give) and
+// a normalized added token, matched in the lowercased text.
+func TestTokenizerAddedTokens(t *testing.T) {
+	tok, err := Parse([]byte(`{
+	  "added_tokens": [
+	    {"id": 20, "content": "ab", "single_word": true},
+	    {"id": 21, "content": "<x>", "lstrip": true, "rstrip": true, "special": true},
+	    {"id": 22, "content": "Hi", "normalized": true}
+	  ],
+	  "normalizer": {"type": "Lowercase"},
+	  "pre_tokenizer": {"type": "WhitespaceSplit"},
+	  "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "b": 2, "c": 3, "##a": 4, "##b": 5, "##c": 6, "h": 7, "##i": 8}},
+	  "decoder": {"type": "WordPiece"}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "ab cab abc ab_ HI  <x>  c"
+	e, err := tok.Encode(text, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "cab", "abc" and "ab_" hold ab inside a word: the model splits them ("ab_" is unknown to it:
+	// the added token is not part of the model's vocabulary).
+	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "Hi", "<x>", "c"}
+	wantOffsets := [][2]int{{0, 2}, {3, 4}, {4, 5}, {5, 6}, {7, 8}, {8, 9}, {9, 10}, {11, 14}, {15, 17}, {17, 24}, {24, 25}}
+	if !slices.Equal(e.Tokens, wantTokens) || !slices.Equal(e.Offsets, wantOffsets) {
+		t.Errorf("Encode(%q):\n got  %q %v\n want %q %v", text, e.Tokens, e.Offsets, wantTokens, wantOffsets)
+	}
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] Hi c" {
+		t.Errorf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestTokenizerConcurrent encodes from several goroutines at once (run it with -race): a
+// Tokenizer is read-only after Parse.
+func TestTokenizerConcurrent(t *testing.T) {
+	tok := loadCase(t, "gpt2")
+	want, err := tok.Encode("Hello, concurrent world! 😀", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []int)
+	for range 4 {
+		go func() {
+			var ids []int
+			for range 50 {
+				e, _ := tok.Encode("Hello, concurrent world! 😀", true)
+				ids = e.IDs
+			}
+			done <- ids
+		}()
+	}
+	for range 4 {
+		if ids := <-done; !slices.Equal(ids, want.IDs) {
+			t.Errorf("got %v, want %v", ids, want.IDs)
+		}
+	}
+}
