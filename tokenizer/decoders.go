@@ -39,8 +39,15 @@ type replaceDec struct{ find replaceNorm }
 func (r replaceDec) decode(toks []string) []string {
 	out := make([]string, len(toks))
 	for i, t := range toks {
-		n := r.find.normalize(normString{s: t, align: make([][2]int, len(t))})
-		out[i] = n.s
+		var b strings.Builder
+		prev := 0
+		for _, sp := range r.find.find(t) {
+			b.WriteString(t[prev:sp[0]])
+			b.WriteString(r.find.content)
+			prev = sp[1]
+		}
+		b.WriteString(t[prev:])
+		out[i] = b.String()
 	}
 	return out
 }

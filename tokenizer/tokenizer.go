@@ -15,8 +15,14 @@
 // single_word, lstrip, rstrip and normalized), and the post-processor (TemplateProcessing,
 // BertProcessing, RobertaProcessing, ByteLevel) adds BOS, CLS and SEP.
 //
+// Where tokenizers.js and the Rust library differ, package tokenizer does as the Rust library
+// does. Not supported, each an error naming the type: the Unigram and WordLevel models, the
+// Precompiled normalizer, the UnicodeScripts pre-tokenizer, the CTC decoder; regex patterns with
+// lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
+// truncation and padding are not read, and only single sequences are encoded (not pairs).
+//
 // The tests compare ids, tokens and decoded text with Hugging Face's tokenizers.js on the
-// GPT-2, Llama-2, Llama-3 and bert-base-uncased vocabularies (testdata/tokenizer).
+// GPT-2, Llama-2, Mistral-7B, Llama-3 and bert-base-uncased vocabularies (testdata/tokenizer).
 package tokenizer
 
 import (
