@@ -54,7 +54,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

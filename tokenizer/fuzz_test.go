@@ -1,0 +1,95 @@
+package tokenizer
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// tinyJSON is a small byte-level BPE tokenizer.json, a seed for FuzzParse.
+const tinyJSON = `{
+  "added_tokens": [{"id": 9, "content": "<|end|>", "special": true, "lstrip": true}],
+  "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]},
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}| ?\\p{L}+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated"},
+    {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "Ġ": 2, "ab": 3, "Ġa": 4, "Ġab": 5, "1": 6, "2": 7, "12": 8},
+            "merges": [["a", "b"], ["Ġ", "a"], "Ġa b", "1 2"], "ignore_merges": true},
+  "post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel", "trim_offsets": true},
+    {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|end|>"}}, {"Sequence": {"id": "A"}}],
+     "special_tokens": {"<|end|>": {"id": "<|end|>", "ids": [9], "tokens": ["<|end|>"]}}}]},
+  "decoder": {"type": "ByteLevel"}
+}`
+
+// FuzzParse reads arbitrary bytes as tokenizer.json: an error or a tokenizer, never a panic, and
+// a tokenizer that encodes and decodes without one.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(tinyJSON))
+	f.Add([]byte(`{"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}, "normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "BertPreTokenizer"}, "decoder": {"type": "WordPiece"}, "post_processor": {"type": "BertProcessing", "cls": ["[UNK]", 0], "sep": ["a", 1]}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"<unk>": 0, "▁": 1, "<0x61>": 2}, "merges": [], "byte_fallback": true, "fuse_unk": true, "unk_token": "<unk>"}, "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "first", "split": true}, "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?i:a|b)(?!\\S)|[^\\s\\p{L}]+|\\w+"}, "behavior": "MergedWithPrevious", "invert": true}}`))
+	f.Add([]byte(`{"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Digits", "individual_digits": true}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := Parse(data)
+		if err != nil {
+			return
+		}
+		for _, text := range []string{"", "ab 12 <|end|>  a\n\tb", "é😀中 ab"} {
+			e, err := tok.Encode(text, true)
+			if err != nil {
+				continue
+			}
+			checkOffsets(t, text, e)
+			if _, err := tok.Decode(e.IDs, false); err != nil {
+				t.Errorf("Decode of Encode(%q)'s ids: %v", text, err)
+			}
+		}
+	})
+}
+
+// FuzzEncode encodes arbitrary text with the real vocabularies: never a panic, offsets in the
+// text and in order, and for the byte-level tokenizers without a normalizer (GPT-2, Llama-3)
+// decode(encode(x)) == x and each token's bytes inside the part of the text its offsets give.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"", "Hello world", "  a\n\n b\t", "<|endoftext|>x<s>[CLS]", "中文😀👨‍👩‍👧", "e\u0301 İ ß", "'s 'LL 12345"} {
+		f.Add(s)
+	}
+	names := []string{"gpt2", "llama3", "llama2", "mistral-metaspace-always-split", "bert-base-uncased", "gpt2-added"}
+	const byteLevel = 2 // the first two
+	toks := make([]*Tokenizer, len(names))
+	for i, n := range names {
+		toks[i] = loadCase(f, n)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if !utf8.ValidString(text) {
+			if _, err := toks[0].Encode(text, false); err == nil {
+				t.Errorf("Encode(%q): no error for invalid UTF-8", text)
+			}
+			return
+		}
+		for i, tok := range toks {
+			e, err := tok.Encode(text, true)
+			if err != nil {
+				t.Fatalf("%s: Encode(%q): %v", names[i], text, err)
+			}
+			checkOffsets(t, text, e)
+			if _, err := tok.Decode(e.IDs, true); err != nil {
+				t.Fatalf("%s: Decode: %v", names[i], err)
+			}
+			if i >= byteLevel {
+				continue
+			}
+			if e, err = tok.Encode(text, false); err != nil {
+				t.Fatalf("%s: Encode(%q): %v", names[i], text, err)
+			}
+			if got, err := tok.Decode(e.IDs, false); err != nil || got != text {
+				t.Errorf("%s: Decode(Encode(%q)) = %q, %v", names[i], text, got, err)
+			}
+			for k, o := range e.Offsets {
+				if b := string(byteLevelDecode(e.Tokens[k])); !strings.Contains(text[o[0]:o[1]], b) {
+					t.Errorf("%s: %q: token %q (%q) outside its offsets %v (%q)", names[i], text, e.Tokens[k], b, o, text[o[0]:o[1]])
+				}
+			}
+		}
+	})
+}

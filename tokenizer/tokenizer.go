@@ -1,0 +1,323 @@
+// Package tokenizer reads Hugging Face tokenizer.json files (the serialization of the tokenizers
+// library) and encodes and decodes text as Hugging Face tokenizers does, in pure Go.
+//
+// It covers the three kinds of tokenizer that most models use:
+//
+//   - byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM): the ByteLevel pre-tokenizer with GPT-2's
+//     regex, or a Split pre-tokenizer with the file's own regex (Llama-3's and Qwen2's, lookahead
+//     included), GPT-2's byte-to-character map, merges by rank and ignore_merges;
+//   - SentencePiece-style BPE (Llama-2, TinyLlama, Mistral): the "▁" metaspace, from a
+//     Prepend+Replace normalizer or a Metaspace pre-tokenizer, byte_fallback to <0xXX> tokens and
+//     fuse_unk, with the Replace, ByteFallback, Fuse, Strip and Metaspace decoders;
+//   - WordPiece (BERT): BertNormalizer, BertPreTokenizer, "##" continuing pieces and [UNK].
+//
+// Added and special tokens are found in the text before the model sees it (respecting
+// single_word, lstrip, rstrip and normalized), and the post-processor (TemplateProcessing,
+// BertProcessing, RobertaProcessing, ByteLevel) adds BOS, CLS and SEP.
+//
+// Where tokenizers.js and the Rust library differ, package tokenizer does as the Rust library
+// does. Not supported, each an error naming the type: the Unigram and WordLevel models, the
+// Precompiled normalizer, the UnicodeScripts pre-tokenizer, the CTC decoder; regex patterns with
+// lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
+// truncation and padding are not read, and only single sequences are encoded (not pairs).
+//
+// The tests compare ids, tokens and decoded text with Hugging Face's tokenizers.js on the
+// GPT-2, Llama-2, Mistral-7B, Llama-3 and bert-base-uncased vocabularies (testdata/tokenizer).
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// Tokenizer encodes text into token ids and decodes ids back into text, as the tokenizer.json it
+// was read from says. It is safe for concurrent use.
+type Tokenizer struct {
+	normalizer normalizer   // nil: none
+	pre        preTokenizer // nil: none
+	model      model
+	post       postProcessor // nil: none
+	decoder    decoder       // nil: tokens joined by spaces
+	rawAdded   addedMatcher  // added tokens matched in the text as given
+	normAdded  addedMatcher  // added tokens matched in the normalized text
+	vocab      map[string]int
+	tokens     map[int]string
+	special    map[int]bool
+}
+
+// Encoding is the result of Tokenizer.Encode: the tokens of a text, in order.
+type Encoding struct {
+	// IDs are the tokens' ids.
+	IDs []int
+	// Tokens are the tokens as the vocabulary spells them (byte-level tokenizers spell a space
+	// 'Ġ', SentencePiece ones '▁').
+	Tokens []string
+	// Offsets are, for each token, the byte offsets [start, end) in the text of the part it
+	// covers. Byte offsets, not rune offsets: text[start:end] is that part. A token that holds
+	// only some bytes of a character covers the whole character, and a special token that the
+	// post-processor added covers [0, 0).
+	Offsets [][2]int
+}
+
+// Load reads a tokenizer.json file.
+func Load(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// LoadDir reads the tokenizer of a model folder: DIR/tokenizer.json, and DIR/tokenizer_config.json
+// where it has add_bos_token or add_eos_token, which (as in transformers' Llama tokenizers) say
+// whether encoding with special tokens puts bos_token in front and eos_token at the end.
+func LoadDir(dir string) (*Tokenizer, error) {
+	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: expected a model folder, got %s, which does not exist", dir)
+	} else if err != nil {
+		return nil, fmt.Errorf("tokenizer: expected a model folder, got %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("tokenizer: expected a model folder, got the file %s", dir)
+	}
+	path := filepath.Join(dir, "tokenizer.json")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: expected the model folder %s to hold tokenizer.json, got a folder without it", dir)
+	}
+	t, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	data, err := os.ReadFile(cfgPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if err := t.applyConfig(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
+	}
+	return t, nil
+}
+
+// applyConfig makes the single-sequence template [bos] $A [eos] as tokenizer_config.json's
+// add_bos_token and add_eos_token say, where it says either.
+func (t *Tokenizer) applyConfig(data []byte) error {
+	var cfg struct {
+		AddBOS *bool           `json:"add_bos_token"`
+		AddEOS *bool           `json:"add_eos_token"`
+		BOS    json.RawMessage `json:"bos_token"`
+		EOS    json.RawMessage `json:"eos_token"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("expected a JSON object, got %w", err)
+	}
+	if cfg.AddBOS == nil && cfg.AddEOS == nil {
+		return nil
+	}
+	var tmpl template
+	for _, s := range []struct {
+		add  *bool
+		raw  json.RawMessage
+		name string
+		to   *[]token
+	}{{cfg.AddBOS, cfg.BOS, "bos_token", &tmpl.before}, {cfg.AddEOS, cfg.EOS, "eos_token", &tmpl.after}} {
+		if s.add == nil || !*s.add {
+			continue
+		}
+		content, err := tokenContent(s.raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		id, ok := t.vocab[content]
+		if !ok {
+			return fmt.Errorf("%s: expected a token of the vocabulary, got %q", s.name, content)
+		}
+		*s.to = []token{{id: id, value: content, special: true}}
+	}
+	switch p := t.post.(type) {
+	case nil, template:
+		t.post = tmpl
+	case postProcessors:
+		seq := make(postProcessors, 0, len(p)+1)
+		for _, x := range p {
+			if _, ok := x.(template); !ok {
+				seq = append(seq, x)
+			}
+		}
+		t.post = append(seq, tmpl)
+	default:
+		t.post = postProcessors{p, tmpl}
+	}
+	return nil
+}
+
+// tokenContent reads a special token of tokenizer_config.json: a string or {"content": …}.
+func tokenContent(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Content != nil {
+		return *obj.Content, nil
+	}
+	return "", fmt.Errorf("expected a string or {\"content\": …}, got %s", excerpt(raw))
+}
+
+// Parse reads the contents of a tokenizer.json file. A model, normalizer, pre-tokenizer,
+// post-processor or decoder of a type it does not know is an error that names the type.
+func Parse(data []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("tokenizer: expected tokenizer.json, a JSON object, got %s: %w", excerpt(data), err)
+	}
+	t := &Tokenizer{tokens: map[int]string{}, special: map[int]bool{}}
+	var err error
+	if t.model, t.vocab, err = buildModel(f.Model); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t.vocab = maps.Clone(t.vocab) // the model's stays without the added tokens, as in Hugging Face tokenizers
+	for tok, id := range t.vocab {
+		t.tokens[id] = tok
+	}
+	if t.normalizer, err = buildNormalizer(f.Normalizer); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if t.pre, err = buildPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if t.decoder, err = buildDecoder(f.Decoder); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	var raw, normed []matchable
+	for i := range f.AddedTokens {
+		a := &f.AddedTokens[i]
+		if a.ID < 0 || a.Content == "" {
+			return nil, fmt.Errorf("tokenizer: added_tokens[%d]: expected an id ≥ 0 and a content, got %d and %q", i, a.ID, a.Content)
+		}
+		t.vocab[a.Content] = a.ID
+		t.tokens[a.ID] = a.Content
+		if a.Special {
+			t.special[a.ID] = true
+		}
+		if a.Normalized && t.normalizer != nil {
+			normed = append(normed, matchable{t.normalizer.normalize(newNormString(a.Content, 0)).s, a})
+		} else if a.Normalized {
+			normed = append(normed, matchable{a.Content, a})
+		} else {
+			raw = append(raw, matchable{a.Content, a})
+		}
+	}
+	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(normed)
+	if t.post, err = buildPostProcessor(f.PostProcessor, t.tokens); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return t, nil
+}
+
+// Encode splits text into tokens. With addSpecial the post-processor adds the model's special
+// tokens (BOS, or CLS and SEP); special tokens written in the text are found either way. text
+// must be valid UTF-8.
+func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
+	if !utf8.ValidString(text) {
+		return Encoding{}, errors.New("tokenizer: expected UTF-8 text, got invalid UTF-8")
+	}
+	var toks []token
+	for _, seg := range t.rawAdded.split(text) {
+		if seg.tok != nil {
+			toks = append(toks, token{id: seg.tok.ID, value: seg.tok.Content, offsets: [2]int{seg.start, seg.end}})
+			continue
+		}
+		n := newNormString(text[seg.start:seg.end], seg.start)
+		if t.normalizer != nil {
+			n = t.normalizer.normalize(n)
+		}
+		for _, sub := range t.normAdded.split(n.s) {
+			if sub.tok != nil {
+				toks = append(toks, token{id: sub.tok.ID, value: sub.tok.Content, offsets: n.span(sub.start, sub.end)})
+				continue
+			}
+			words := []normString{n.slice(sub.start, sub.end)}
+			if words[0].s == "" {
+				continue
+			}
+			if t.pre != nil {
+				words = t.pre.preTokenize(words)
+			}
+			for _, w := range words {
+				pieces, err := t.model.tokenize(w.s)
+				if err != nil {
+					return Encoding{}, fmt.Errorf("tokenizer: %w", err)
+				}
+				for _, p := range pieces {
+					toks = append(toks, token{id: p.id, value: t.tokens[p.id], offsets: w.span(p.start, p.end)})
+				}
+			}
+		}
+	}
+	if t.post != nil {
+		toks = t.post.process(toks, addSpecial)
+	}
+	e := Encoding{IDs: make([]int, len(toks)), Tokens: make([]string, len(toks)), Offsets: make([][2]int, len(toks))}
+	for i, tok := range toks {
+		e.IDs[i], e.Tokens[i], e.Offsets[i] = tok.id, tok.value, tok.offsets
+		if tok.special {
+			e.Offsets[i] = [2]int{}
+		}
+	}
+	return e, nil
+}
+
+// Decode turns ids back into text, through the tokenizer's decoder. With skipSpecial, the
+// special tokens (added tokens marked special, such as <s> and [CLS]) are left out. An id that is
+// not in the vocabulary is an error.
+func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
+	toks := make([]string, 0, len(ids))
+	for i, id := range ids {
+		tok, ok := t.tokens[id]
+		if !ok {
+			return "", fmt.Errorf("tokenizer: ids[%d]: expected an id of the vocabulary, got %d", i, id)
+		}
+		if skipSpecial && t.special[id] {
+			continue
+		}
+		toks = append(toks, tok)
+	}
+	if t.decoder == nil {
+		return strings.Join(toks, " "), nil
+	}
+	return strings.Join(t.decoder.decode(toks), ""), nil
+}
+
+// TokenToID is the id of a token of the vocabulary (added tokens included), and whether there
+// is one.
+func (t *Tokenizer) TokenToID(token string) (int, bool) {
+	id, ok := t.vocab[token]
+	return id, ok
+}
+
+// IDToToken is the token of an id, and whether the vocabulary (added tokens included) has it.
+func (t *Tokenizer) IDToToken(id int) (string, bool) {
+	tok, ok := t.tokens[id]
+	return tok, ok
+}
+
+// VocabSize is the number of distinct ids: the model's vocabulary and the added tokens.
+func (t *Tokenizer) VocabSize() int {
+	return len(t.tokens)
+}

@@ -1,0 +1,356 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestTokenizerPattern checks the translation of Oniguruma patterns: GPT-2's \s+(?!\S) leaves
+// the last space of a run to the word after it, and a run at the end of the text whole.
+func TestTokenizerPattern(t *testing.T) {
+	cases := []struct {
+		pattern, text string
+		want          []string
+	}{
+		{gpt2Pattern, "a   b", []string{"a", "  ", " b"}},
+		{gpt2Pattern, "a b  ", []string{"a", " b", "  "}},
+		{gpt2Pattern, "I'll  go\n\n x", []string{"I", "'ll", " ", " go", "\n\n", " x"}},
+		{gpt2Pattern, "a\u3000\u3000b", []string{"a", "\u3000", "\u3000", "b"}}, // Unicode \s
+		{`\s+(?!\S)|\s+`, " \t x", []string{" \t", " "}},
+		{`(?i:'s|'t)|\p{N}{1,3}`, "IT'S 12345", []string{"'S", "123", "45"}},
+		{`\w+|[^\w\s]+`, "héllo, wörld_1!", []string{"héllo", ",", "wörld_1", "!"}},
+		{`a(?=b)|c`, "abacab", []string{"a", "c", "a"}},
+		{`[[:alpha:]é]+`, "ab1é", []string{"ab", "é"}},
+	}
+	for _, c := range cases {
+		p, err := compilePattern(c.pattern)
+		if err != nil {
+			t.Fatalf("%q: %v", c.pattern, err)
+		}
+		var got []string
+		for _, m := range p.findAll(c.text) {
+			got = append(got, c.text[m[0]:m[1]])
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%q on %q: got %q, want %q", c.pattern, c.text, got, c.want)
+		}
+	}
+	for _, bad := range []string{`(?<=a)b`, `a(?!b)c`, `(a(?!b))`, `(?>a)`, `a++`, `\1`, `[a`, `(a`, `a)`, `[^\S]`, `[[:é`, `a{2`, `\p{L`, `\`} {
+		if _, err := compilePattern(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestTokenizerRustBehavior checks what package tokenizer does as Hugging Face tokenizers (Rust)
+// does where tokenizers.js differs, and the corners no golden reaches.
+func TestTokenizerRustBehavior(t *testing.T) {
+	// Metaspace with split: a cut before every '▁' (the Rust library's own test).
+	pieces := metaspacePre{replacement: "▁", scheme: prependAlways, split: true}.preTokenize([]normString{newNormString("Hey   friend!", 0)})
+	var got []string
+	var spans [][2]int
+	for _, p := range pieces {
+		got = append(got, p.s)
+		spans = append(spans, p.span(0, len(p.s)))
+	}
+	if want := []string{"▁Hey", "▁", "▁", "▁friend!"}; !slices.Equal(got, want) {
+		t.Errorf("Metaspace split: got %q, want %q", got, want)
+	}
+	if want := [][2]int{{0, 3}, {3, 4}, {4, 5}, {5, 13}}; !slices.Equal(spans, want) {
+		t.Errorf("Metaspace split offsets: got %v, want %v", spans, want)
+	}
+	// Punctuation isolates every character (tokenizers.js keeps runs together); Digits without
+	// individual_digits keeps runs.
+	for _, c := range []struct {
+		p    preTokenizer
+		want []string
+	}{
+		{runeClassPre{isPunct, isolated}, []string{"a", "!", "!", "!", "b", "$", "(", "1", ")"}},
+		{runeClassPre{isPunct, mergedWithPrevious}, []string{"a!", "!", "!", "b$", "(", "1)"}},
+		{runeClassPre{isNumeric, contiguous}, []string{"a!!!b$(", "1", ")"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: mergedWithNext}, []string{"a", "!", "!", "!b$(1)"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: contiguous}, []string{"a", "!!!", "b$(1)"}},
+		{splitPre{find: replaceNorm{literal: "!"}, behavior: removed, invert: true}, []string{"!", "!", "!"}},
+	} {
+		var got []string
+		for _, p := range c.p.preTokenize([]normString{newNormString("a!!!b$(1)", 0)}) {
+			got = append(got, p.s)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%#v: got %q, want %q", c.p, got, c.want)
+		}
+	}
+	// StripAccents removes every mark, BERT's normalizer only the nonspacing ones.
+	if got := (stripAccents{}).normalize(newNormString("दुनिया e\u0301", 0)).s; got != "दनय e" {
+		t.Errorf("StripAccents: got %q", got)
+	}
+	if got := (bertNormalizer{stripAccents: true}).normalize(newNormString("दुनिया é", 0)).s; got != "दनिया e" {
+		t.Errorf("BertNormalizer strip_accents: got %q", got)
+	}
+	// The Metaspace decoder drops every '▁' of the first token.
+	if got := strings.Join(metaspaceDec{"▁", true}.decode([]string{"▁▁a", "▁b"}), ""); got != "a b" {
+		t.Errorf("Metaspace decoder: got %q, want %q", got, "a b")
+	}
+	// ByteFallback: bytes that are not UTF-8 give one U+FFFD each.
+	if got := (byteFallbackDec{}).decode([]string{"<0xE2>", "<0x82>", "a", "<0xE2>", "<0x82>", "<0xAC>"}); !slices.Equal(got, []string{"\uFFFD", "\uFFFD", "a", "€"}) {
+		t.Errorf("ByteFallback: got %q", got)
+	}
+	// ByteLevel: a maximal ill-formed subsequence is one U+FFFD.
+	for in, want := range map[string]string{"\xE2\x82A": "\uFFFDA", "\xF0\x9F\x98": "\uFFFD", "\xC0\xAF": "\uFFFD\uFFFD", "\xED\xA0\x80": "\uFFFD\uFFFD\uFFFD", "ok": "ok"} {
+		if got := lossyUTF8([]byte(in)); got != want {
+			t.Errorf("lossyUTF8(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// WordPiece's cleanup, token by token.
+	if got := strings.Join(wordPieceDec{"##", true}.decode([]string{"hello", ",", "wor", "##ld", "!"}), ""); got != "hello, world!" {
+		t.Errorf("WordPiece cleanup: got %q", got)
+	}
+	// Lowercase is per character: 'İ' is "i̇", a final 'Σ' is 'σ'.
+	if got := (lowercase{}).normalize(newNormString("İΣ", 0)).s; got != "i\u0307σ" {
+		t.Errorf("Lowercase: got %q", got)
+	}
+}
+
+// TestTokenizerBPE checks unknown characters (dropped without unk, fused with fuse_unk), byte
+// fallback and the continuing-subword prefix and end-of-word suffix.
+func TestTokenizerBPE(t *testing.T) {
+	vocab := map[string]int{"<unk>": 0, "a": 1, "b": 2, "ab": 3, "<0xC3>": 4, "<0xA9>": 5, "##b": 6, "a##b": 7, "b</w>": 8, "ab</w>": 9}
+	cases := []struct {
+		m    bpe
+		word string
+		want []piece
+	}{
+		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1}, {2, 3, 4}}},
+		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1}, {0, 1, 2}, {0, 2, 3}, {2, 3, 4}}},
+		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1}, {0, 1, 3}, {2, 3, 4}, {0, 4, 5}}},
+		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1}, {4, 1, 2}, {5, 2, 3}}},
+		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1}, {0, 1, 4}}}, // <0xE2> missing
+		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2}, {3, 2, 4}}},
+		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2}}},
+		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2}}},
+		{bpe{unk: -1, ignoreMerges: true}, "ab", []piece{{3, 0, 2}}},
+	}
+	for i, c := range cases {
+		c.m.vocab = vocab
+		for b := range c.m.byteIDs {
+			c.m.byteIDs[b] = -1
+		}
+		c.m.byteIDs[0xC3], c.m.byteIDs[0xA9] = 4, 5
+		got, err := c.m.tokenize(c.word)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("case %d, %q: got %v, %v; want %v", i, c.word, got, err, c.want)
+		}
+	}
+}
+
+// TestTokenizerOffsets checks byte offsets on real vocabularies: words, a character split into
+// byte tokens, normalization that changes lengths, and special tokens.
+func TestTokenizerOffsets(t *testing.T) {
+	cases := []struct {
+		name, text string
+		special    bool
+		want       [][2]int
+	}{
+		{"gpt2", "Hello world", false, [][2]int{{0, 5}, {5, 11}}},
+		{"gpt2", "a😀", false, [][2]int{{0, 1}, {1, 5}, {1, 5}}},
+		{"gpt2", "x<|endoftext|>y", false, [][2]int{{0, 1}, {1, 14}, {14, 15}}},
+		{"llama2", "Hi there", true, [][2]int{{0, 0}, {0, 2}, {2, 8}}},
+		{"bert-base-uncased", "Héllo, WORLD!", true, [][2]int{{0, 0}, {0, 6}, {6, 7}, {8, 13}, {13, 14}, {0, 0}}},
+		{"bert-base-uncased", "中文", false, [][2]int{{0, 3}, {3, 6}}},
+		{"gpt2-added", "a <mask> b", false, [][2]int{{0, 1}, {1, 8}, {8, 10}}},
+	}
+	for _, c := range cases {
+		tok := loadCase(t, c.name)
+		e, err := tok.Encode(c.text, c.special)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(e.Offsets, c.want) {
+			t.Errorf("%s %q: offsets %v of %q, want %v", c.name, c.text, e.Offsets, e.Tokens, c.want)
+		}
+	}
+}
+
+// TestTokenizerVocab checks TokenToID, IDToToken, VocabSize and Decode's error for an unknown id.
+func TestTokenizerVocab(t *testing.T) {
+	tok := loadCase(t, "gpt2")
+	if n := tok.VocabSize(); n != 50257 {
+		t.Errorf("VocabSize = %d, want 50257", n)
+	}
+	if id, ok := tok.TokenToID("<|endoftext|>"); !ok || id != 50256 {
+		t.Errorf("TokenToID(<|endoftext|>) = %d, %v", id, ok)
+	}
+	if s, ok := tok.IDToToken(995); !ok || s != "Ġworld" {
+		t.Errorf("IDToToken(995) = %q, %v", s, ok)
+	}
+	if _, ok := tok.IDToToken(50257); ok {
+		t.Error("IDToToken(50257): found")
+	}
+	if _, err := tok.Decode([]int{1, -1}, false); err == nil || !strings.Contains(err.Error(), "ids[1]") {
+		t.Errorf("Decode of an unknown id: %v", err)
+	}
+	if _, err := tok.Encode("\xff", false); err == nil {
+		t.Error("Encode of invalid UTF-8: no error")
+	}
+}
+
+// TestTokenizerParseErrors checks that bad files give one error saying what was expected and
+// what came, naming unknown types.
+func TestTokenizerParseErrors(t *testing.T) {
+	const model = `"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1}}`
+	cases := []struct{ file, want string }{
+		{``, "expected tokenizer.json, a JSON object"},
+		{`[1]`, "expected tokenizer.json, a JSON object"},
+		{`{}`, "model: expected an object, got none"},
+		{`{"model": {"type": "Unigram", "vocab": [["a", 0]]}}`, `model: type "Unigram" is not supported`},
+		{`{"model": {"type": "BPE", "vocab": [1]}}`, "vocab: expected an object of token: id"},
+		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a"]}}`, `merges[0] "a a": expected both tokens and their merge`},
+		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}}`, "expected two tokens with one space"},
+		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}}`, "expected a pair of tokens, got 1"},
+		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": 3}}`, "merges: expected a list"},
+		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "unk_token": "<unk>"}}`, `unk_token "<unk>": expected a token of the vocabulary`},
+		{`{"model": {"type": "BPE", "vocab": {"a": -1}}}`, "expected ids ≥ 0"},
+		{`{` + model + `, "normalizer": {"type": "Precompiled"}}`, `normalizer: type "Precompiled" is not supported`},
+		{`{` + model + `, "normalizer": {"type": "Sequence", "normalizers": [{"type": "X"}]}}`, `normalizers[0]: normalizer: type "X"`},
+		{`{` + model + `, "normalizer": 5}`, "normalizer: expected an object"},
+		{`{` + model + `, "normalizer": {"type": "Replace"}}`, "expected a pattern"},
+		{`{` + model + `, "pre_tokenizer": {"type": "UnicodeScripts"}}`, `pre_tokenizer: type "UnicodeScripts" is not supported`},
+		{`{` + model + `, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?<=a)"}}}`, `regex "(?<=a)": the group at 0 ("(?<=") is not supported`},
+		{`{` + model + `, "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways"}}`, `behavior "Sideways"`},
+		{`{` + model + `, "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "sometimes"}}`, `prepend_scheme "sometimes"`},
+		{`{` + model + `, "pre_tokenizer": {}}`, `pre_tokenizer: no "type"`},
+		{`{` + model + `, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[X]"}}, {"Sequence": {"id": "A"}}]}}`, `special token "[X]"`},
+		{`{` + model + `, "post_processor": {"type": "TemplateProcessing", "single": []}}`, "expected the sequence $A"},
+		{`{` + model + `, "post_processor": {"type": "BertProcessing", "cls": "[CLS]"}}`, "cls: expected [token, id]"},
+		{`{` + model + `, "post_processor": {"type": "Nope"}}`, `post_processor: type "Nope"`},
+		{`{` + model + `, "decoder": {"type": "CTC"}}`, `decoder: type "CTC" is not supported`},
+		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, "added_tokens[0]: expected an id ≥ 0"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%s):\n got  %v\n want an error with %q", c.file, err, c.want)
+		}
+	}
+}
+
+// TestTokenizerLoadDir checks the model folder: tokenizer_config.json's add_bos_token and
+// add_eos_token, and the errors for a missing folder, file or bad config.
+func TestTokenizerLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokenizerJSON(t, "llama2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	encode := func(cfg map[string]any) []string {
+		t.Helper()
+		cfgPath := filepath.Join(dir, "tokenizer_config.json")
+		os.Remove(cfgPath)
+		if cfg != nil {
+			data, _ := json.Marshal(cfg)
+			if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok, err := LoadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := tok.Encode("Hi", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Tokens
+	}
+	for _, c := range []struct {
+		cfg  map[string]any
+		want []string
+	}{
+		{nil, []string{"<s>", "▁Hi"}},
+		{map[string]any{"bos_token": "<s>"}, []string{"<s>", "▁Hi"}},
+		{map[string]any{"add_bos_token": false}, []string{"▁Hi"}},
+		{map[string]any{"add_bos_token": true, "add_eos_token": true, "bos_token": map[string]any{"content": "<s>"}, "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
+	} {
+		if got := encode(c.cfg); !slices.Equal(got, c.want) {
+			t.Errorf("config %v: got %q, want %q", c.cfg, got, c.want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), `bos_token: expected a token of the vocabulary, got "<nope>"`) {
+		t.Errorf("bad bos_token: %v", err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing"):        "which does not exist",
+		filepath.Join(dir, "tokenizer.json"): "got the file",
+		t.TempDir():                          "to hold tokenizer.json",
+	} {
+		if _, err := LoadDir(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("LoadDir(%s): %v, want an error with %q", path, err, want)
+		}
+	}
+}
+
+// TestTokenizerAddedTokens checks single_word, lstrip and rstrip (with the offsets they give) and
+// a normalized added token, matched in the lowercased text.
+func TestTokenizerAddedTokens(t *testing.T) {
+	tok, err := Parse([]byte(`{
+	  "added_tokens": [
+	    {"id": 20, "content": "ab", "single_word": true},
+	    {"id": 21, "content": "<x>", "lstrip": true, "rstrip": true, "special": true},
+	    {"id": 22, "content": "Hi", "normalized": true}
+	  ],
+	  "normalizer": {"type": "Lowercase"},
+	  "pre_tokenizer": {"type": "WhitespaceSplit"},
+	  "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "b": 2, "c": 3, "##a": 4, "##b": 5, "##c": 6, "h": 7, "##i": 8}},
+	  "decoder": {"type": "WordPiece"}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "ab cab abc ab_ HI  <x>  c"
+	e, err := tok.Encode(text, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "cab", "abc" and "ab_" hold ab inside a word: the model splits them ("ab_" is unknown to it:
+	// the added token is not part of the model's vocabulary).
+	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "Hi", "<x>", "c"}
+	wantOffsets := [][2]int{{0, 2}, {3, 4}, {4, 5}, {5, 6}, {7, 8}, {8, 9}, {9, 10}, {11, 14}, {15, 17}, {17, 24}, {24, 25}}
+	if !slices.Equal(e.Tokens, wantTokens) || !slices.Equal(e.Offsets, wantOffsets) {
+		t.Errorf("Encode(%q):\n got  %q %v\n want %q %v", text, e.Tokens, e.Offsets, wantTokens, wantOffsets)
+	}
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] Hi c" {
+		t.Errorf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestTokenizerConcurrent encodes from several goroutines at once (run it with -race): a
+// Tokenizer is read-only after Parse.
+func TestTokenizerConcurrent(t *testing.T) {
+	tok := loadCase(t, "gpt2")
+	want, err := tok.Encode("Hello, concurrent world! 😀", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []int)
+	for range 4 {
+		go func() {
+			var ids []int
+			for range 50 {
+				e, _ := tok.Encode("Hello, concurrent world! 😀", true)
+				ids = e.IDs
+			}
+			done <- ids
+		}()
+	}
+	for range 4 {
+		if ids := <-done; !slices.Equal(ids, want.IDs) {
+			t.Errorf("got %v, want %v", ids, want.IDs)
+		}
+	}
+}
