@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,6 +33,7 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
+	"github.com/mhalab/mha/tokenizer"
 )
 
 // ErrUnsupported is wrapped by the errors about a folder mha cannot run: an architecture, or an
@@ -56,6 +58,15 @@ type Model struct {
 	// model_type when it has none) and Family its layout.
 	Architecture string
 	Family       Family
+	// LMHead reports whether the model has its language-model head (…ForCausalLM, GPT2LMHeadModel,
+	// BertForMaskedLM): without it (GPT2Model, BertModel, LlamaModel, …) the nn model's head is
+	// the tied embedding, and only its hidden states (nn.Model.Hidden) mean something.
+	LMHead bool
+	// EOS are the ids that end a generated sequence (config.json's eos_token_id).
+	EOS []int
+	// Tokenizer is the folder's tokenizer.json (with tokenizer_config.json), or nil when the
+	// folder has none.
+	Tokenizer *tokenizer.Tokenizer
 	// Unused lists the folder's tensors the model does not read: buffers, a stored copy of a
 	// tied head, and heads it does not run. Any other tensor the model does not read is an
 	// error of Open.
@@ -69,6 +80,7 @@ type hfConfig struct {
 	ModelType     string   `json:"model_type"`
 	VocabSize     int      `json:"vocab_size"`
 	TieEmbeddings *bool    `json:"tie_word_embeddings"`
+	EOSTokenID    any      `json:"eos_token_id"` // a number, a list of them, or null
 
 	// GPT-2
 	NEmbd                   int             `json:"n_embd"`
@@ -116,7 +128,25 @@ var architectures = map[string]Family{
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
 var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama}
 
-// Open reads the Hugging Face model folder dir: config.json, then the weights. It returns an
+// OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
+// train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
+func OpenPath(path string) (*Model, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("pretrained: %w", err)
+	}
+	if info.IsDir() {
+		return Open(path)
+	}
+	nm, _, _, err := nn.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{NN: nm, Architecture: "mha", LMHead: true}, nil
+}
+
+// Open reads the Hugging Face model folder dir: config.json, then the weights, then
+// tokenizer.json when the folder has one. It returns an
 // error when a file is missing or malformed, the architecture or one of its options is not
 // supported (wrapping ErrUnsupported), or a tensor the model needs is missing or has another
 // shape than the config gives (the error names the tensor, its file, and both shapes). It never
@@ -145,18 +175,36 @@ func Open(dir string) (*Model, error) {
 	default:
 		return nil, fmt.Errorf("pretrained: %s names no architectures and no model_type", filepath.Join(dir, "config.json"))
 	}
+	switch e := hc.EOSTokenID.(type) {
+	case float64:
+		m.EOS = []int{int(e)}
+	case []any:
+		for _, x := range e {
+			if f, ok := x.(float64); ok {
+				m.EOS = append(m.EOS, int(f))
+			}
+		}
+	}
 	w, err := openWeights(dir)
 	if err != nil {
 		return nil, err
 	}
+	bare := strings.HasSuffix(m.Architecture, "Model") && !strings.HasSuffix(m.Architecture, "LMHeadModel")
 	var lay *layout
 	switch m.Family {
 	case GPT2:
 		lay, err = gpt2Layout(&hc, w)
+		m.LMHead = !bare
 	case BERT:
 		lay, err = bertLayout(&hc, w)
+		m.LMHead = err == nil && lay.cfg.HeadTransform
 	default:
+		if bare {
+			t := true
+			hc.TieEmbeddings = &t // no lm_head: the nn model's head is the embedding
+		}
 		lay, err = llamaLayout(&hc, w)
+		m.LMHead = !bare
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, filepath.Join(dir, "config.json"))
@@ -170,6 +218,11 @@ func Open(dir string) (*Model, error) {
 	}
 	if err := m.NN.LoadStateDict(sd); err != nil {
 		return nil, fmt.Errorf("pretrained: %s: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+		if m.Tokenizer, err = tokenizer.LoadDir(dir); err != nil {
+			return nil, err
+		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(w.where)) {
 		if used[n] {

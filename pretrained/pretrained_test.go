@@ -155,7 +155,7 @@ func TestOpenErrors(t *testing.T) {
 		{"architecture", edit("gpt2", func(c map[string]any) { c["architectures"] = []string{"T5ForConditionalGeneration"} }), `architecture "T5ForConditionalGeneration"`, true},
 		{"model type", edit("gpt2", func(c map[string]any) { delete(c, "architectures"); c["model_type"] = "t5" }), `model_type "t5"`, true},
 		{"nothing", edit("gpt2", func(c map[string]any) { delete(c, "architectures"); delete(c, "model_type") }), "no architectures and no model_type", false},
-		{"shape", edit("gpt2", func(c map[string]any) { c["n_embd"] = 32 }), "wte.weight in model.safetensors is [48 16], want [48 32]", false},
+		{"shape", edit("gpt2", func(c map[string]any) { c["n_embd"] = 32 }), "wte.weight in model.safetensors is [265 16], want [265 32]", false},
 		{"missing tensor", edit("llama", func(c map[string]any) { c["num_hidden_layers"] = 3 }), "no tensor model.layers.2.input_layernorm.weight [16]", false},
 		{"extra tensor", edit("llama", func(c map[string]any) { c["num_hidden_layers"] = 1 }), "model.layers.1.input_layernorm.weight in model.safetensors is not part of", false},
 		{"size", edit("bert", func(c map[string]any) { c["num_attention_heads"] = 0 }), "num_attention_heads is 0", false},

@@ -105,7 +105,8 @@ def merge_heads(x):
 
 
 def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
-    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 48, "n_positions": 16,
+    tok, vocab_size = gpt2_tokenizer()
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size, "n_positions": 16,
            "n_embd": 16, "n_layer": 2, "n_head": 4, "n_inner": None, "activation_function": "gelu_new",
            "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "torch_dtype": torch_dtype(dtype)}
     p = Params(name, dtype)
@@ -148,7 +149,8 @@ def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
         x = x + gelu_new(m @ L["c_fc"][0] + L["c_fc"][1]) @ L["mlp_proj"][0] + L["mlp_proj"][1]
     hidden = layer_norm(x, *lnf, cfg["layer_norm_epsilon"])
     logits = hidden @ wte.T
-    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns)
+    cfg["eos_token_id"] = cfg["bos_token_id"] = vocab_size - 1
+    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
 
 
 # ---------------------------------------------------------------- BERT
@@ -210,7 +212,8 @@ def bert(name, dtype, old_names):
     hidden = x
     y = layer_norm(gelu(hidden @ head_dense[0].T + head_dense[1]), *head_ln, eps)
     logits = y @ word.T + head_bias
-    write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, token_type_ids=types)
+    write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, token_type_ids=types,
+                tokenizer=bert_tokenizer()[0])
 
 
 # ---------------------------------------------------------------- Llama family
@@ -218,7 +221,8 @@ def bert(name, dtype, old_names):
 
 def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False):
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
-    cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": 44, "hidden_size": 16,
+    tok, vocab_size = llama_tokenizer()
+    cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
            "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 500.0, "hidden_act": "silu",
            "tie_word_embeddings": tied, "attention_bias": qkv_bias if model_type == "llama" else False,
@@ -284,7 +288,99 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
         x = x + (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
     hidden = rms(x, norm)
     logits = hidden @ head.T
-    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns)
+    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def bytes_to_unicode():
+    """GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest above 255."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+GPT2_MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "a"), ("i", "n"), ("Ġ", "s"), ("e", "r"), ("o", "n")]
+
+
+def gpt2_tokenizer():
+    """A byte-level BPE tokenizer.json in GPT-2's form: the 256 byte symbols, a few merges, and
+    <|endoftext|> last."""
+    vocab = {c: i for i, c in enumerate(sorted(bytes_to_unicode().values()))}
+    for a, b in GPT2_MERGES:
+        vocab[a + b] = len(vocab)
+    eos = len(vocab)
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": eos, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": True, "special": True}],
+            "normalizer": None, "pre_tokenizer": level, "post_processor": dict(level, trim_offsets=False),
+            "decoder": level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": [f"{a} {b}" for a, b in GPT2_MERGES]}}, eos + 1
+
+
+LLAMA_MERGES = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("▁", "a"), ("i", "n"), ("e", "r")]
+
+
+def llama_tokenizer():
+    """A SentencePiece-style BPE tokenizer.json in Llama-2's form: <unk>, <s>, </s>, the 256 byte
+    fallback tokens, ▁, the lower-case letters and a few merges."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for c in "▁abcdefghijklmnopqrstuvwxyz":
+        vocab[c] = len(vocab)
+    for a, b in LLAMA_MERGES:
+        vocab[a + b] = len(vocab)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+                                                               {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+            "pre_tokenizer": None,
+            "post_processor": {"type": "TemplateProcessing",
+                               "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                               "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                        {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+            "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                                                         {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                         {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                      "vocab": vocab, "merges": [f"{a} {b}" for a, b in LLAMA_MERGES]}}, len(vocab)
+
+
+def bert_tokenizer():
+    """A WordPiece tokenizer.json in bert-base-uncased's form."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "cat", "sat", "on", "mat", ".", ",", "##s",
+             "dog", "is", "play", "##ing", "[", "]"]
+    words += [c for c in "bcdefghijklmnopqrstuvwxyz" if c not in words][:40 - len(words)]
+    vocab = {w: i for i, w in enumerate(words)}
+    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
+    cls, sep = {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                           "strip_accents": None, "lowercase": True},
+            "pre_tokenizer": {"type": "BertPreTokenizer"},
+            "post_processor": {"type": "TemplateProcessing",
+                               "single": [cls, {"Sequence": {"id": "A", "type_id": 0}}, sep],
+                               "pair": [cls, {"Sequence": {"id": "A", "type_id": 0}}, sep,
+                                        {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
+                               "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                                  "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+            "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+            "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                      "max_input_chars_per_word": 100, "vocab": vocab}}, len(vocab)
 
 
 # ---------------------------------------------------------------- files
@@ -294,7 +390,8 @@ def torch_dtype(dtype):
     return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype]
 
 
-def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, attns, token_type_ids=None):
+def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, attns, token_type_ids=None,
+                tokenizer=None):
     d = os.path.join(OUT_DIR, name)
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
@@ -302,6 +399,10 @@ def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, 
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
+    if tokenizer is not None:
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer, f, ensure_ascii=False, indent=1)
+            f.write("\n")
     meta = {"format": "pt"}
     if shards:
         names = sorted(stored)

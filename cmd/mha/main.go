@@ -54,7 +54,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
@@ -91,7 +91,7 @@ const outDir = "mha-out"
 
 // stopsOnSignal are the commands whose work watches cmd.Context() and so stops soon after it is
 // cancelled: execute cancels it on SIGINT and SIGTERM. train then saves the model trained so far.
-var stopsOnSignal = map[string]bool{"experiment": true, "lab": true, "train": true, "viz": true}
+var stopsOnSignal = map[string]bool{"experiment": true, "generate": true, "lab": true, "train": true, "viz": true}
 
 // noArgs rejects positional arguments: every input of mha's commands is a flag.
 func noArgs(cmd *cobra.Command, args []string) error {

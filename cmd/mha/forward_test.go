@@ -1,0 +1,175 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+func pretrainedDir(name string) string {
+	return filepath.Join("..", "..", "testdata", "pretrained", name)
+}
+
+// TestForwardMatchesReference runs mha forward --ids on the first sequence of each tiny
+// folder's reference input and checks the logits and attentions against the reference.
+func TestForwardMatchesReference(t *testing.T) {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "mistral", "qwen2"} {
+		exp, err := safetensors.ReadFile(filepath.Join(pretrainedDir(name), "expected.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, shape, err := exp.Float64("input_ids")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := shape[1]
+		parts := make([]string, n)
+		for i := range n {
+			parts[i] = strconv.Itoa(int(ids[i]))
+		}
+		out := filepath.Join(t.TempDir(), "out.safetensors")
+		if code, _, stderr := runCLI("forward", "--model", pretrainedDir(name), "--ids", strings.Join(parts, ","), "--out", out, "--attentions"); code != 0 {
+			t.Fatalf("%s: exit %d, %s", name, code, stderr)
+		}
+		res, err := safetensors.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := res.Float32("logits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wshape, _ := exp.Float64("logits")
+		v := wshape[2]
+		if e := tensor.RelError(logits.Data, want[:n*v]); e > 1e-5 || logits.Shape[0] != n || logits.Shape[1] != v {
+			t.Errorf("%s: logits %v, relative error %.3g", name, logits.Shape, e)
+		}
+		att, err := res.Float32("attentions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a0, ashape, _ := exp.Float64("attentions.0")
+		heads := ashape[1]
+		if e := tensor.RelError(att.Data[:heads*n*n], a0[:heads*n*n]); e > 1e-5 {
+			t.Errorf("%s: attentions of layer 0: relative error %.3g", name, e)
+		}
+		for r := range len(att.Data) / n {
+			sum := 0.0
+			for _, x := range att.Data[r*n : (r+1)*n] {
+				sum += float64(x)
+			}
+			if math.Abs(sum-1) > 1e-5 {
+				t.Fatalf("%s: attention row %d sums to %v", name, r, sum)
+			}
+		}
+	}
+}
+
+// TestForwardText checks that --text runs the ids mha tokenize gives (with special tokens), and
+// that a BERT writes its hidden states and masked-LM logits.
+func TestForwardText(t *testing.T) {
+	for _, name := range []string{"gpt2", "llama", "bert"} {
+		code, stdout, stderr := runCLI("tokenize", "--model", pretrainedDir(name), "--text", "the cat sat", "--special")
+		if code != 0 {
+			t.Fatalf("%s: tokenize: exit %d, %s", name, code, stderr)
+		}
+		ids := strings.Join(strings.Fields(strings.TrimPrefix(strings.Split(stdout, "\n")[0], "ids:")), ",")
+		var outs [2]*safetensors.File
+		for i, args := range [][]string{{"--text", "the cat sat"}, {"--ids", ids}} {
+			out := filepath.Join(t.TempDir(), "out.safetensors")
+			if code, _, stderr := runCLI(append([]string{"forward", "--model", pretrainedDir(name), "--out", out}, args...)...); code != 0 {
+				t.Fatalf("%s %v: exit %d, %s", name, args, code, stderr)
+			}
+			f, err := safetensors.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = f
+		}
+		for _, tensorName := range []string{"ids", "logits", "last_hidden_state"} {
+			a, _ := outs[0].Raw(tensorName)
+			b, err := outs[1].Raw(tensorName)
+			if err != nil || string(a.Data) != string(b.Data) {
+				t.Errorf("%s: %s differs between --text and --ids %s (%v)", name, tensorName, ids, err)
+			}
+		}
+	}
+}
+
+// TestForwardErrors checks that bad flags and inputs give exit 1 and one line.
+func TestForwardErrors(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	noTok := filepath.Join(t.TempDir(), "m")
+	copyDir(t, pretrainedDir("llama"), noTok, "tokenizer.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"forward", "--text", "a", "--out", out}, "--model is required"},
+		{[]string{"forward", "--model", pretrainedDir("gpt2"), "--out", out}, "give --text or --ids"},
+		{[]string{"forward", "--model", pretrainedDir("gpt2"), "--text", "a", "--ids", "1", "--out", out}, "give --text or --ids"},
+		{[]string{"forward", "--model", pretrainedDir("gpt2"), "--ids", "1,x", "--out", out}, `--ids: item 2 is "x"`},
+		{[]string{"forward", "--model", pretrainedDir("gpt2"), "--ids", "1,9999", "--out", out}, "outside [0, 265)"},
+		{[]string{"forward", "--model", pretrainedDir("gpt2"), "--ids", "1"}, "--out is required"},
+		{[]string{"forward", "--model", noTok, "--text", "a", "--out", out}, "has no tokenizer.json"},
+		{[]string{"forward", "--model", filepath.Join(t.TempDir(), "none"), "--ids", "1", "--out", out}, "no such file"},
+		{[]string{"generate", "--model", pretrainedDir("bert"), "--prompt", "the cat"}, "bidirectional"},
+		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--cache", "f8"}, `--cache is "f8"`},
+		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--temperature", "-1"}, "temperature is -1"},
+		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--max-tokens", "100"}, "exceed the model's 16 positions"},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q, want exit 1 and one line containing %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+// TestGenerate checks that a seed gives the same text and that --ids prints the ids of the
+// same tokens the text decodes.
+func TestGenerate(t *testing.T) {
+	args := []string{"generate", "--model", pretrainedDir("llama"), "--prompt", "the cat", "--max-tokens", "6", "--temperature", "1", "--top-k", "20", "--seed", "5"}
+	_, a, _ := runCLI(args...)
+	code, b, stderr := runCLI(args...)
+	if code != 0 || a != b {
+		t.Fatalf("the same seed: %q then %q (exit %d, %s)", a, b, code, stderr)
+	}
+	if !strings.Contains(stderr, "tokens/s") {
+		t.Errorf("no tokens/s on stderr: %q", stderr)
+	}
+	code, ids, stderr := runCLI("generate", "--model", pretrainedDir("llama"), "--ids", "1,259,278,264", "--max-tokens", "4")
+	if code != 0 || len(strings.Fields(ids)) == 0 {
+		t.Fatalf("--ids: exit %d, %q, %s", code, ids, stderr)
+	}
+}
+
+// copyDir copies the files of src into a new folder dst, except those named in skip.
+func copyDir(t *testing.T, src, dst string, skip ...string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if slices.Contains(skip, e.Name()) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/mhalab/mha/nn"
+)
+
+func model(t *testing.T) *nn.Model {
+	t.Helper()
+	m, err := nn.NewModel(nn.Config{Vocab: 13, SeqLen: 32, DModel: 16, Heads: 4, KVHeads: 2, Layers: 2, FFN: 24,
+		Norm: nn.PreNorm, Positions: nn.NoPositions, NormKind: nn.RMSNorm, Activation: nn.SwiGLU, Rope: &nn.Rope{Theta: 100}, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestGreedyMatchesForward checks that greedy decoding through the cache picks, at every step,
+// the most likely next token of a Forward of the whole sequence so far.
+func TestGreedyMatchesForward(t *testing.T) {
+	m := model(t)
+	prompt := []int{1, 5, 2, 9}
+	var streamed []int
+	res, err := Run(context.Background(), m, prompt, Options{MaxTokens: 8}, func(tok int) error {
+		streamed = append(streamed, tok)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tokens) != 8 || !slices.Equal(streamed, res.Tokens) {
+		t.Fatalf("tokens %v, streamed %v, want 8 of them, the same", res.Tokens, streamed)
+	}
+	seq := slices.Clone(prompt)
+	for i, tok := range res.Tokens {
+		logits, err := m.Forward(seq, 1, len(seq), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := logits.Data[(len(seq)-1)*13:]
+		best := 0
+		for j, x := range last {
+			if x > last[best] {
+				best = j
+			}
+		}
+		if tok != best {
+			t.Fatalf("step %d: token %d, want the Forward's argmax %d", i, tok, best)
+		}
+		seq = append(seq, tok)
+	}
+}
+
+// TestSeed checks that a seed gives the same tokens every time and that stop tokens end the
+// generation.
+func TestSeed(t *testing.T) {
+	m := model(t)
+	opt := Options{MaxTokens: 12, Temperature: 1.5, TopK: 8, TopP: 0.95, Seed: 3}
+	a, err := Run(context.Background(), m, []int{1, 2}, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(context.Background(), m, []int{1, 2}, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Tokens, b.Tokens) {
+		t.Errorf("seed 3 gave %v, then %v", a.Tokens, b.Tokens)
+	}
+	opt.Stop = []int{a.Tokens[2]}
+	c, err := Run(context.Background(), m, []int{1, 2}, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a.Tokens[:slices.Index(a.Tokens, a.Tokens[2])+1]; !slices.Equal(c.Tokens, want) {
+		t.Errorf("with stop token %d: %v, want %v", a.Tokens[2], c.Tokens, want)
+	}
+}
+
+// TestSamplerDistribution checks the sampler's frequencies against the softmax of the logits
+// at the temperature, with top-k and top-p cutting and renormalising as Hugging Face's warpers
+// do.
+func TestSamplerDistribution(t *testing.T) {
+	logits := []float32{1, 3, 0.5, 2, 3} // ids 1 and 4 tie: id 1 ranks first
+	for _, c := range []struct {
+		opt  Options
+		keep []int
+	}{
+		{Options{Temperature: 1}, []int{0, 1, 2, 3, 4}},
+		{Options{Temperature: 0.5}, []int{0, 1, 2, 3, 4}},
+		{Options{Temperature: 1, TopK: 2}, []int{1, 4}},
+		{Options{Temperature: 1, TopK: 3}, []int{1, 4, 3}},
+		{Options{Temperature: 1, TopP: 0.5}, []int{1, 4}},
+		{Options{Temperature: 1, TopP: 0.3}, []int{1}},
+	} {
+		want := make([]float64, len(logits))
+		sum := 0.0
+		for _, id := range c.keep {
+			want[id] = math.Exp(float64(logits[id]) / c.opt.Temperature)
+			sum += want[id]
+		}
+		for i := range want {
+			want[i] /= sum
+		}
+		s := newSampler(c.opt)
+		const draws = 40000
+		got := make([]float64, len(logits))
+		for range draws {
+			got[s.choose(logits)]++
+		}
+		for i := range got {
+			got[i] /= draws
+			if math.Abs(got[i]-want[i]) > 0.01 {
+				t.Errorf("%+v: token %d drawn %.4f of the time, want %.4f", c.opt, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestErrors checks the options and models Run refuses.
+func TestErrors(t *testing.T) {
+	m := model(t)
+	for _, opt := range []Options{{MaxTokens: -1}, {Temperature: -1}, {Temperature: math.Inf(1)}, {TopK: -2}, {TopP: 1.5}, {MaxTokens: 40}} {
+		if _, err := Run(context.Background(), m, []int{1}, opt, nil); err == nil {
+			t.Errorf("%+v: no error", opt)
+		}
+	}
+	if _, err := Run(context.Background(), m, nil, Options{}, nil); err == nil {
+		t.Error("an empty prompt: no error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, m, []int{1}, Options{MaxTokens: 3}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: %v", err)
+	}
+	stop := errors.New("stop")
+	res, err := Run(context.Background(), m, []int{1}, Options{MaxTokens: 5}, func(int) error { return stop })
+	if !errors.Is(err, stop) || len(res.Tokens) != 1 {
+		t.Errorf("emit's error: %v after %d tokens, want it after 1", err, len(res.Tokens))
+	}
+}
