@@ -135,10 +135,11 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []floa
 	prev = make([]float64, mc.Layers*mc.Heads)
 	matched, queries := make([]float64, len(prev)), 0
 	for i := range cfg.Batches {
-		tokens, n := repeatedTokens(cfg.Seed+uint64(i), cfg.Batch, mc.SeqLen, vocab)
+		n := mc.SeqLen / 2
 		if n < 1 {
 			return prev, nil, nil
 		}
+		tokens := RepeatedTokens(cfg.Seed+uint64(i), cfg.Batch, n, vocab)
 		if _, err := m.Forward(tokens, cfg.Batch, 2*n, opt); err != nil {
 			return nil, nil, err
 		}
@@ -242,10 +243,10 @@ func correctSequences(logits []float32, vocab int, bt tasks.Batch) int {
 	return n
 }
 
-// repeatedTokens returns b sequences of n tokens drawn uniformly from [0, vocab) followed by the
-// same n again, n = seqLen/2, and n (0 when seqLen < 2).
-func repeatedTokens(seed uint64, b, seqLen, vocab int) ([]int, int) {
-	n := seqLen / 2
+// RepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n tokens drawn uniformly
+// from [0, vocab) with a generator seeded by seed, followed by the same n again, as Olsson et al.
+// measure induction heads. The same arguments give the same tokens.
+func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tokens := make([]int, 0, b*2*n)
 	for range b {
@@ -255,5 +256,5 @@ func repeatedTokens(seed uint64, b, seqLen, vocab int) ([]int, int) {
 		}
 		tokens = append(tokens, tokens[start:start+n]...)
 	}
-	return tokens, n
+	return tokens
 }
