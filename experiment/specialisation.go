@@ -172,75 +172,35 @@ func specialise(name string, m *nn.Model, cfg Config) (*SpecialisedModel, error)
 	if n < 2 {
 		return nil, fmt.Errorf("seq_len %d is too short to repeat a sequence of 2 tokens", c.SeqLen)
 	}
-	t := 2 * n
-	tokens := probe.RepeatedTokens(cfg.Seed+1, b, n, c.Vocab)
-	capt, err := probe.Record(m, tokens, b, t, &probe.RecordOptions{Workers: cfg.Workers})
+	ecfg := probe.EvalConfig{Batches: 1, Batch: b, Seed: cfg.Seed + 1, Workers: cfg.Workers, Repeat: n}
+	scores, err := probe.RepeatedScores(m, c.Vocab, ecfg)
 	if err != nil {
 		return nil, err
 	}
-	sm := &SpecialisedModel{Name: name, Sequences: b, Length: t, LowCorrelation: true}
-	// The broad score's scale: the mean over the rows of the log of the keys a row may see.
-	norm := 0.0
-	for i := range t {
-		keys := t
-		if !c.Bidirectional {
-			keys = i + 1
-		}
-		norm += math.Log(float64(keys)) / float64(t)
+	// The same sequences again, for the heads' outputs.
+	capt, err := probe.Record(m, probe.RepeatedTokens(ecfg.Seed, b, n, c.Vocab), b, 2*n, &probe.RecordOptions{Workers: cfg.Workers})
+	if err != nil {
+		return nil, err
 	}
-	for l, w := range capt.Weights {
-		h := w.Shape[1]
-		prev, err := probe.PrevToken(w.Data, b, h, t, 1)
-		if err != nil {
-			return nil, err
+	sm := &SpecialisedModel{Name: name, Sequences: b, Length: 2 * n, LowCorrelation: true}
+	for _, ps := range scores {
+		scores := map[string]jsonnum.Number{
+			"previous-token":  jsonnum.Number(ps.PrevToken),
+			"induction":       jsonnum.Number(ps.Induction),
+			"duplicate-token": jsonnum.Number(ps.Duplicate),
+			"first-token":     jsonnum.Number(ps.FirstToken),
+			"position":        jsonnum.Number(ps.Position),
+			"broad":           jsonnum.Number(ps.Broad),
 		}
-		induction, _, err := probe.PrefixMatching(w.Data, tokens, b, h, t)
-		if err != nil {
-			return nil, err
-		}
-		dup, _, err := probe.DuplicateToken(w.Data, tokens, b, h, t)
-		if err != nil {
-			return nil, err
-		}
-		first, err := probe.FirstToken(w.Data, b, h, t)
-		if err != nil {
-			return nil, err
-		}
-		profile, err := probe.OffsetProfile(w.Data, b, h, t)
-		if err != nil {
-			return nil, err
-		}
-		entropy, err := probe.Entropy(w)
-		if err != nil {
-			return nil, err
-		}
-		for hd := range h {
-			// The position role: the strongest fixed offset, leaving out the previous token and
-			// the offsets of the earlier copy (−n) and of the token after it (1 − n), which the
-			// duplicate-token and induction roles measure.
-			best, offset := 0.0, 0
-			for i, v := range profile[hd] {
-				d := i - (t - 1)
-				if d != -1 && d != -n && d != 1-n && v > best {
-					best, offset = v, d
-				}
+		role, ratio := "mixed", 1.0
+		for _, r := range roles {
+			if q := float64(scores[r.name]) / r.threshold; q >= ratio {
+				role, ratio = r.name, q
 			}
-			scores := map[string]jsonnum.Number{
-				"previous-token":  jsonnum.Number(prev[hd]),
-				"induction":       jsonnum.Number(induction[hd]),
-				"duplicate-token": jsonnum.Number(dup[hd]),
-				"first-token":     jsonnum.Number(first[hd]),
-				"position":        jsonnum.Number(best),
-				"broad":           jsonnum.Number(entropy[hd] / norm),
-			}
-			role, ratio := "mixed", 1.0
-			for _, r := range roles {
-				if q := float64(scores[r.name]) / r.threshold; q >= ratio {
-					role, ratio = r.name, q
-				}
-			}
-			sm.Heads = append(sm.Heads, HeadRole{Layer: l, Head: hd, Role: role, Scores: scores, Offset: offset})
 		}
+		sm.Heads = append(sm.Heads, HeadRole{Layer: ps.Layer, Head: ps.Head, Role: role, Scores: scores, Offset: ps.Offset})
+	}
+	for l := range capt.Weights {
 		terms, blocks, err := termTensor(m, l, capt.Heads[l], capt.HeadDims)
 		if err != nil {
 			return nil, err

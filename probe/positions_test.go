@@ -243,3 +243,49 @@ func TestImportanceOn(t *testing.T) {
 		t.Error("nothing scored: no error")
 	}
 }
+
+// TestRepeatedScores checks RepeatedScores against the scores computed directly on a recording
+// of the same sequences, and the average over batches.
+func TestRepeatedScores(t *testing.T) {
+	m, err := nn.NewModel(nn.Config{Vocab: 11, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, FFN: 8, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const b, n = 3, 5
+	got, err := RepeatedScores(m, 11, EvalConfig{Batches: 1, Batch: b, Seed: 4, Repeat: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := RepeatedTokens(4, b, n, 11)
+	capt, err := Record(m, tokens, b, 2*n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l, w := range capt.Weights {
+		dup, _, _ := DuplicateToken(w.Data, tokens, b, 2, 2*n)
+		first, _ := FirstToken(w.Data, b, 2, 2*n)
+		prev, _ := PrevToken(w.Data, b, 2, 2*n, 1)
+		for h := range 2 {
+			s := got[l*2+h]
+			if s.Layer != l || s.Head != h || math.Abs(s.Duplicate-dup[h]) > 1e-12 || math.Abs(s.FirstToken-first[h]) > 1e-12 || math.Abs(s.PrevToken-prev[h]) > 1e-12 {
+				t.Errorf("layer %d head %d: %+v, want duplicate %v, first %v, prev %v", l, h, s, dup[h], first[h], prev[h])
+			}
+			if !(s.Broad > 0 && s.Broad <= 1) || s.Offset == -1 || s.Offset == -n || s.Offset == 1-n {
+				t.Errorf("layer %d head %d: broad %v, offset %d", l, h, s.Broad, s.Offset)
+			}
+		}
+	}
+	two, err := RepeatedScores(m, 11, EvalConfig{Batches: 2, Batch: b, Seed: 4, Repeat: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := RepeatedScores(m, 11, EvalConfig{Batches: 1, Batch: b, Seed: 5, Repeat: n})
+	for i := range two {
+		if want := (got[i].FirstToken + again[i].FirstToken) / 2; math.Abs(two[i].FirstToken-want) > 1e-12 {
+			t.Errorf("head %d: first-token over two batches %v, want the mean %v", i, two[i].FirstToken, want)
+		}
+	}
+	if _, err := RepeatedScores(m, 11, EvalConfig{Repeat: 7}); err == nil {
+		t.Error("14 positions in a model of 12: no error")
+	}
+}
