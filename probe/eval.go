@@ -200,7 +200,13 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 			}
 			entropy, err := Entropy(w)
 			if err != nil {
-				return nil, err
+				// Entropy refuses weights that are not finite, which a model whose parameters
+				// are not gives (mha eval --allow-nonfinite): the broad score is then NaN, like
+				// the others.
+				entropy = make([]float64, h)
+				for i := range entropy {
+					entropy[i] = math.NaN()
+				}
 			}
 			first, err := FirstToken(w.Data, b, h, t)
 			if err != nil {
