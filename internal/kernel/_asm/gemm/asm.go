@@ -30,6 +30,8 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -56,6 +58,7 @@ func main() {
 		}
 	}
 	packBT()
+	packBTHalf()
 	Generate()
 }
 
@@ -356,17 +359,42 @@ func kernel(c config) {
 //
 // which transposes an nj×kc block of a row-major matrix (row stride ld) into kc rows of stride
 // nr: dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj. nj and kc must be positive multiples of 8.
-// It uses AVX only.
+// It uses AVX only. packBTHalf emits its half-precision siblings.
 func packBT() {
-	TEXT("sgemmPackBT", NOSPLIT, "func(dst, src *float32, ld, kc, nj, nr int)")
+	packTranspose("sgemmPackBT", "func(dst, src *float32, ld, kc, nj, nr int)",
+		"sgemmPackBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
+		4, func(src Mem, dst Register) { VMOVUPS(src, dst) })
+}
+
+// packBTHalf emits sgemmPackBTBF16 and sgemmPackBTF16: sgemmPackBT for a matrix of bfloat16 or
+// binary16 values (src *uint16, ld counted in values), decoding each row of 8 as it loads it
+// (package halfop: AVX2, and F16C for binary16), so a half-precision B is packed as float32
+// without a decoded copy of it in between.
+func packBTHalf() {
+	packTranspose("sgemmPackBTBF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
+		"sgemmPackBTBF16 sets dst[p·nr+j] to the float32 of bfloat16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
+		2, halfop.DecodeBF16)
+	packTranspose("sgemmPackBTF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
+		"sgemmPackBTF16 sets dst[p·nr+j] to the float32 of binary16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
+		2, halfop.DecodeF16)
+}
+
+// packTranspose emits one transposing packer: name, signature and doc as given, for elements
+// of size bytes that load (a ymm of 8 float32 from 8 elements at src) converts.
+func packTranspose(name, sig, doc string, size int, load func(src Mem, dst Register)) {
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc("sgemmPackBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.")
+	Doc(doc)
 	dst, src, ld, ld3, nr, kc := RDI, RSI, RDX, R8, R9, RCX
 	row, out, jj := R10, R11, R12
 	MOVQ(param("dst"), dst)
 	MOVQ(param("src"), src)
 	MOVQ(param("ld"), ld)
-	SHLQ(U8(2), ld)
+	if size == 4 {
+		SHLQ(U8(2), ld)
+	} else {
+		SHLQ(U8(1), ld)
+	}
 	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
 	MOVQ(param("nr"), nr)
 	SHLQ(U8(2), nr) // bytes per packed row
@@ -375,13 +403,13 @@ func packBT() {
 	r := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
 	t := []VecPhysical{Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
 
-	Label("packbt_p")
+	Label(name + "_p")
 	// For this block of 8 k values: walk down the nr rows of src, 8 at a time.
 	MOVQ(src, row)
 	MOVQ(dst, out)
 	MOVQ(param("nj"), jj)
 	SHRQ(U8(3), jj)
-	Label("packbt_j")
+	Label(name + "_j")
 	rowAddr := func(q int) Mem {
 		// rows 0..3 from row, rows 4..7 from row + 4·ld
 		m := Mem{Base: row}
@@ -396,11 +424,11 @@ func packBT() {
 		return m
 	}
 	for q := 0; q < 4; q++ {
-		VMOVUPS(rowAddr(q), r[q])
+		load(rowAddr(q), r[q])
 	}
 	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
 	for q := 4; q < 8; q++ {
-		VMOVUPS(rowAddr(q), r[q])
+		load(rowAddr(q), r[q])
 	}
 	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
 	// 8×8 transpose.
@@ -431,13 +459,13 @@ func packBT() {
 	}
 	ADDQ(U8(32), out)
 	DECQ(jj)
-	JNZ(LabelRef("packbt_j"))
+	JNZ(LabelRef(name + "_j"))
 
-	ADDQ(U8(32), src)
+	ADDQ(U8(8*size), src)
 	// dst += 8 packed rows
 	LEAQ(Mem{Base: dst, Index: nr, Scale: 8}, dst)
 	DECQ(kc)
-	JNZ(LabelRef("packbt_p"))
+	JNZ(LabelRef(name + "_p"))
 	VZEROUPPER()
 	RET()
 }
