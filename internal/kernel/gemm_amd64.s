@@ -7796,14 +7796,16 @@ TEXT ·sgemmPackBTBF16(SB), NOSPLIT, $0-48
 	SHLQ $0x02, R9
 	MOVQ kc+24(FP), CX
 	SHRQ $0x03, CX
-
-sgemmPackBTBF16_p:
-	MOVQ SI, R10
-	MOVQ DI, R11
 	MOVQ nj+32(FP), R12
 	SHRQ $0x03, R12
 
 sgemmPackBTBF16_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBTBF16_p:
 	VPMOVZXWD  (R10), Y0
 	VPSLLD     $0x10, Y0, Y0
 	VPMOVZXWD  (R10)(DX*1), Y1
@@ -7812,16 +7814,14 @@ sgemmPackBTBF16_j:
 	VPSLLD     $0x10, Y2, Y2
 	VPMOVZXWD  (R10)(R8*1), Y3
 	VPSLLD     $0x10, Y3, Y3
-	LEAQ       (R10)(DX*4), R10
-	VPMOVZXWD  (R10), Y4
+	VPMOVZXWD  (R13), Y4
 	VPSLLD     $0x10, Y4, Y4
-	VPMOVZXWD  (R10)(DX*1), Y5
+	VPMOVZXWD  (R13)(DX*1), Y5
 	VPSLLD     $0x10, Y5, Y5
-	VPMOVZXWD  (R10)(DX*2), Y6
+	VPMOVZXWD  (R13)(DX*2), Y6
 	VPSLLD     $0x10, Y6, Y6
-	VPMOVZXWD  (R10)(R8*1), Y7
+	VPMOVZXWD  (R13)(R8*1), Y7
 	VPSLLD     $0x10, Y7, Y7
-	LEAQ       (R10)(DX*4), R10
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
@@ -7862,13 +7862,15 @@ sgemmPackBTBF16_j:
 	VMOVUPS    Y14, (AX)
 	ADDQ       R9, AX
 	VMOVUPS    Y15, (AX)
-	ADDQ       $0x20, R11
+	ADDQ       $0x10, R10
+	ADDQ       $0x10, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBTBF16_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
 	DECQ       R12
 	JNZ        sgemmPackBTBF16_j
-	ADDQ       $0x10, SI
-	LEAQ       (DI)(R9*8), DI
-	DECQ       CX
-	JNZ        sgemmPackBTBF16_p
 	VZEROUPPER
 	RET
 
@@ -7884,24 +7886,24 @@ TEXT ·sgemmPackBTF16(SB), NOSPLIT, $0-48
 	SHLQ $0x02, R9
 	MOVQ kc+24(FP), CX
 	SHRQ $0x03, CX
-
-sgemmPackBTF16_p:
-	MOVQ SI, R10
-	MOVQ DI, R11
 	MOVQ nj+32(FP), R12
 	SHRQ $0x03, R12
 
 sgemmPackBTF16_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBTF16_p:
 	VCVTPH2PS  (R10), Y0
 	VCVTPH2PS  (R10)(DX*1), Y1
 	VCVTPH2PS  (R10)(DX*2), Y2
 	VCVTPH2PS  (R10)(R8*1), Y3
-	LEAQ       (R10)(DX*4), R10
-	VCVTPH2PS  (R10), Y4
-	VCVTPH2PS  (R10)(DX*1), Y5
-	VCVTPH2PS  (R10)(DX*2), Y6
-	VCVTPH2PS  (R10)(R8*1), Y7
-	LEAQ       (R10)(DX*4), R10
+	VCVTPH2PS  (R13), Y4
+	VCVTPH2PS  (R13)(DX*1), Y5
+	VCVTPH2PS  (R13)(DX*2), Y6
+	VCVTPH2PS  (R13)(R8*1), Y7
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
@@ -7942,12 +7944,14 @@ sgemmPackBTF16_j:
 	VMOVUPS    Y14, (AX)
 	ADDQ       R9, AX
 	VMOVUPS    Y15, (AX)
-	ADDQ       $0x20, R11
+	ADDQ       $0x10, R10
+	ADDQ       $0x10, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBTF16_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
 	DECQ       R12
 	JNZ        sgemmPackBTF16_j
-	ADDQ       $0x10, SI
-	LEAQ       (DI)(R9*8), DI
-	DECQ       CX
-	JNZ        sgemmPackBTF16_p
 	VZEROUPPER
 	RET
