@@ -7716,24 +7716,24 @@ TEXT ·sgemmPackBT(SB), NOSPLIT, $0-48
 	SHLQ $0x02, R9
 	MOVQ kc+24(FP), CX
 	SHRQ $0x03, CX
-
-sgemmPackBT_p:
-	MOVQ SI, R10
-	MOVQ DI, R11
 	MOVQ nj+32(FP), R12
 	SHRQ $0x03, R12
 
 sgemmPackBT_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBT_p:
 	VMOVUPS    (R10), Y0
 	VMOVUPS    (R10)(DX*1), Y1
 	VMOVUPS    (R10)(DX*2), Y2
 	VMOVUPS    (R10)(R8*1), Y3
-	LEAQ       (R10)(DX*4), R10
-	VMOVUPS    (R10), Y4
-	VMOVUPS    (R10)(DX*1), Y5
-	VMOVUPS    (R10)(DX*2), Y6
-	VMOVUPS    (R10)(R8*1), Y7
-	LEAQ       (R10)(DX*4), R10
+	VMOVUPS    (R13), Y4
+	VMOVUPS    (R13)(DX*1), Y5
+	VMOVUPS    (R13)(DX*2), Y6
+	VMOVUPS    (R13)(R8*1), Y7
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
@@ -7774,13 +7774,15 @@ sgemmPackBT_j:
 	VMOVUPS    Y14, (AX)
 	ADDQ       R9, AX
 	VMOVUPS    Y15, (AX)
-	ADDQ       $0x20, R11
+	ADDQ       $0x20, R10
+	ADDQ       $0x20, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBT_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
 	DECQ       R12
 	JNZ        sgemmPackBT_j
-	ADDQ       $0x20, SI
-	LEAQ       (DI)(R9*8), DI
-	DECQ       CX
-	JNZ        sgemmPackBT_p
 	VZEROUPPER
 	RET
 

@@ -363,7 +363,7 @@ func kernel(c config) {
 func packBT() {
 	packTranspose("sgemmPackBT", "func(dst, src *float32, ld, kc, nj, nr int)",
 		"sgemmPackBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		4, false, func(src Mem, dst Register) { VMOVUPS(src, dst) })
+		4, func(src Mem, dst Register) { VMOVUPS(src, dst) })
 }
 
 // packBTHalf emits sgemmPackBTBF16 and sgemmPackBTF16: sgemmPackBT for a matrix of bfloat16 or
@@ -373,20 +373,22 @@ func packBT() {
 func packBTHalf() {
 	packTranspose("sgemmPackBTBF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
 		"sgemmPackBTBF16 sets dst[p·nr+j] to the float32 of bfloat16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		2, true, halfop.DecodeBF16)
+		2, halfop.DecodeBF16)
 	packTranspose("sgemmPackBTF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
 		"sgemmPackBTF16 sets dst[p·nr+j] to the float32 of binary16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		2, true, halfop.DecodeF16)
+		2, halfop.DecodeF16)
 }
 
 // packTranspose emits one transposing packer: name, signature and doc as given, for elements
 // of size bytes that load (a ymm of 8 float32 from 8 elements at src) converts. It walks the
-// 8×8 blocks k block by k block, each down all nj rows, or, when rowsOuter is set, 8 rows by
-// 8 rows, each along all kc values: then the 8 rows it reads from at a time stay in L1 even
-// when their stride is a multiple of 4 KiB, where the nj rows of the other order (32 for a
-// panel) all fall in the same L1 set and evict each other's lines before the next k block
-// reads the rest of them.
-func packTranspose(name, sig, doc string, size int, rowsOuter bool, load func(src Mem, dst Register)) {
+// 8×8 blocks 8 rows at a time, each group along all kc values, so the 8 lines it reads from
+// stay in L1 until it has used all of them. The other order, k block by k block down all nj
+// rows, lost them when the rows lay a multiple of 4 KiB apart (k = 2048 in float32, bfloat16
+// or binary16): the 32 rows of a panel then fall in one L1 set and evict each other's lines
+// before the next k block reads the rest. Measured at m = 1, n = k = 2048 (B packed, hardly
+// any arithmetic): float32 1.49 → 1.03 ms, bfloat16 1.01 → 0.61 ms; the large NT benchmarks
+// did not move beyond the noise.
+func packTranspose(name, sig, doc string, size int, load func(src Mem, dst Register)) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(doc)
@@ -420,93 +422,58 @@ func packTranspose(name, sig, doc string, size int, rowsOuter bool, load func(sr
 		}
 		return m
 	}
-	// transposeStore transposes the 8 rows in r and stores column q as packed row q at out.
-	transposeStore := func() {
-		for q := 0; q < 8; q += 2 {
-			VUNPCKLPS(r[q+1], r[q], t[q])
-			VUNPCKHPS(r[q+1], r[q], t[q+1])
-		}
-		// s0..s7 into r
-		VSHUFPS(U8(0x44), t[2], t[0], r[0])
-		VSHUFPS(U8(0xEE), t[2], t[0], r[1])
-		VSHUFPS(U8(0x44), t[3], t[1], r[2])
-		VSHUFPS(U8(0xEE), t[3], t[1], r[3])
-		VSHUFPS(U8(0x44), t[6], t[4], r[4])
-		VSHUFPS(U8(0xEE), t[6], t[4], r[5])
-		VSHUFPS(U8(0x44), t[7], t[5], r[6])
-		VSHUFPS(U8(0xEE), t[7], t[5], r[7])
-		for q := 0; q < 4; q++ {
-			VPERM2F128(U8(0x20), r[q+4], r[q], t[q])
-			VPERM2F128(U8(0x31), r[q+4], r[q], t[q+4])
-		}
-		MOVQ(out, RAX)
-		for q := 0; q < 8; q++ {
-			VMOVUPS(t[q], Mem{Base: RAX})
-			if q < 7 {
-				ADDQ(nr, RAX)
-			}
-		}
-	}
-
-	if rowsOuter {
-		row4, pp := R13, RBX
-		MOVQ(param("nj"), jj)
-		SHRQ(U8(3), jj)
-		Label(name + "_j")
-		// For these 8 rows of src: walk along their kc values, 8 at a time.
-		MOVQ(src, row)
-		LEAQ(Mem{Base: src, Index: ld, Scale: 4}, row4)
-		MOVQ(dst, out)
-		MOVQ(kc, pp)
-		Label(name + "_p")
-		for q := 0; q < 4; q++ {
-			load(rowAddr(row, q), r[q])
-		}
-		for q := 4; q < 8; q++ {
-			load(rowAddr(row4, q), r[q])
-		}
-		transposeStore()
-		ADDQ(U8(8*size), row)
-		ADDQ(U8(8*size), row4)
-		// out += 8 packed rows
-		LEAQ(Mem{Base: out, Index: nr, Scale: 8}, out)
-		DECQ(pp)
-		JNZ(LabelRef(name + "_p"))
-
-		LEAQ(Mem{Base: src, Index: ld, Scale: 8}, src)
-		ADDQ(U8(32), dst)
-		DECQ(jj)
-		JNZ(LabelRef(name + "_j"))
-		VZEROUPPER()
-		RET()
-		return
-	}
-
-	Label(name + "_p")
-	// For this block of 8 k values: walk down the nj rows of src, 8 at a time.
-	MOVQ(src, row)
-	MOVQ(dst, out)
+	row4, pp := R13, RBX
 	MOVQ(param("nj"), jj)
 	SHRQ(U8(3), jj)
 	Label(name + "_j")
+	// For these 8 rows of src: walk along their kc values, 8 at a time.
+	MOVQ(src, row)
+	LEAQ(Mem{Base: src, Index: ld, Scale: 4}, row4)
+	MOVQ(dst, out)
+	MOVQ(kc, pp)
+	Label(name + "_p")
 	for q := 0; q < 4; q++ {
 		load(rowAddr(row, q), r[q])
 	}
-	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
 	for q := 4; q < 8; q++ {
-		load(rowAddr(row, q), r[q])
+		load(rowAddr(row4, q), r[q])
 	}
-	LEAQ(Mem{Base: row, Index: ld, Scale: 4}, row)
-	transposeStore()
-	ADDQ(U8(32), out)
+	// 8×8 transpose; column q of the block is packed row q.
+	for q := 0; q < 8; q += 2 {
+		VUNPCKLPS(r[q+1], r[q], t[q])
+		VUNPCKHPS(r[q+1], r[q], t[q+1])
+	}
+	// s0..s7 into r
+	VSHUFPS(U8(0x44), t[2], t[0], r[0])
+	VSHUFPS(U8(0xEE), t[2], t[0], r[1])
+	VSHUFPS(U8(0x44), t[3], t[1], r[2])
+	VSHUFPS(U8(0xEE), t[3], t[1], r[3])
+	VSHUFPS(U8(0x44), t[6], t[4], r[4])
+	VSHUFPS(U8(0xEE), t[6], t[4], r[5])
+	VSHUFPS(U8(0x44), t[7], t[5], r[6])
+	VSHUFPS(U8(0xEE), t[7], t[5], r[7])
+	for q := 0; q < 4; q++ {
+		VPERM2F128(U8(0x20), r[q+4], r[q], t[q])
+		VPERM2F128(U8(0x31), r[q+4], r[q], t[q+4])
+	}
+	MOVQ(out, RAX)
+	for q := 0; q < 8; q++ {
+		VMOVUPS(t[q], Mem{Base: RAX})
+		if q < 7 {
+			ADDQ(nr, RAX)
+		}
+	}
+	ADDQ(U8(8*size), row)
+	ADDQ(U8(8*size), row4)
+	// out += 8 packed rows
+	LEAQ(Mem{Base: out, Index: nr, Scale: 8}, out)
+	DECQ(pp)
+	JNZ(LabelRef(name + "_p"))
+
+	LEAQ(Mem{Base: src, Index: ld, Scale: 8}, src)
+	ADDQ(U8(32), dst)
 	DECQ(jj)
 	JNZ(LabelRef(name + "_j"))
-
-	ADDQ(U8(8*size), src)
-	// dst += 8 packed rows
-	LEAQ(Mem{Base: dst, Index: nr, Scale: 8}, dst)
-	DECQ(kc)
-	JNZ(LabelRef(name + "_p"))
 	VZEROUPPER()
 	RET()
 }
