@@ -34,8 +34,9 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 // projection x·Wᵀ of an m×k x with W stored [n, k] is SgemmHalf(false, true, m, n, k, 1, x, k,
 // w, bf16, k, 0, c, n, bias).
 //
-// SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations (its Workspace keeps
-// one more scratch buffer of a few KiB), and panics as Sgemm does.
+// SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations, and panics as Sgemm
+// does. It packs B in Sgemm's blocks, and where Sgemm reads a small row-major B in place
+// (k·n ≤ 128 Ki), it packs that B whole, so its Workspace may grow larger.
 func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
 }
