@@ -7787,7 +7787,7 @@ sgemmPackBT_p:
 	RET
 
 // func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
-// Requires: AVX, AVX2
+// Requires: AVX, AVX2, MMX+
 TEXT ·sgemmPackBTBF16(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -7824,6 +7824,17 @@ sgemmPackBTBF16_p:
 	VPSLLD     $0x10, Y6, Y6
 	VPMOVZXWD  (R13)(R8*1), Y7
 	VPSLLD     $0x10, Y7, Y7
+	LEAQ       (R10)(DX*8), AX
+	LEAQ       (AX)(DX*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	LEAQ       (AX)(DX*4), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
@@ -7877,7 +7888,7 @@ sgemmPackBTBF16_p:
 	RET
 
 // func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
-// Requires: AVX, F16C
+// Requires: AVX, F16C, MMX+
 TEXT ·sgemmPackBTF16(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -7906,6 +7917,17 @@ sgemmPackBTF16_p:
 	VCVTPH2PS  (R13)(DX*1), Y5
 	VCVTPH2PS  (R13)(DX*2), Y6
 	VCVTPH2PS  (R13)(R8*1), Y7
+	LEAQ       (R10)(DX*8), AX
+	LEAQ       (AX)(DX*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	LEAQ       (AX)(DX*4), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
