@@ -394,9 +394,9 @@ func packBTHalf() {
 // k values, which the packer reaches two groups later (pf = 16): a row's k block is too short
 // (8 lines of bfloat16 for kc = 256) for the hardware prefetcher to get ahead of it, so without
 // this a decode step's weights, read from memory, kept the packer waiting (a prefetch past the
-// end of B does not fault). Measured at m = 1
-// with W from memory: bfloat16 n = k = 2048 1.10 → 0.80 ms, 768 182 → 107 µs; with W in cache
-// it costs ~7%, and for float32 it gained less and lost more, so sgemmPackBT does not prefetch.
+// end of B does not fault). Measured at m = 1 with W from memory: bfloat16 n = k = 2048
+// 1.10 → 0.80 ms, 768 182 → 107 µs; with W in cache it costs ~7%, and for float32 it gained
+// less and lost more, so sgemmPackBT does not prefetch.
 func packTranspose(name, sig, doc string, size, pf int, load func(src Mem, dst Register)) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
