@@ -2,10 +2,10 @@ package kernel
 
 import "fmt"
 
-// Workspace holds the buffers Sgemm packs its operands into. The zero value is ready to use; it
-// grows to the largest problem it has seen and then stops allocating: a later call of the same
-// size or smaller makes no heap allocation. A Workspace must not be used by two goroutines at
-// once: give each worker its own.
+// Workspace holds the buffers Sgemm and SgemmHalf pack their operands into. The zero value is
+// ready to use; it grows to the largest problem it has seen and then stops allocating: a later
+// call of the same size or smaller makes no heap allocation. A Workspace must not be used by two
+// goroutines at once: give each worker its own.
 type Workspace struct {
 	vec sgemmVector  // buffers of the assembly path
 	gen sgemmGeneric // buffers of the pure-Go path
