@@ -36,7 +36,8 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 //
 // SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations, and panics as Sgemm
 // does. It packs B in Sgemm's blocks, and where Sgemm reads a small row-major B in place
-// (k·n ≤ 128 Ki), it packs that B whole, so its Workspace may grow larger.
+// (k·n ≤ 128 Ki), it packs that B whole, its n columns rounded up to whole panels of 16 or 32,
+// so its Workspace may grow larger.
 func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
 }
