@@ -62,6 +62,9 @@ type Bias struct {
 	Softcap     float64 // > 0: scores s become Softcap·tanh(s/Softcap) before Add and Slope
 	HasSink     bool    // Sink joins every row's softmax
 	Sink        float64 // the sink's logit (−Inf acts as no sink)
+
+	// Sparse, when not nil, is a sparse layout: the pairs it does not keep are masked too.
+	Sparse *Sparse
 }
 
 // Span returns the keys [lo, hi) among the first Stride that Causal and Window leave visible to
@@ -145,6 +148,9 @@ func Apply[F Float](b *Bias, i, j0 int, row []F) {
 		for j := max(hi-j0, 0); j < n; j++ {
 			row[j] = negInf
 		}
+	}
+	if b.Sparse != nil {
+		applySparse(b.Sparse, i, j0, row)
 	}
 }
 

@@ -66,6 +66,8 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	keys := BlockK
 	if p != nil {
 		keys = max(h.Tk, 1)
+	} else if b.Sparse != nil {
+		keys = b.Sparse.BK // so that a tile is one key block of the layout, skipped when empty
 	}
 	s.p = kernel.Grow(s.p, BlockQ*keys)
 	s.dp = kernel.Grow(s.dp, BlockQ*keys)
@@ -82,6 +84,9 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 		j1 := min(j0+keys, end)
 		for i0 := 0; i0 < h.Tq; i0 += BlockQ {
 			i1 := min(i0+BlockQ, h.Tq)
+			if b.Sparse != nil && j1 <= b.Stride && b.Sparse.empty(i0, i1, j0, j1) {
+				continue
+			}
 			if b.ranged() && j1 <= b.Stride {
 				// The block's queries see keys within [Span(i0).lo, Span(i1−1).hi) only.
 				lo, _ := b.Span(i0)

@@ -113,7 +113,32 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	// not compute the triangles of scores that the masks would hide. Keys from Stride on are
 	// never masked.
 	from := 0
-	if b.ranged() && w == nil {
+	switch {
+	case b.Sparse != nil && w == nil:
+		// Key block by key block, within the span the causal mask and window leave, each
+		// with the rows whose blocks are not empty.
+		lo, hi := 0, b.Stride
+		if b.ranged() {
+			lo, _ = b.Span(i0)
+			_, hi = b.Span(i1 - 1)
+			hi = max(min(hi, b.Stride), lo)
+		}
+		sp := b.Sparse
+		for kb := lo / sp.BK; kb*sp.BK < hi; kb++ {
+			j0, j1 := max(kb*sp.BK, lo), min((kb+1)*sp.BK, hi)
+			r0, r1 := sp.rows(i0, i1, kb)
+			for r0 < r1 && b.ranged() && !b.sees(i0+r0, j0, j1) {
+				r0++
+			}
+			for r1 > r0 && b.ranged() && !b.sees(i0+r1-1, j0, j1) {
+				r1--
+			}
+			if r0 < r1 {
+				tile(j0, j1, r0, r1)
+			}
+		}
+		from = b.Stride
+	case b.ranged() && w == nil:
 		lo, _ := b.Span(i0)
 		_, hi := b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)

@@ -1,0 +1,82 @@
+package attend
+
+import "math"
+
+// BlockKind says what a block of a Sparse layout keeps.
+type BlockKind uint8
+
+// The kinds of block.
+const (
+	Empty   BlockKind = iota // no pair: the kernels never touch the block
+	Partial                  // some pairs: Keep decides each
+	Full                     // every pair: no test at all
+)
+
+// Sparse is a sparse attention layout of one head, FlexAttention's BlockMask idea: query i may
+// attend key j < Stride only when the layout keeps the pair. The pairs are cut into blocks of BQ
+// queries × BK keys, and Kinds [⌈Tq/BQ⌉, NBK] (row-major) says of each whether it keeps none of
+// its pairs, all of them, or some, which Keep(i, j) then tells. Tiled and Backward skip the
+// empty blocks, so that their cost falls with the blocks kept. Keys from Stride on (the appended
+// ones) are kept.
+type Sparse struct {
+	BQ, BK int
+	NBK    int
+	Kinds  []BlockKind
+	Keep   func(i, j int) bool
+}
+
+// kind returns the kind of the block holding query i and key j.
+func (s *Sparse) kind(i, j int) BlockKind { return s.Kinds[i/s.BQ*s.NBK+j/s.BK] }
+
+// applySparse sets to −Inf the entries of row, query i's scores for keys j0 … j0+len(row)−1
+// (all below Stride), that s does not keep.
+func applySparse[F Float](s *Sparse, i, j0 int, row []F) {
+	negInf := F(math.Inf(-1))
+	for j := 0; j < len(row); {
+		key := j0 + j
+		end := min(len(row), (key/s.BK+1)*s.BK-j0) // the end of key's block in row
+		switch s.kind(i, key) {
+		case Empty:
+			for k := j; k < end; k++ {
+				row[k] = negInf
+			}
+		case Partial:
+			for k := j; k < end; k++ {
+				if !s.Keep(i, j0+k) {
+					row[k] = negInf
+				}
+			}
+		}
+		j = end
+	}
+}
+
+// empty reports whether every block that queries [i0, i1) and keys [j0, j1) touch is empty.
+func (s *Sparse) empty(i0, i1, j0, j1 int) bool {
+	for qb := i0 / s.BQ; qb <= (i1-1)/s.BQ; qb++ {
+		for kb := j0 / s.BK; kb <= (j1-1)/s.BK; kb++ {
+			if s.Kinds[qb*s.NBK+kb] != Empty {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// rows returns the rows [r0, r1) of queries [i0, i1) whose blocks in key block kb are not empty
+// (r0 = r1 when none is), relative to i0.
+func (s *Sparse) rows(i0, i1, kb int) (r0, r1 int) {
+	first, last := -1, -1
+	for qb := i0 / s.BQ; qb <= (i1-1)/s.BQ; qb++ {
+		if s.Kinds[qb*s.NBK+kb] != Empty {
+			if first < 0 {
+				first = qb
+			}
+			last = qb
+		}
+	}
+	if first < 0 {
+		return 0, 0
+	}
+	return max(first*s.BQ, i0) - i0, min((last+1)*s.BQ, i1) - i0
+}
