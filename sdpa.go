@@ -53,6 +53,13 @@ type SDPAOptions struct {
 	// whatever Causal says). Key tiles outside every query's window are skipped, so the cost is
 	// O(Tq·W·D) for a window of W keys.
 	Window *Window
+	// Patterns, when not empty, make the attention sparse: a pair (query i, key j) is kept when
+	// any pattern keeps it (see PatternKind), and then masked as without patterns (causal,
+	// window, padding, masks). The blocks of Block[0] queries × Block[1] keys that keep no pair
+	// are skipped, so that time and memory fall with the blocks kept; Block's zero value is 64 ×
+	// 64. A row that keeps no key gives output 0.
+	Patterns []Pattern
+	Block    [2]int
 	// ALiBi subtracts slope_h·|i + δ − j| from the logits of head h: Slopes[h] when Slopes is not
 	// nil (len Hq, finite), else the standard geometric slopes of AlibiSlopes(Hq).
 	ALiBi  bool
@@ -268,6 +275,7 @@ type sdpaPlan struct {
 	ropeK0, ropeQ0     int // the rows of key 0 and query 0
 	maskPerHead        bool
 	biasPerHead        bool
+	sparse             []attend.Sparse // the patterns' layouts: one per query head, or one for all
 }
 
 // check validates a call and fills p.
@@ -335,6 +343,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return fmt.Errorf("%w: %d sinks, want one per query head (%d)", ErrShape, len(o.Sinks), p.hq)
 	case o.Workers < 0:
 		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, o.Workers)
+	case o.Block[0] < 0 || o.Block[1] < 0 || (o.Block[0] == 0) != (o.Block[1] == 0):
+		return fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, o.Block[0], o.Block[1])
 	case !(o.Dropout >= 0 && o.Dropout < 1):
 		return fmt.Errorf("%w: dropout is %v, want a probability in [0, 1)", ErrShape, o.Dropout)
 	}
@@ -347,6 +357,18 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		if math.IsNaN(float64(s)) || math.IsInf(float64(s), 1) {
 			return fmt.Errorf("%w: sink of head %d is %v, want a finite number or −Inf", ErrShape, h, s)
 		}
+	}
+	if len(o.Patterns) > 0 {
+		bq, bk := o.Block[0], o.Block[1]
+		if bq == 0 {
+			bq, bk = 64, 64
+		}
+		for i := range o.Patterns {
+			if err := o.Patterns[i].check(p.hq, p.tq, p.tk, bq, bk); err != nil {
+				return err
+			}
+		}
+		p.sparse = layouts(p.sparse, o.Patterns, p.hq, p.tq, p.tk, bq, bk)
 	}
 	if m := o.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
@@ -464,6 +486,9 @@ func (p *sdpaPlan) bias(b, h int) attend.Bias {
 	}
 	if o.Sinks != nil {
 		bias.HasSink, bias.Sink = true, float64(o.Sinks[h])
+	}
+	if len(p.sparse) > 0 {
+		bias.Sparse = &p.sparse[min(h, len(p.sparse)-1)]
 	}
 	n := p.tq * p.tk
 	if m := o.KeyPaddingMask; m != nil {

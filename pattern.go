@@ -1,0 +1,336 @@
+package mha
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mhalab/mha/attend"
+	"github.com/mhalab/mha/tensor"
+)
+
+// PatternKind names a sparse attention pattern.
+type PatternKind int
+
+// The patterns. With r = i + Tk − Tq − j, the query's distance back to the key (so that the
+// queries are the newest positions, as in a cache), each keeps these (query i, key j) pairs:
+const (
+	// PatternLocal keeps |r| ≤ Width: a sliding window on both sides.
+	PatternLocal PatternKind = iota + 1
+	// PatternDilated keeps |r| ≤ Width·Dilation with r a multiple of Dilation.
+	PatternDilated
+	// PatternStrided keeps |r| < Stride or r a multiple of Stride: Child et al.'s (2019) two
+	// factorised heads, a local band and every Stride-th key, in one.
+	PatternStrided
+	// PatternGlobal keeps every pair whose query position i + Tk − Tq or key position j is in
+	// Positions (Longformer's global tokens: they see all and are seen by all).
+	PatternGlobal
+	// PatternBigBird keeps |r| ≤ Width, the pairs of the global positions 0 … Globals−1, and
+	// Random key blocks per query block, drawn without replacement from Seed (Zaheer et al.
+	// 2020).
+	PatternBigBird
+	// PatternBlocks keeps the pairs of the blocks Blocks marks: a BOOL [⌈Tq/BQ⌉, ⌈Tk/BK⌉],
+	// shared by the heads, or [Hq, ⌈Tq/BQ⌉, ⌈Tk/BK⌉], one map per head.
+	PatternBlocks
+)
+
+// Pattern is one sparse attention pattern of SDPAOptions.Patterns; the fields its Kind reads are
+// set, the others zero.
+type Pattern struct {
+	Kind      PatternKind
+	Width     int          // Local, Dilated, BigBird: ≥ 0
+	Dilation  int          // Dilated: ≥ 1
+	Stride    int          // Strided: ≥ 1
+	Positions []int        // Global: ≥ 0
+	Globals   int          // BigBird: ≥ 0
+	Random    int          // BigBird: random key blocks per query block, ≥ 0
+	Seed      uint64       // BigBird
+	Blocks    *tensor.Bool // Blocks
+}
+
+// ParsePattern reads a pattern as mha sdpa's --pattern writes it: local:W, dilated:W,D,
+// strided:S, global:I,J,… or bigbird:W,G,R,SEED. (A block map comes from a file: the CLI reads
+// blocks:FILE itself and gives a PatternBlocks.) It returns an error naming what was expected.
+func ParsePattern(s string) (Pattern, error) {
+	name, args, _ := strings.Cut(s, ":")
+	var nums []int
+	if args != "" {
+		for _, a := range strings.Split(args, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(a))
+			if err != nil || v < 0 {
+				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is not a whole number ≥ 0", ErrShape, s, a)
+			}
+			nums = append(nums, v)
+		}
+	}
+	want := func(n int, form string) error {
+		if len(nums) != n {
+			return fmt.Errorf("%w: pattern %q, want %s", ErrShape, s, form)
+		}
+		return nil
+	}
+	switch name {
+	case "local":
+		if err := want(1, "local:W"); err != nil {
+			return Pattern{}, err
+		}
+		return Pattern{Kind: PatternLocal, Width: nums[0]}, nil
+	case "dilated":
+		if err := want(2, "dilated:W,D"); err != nil {
+			return Pattern{}, err
+		}
+		return Pattern{Kind: PatternDilated, Width: nums[0], Dilation: nums[1]}, nil
+	case "strided":
+		if err := want(1, "strided:S"); err != nil {
+			return Pattern{}, err
+		}
+		return Pattern{Kind: PatternStrided, Stride: nums[0]}, nil
+	case "global":
+		if len(nums) == 0 {
+			return Pattern{}, fmt.Errorf("%w: pattern %q, want global:I,J,… with at least one position", ErrShape, s)
+		}
+		return Pattern{Kind: PatternGlobal, Positions: nums}, nil
+	case "bigbird":
+		if err := want(4, "bigbird:W,G,R,SEED"); err != nil {
+			return Pattern{}, err
+		}
+		return Pattern{Kind: PatternBigBird, Width: nums[0], Globals: nums[1], Random: nums[2], Seed: uint64(nums[3])}, nil
+	}
+	return Pattern{}, fmt.Errorf("%w: pattern %q, want local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE", ErrShape, s)
+}
+
+// check validates p for a call of hq query heads, tq queries and tk keys in blocks of bq × bk.
+func (p *Pattern) check(hq, tq, tk, bq, bk int) error {
+	switch p.Kind {
+	case PatternLocal, PatternBigBird:
+		if p.Width < 0 || p.Globals < 0 || p.Random < 0 {
+			return fmt.Errorf("%w: pattern width %d, globals %d, random %d, want ≥ 0", ErrShape, p.Width, p.Globals, p.Random)
+		}
+	case PatternDilated:
+		if p.Width < 0 || p.Dilation < 1 {
+			return fmt.Errorf("%w: dilated pattern of width %d and dilation %d, want W ≥ 0 and D ≥ 1", ErrShape, p.Width, p.Dilation)
+		}
+	case PatternStrided:
+		if p.Stride < 1 {
+			return fmt.Errorf("%w: strided pattern of stride %d, want ≥ 1", ErrShape, p.Stride)
+		}
+	case PatternGlobal:
+		for _, x := range p.Positions {
+			if x < 0 {
+				return fmt.Errorf("%w: global position %d, want ≥ 0", ErrShape, x)
+			}
+		}
+	case PatternBlocks:
+		m := p.Blocks
+		if m == nil {
+			return fmt.Errorf("%w: a block pattern without its map", ErrShape)
+		}
+		if err := checkData("blocks", m.Shape, len(m.Data)); err != nil {
+			return err
+		}
+		nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
+		if !slices.Equal(m.Shape, []int{nbq, nbk}) && !slices.Equal(m.Shape, []int{hq, nbq, nbk}) {
+			return fmt.Errorf("%w: blocks is %v, want [%d %d] or [%d %d %d] (⌈Tq/%d⌉ ⌈Tk/%d⌉, optionally per head)", ErrShape, m.Shape, nbq, nbk, hq, nbq, nbk, bq, bk)
+		}
+	default:
+		return fmt.Errorf("%w: pattern kind %d, want one of the Pattern… constants", ErrShape, p.Kind)
+	}
+	return nil
+}
+
+// layouts compiles the union of patterns for query head h (or all heads when no pattern is per
+// head) of a call of tq queries and tk keys, in blocks of bq × bk, into dst.
+func layouts(dst []attend.Sparse, patterns []Pattern, hq, tq, tk, bq, bk int) []attend.Sparse {
+	perHead := slices.ContainsFunc(patterns, func(p Pattern) bool { return p.Kind == PatternBlocks && len(p.Blocks.Shape) == 3 })
+	n := 1
+	if perHead {
+		n = hq
+	}
+	dst = slices.Grow(dst[:0], n)[:n]
+	nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
+	delta := tk - tq
+	// The random blocks of each BigBird pattern, per (query block, key block), shared by the
+	// heads: each query block draws its own from the pattern's seed.
+	random := make([][]bool, len(patterns))
+	for i, p := range patterns {
+		if p.Kind == PatternBigBird && p.Random > 0 {
+			random[i] = make([]bool, nbq*nbk)
+			for qb := range nbq {
+				rng := rand.New(rand.NewPCG(p.Seed, uint64(qb)))
+				for _, kb := range rng.Perm(nbk)[:min(p.Random, nbk)] {
+					random[i][qb*nbk+kb] = true
+				}
+			}
+		}
+	}
+	for h := range n {
+		s := &dst[h]
+		s.BQ, s.BK, s.NBK = bq, bk, nbk
+		s.Kinds = slices.Grow(s.Kinds[:0], nbq*nbk)[:nbq*nbk]
+		for qb := range nbq {
+			i0, i1 := qb*bq, min((qb+1)*bq, tq)
+			for kb := range nbk {
+				j0, j1 := kb*bk, min((kb+1)*bk, tk)
+				kind := attend.Empty
+				for pi, p := range patterns {
+					kind = max(kind, p.block(h, qb, kb, i0+delta, i1-1+delta, j0, j1-1, nbq, nbk, random[pi]))
+					if kind == attend.Full {
+						break
+					}
+				}
+				s.Kinds[qb*nbk+kb] = kind
+			}
+		}
+		s.Keep = func(i, j int) bool {
+			qb, kb := i/bq, j/bk
+			for pi, p := range patterns {
+				if p.keeps(h, i+delta, j, qb, kb, nbq, nbk, random[pi]) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return dst
+}
+
+// keeps reports whether p keeps query position pi (= i + Tk − Tq) and key j of head h, in
+// query block qb and key block kb.
+func (p *Pattern) keeps(h, pi, j, qb, kb, nbq, nbk int, random []bool) bool {
+	r := pi - j
+	switch p.Kind {
+	case PatternLocal:
+		return abs(r) <= p.Width
+	case PatternDilated:
+		return abs(r) <= p.Width*p.Dilation && r%p.Dilation == 0
+	case PatternStrided:
+		return abs(r) < p.Stride || r%p.Stride == 0
+	case PatternGlobal:
+		return slices.Contains(p.Positions, pi) || slices.Contains(p.Positions, j)
+	case PatternBigBird:
+		return abs(r) <= p.Width || pi < p.Globals || j < p.Globals || (random != nil && random[qb*nbk+kb])
+	case PatternBlocks:
+		return p.blockSet(h, qb, kb, nbq, nbk)
+	}
+	return false
+}
+
+// blockSet reports whether a block pattern's map marks block (qb, kb) of head h.
+func (p *Pattern) blockSet(h, qb, kb, nbq, nbk int) bool {
+	if len(p.Blocks.Shape) == 3 {
+		return p.Blocks.Data[(h*nbq+qb)*nbk+kb]
+	}
+	return p.Blocks.Data[qb*nbk+kb]
+}
+
+// block classifies the block of query positions [p0, p1] (i + Tk − Tq) and keys [j0, j1] of head
+// h under p alone.
+func (p *Pattern) block(h, qb, kb, p0, p1, j0, j1, nbq, nbk int, random []bool) attend.BlockKind {
+	rlo, rhi := p0-j1, p1-j0 // every distance in between occurs
+	band := func(w int) attend.BlockKind { // |r| ≤ w
+		switch {
+		case rhi < -w || rlo > w:
+			return attend.Empty
+		case rlo >= -w && rhi <= w:
+			return attend.Full
+		}
+		return attend.Partial
+	}
+	multiple := func(d, lo, hi int) bool { // a multiple of d in [lo, hi]
+		return lo <= hi && floorDiv(hi, d)*d >= lo
+	}
+	listed := func(lo, hi int) (some, all bool) {
+		n := 0
+		for _, x := range p.Positions {
+			if x >= lo && x <= hi {
+				n++
+			}
+		}
+		all = n > 0 && countDistinct(p.Positions, lo, hi) == hi-lo+1
+		return n > 0, all
+	}
+	switch p.Kind {
+	case PatternLocal:
+		return band(p.Width)
+	case PatternDilated:
+		w := p.Width * p.Dilation
+		if p.Dilation == 1 {
+			return band(w)
+		}
+		if !multiple(p.Dilation, max(rlo, -w), min(rhi, w)) {
+			return attend.Empty
+		}
+		return attend.Partial
+	case PatternStrided:
+		if p.Stride == 1 {
+			return attend.Full
+		}
+		// Outside the band (−S, S) only multiples of S are kept, and two neighbouring
+		// distances are never both multiples: a part of the range outside the band keeps all
+		// its pairs only when it is one distance, a multiple.
+		allKept := func(lo, hi int) bool { return lo > hi || (lo == hi && lo%p.Stride == 0) }
+		switch k := band(p.Stride - 1); {
+		case allKept(rlo, min(rhi, -p.Stride)) && allKept(max(rlo, p.Stride), rhi):
+			return attend.Full
+		case k != attend.Empty || multiple(p.Stride, rlo, rhi):
+			return attend.Partial
+		}
+		return attend.Empty
+	case PatternGlobal:
+		qs, qall := listed(p0, p1)
+		ks, kall := listed(j0, j1)
+		switch {
+		case qall || kall:
+			return attend.Full
+		case qs || ks:
+			return attend.Partial
+		}
+		return attend.Empty
+	case PatternBigBird:
+		if random != nil && random[qb*nbk+kb] {
+			return attend.Full
+		}
+		if p1 < p.Globals || j1 < p.Globals {
+			return attend.Full
+		}
+		k := band(p.Width)
+		if k == attend.Empty && (p0 < p.Globals || j0 < p.Globals) {
+			return attend.Partial
+		}
+		return k
+	case PatternBlocks:
+		if p.blockSet(h, qb, kb, nbq, nbk) {
+			return attend.Full
+		}
+	}
+	return attend.Empty
+}
+
+// countDistinct returns how many distinct values of xs lie in [lo, hi].
+func countDistinct(xs []int, lo, hi int) int {
+	seen := map[int]bool{}
+	for _, x := range xs {
+		if x >= lo && x <= hi {
+			seen[x] = true
+		}
+	}
+	return len(seen)
+}
+
+// floorDiv returns ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,254 @@
+package mha
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/mhalab/mha/tensor"
+)
+
+// keptByDefinition says whether the patterns keep query i and key j of head h, written from the
+// definitions in PatternKind's documentation (r = i + Tk − Tq − j), pair by pair.
+func keptByDefinition(ps []Pattern, h, i, j, tq, tk, bq, bk int) bool {
+	pi := i + tk - tq
+	r := pi - j
+	abs := func(x int) int {
+		if x < 0 {
+			return -x
+		}
+		return x
+	}
+	for _, p := range ps {
+		switch p.Kind {
+		case PatternLocal:
+			if abs(r) <= p.Width {
+				return true
+			}
+		case PatternDilated:
+			if abs(r) <= p.Width*p.Dilation && r%p.Dilation == 0 {
+				return true
+			}
+		case PatternStrided:
+			if abs(r) < p.Stride || r%p.Stride == 0 {
+				return true
+			}
+		case PatternGlobal:
+			if slices.Contains(p.Positions, pi) || slices.Contains(p.Positions, j) {
+				return true
+			}
+		case PatternBigBird:
+			if abs(r) <= p.Width || pi < p.Globals || j < p.Globals {
+				return true
+			}
+			// The random key blocks of i's query block, drawn as the pattern documents.
+			nbk := (tk + bk - 1) / bk
+			rng := rand.New(rand.NewPCG(p.Seed, uint64(i/bq)))
+			if slices.Contains(rng.Perm(nbk)[:min(p.Random, nbk)], j/bk) {
+				return true
+			}
+		case PatternBlocks:
+			nbq, nbk := (tq+bq-1)/bq, (tk+bk-1)/bk
+			idx := i/bq*nbk + j/bk
+			if len(p.Blocks.Shape) == 3 {
+				idx += h * nbq * nbk
+			}
+			if p.Blocks.Data[idx] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestSDPAPatterns checks every pattern, and unions of them, with causal masks, grouped heads
+// and padding, against SDPA given the same pairs as a boolean mask: the tiled and dense forward,
+// the float64 reference and the backward.
+func TestSDPAPatterns(t *testing.T) {
+	const b, hq, hkv, d = 2, 4, 2, 8
+	blocks := func(perHead bool, tq, tk, bq, bk int) *tensor.Bool {
+		nbq, nbk := (tq+bq-1)/bq, (tk+bk-1)/bk
+		shape := []int{nbq, nbk}
+		if perHead {
+			shape = []int{hq, nbq, nbk}
+		}
+		m := tensor.NewBool(shape...)
+		for i := range m.Data {
+			m.Data[i] = (i*13+i/5)%3 == 0
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name     string
+		tq, tk   int
+		block    [2]int
+		causal   CausalMode
+		padding  bool
+		patterns []Pattern
+	}{
+		{"local", 70, 70, [2]int{16, 16}, NotCausal, false, []Pattern{{Kind: PatternLocal, Width: 5}}},
+		{"local causal bottom-right", 33, 90, [2]int{8, 16}, CausalBottomRight, true, []Pattern{{Kind: PatternLocal, Width: 9}}},
+		{"dilated", 64, 64, [2]int{16, 8}, CausalTopLeft, false, []Pattern{{Kind: PatternDilated, Width: 4, Dilation: 3}}},
+		{"strided", 80, 80, [2]int{16, 16}, CausalBottomRight, false, []Pattern{{Kind: PatternStrided, Stride: 7}}},
+		{"global", 50, 61, [2]int{8, 8}, NotCausal, true, []Pattern{{Kind: PatternGlobal, Positions: []int{0, 3, 40, 60}}}},
+		{"bigbird", 96, 96, [2]int{16, 16}, NotCausal, false, []Pattern{{Kind: PatternBigBird, Width: 3, Globals: 2, Random: 2, Seed: 9}}},
+		{"blocks shared", 45, 77, [2]int{16, 32}, NotCausal, false, []Pattern{{Kind: PatternBlocks, Blocks: blocks(false, 45, 77, 16, 32)}}},
+		{"blocks per head + local", 64, 64, [2]int{16, 16}, CausalBottomRight, true, []Pattern{{Kind: PatternBlocks, Blocks: blocks(true, 64, 64, 16, 16)}, {Kind: PatternLocal, Width: 2}}},
+		{"union", 100, 100, [2]int{0, 0}, CausalBottomRight, false, []Pattern{{Kind: PatternLocal, Width: 3}, {Kind: PatternStrided, Stride: 16}, {Kind: PatternGlobal, Positions: []int{0}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v := sdpaRand(1, 1, b, hq, c.tq, d), sdpaRand(2, 1, b, hkv, c.tk, d), sdpaRand(3, 1, b, hkv, c.tk, d)
+			dy := sdpaRand(4, 1, b, hq, c.tq, d)
+			bq, bk := c.block[0], c.block[1]
+			if bq == 0 {
+				bq, bk = 64, 64
+			}
+			mask := tensor.NewBool(b, hq, c.tq, c.tk)
+			for bb := range b {
+				for h := range hq {
+					for i := range c.tq {
+						for j := range c.tk {
+							mask.Data[((bb*hq+h)*c.tq+i)*c.tk+j] = !keptByDefinition(c.patterns, h, i, j, c.tq, c.tk, bq, bk)
+						}
+					}
+				}
+			}
+			sparse := SDPAOptions{Causal: c.causal, Patterns: c.patterns, Block: c.block, NeedLSE: true}
+			masked := SDPAOptions{Causal: c.causal, AttnMask: mask, NeedLSE: true}
+			if c.padding {
+				pad := tensor.NewBool(b, c.tk)
+				pad.Data[3], pad.Data[c.tk+c.tk/2] = true, true
+				sparse.KeyPaddingMask, masked.KeyPaddingMask = pad, pad
+			}
+			for _, weights := range []bool{false, true} {
+				sparse.NeedWeights, masked.NeedWeights = weights, weights
+				got, err := SDPA(q, k, v, &sparse)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := SDPA(q, k, v, &masked)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, fmt.Sprintf("out (weights %v)", weights), got.Out.Data, as[float64](want.Out.Data), 1e-6)
+				gg, err := SDPABackward(q, k, v, got, dy, &sparse)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gw, err := SDPABackward(q, k, v, want, dy, &masked)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, "grad q", gg.Q.Data, as[float64](gw.Q.Data), 1e-5)
+				checkRel(t, "grad k", gg.K.Data, as[float64](gw.K.Data), 1e-5)
+				checkRel(t, "grad v", gg.V.Data, as[float64](gw.V.Data), 1e-5)
+			}
+			rs, err := SDPAReference(q, k, v, &sparse)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rm, err := SDPAReference(q, k, v, &masked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "reference", rs.Out, rm.Out, 1e-12)
+		})
+	}
+}
+
+// TestPatternDensityOne checks that a pattern keeping every pair gives dense attention's bits.
+func TestPatternDensityOne(t *testing.T) {
+	q, k, v := sdpaRand(1, 1, 1, 2, 130, 8), sdpaRand(2, 1, 1, 2, 130, 8), sdpaRand(3, 1, 1, 2, 130, 8)
+	dense, err := SDPA(q, k, v, &SDPAOptions{Causal: CausalBottomRight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Pattern{{Kind: PatternLocal, Width: 200}, {Kind: PatternStrided, Stride: 1}, {Kind: PatternBigBird, Globals: 130}} {
+		got, err := SDPA(q, k, v, &SDPAOptions{Causal: CausalBottomRight, Patterns: []Pattern{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRel(t, fmt.Sprintf("%+v", p), got.Out.Data, as[float64](dense.Out.Data), 1e-6)
+	}
+}
+
+// TestParsePattern checks the CLI's pattern syntax and its errors.
+func TestParsePattern(t *testing.T) {
+	for s, want := range map[string]Pattern{
+		"local:5":         {Kind: PatternLocal, Width: 5},
+		"dilated:4,2":     {Kind: PatternDilated, Width: 4, Dilation: 2},
+		"strided:8":       {Kind: PatternStrided, Stride: 8},
+		"global:0,5,9":    {Kind: PatternGlobal, Positions: []int{0, 5, 9}},
+		"bigbird:3,2,1,7": {Kind: PatternBigBird, Width: 3, Globals: 2, Random: 1, Seed: 7},
+	} {
+		got, err := ParsePattern(s)
+		if err != nil || got.Kind != want.Kind || got.Width != want.Width || got.Dilation != want.Dilation || got.Stride != want.Stride ||
+			!slices.Equal(got.Positions, want.Positions) || got.Globals != want.Globals || got.Random != want.Random || got.Seed != want.Seed {
+			t.Errorf("ParsePattern(%q) = %+v, %v, want %+v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "local", "local:", "local:-1", "local:1,2", "dilated:3", "strided:x", "global:", "bigbird:1,2,3", "ring:4"} {
+		if _, err := ParsePattern(s); !errors.Is(err, ErrShape) {
+			t.Errorf("ParsePattern(%q): %v, want ErrShape", s, err)
+		}
+	}
+	q := sdpaRand(1, 1, 1, 1, 4, 2)
+	for _, p := range []Pattern{{Kind: PatternDilated, Width: 1}, {Kind: PatternStrided}, {Kind: PatternBlocks}, {Kind: PatternBlocks, Blocks: tensor.NewBool(3, 3)}, {Kind: 99}} {
+		if _, err := SDPA(q, q, q, &SDPAOptions{Patterns: []Pattern{p}, Block: [2]int{2, 2}}); !errors.Is(err, ErrShape) {
+			t.Errorf("pattern %+v: %v, want ErrShape", p, err)
+		}
+	}
+	if _, err := SDPA(q, q, q, &SDPAOptions{Patterns: []Pattern{{Kind: PatternLocal}}, Block: [2]int{2, 0}}); !errors.Is(err, ErrShape) {
+		t.Errorf("block 2 × 0: %v, want ErrShape", err)
+	}
+}
+
+// TestPatternBlocks checks the block classification of every pattern against its pairs, on
+// many sizes: a block is empty exactly when it keeps no pair, full only when it keeps them all,
+// and, but for dilated patterns (whose blocks are never full) and BigBird (whose union of three
+// rules may leave a block it fills partial), full whenever it keeps them all.
+func TestPatternBlocks(t *testing.T) {
+	for _, size := range [][4]int{{13, 13, 4, 4}, {9, 20, 3, 5}, {20, 9, 5, 2}, {16, 16, 1, 1}, {12, 30, 6, 4}} {
+		tq, tk, bq, bk := size[0], size[1], size[2], size[3]
+		nbq, nbk := (tq+bq-1)/bq, (tk+bk-1)/bk
+		shared := tensor.NewBool(nbq, nbk)
+		for i := range shared.Data {
+			shared.Data[i] = i%3 == 1
+		}
+		for _, p := range []Pattern{
+			{Kind: PatternLocal, Width: 0}, {Kind: PatternLocal, Width: 3}, {Kind: PatternLocal, Width: 9},
+			{Kind: PatternDilated, Width: 2, Dilation: 3}, {Kind: PatternDilated, Width: 5, Dilation: 1}, {Kind: PatternDilated, Width: 1, Dilation: 4},
+			{Kind: PatternStrided, Stride: 1}, {Kind: PatternStrided, Stride: 4}, {Kind: PatternStrided, Stride: 11},
+			{Kind: PatternGlobal, Positions: []int{0, 1, 2, 3, 10}}, {Kind: PatternGlobal, Positions: []int{7, 7, 8}},
+			{Kind: PatternBigBird, Width: 1, Globals: 3, Random: 1, Seed: 2}, {Kind: PatternBigBird, Width: 0, Globals: 0, Random: 2, Seed: 5},
+			{Kind: PatternBlocks, Blocks: shared},
+		} {
+			s := layouts(nil, []Pattern{p}, 1, tq, tk, bq, bk)[0]
+			for qb := range nbq {
+				for kb := range nbk {
+					kept, total := 0, 0
+					for i := qb * bq; i < min((qb+1)*bq, tq); i++ {
+						for j := kb * bk; j < min((kb+1)*bk, tk); j++ {
+							total++
+							want := keptByDefinition([]Pattern{p}, 0, i, j, tq, tk, bq, bk)
+							if want {
+								kept++
+							}
+							if got := s.Keep(i, j); got != want {
+								t.Fatalf("%v %+v: Keep(%d, %d) = %v, want %v", size, p, i, j, got, want)
+							}
+						}
+					}
+					kind := s.Kinds[qb*nbk+kb]
+					bad := (kind == 0) != (kept == 0) || (kind == 2 && kept != total) ||
+						(p.Kind != PatternDilated && p.Kind != PatternBigBird && kept == total && kind != 2)
+					if bad {
+						t.Fatalf("%v %+v: block (%d, %d) is kind %d with %d of %d pairs kept", size, p, qb, kb, kind, kept, total)
+					}
+				}
+			}
+		}
+	}
+}
