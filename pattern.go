@@ -228,7 +228,7 @@ func (p *Pattern) blockSet(h, qb, kb, nbq, nbk int) bool {
 // block classifies the block of query positions [p0, p1] (i + Tk − Tq) and keys [j0, j1] of head
 // h under p alone.
 func (p *Pattern) block(h, qb, kb, p0, p1, j0, j1, nbq, nbk int, random []bool) attend.BlockKind {
-	rlo, rhi := p0-j1, p1-j0 // every distance in between occurs
+	rlo, rhi := p0-j1, p1-j0               // every distance in between occurs
 	band := func(w int) attend.BlockKind { // |r| ≤ w
 		switch {
 		case rhi < -w || rlo > w:
