@@ -133,6 +133,7 @@ func TestSDPAPatterns(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkRel(t, fmt.Sprintf("out (weights %v)", weights), got.Out.Data, as[float64](want.Out.Data), 1e-6)
+				checkLSE(t, "lse", got.LSE.Data, as[float64](want.LSE.Data), 1e-6)
 				gg, err := SDPABackward(q, k, v, got, dy, &sparse)
 				if err != nil {
 					t.Fatal(err)

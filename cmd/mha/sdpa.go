@@ -15,6 +15,8 @@ import (
 // sdpaFlags are mha sdpa's flags.
 type sdpaFlags struct {
 	input, out, causal, window, ropeLayout string
+	patterns                               []string
+	block                                  string
 	softcap, scale, ropeTheta              float64
 	ropeDim, ropeOffset                    int
 	alibi, needWeights, backward           bool
@@ -45,6 +47,14 @@ i + δ − L ≤ j ≤ i + δ + R (flash-attn's window_size; −1 leaves a side 
 With --rope-theta, q and k are rotated (RoPE) first: key j at position P + j and query i at
 P + δ + i, P = --rope-offset.
 
+With --pattern the attention is sparse: a pair is kept when any of the patterns keeps it (r = i + δ − j):
+local:W keeps |r| ≤ W; dilated:W,D keeps |r| ≤ W·D with r a multiple of D; strided:S keeps |r| < S
+or r a multiple of S; global:I,J,… keeps the pairs whose query position (i + δ) or key is listed;
+bigbird:W,G,R,SEED keeps |r| ≤ W, the pairs of positions 0 … G−1 and R random key blocks per query
+block; blocks:FILE keeps the blocks marked in FILE's blocks (BOOL [⌈Tq/BQ⌉,⌈Tk/BK⌉] or [Hq,…]). The
+kept pairs are then masked by causal, window, padding and masks as usual. Blocks of --block BQ,BK
+(default 64,64) that keep no pair are never computed.
+
 With --backward the input also holds grad_out [B,Hq,Tq,Dv], the gradient of a loss with respect to
 out, and --out also gets grad.q, grad.k and grad.v (with respect to the q, k and v given, before
 rotary; those of a K/V head summed over the query heads that read it) and, when sinks were given,
@@ -67,8 +77,58 @@ them tile by tile from lse (FlashAttention-2).`,
 	fl.StringVar(&f.ropeLayout, "rope-layout", "half", "rotary pairs: half (GPT-NeoX, Hugging Face Llama) or interleaved (GPT-J); needs --rope-theta")
 	fl.IntVar(&f.ropeOffset, "rope-offset", 0, "the position P of key 0 (needs --rope-theta)")
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also write the attention weights [B,Hq,Tq,Tk] as weights")
+	fl.StringArrayVar(&f.patterns, "pattern", nil, "sparse pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE (a .safetensors holding blocks BOOL [⌈Tq/BQ⌉ ⌈Tk/BK⌉] or [Hq …])")
+	fl.StringVar(&f.block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")
 	fl.BoolVar(&f.backward, "backward", false, "also compute the gradients of grad_out (from --input) and write them as grad.q, grad.k, grad.v (and grad.sinks)")
 	return cmd
+}
+
+// sparsity reads --pattern and --block into opt.
+func (f *sdpaFlags) sparsity(opt *mha.SDPAOptions) error {
+	if f.block != "" {
+		a, b, ok := strings.Cut(f.block, ",")
+		bq, err1 := strconv.Atoi(strings.TrimSpace(a))
+		bk, err2 := strconv.Atoi(strings.TrimSpace(b))
+		if !ok || err1 != nil || err2 != nil || bq < 1 || bk < 1 {
+			return fmt.Errorf("--block is %q, want BQ,BK: two integers ≥ 1 (e.g. 64,64)", f.block)
+		}
+		if len(f.patterns) == 0 {
+			return fmt.Errorf("--block sizes the blocks of --pattern; give a pattern")
+		}
+		opt.Block = [2]int{bq, bk}
+	}
+	for _, s := range f.patterns {
+		if file, ok := strings.CutPrefix(s, "blocks:"); ok {
+			m, err := readBlocks(file)
+			if err != nil {
+				return fmt.Errorf("--pattern %s: %w", s, err)
+			}
+			opt.Patterns = append(opt.Patterns, mha.Pattern{Kind: mha.PatternBlocks, Blocks: m})
+			continue
+		}
+		p, err := mha.ParsePattern(s)
+		if err != nil {
+			return fmt.Errorf("--pattern: %w", err)
+		}
+		opt.Patterns = append(opt.Patterns, p)
+	}
+	return nil
+}
+
+// readBlocks reads the block map of --pattern blocks:FILE: the tensor blocks, BOOL or U8.
+func readBlocks(path string) (*tensor.Bool, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !f.Has("blocks") {
+		return nil, fmt.Errorf("%s has no tensor blocks (have %s), want blocks BOOL [⌈Tq/BQ⌉ ⌈Tk/BK⌉] or [Hq ⌈Tq/BQ⌉ ⌈Tk/BK⌉]", path, strings.Join(f.Names(), ", "))
+	}
+	m, err := f.Bool("blocks")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
 }
 
 // sdpaInputs are the tensors an input file of mha sdpa may hold.
@@ -95,6 +155,9 @@ func (f *sdpaFlags) options(cmd *cobra.Command) (*mha.SDPAOptions, error) {
 			return nil, fmt.Errorf("--window is %q, want L,R: two integers ≥ 0, or −1 for an unbounded side (e.g. 256,0)", f.window)
 		}
 		opt.Window = &mha.Window{Left: left, Right: right}
+	}
+	if err := f.sparsity(opt); err != nil {
+		return nil, err
 	}
 	fl := cmd.Flags()
 	if f.ropeTheta == 0 {

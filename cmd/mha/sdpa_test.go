@@ -192,6 +192,13 @@ func TestSDPAErrors(t *testing.T) {
 		{"rope dim", ok, []string{"--rope-theta", "10000", "--rope-dim", "5"}, "rotary dim is 5, want an even number"},
 		{"rope offset", ok, []string{"--rope-theta", "10000", "--rope-offset", "-3"}, "rotary offset is -3"},
 		{"argument", ok, []string{"extra"}, "sdpa takes no arguments"},
+		{"pattern", ok, []string{"--pattern", "ring:3"}, `pattern "ring:3", want local:W`},
+		{"pattern number", ok, []string{"--pattern", "local:x"}, `"x" is not a whole number`},
+		{"block", ok, []string{"--pattern", "local:2", "--block", "4"}, `--block is "4", want BQ,BK`},
+		{"block alone", ok, []string{"--block", "4,4"}, "--block sizes the blocks of --pattern"},
+		{"blocks file", ok, []string{"--pattern", "blocks:" + garbage}, "garbage.safetensors"},
+		{"blocks missing", ok, []string{"--pattern", "blocks:" + ok}, "has no tensor blocks"},
+		{"blocks shape", ok, []string{"--pattern", "blocks:" + writeFile(t, map[string]safetensors.Tensor{"blocks": boolT(2, 2)}), "--block", "2,2"}, "blocks is [2 2], want [2 3] or [4 2 3]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := []string{"sdpa", "--out", out}
@@ -281,4 +288,50 @@ func FuzzSDPAInput(f *testing.F) {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
 		}
 	})
+}
+
+// TestSDPAPattern checks mha sdpa --pattern (repeated, and blocks:FILE) against the same pairs
+// given as attn_mask in the input file.
+func TestSDPAPattern(t *testing.T) {
+	const hq, tq, tk = 2, 9, 9
+	rng := tensor.NewRNG(5)
+	randn := func(shape ...int) safetensors.Tensor {
+		x := tensor.New(shape...)
+		rng.Normal(x, 1)
+		return safetensors.FromFloat32(x)
+	}
+	q, k, v := randn(1, hq, tq, 4), randn(1, 1, tk, 4), randn(1, 1, tk, 4)
+	blocks := tensor.NewBool(3, 3) // blocks of 3 × 3
+	blocks.Data[2] = true          // queries 0–2, keys 6–8
+	// local:1 ∪ strided:4 (|r| < 4 or r a multiple of 4) ∪ the marked block.
+	keep := func(i, j int) bool { r := i - j; return (r >= -1 && r <= 1) || (r > -4 && r < 4) || r%4 == 0 || (i < 3 && j >= 6) }
+	mask := tensor.NewBool(tq, tk)
+	for i := range tq {
+		for j := range tk {
+			mask.Data[i*tk+j] = !keep(i, j)
+		}
+	}
+	blocksFile := writeFile(t, map[string]safetensors.Tensor{"blocks": safetensors.FromBool(blocks)})
+	run := func(input map[string]safetensors.Tensor, flags ...string) *safetensors.File {
+		out := filepath.Join(t.TempDir(), "o.safetensors")
+		args := append([]string{"sdpa", "--input", writeFile(t, input), "--out", out, "--backward"}, flags...)
+		if code, _, stderr := runCLI(args...); code != 0 {
+			t.Fatalf("%v: exit %d, %s", flags, code, stderr)
+		}
+		f, err := safetensors.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	g := randn(1, hq, tq, 4)
+	got := run(map[string]safetensors.Tensor{"q": q, "k": k, "v": v, "grad_out": g}, "--pattern", "local:1", "--pattern", "strided:4", "--pattern", "blocks:"+blocksFile, "--block", "3,3")
+	want := run(map[string]safetensors.Tensor{"q": q, "k": k, "v": v, "grad_out": g, "attn_mask": safetensors.FromBool(mask)})
+	for _, name := range []string{"out", "lse", "grad.q", "grad.k", "grad.v"} {
+		a, _ := got.Float32(name)
+		b, _, _ := want.Float64(name)
+		if e := tensor.RelError(a.Data, b); e > 1e-6 {
+			t.Errorf("%s: relative error %.3g against the mask", name, e)
+		}
+	}
 }
