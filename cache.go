@@ -204,7 +204,7 @@ const (
 // evicted and still count against the capacity), ALiBi and Slopes, Softcap, Sinks, Rotary (the
 // new keys are rotated at their positions Offset + j before they are stored, as Hugging Face
 // caches them, and the queries at theirs; k and q are left as they are), NeedLSE and Workers.
-// KeyPaddingMask, AttnMask, AttnBias, NeedWeights and Patterns are errors.
+// KeyPaddingMask, AttnMask, AttnBias, NeedWeights, Patterns and Normalizer are errors.
 //
 // Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 512
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
@@ -360,8 +360,8 @@ func (w *cacheWork) check(kv *KVCache, q, k, v *tensor.Tensor, opt *SDPAOptions)
 		return 0, fmt.Errorf("%w: AttendCache takes no key padding mask, attention mask or bias", ErrShape)
 	case o.NeedWeights:
 		return 0, fmt.Errorf("%w: AttendCache does not return weights; use SDPA", ErrShape)
-	case len(o.Patterns) > 0:
-		return 0, fmt.Errorf("%w: AttendCache does not take sparse patterns yet; use SDPA", ErrShape)
+	case len(o.Patterns) > 0 || (o.Normalizer != nil && o.Normalizer.Kind != Softmax):
+		return 0, fmt.Errorf("%w: AttendCache does not take sparse patterns or normalizers yet; use SDPA", ErrShape)
 	}
 	// The checks SDPA makes of the options, on the sizes after the append.
 	p := sdpaPlan{opt: *o, b: kv.b, hq: q.Shape[1], hkv: kv.hkv, tq: q.Shape[2], tk: kv.n + tn, d: kv.d, dv: kv.dv}

@@ -334,3 +334,44 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// Normalizer replaces the softmax in SDPAOptions: see attend.Normalizer.
+type Normalizer = attend.Normalizer
+
+// The normalizers of Normalizer.Kind.
+const (
+	Softmax   = attend.Softmax
+	Sparsemax = attend.Sparsemax
+	Entmax    = attend.Entmax
+	TopK      = attend.TopK
+)
+
+// ParseNormalizer reads a normalizer as mha sdpa's --normalizer writes it: softmax, sparsemax,
+// entmax15, entmax:ALPHA (α > 1) or topk:K (K ≥ 1). It returns an error naming what was expected.
+func ParseNormalizer(s string) (*Normalizer, error) {
+	name, arg, hasArg := strings.Cut(s, ":")
+	bad := fmt.Errorf("%w: normalizer %q, want softmax, sparsemax, entmax15, entmax:ALPHA (α > 1) or topk:K (K ≥ 1)", ErrShape, s)
+	switch {
+	case s == "softmax":
+		return &Normalizer{Kind: Softmax}, nil
+	case s == "sparsemax":
+		return &Normalizer{Kind: Sparsemax}, nil
+	case s == "entmax15":
+		return &Normalizer{Kind: Entmax, Alpha: 1.5}, nil
+	case name == "entmax" && hasArg:
+		a, err := strconv.ParseFloat(arg, 64)
+		n := &Normalizer{Kind: Entmax, Alpha: a}
+		if err != nil || !n.Valid() {
+			return nil, bad
+		}
+		return n, nil
+	case name == "topk" && hasArg:
+		k, err := strconv.Atoi(arg)
+		n := &Normalizer{Kind: TopK, K: k}
+		if err != nil || !n.Valid() {
+			return nil, bad
+		}
+		return n, nil
+	}
+	return nil, bad
+}

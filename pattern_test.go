@@ -3,6 +3,7 @@ package mha
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -250,6 +251,112 @@ func TestPatternBlocks(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestSDPANormalizers checks every normalizer, with a pattern, causal alignment and grouped
+// heads: the float32 forward against the float64 reference (the same weights, the same exact
+// zeros), and the backward against central differences of the reference.
+func TestSDPANormalizers(t *testing.T) {
+	dyadic := func(x *tensor.Tensor) *tensor.Tensor {
+		for i, v := range x.Data {
+			x.Data[i] = float32(math.Round(float64(v)*1024) / 1024)
+		}
+		return x
+	}
+	for _, norm := range []*Normalizer{{Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1.3}, {Kind: TopK, K: 3}, {Kind: Softmax}} {
+		t.Run(norm.String(), func(t *testing.T) {
+			q, k, v := dyadic(sdpaRand(1, 2, 2, 4, 7, 4)), dyadic(sdpaRand(2, 2, 2, 2, 9, 4)), dyadic(sdpaRand(3, 1, 2, 2, 9, 3))
+			dOut := dyadic(sdpaRand(4, 1, 2, 4, 7, 3))
+			pad := tensor.NewBool(2, 9)
+			pad.Data[9+2] = true
+			opt := SDPAOptions{Causal: CausalBottomRight, Normalizer: norm, KeyPaddingMask: pad, NeedLSE: true, NeedWeights: true,
+				Patterns: []Pattern{{Kind: PatternLocal, Width: 4}, {Kind: PatternGlobal, Positions: []int{0}}}, Block: [2]int{4, 4}}
+			r, err := SDPA(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := SDPAReference(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "out", r.Out.Data, ref.Out, 1e-5)
+			if r.Weights == nil {
+				t.Fatal("no weights returned")
+			}
+			checkRel(t, "weights", r.Weights.Data, ref.Weights, 1e-5)
+			zeros := 0
+			for i, w := range r.Weights.Data {
+				if (w == 0) != (ref.Weights[i] == 0) {
+					t.Fatalf("weight %d is %v, the reference's %v: not the same exact zeros", i, w, ref.Weights[i])
+				}
+				if w == 0 {
+					zeros++
+				}
+			}
+			if norm.Kind != Softmax && zeros == 0 {
+				t.Errorf("%s left no weight exactly 0", norm)
+			}
+			g, err := SDPABackward(q, k, v, r, dOut, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss := func() float64 {
+				ref, err := SDPAReference(q, k, v, &opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := 0.0
+				for i, o := range ref.Out {
+					s += o * float64(dOut.Data[i])
+				}
+				return s
+			}
+			const h = 1.0 / 16384
+			diff := func(x []float32) []float64 {
+				d := make([]float64, len(x))
+				for i := range x {
+					x0 := x[i]
+					x[i] = x0 + h
+					up := loss()
+					x[i] = x0 - h
+					d[i] = (up - loss()) / (2 * h)
+					x[i] = x0
+				}
+				return d
+			}
+			checkRel(t, "dq", g.Q.Data, diff(q.Data), 1e-4)
+			checkRel(t, "dk", g.K.Data, diff(k.Data), 1e-4)
+			checkRel(t, "dv", g.V.Data, diff(v.Data), 1e-4)
+		})
+	}
+	q := sdpaRand(1, 1, 1, 1, 3, 2)
+	for _, bad := range []SDPAOptions{
+		{Normalizer: &Normalizer{Kind: Entmax, Alpha: 1}},
+		{Normalizer: &Normalizer{Kind: TopK}},
+		{Normalizer: &Normalizer{Kind: 9}},
+		{Normalizer: &Normalizer{Kind: Sparsemax}, Sinks: []float32{0}},
+		{Normalizer: &Normalizer{Kind: Sparsemax}, Dropout: 0.1},
+	} {
+		if _, err := SDPA(q, q, q, &bad); !errors.Is(err, ErrShape) {
+			t.Errorf("%+v: %v, want ErrShape", bad, err)
+		}
+	}
+	r, _ := SDPA(q, q, q, &SDPAOptions{Normalizer: &Normalizer{Kind: Sparsemax}})
+	r.Weights = nil
+	if _, err := SDPABackward(q, q, q, r, q, &SDPAOptions{Normalizer: &Normalizer{Kind: Sparsemax}}); !errors.Is(err, ErrShape) {
+		t.Errorf("backward without the weights: %v, want ErrShape", err)
+	}
+	for s, want := range map[string]string{"softmax": "softmax", "sparsemax": "sparsemax", "entmax15": "entmax15", "entmax:1.25": "entmax:1.25", "topk:4": "topk:4"} {
+		n, err := ParseNormalizer(s)
+		if err != nil || n.String() != want {
+			t.Errorf("ParseNormalizer(%q) = %v, %v", s, n, err)
+		}
+	}
+	for _, s := range []string{"", "entmax", "entmax:1", "entmax:x", "topk:0", "topk", "gumbel"} {
+		if _, err := ParseNormalizer(s); !errors.Is(err, ErrShape) {
+			t.Errorf("ParseNormalizer(%q): %v, want ErrShape", s, err)
 		}
 	}
 }

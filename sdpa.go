@@ -60,6 +60,11 @@ type SDPAOptions struct {
 	// 64. A row that keeps no key gives output 0.
 	Patterns []Pattern
 	Block    [2]int
+	// Normalizer, when not nil, replaces the softmax of each row's kept scores: sparsemax,
+	// α-entmax or top-k softmax, whose weights are exactly 0 on the keys they drop. A row
+	// that keeps nothing gives weights and output 0. It needs the whole rows, so Weights are
+	// always returned (and SDPABackward reads them); LSE is NaN; it takes no sinks or dropout.
+	Normalizer *Normalizer
 	// ALiBi subtracts slope_h·|i + δ − j| from the logits of head h: Slopes[h] when Slopes is not
 	// nil (len Hq, finite), else the standard geometric slopes of AlibiSlopes(Hq).
 	ALiBi  bool
@@ -204,7 +209,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	} else {
 		r.LSE = nil
 	}
-	if p.opt.NeedWeights {
+	if p.opt.NeedWeights || p.normalized() {
 		r.Weights = reuse(r.Weights, p.b*p.hq*p.tq*p.tk, p.b, p.hq, p.tq, p.tk)
 	} else {
 		r.Weights = nil
@@ -343,6 +348,10 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return fmt.Errorf("%w: %d sinks, want one per query head (%d)", ErrShape, len(o.Sinks), p.hq)
 	case o.Workers < 0:
 		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, o.Workers)
+	case p.normalized() && (o.Sinks != nil || o.Dropout > 0):
+		return fmt.Errorf("%w: the %s normalizer takes no sinks or dropout", ErrShape, o.Normalizer)
+	case o.Normalizer != nil && !o.Normalizer.Valid():
+		return fmt.Errorf("%w: normalizer %s, want softmax, sparsemax, entmax with α > 1 finite, or top-k with K ≥ 1", ErrShape, o.Normalizer)
 	case o.Block[0] < 0 || o.Block[1] < 0 || (o.Block[0] == 0) != (o.Block[1] == 0):
 		return fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, o.Block[0], o.Block[1])
 	case !(o.Dropout >= 0 && o.Dropout < 1):
@@ -389,7 +398,7 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return err
 		}
 	}
-	if o.NeedWeights && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+	if (o.NeedWeights || p.normalized()) && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
 		return fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
 	}
 	p.scale = o.Scale
@@ -465,6 +474,9 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 	return d
 }
 
+// normalized reports whether the call replaces the softmax.
+func (p *sdpaPlan) normalized() bool { return p.opt.Normalizer != nil && p.opt.Normalizer.Kind != Softmax }
+
 // kvHead returns the K/V head that query head h reads.
 func (p *sdpaPlan) kvHead(h int) int { return h * p.hkv / p.hq }
 
@@ -490,6 +502,7 @@ func (p *sdpaPlan) bias(b, h int) attend.Bias {
 	if len(p.sparse) > 0 {
 		bias.Sparse = &p.sparse[min(h, len(p.sparse)-1)]
 	}
+	bias.Normalizer = o.Normalizer
 	n := p.tq * p.tk
 	if m := o.KeyPaddingMask; m != nil {
 		bias.KeyPad = m.Data[b*p.tk : (b+1)*p.tk]

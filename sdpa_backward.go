@@ -132,6 +132,9 @@ func (p *sdpaPlan) checkBackward(r *SDPAResult, dOut *tensor.Tensor) error {
 	if r.Weights != nil {
 		return checkShape("the forward's Weights", r.Weights, p.b, p.hq, p.tq, p.tk)
 	}
+	if p.normalized() {
+		return fmt.Errorf("%w: the backward of the %s normalizer needs the forward's Weights", ErrShape, p.opt.Normalizer)
+	}
 	return nil
 }
 

@@ -65,7 +65,13 @@ type Bias struct {
 
 	// Sparse, when not nil, is a sparse layout: the pairs it does not keep are masked too.
 	Sparse *Sparse
+	// Normalizer, when not nil and not Softmax, replaces the softmax of each row. Tiled then
+	// needs the whole row (a w to fill), Backward the forward's weights, and lse is NaN.
+	Normalizer *Normalizer
 }
+
+// normalized reports whether b replaces the softmax.
+func (b *Bias) normalized() bool { return b.Normalizer != nil && b.Normalizer.Kind != Softmax }
 
 // Span returns the keys [lo, hi) among the first Stride that Causal and Window leave visible to
 // query i (hi ≤ lo when none is). Mask and KeyPad may hide more of them.
@@ -227,8 +233,29 @@ func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 	if steps != nil && steps.Scaled != nil {
 		steps.Scaled(w)
 	}
+	if b.normalized() {
+		z, r := make([]float64, tk), make([]float64, tk)
+		for i := range h.Tq {
+			row := w[i*tk : (i+1)*tk]
+			for j, x := range row {
+				r[j] = float64(x)
+			}
+			if !b.Normalizer.normalize(r, z) {
+				fullyMasked++
+			}
+			for j, x := range r {
+				row[j] = F(x)
+			}
+			if lse != nil {
+				lse[i] = F(math.NaN())
+			}
+		}
+	}
 	for i := range h.Tq {
 		row := w[i*tk : (i+1)*tk]
+		if b.normalized() {
+			break
+		}
 		if !b.HasSink && lse == nil {
 			if !kernel.Softmax(row) {
 				fullyMasked++

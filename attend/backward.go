@@ -2,6 +2,7 @@ package attend
 
 import (
 	"math"
+	"slices"
 
 	"github.com/mhalab/mha/internal/kernel"
 )
@@ -31,6 +32,7 @@ type Grad struct {
 // goroutine its own.
 type BackScratch struct {
 	p, dp, delta, raw []float32
+	pr, dr            []float64 // a row of weights and its gradient, for a Normalizer
 	ws                kernel.Workspace
 }
 
@@ -56,6 +58,9 @@ type BackScratch struct {
 // A row whose keys were all masked has P = 0 and adds nothing. Backward panics when a view is
 // too short for the sizes in h.
 func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch) {
+	if b.normalized() && p == nil {
+		panic("attend: Backward with a Normalizer needs the forward's weights p")
+	}
 	if drop != nil && drop.P == 0 {
 		drop = nil
 	}
@@ -149,8 +154,20 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 		if drop != nil {
 			drop.Apply(i0+r, j0, row)
 		}
-		for j, x := range row {
-			row[j] = pr[j] * (x - delta)
+		if b.normalized() {
+			// The normalizer's own Jacobian, on the whole row (p is given).
+			s.pr, s.dr = slices.Grow(s.pr[:0], nc)[:nc], slices.Grow(s.dr[:0], nc)[:nc]
+			for j := range row {
+				s.pr[j], s.dr[j] = float64(pr[j]), float64(row[j])
+			}
+			b.Normalizer.backward(s.pr, s.dr)
+			for j, x := range s.dr {
+				row[j] = float32(x)
+			}
+		} else {
+			for j, x := range row {
+				row[j] = pr[j] * (x - delta)
+			}
 		}
 		if g.Slope != nil {
 			// d logit/d slope = −|i + Center − j| for the keys the masks describe.

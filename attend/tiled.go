@@ -2,6 +2,7 @@ package attend
 
 import (
 	"math"
+	"slices"
 
 	"github.com/mhalab/mha/internal/kernel"
 )
@@ -21,6 +22,7 @@ const edgeK = 32
 // largest block it has seen and then stops allocating. Give each goroutine its own.
 type Scratch struct {
 	s, o, m, l []float32
+	z, r       []float64 // a row for a Normalizer
 	ws         kernel.Workspace
 }
 
@@ -49,6 +51,9 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // weights of a row sum to less than 1, lse includes it, and a row whose keys are all masked gets
 // lse = Sink. Tiled panics when a view is too short for the sizes in h.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
+	if b.normalized() && w == nil {
+		panic("attend: Tiled with a Normalizer needs the whole rows: give w")
+	}
 	rows, dv := i1-i0, h.Dv
 	keys := BlockK
 	if w != nil {
@@ -80,6 +85,26 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		for r := r0; r < r1; r++ {
 			row := sc[r*ld : r*ld+nc]
 			Apply(b, i0+r, j0, row)
+			if b.normalized() {
+				// The whole row is here (w is given): its weights directly, summing to 1.
+				s.z, s.r = slices.Grow(s.z[:0], nc)[:nc], slices.Grow(s.r[:0], nc)[:nc]
+				for j, x := range row {
+					s.r[j] = float64(x)
+				}
+				m[r], l[r] = 0, 0
+				if b.Normalizer.normalize(s.r, s.z) {
+					l[r] = 1
+				}
+				for j, x := range s.r {
+					row[j] = float32(x)
+				}
+				if drop != nil {
+					dst := pv[r*ld : r*ld+nc]
+					copy(dst, row)
+					apply(*drop, i0+r, j0, dst)
+				}
+				continue
+			}
 			mt := max(m[r], kernel.Smax(row))
 			if math.IsInf(float64(mt), -1) {
 				clear(row) // nothing visible to this row yet
@@ -198,6 +223,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 		} else if lse != nil {
 			lse[r] = m[r] + float32(math.Log(float64(l[r])))
+			if b.normalized() {
+				lse[r] = float32(math.NaN())
+			}
 		}
 		for c, v := range o[r*dv : (r+1)*dv] {
 			out[c] = v * inv

@@ -16,7 +16,7 @@ import (
 type sdpaFlags struct {
 	input, out, causal, window, ropeLayout string
 	patterns                               []string
-	block                                  string
+	block, normalizer                      string
 	softcap, scale, ropeTheta              float64
 	ropeDim, ropeOffset                    int
 	alibi, needWeights, backward           bool
@@ -55,6 +55,11 @@ block; blocks:FILE keeps the blocks marked in FILE's blocks (BOOL [⌈Tq/BQ⌉,�
 kept pairs are then masked by causal, window, padding and masks as usual. Blocks of --block BQ,BK
 (default 64,64) that keep no pair are never computed.
 
+--normalizer replaces the softmax of each row's kept scores: sparsemax (Martins & Astudillo), entmax15
+or entmax:ALPHA (α-entmax, Peters et al.; 1.5 exact by sorting, other α by bisection) or topk:K (a
+softmax over the K largest). Their weights are exactly 0 on the keys they drop; weights are then
+always written, and lse is NaN.
+
 With --backward the input also holds grad_out [B,Hq,Tq,Dv], the gradient of a loss with respect to
 out, and --out also gets grad.q, grad.k and grad.v (with respect to the q, k and v given, before
 rotary; those of a K/V head summed over the query heads that read it) and, when sinks were given,
@@ -79,6 +84,7 @@ them tile by tile from lse (FlashAttention-2).`,
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also write the attention weights [B,Hq,Tq,Tk] as weights")
 	fl.StringArrayVar(&f.patterns, "pattern", nil, "sparse pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE (a .safetensors holding blocks BOOL [⌈Tq/BQ⌉ ⌈Tk/BK⌉] or [Hq …])")
 	fl.StringVar(&f.block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")
+	fl.StringVar(&f.normalizer, "normalizer", "softmax", "what turns each row's scores into weights: softmax, sparsemax, entmax15, entmax:ALPHA or topk:K")
 	fl.BoolVar(&f.backward, "backward", false, "also compute the gradients of grad_out (from --input) and write them as grad.q, grad.k, grad.v (and grad.sinks)")
 	return cmd
 }
@@ -96,6 +102,13 @@ func (f *sdpaFlags) sparsity(opt *mha.SDPAOptions) error {
 			return fmt.Errorf("--block sizes the blocks of --pattern; give a pattern")
 		}
 		opt.Block = [2]int{bq, bk}
+	}
+	n, err := mha.ParseNormalizer(f.normalizer)
+	if err != nil {
+		return fmt.Errorf("--normalizer: %w", err)
+	}
+	if n.Kind != mha.Softmax {
+		opt.Normalizer = n
 	}
 	for _, s := range f.patterns {
 		if file, ok := strings.CutPrefix(s, "blocks:"); ok {

@@ -5,9 +5,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
@@ -198,6 +200,8 @@ func TestSDPAErrors(t *testing.T) {
 		{"block alone", ok, []string{"--block", "4,4"}, "--block sizes the blocks of --pattern"},
 		{"blocks file", ok, []string{"--pattern", "blocks:" + garbage}, "garbage.safetensors"},
 		{"blocks missing", ok, []string{"--pattern", "blocks:" + ok}, "has no tensor blocks"},
+		{"normalizer", ok, []string{"--normalizer", "entmax:0.5"}, `normalizer "entmax:0.5", want softmax`},
+		{"normalizer dropout-free", writeFile(t, with("sinks", f32(4))), []string{"--normalizer", "sparsemax"}, "takes no sinks or dropout"},
 		{"blocks shape", ok, []string{"--pattern", "blocks:" + writeFile(t, map[string]safetensors.Tensor{"blocks": boolT(2, 2)}), "--block", "2,2"}, "blocks is [2 2], want [2 3] or [4 2 3]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,7 +308,10 @@ func TestSDPAPattern(t *testing.T) {
 	blocks := tensor.NewBool(3, 3) // blocks of 3 × 3
 	blocks.Data[2] = true          // queries 0–2, keys 6–8
 	// local:1 ∪ strided:4 (|r| < 4 or r a multiple of 4) ∪ the marked block.
-	keep := func(i, j int) bool { r := i - j; return (r >= -1 && r <= 1) || (r > -4 && r < 4) || r%4 == 0 || (i < 3 && j >= 6) }
+	keep := func(i, j int) bool {
+		r := i - j
+		return (r >= -1 && r <= 1) || (r > -4 && r < 4) || r%4 == 0 || (i < 3 && j >= 6)
+	}
 	mask := tensor.NewBool(tq, tk)
 	for i := range tq {
 		for j := range tk {
@@ -332,6 +339,44 @@ func TestSDPAPattern(t *testing.T) {
 		b, _, _ := want.Float64(name)
 		if e := tensor.RelError(a.Data, b); e > 1e-6 {
 			t.Errorf("%s: relative error %.3g against the mask", name, e)
+		}
+	}
+}
+
+// TestSDPANormalizer checks that mha sdpa --normalizer writes the library's output and weights,
+// with their exact zeros, and NaN as lse.
+func TestSDPANormalizer(t *testing.T) {
+	rng := tensor.NewRNG(6)
+	x := func(shape ...int) *tensor.Tensor {
+		y := tensor.New(shape...)
+		rng.Normal(y, 2)
+		return y
+	}
+	q, k, v := x(1, 2, 5, 4), x(1, 1, 6, 4), x(1, 1, 6, 3)
+	input := writeFile(t, map[string]safetensors.Tensor{"q": safetensors.FromFloat32(q), "k": safetensors.FromFloat32(k), "v": safetensors.FromFloat32(v)})
+	for _, name := range []string{"sparsemax", "entmax15", "entmax:1.8", "topk:2"} {
+		out := filepath.Join(t.TempDir(), "o.safetensors")
+		if code, _, stderr := runCLI("sdpa", "--input", input, "--out", out, "--normalizer", name, "--causal", "bottom-right"); code != 0 {
+			t.Fatalf("%s: exit %d, %s", name, code, stderr)
+		}
+		f, err := safetensors.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := mha.ParseNormalizer(name)
+		want, err := mha.SDPA(q, k, v, &mha.SDPAOptions{Normalizer: n, Causal: mha.CausalBottomRight})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tname, w := range map[string]*tensor.Tensor{"out": want.Out, "weights": want.Weights} {
+			got, err := f.Float32(tname)
+			if err != nil || !slices.Equal(got.Data, w.Data) {
+				t.Errorf("%s: %s differs from mha.SDPA's (%v)", name, tname, err)
+			}
+		}
+		lse, _ := f.Float32("lse")
+		if !math.IsNaN(float64(lse.Data[0])) {
+			t.Errorf("%s: lse %v, want NaN", name, lse.Data[0])
 		}
 	}
 }

@@ -1,0 +1,249 @@
+package attend
+
+import (
+	"math"
+	"slices"
+	"strconv"
+)
+
+// NormKind names what turns a row of scores into weights.
+type NormKind int
+
+// The normalizers.
+const (
+	Softmax   NormKind = iota // exp(z − lse): every kept key gets some weight
+	Sparsemax                 // the Euclidean projection onto the simplex (Martins & Astudillo 2016)
+	Entmax                    // α-entmax (Peters et al. 2019): [(α − 1)z − τ]₊^(1/(α−1))
+	TopK                      // softmax over the K largest scores, 0 elsewhere
+)
+
+// Normalizer replaces the softmax of a row of scores; masked keys (−Inf) get weight 0, and a row
+// that keeps no key gets weights 0. Sparsemax, Entmax and TopK give weights that are exactly 0
+// on the keys they drop. Alpha is Entmax's α > 1 (1.5 is solved exactly by sorting, any other
+// by bisection; 2 is sparsemax); K is TopK's K ≥ 1.
+type Normalizer struct {
+	Kind  NormKind
+	Alpha float64
+	K     int
+}
+
+// normalize turns row, a query's scores (−Inf where masked), into its weights in place and
+// reports whether it kept any key. z is scratch of at least len(row) values.
+func (n *Normalizer) normalize(row []float64, z []float64) bool {
+	kept := z[:0]
+	for _, x := range row {
+		if !math.IsInf(x, -1) {
+			kept = append(kept, x)
+		}
+	}
+	if len(kept) == 0 {
+		clear(row)
+		return false
+	}
+	switch n.Kind {
+	case Sparsemax:
+		tau := sparsemaxThreshold(kept)
+		for j, x := range row {
+			row[j] = max(x-tau, 0) // −Inf gives 0
+		}
+	case Entmax:
+		a := n.Alpha - 1
+		for i := range kept {
+			kept[i] *= a
+		}
+		var tau float64
+		if n.Alpha == 1.5 {
+			tau = entmax15Threshold(kept)
+		} else {
+			tau = entmaxBisect(kept, n.Alpha)
+		}
+		sum := 0.0
+		for j, x := range row {
+			v := 0.0
+			if d := a*x - tau; d > 0 {
+				v = math.Pow(d, 1/a)
+			}
+			row[j] = v
+			sum += v
+		}
+		for j := range row { // exact for 1.5 up to rounding; bisection's last error
+			row[j] /= sum
+		}
+	case TopK:
+		slices.Sort(kept)
+		cut := kept[max(len(kept)-n.K, 0)] // the K-th largest score
+		// Ties at the cut: keep the first keys, so that exactly min(K, kept) are kept.
+		above := 0
+		for _, x := range kept {
+			if x > cut {
+				above++
+			}
+		}
+		room := min(n.K, len(kept)) - above
+		top := kept[len(kept)-1]
+		sum := 0.0
+		for j, x := range row {
+			keep := x > cut || (x == cut && room > 0)
+			if x == cut && room > 0 {
+				room--
+			}
+			v := 0.0
+			if keep {
+				v = math.Exp(x - top)
+			}
+			row[j] = v
+			sum += v
+		}
+		for j := range row {
+			row[j] /= sum
+		}
+	default:
+		top := slices.Max(kept)
+		sum := 0.0
+		for j, x := range row {
+			row[j] = math.Exp(x - top)
+			sum += row[j]
+		}
+		for j := range row {
+			row[j] /= sum
+		}
+	}
+	return true
+}
+
+// sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1, by sorting (z is reordered).
+func sparsemaxThreshold(z []float64) float64 {
+	slices.Sort(z)
+	slices.Reverse(z)
+	sum, tau := 0.0, 0.0
+	for k, x := range z {
+		sum += x
+		if t := (sum - 1) / float64(k+1); x > t {
+			tau = t
+		} else {
+			break
+		}
+	}
+	return tau
+}
+
+// entmax15Threshold returns τ such that Σ [z − τ]₊² = 1 for z already multiplied by α − 1 = ½,
+// exactly by sorting (Peters et al. 2019, Algorithm 2; z is reordered).
+func entmax15Threshold(z []float64) float64 {
+	slices.Sort(z)
+	slices.Reverse(z)
+	// τ_k solves Σ_{j≤k} (z_j − τ)² = 1; the support is the k with τ_k ≤ z_k.
+	sum, sq, tau, support := 0.0, 0.0, 0.0, 0
+	taus := make([]float64, len(z))
+	for k, x := range z {
+		sum += x
+		sq += x * x
+		n := float64(k + 1)
+		mean := sum / n
+		delta := max((1-(sq/n-mean*mean)*n)/n, 0)
+		taus[k] = mean - math.Sqrt(delta)
+		if taus[k] <= x {
+			support++
+		}
+	}
+	tau = taus[max(support, 1)-1]
+	return tau
+}
+
+// entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1,
+// by bisection between the bounds the largest z gives.
+func entmaxBisect(z []float64, alpha float64) float64 {
+	inv := 1 / (alpha - 1)
+	top := slices.Max(z)
+	lo, hi := top-1, top-math.Pow(1/float64(len(z)), alpha-1)
+	for range 100 {
+		mid := (lo + hi) / 2
+		sum := 0.0
+		for _, x := range z {
+			if d := x - mid; d > 0 {
+				sum += math.Pow(d, inv)
+			}
+		}
+		if sum >= 1 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
+}
+
+// backward turns dp, the gradient with respect to a row's weights p, into the gradient with
+// respect to its scores, in place.
+func (n *Normalizer) backward(p, dp []float64) {
+	switch n.Kind {
+	case Sparsemax, Entmax:
+		// With g = p^(2−α) on the support (1 for sparsemax), ds = g·dp − g·Σ g·dp / Σ g.
+		var num, den float64
+		for j, x := range p {
+			if x > 0 {
+				g := 1.0
+				if n.Kind == Entmax {
+					g = math.Pow(x, 2-n.Alpha)
+				}
+				num += g * dp[j]
+				den += g
+			}
+		}
+		q := 0.0
+		if den > 0 {
+			q = num / den
+		}
+		for j, x := range p {
+			if x > 0 {
+				g := 1.0
+				if n.Kind == Entmax {
+					g = math.Pow(x, 2-n.Alpha)
+				}
+				dp[j] = g * (dp[j] - q)
+			} else {
+				dp[j] = 0
+			}
+		}
+	default: // softmax, and top-k's softmax on its keys
+		d := 0.0
+		for j, x := range p {
+			d += x * dp[j]
+		}
+		for j, x := range p {
+			dp[j] = x * (dp[j] - d)
+		}
+	}
+}
+
+// Valid reports whether n is a normalizer: a known kind, with a finite α > 1 for Entmax and
+// K ≥ 1 for TopK.
+func (n *Normalizer) Valid() bool {
+	switch n.Kind {
+	case Softmax, Sparsemax:
+		return true
+	case Entmax:
+		return n.Alpha > 1 && !math.IsInf(n.Alpha, 1)
+	case TopK:
+		return n.K >= 1
+	}
+	return false
+}
+
+// String returns n as mha sdpa's --normalizer writes it.
+func (n *Normalizer) String() string {
+	switch n.Kind {
+	case Softmax:
+		return "softmax"
+	case Sparsemax:
+		return "sparsemax"
+	case Entmax:
+		if n.Alpha == 1.5 {
+			return "entmax15"
+		}
+		return "entmax:" + strconv.FormatFloat(n.Alpha, 'g', -1, 64)
+	case TopK:
+		return "topk:" + strconv.Itoa(n.K)
+	}
+	return "normalizer(" + strconv.Itoa(int(n.Kind)) + ")"
+}

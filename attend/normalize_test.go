@@ -1,0 +1,147 @@
+package attend
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// normalized returns n applied to a copy of z.
+func normalized(n *Normalizer, z []float64) ([]float64, bool) {
+	row := slices.Clone(z)
+	ok := n.normalize(row, make([]float64, len(z)))
+	return row, ok
+}
+
+// TestNormalizers checks the normalizers' defining properties: weights on the simplex, exact
+// zeros where they drop keys, masked keys 0, sparsemax = 2-entmax, exact 1.5-entmax =
+// bisection, α → 1 approaching softmax, top-k keeping K keys, and a row without keys.
+func TestNormalizers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	inf := math.Inf(-1)
+	for trial := range 200 {
+		n := 1 + rng.IntN(12)
+		z := make([]float64, n)
+		for i := range z {
+			z[i] = rng.NormFloat64() * 2
+			if i > 0 && rng.IntN(5) == 0 {
+				z[i] = inf
+			}
+		}
+		for _, norm := range []*Normalizer{{Kind: Softmax}, {Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1.2}, {Kind: Entmax, Alpha: 3}, {Kind: TopK, K: 2}} {
+			p, ok := normalized(norm, z)
+			if !ok {
+				t.Fatalf("%s on %v: no key kept", norm, z)
+			}
+			sum := 0.0
+			for i, x := range p {
+				if x < 0 || (math.IsInf(z[i], -1) && x != 0) {
+					t.Fatalf("%s on %v: weights %v", norm, z, p)
+				}
+				sum += x
+			}
+			if math.Abs(sum-1) > 1e-12 {
+				t.Fatalf("%s on %v: weights sum to %v", norm, z, sum)
+			}
+			if norm.Kind == TopK {
+				kept := 0
+				for _, x := range p {
+					if x > 0 {
+						kept++
+					}
+				}
+				finite := 0
+				for _, x := range z {
+					if !math.IsInf(x, -1) {
+						finite++
+					}
+				}
+				if kept != min(2, finite) {
+					t.Fatalf("top-2 on %v kept %d keys: %v", z, kept, p)
+				}
+			}
+		}
+		sm, _ := normalized(&Normalizer{Kind: Sparsemax}, z)
+		e2, _ := normalized(&Normalizer{Kind: Entmax, Alpha: 2}, z)
+		e15, _ := normalized(&Normalizer{Kind: Entmax, Alpha: 1.5}, z)
+		var kept []float64
+		for _, x := range z {
+			if !math.IsInf(x, -1) {
+				kept = append(kept, x/2)
+			}
+		}
+		tauB := entmaxBisect(kept, 1.5)
+		soft, _ := normalized(&Normalizer{Kind: Softmax}, z)
+		near1, _ := normalized(&Normalizer{Kind: Entmax, Alpha: 1.0001}, z)
+		for i := range z {
+			if math.Abs(sm[i]-e2[i]) > 1e-9 {
+				t.Fatalf("trial %d: sparsemax %v, 2-entmax %v", trial, sm, e2)
+			}
+			want := 0.0
+			if !math.IsInf(z[i], -1) {
+				if d := z[i]/2 - tauB; d > 0 {
+					want = d * d
+				}
+			}
+			if math.Abs(e15[i]-want) > 1e-9 {
+				t.Fatalf("trial %d: exact 1.5-entmax %v, bisection gives %v at %d", trial, e15, want, i)
+			}
+			if math.Abs(near1[i]-soft[i]) > 1e-3 {
+				t.Fatalf("trial %d: 1.0001-entmax %v, softmax %v", trial, near1, soft)
+			}
+		}
+	}
+	for _, norm := range []*Normalizer{{Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: TopK, K: 1}} {
+		p, ok := normalized(norm, []float64{inf, inf})
+		if ok || p[0] != 0 || p[1] != 0 {
+			t.Errorf("%s on a masked row: %v, %v", norm, p, ok)
+		}
+	}
+	if p, _ := normalized(&Normalizer{Kind: Sparsemax}, []float64{3, 0, -1}); p[0] != 1 || p[1] != 0 || p[2] != 0 {
+		t.Errorf("sparsemax of (3, 0, −1) = %v, want (1, 0, 0)", p)
+	}
+}
+
+// TestNormalizerBackward checks each normalizer's backward against central differences of its
+// forward, away from the points where the support changes.
+func TestNormalizerBackward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, norm := range []*Normalizer{{Kind: Softmax}, {Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1.7}, {Kind: TopK, K: 3}} {
+		for range 50 {
+			n := 2 + rng.IntN(8)
+			z, dp := make([]float64, n), make([]float64, n)
+			for i := range z {
+				z[i], dp[i] = rng.NormFloat64(), rng.NormFloat64()
+			}
+			p, _ := normalized(norm, z)
+			ds := slices.Clone(dp)
+			norm.backward(p, ds)
+			const h = 1e-6
+			for i := range z {
+				up, down := slices.Clone(z), slices.Clone(z)
+				up[i] += h
+				down[i] -= h
+				pu, _ := normalized(norm, up)
+				pd, _ := normalized(norm, down)
+				// The support must not change within ±h, or the derivative is one-sided.
+				same := true
+				for j := range pu {
+					if (pu[j] > 0) != (pd[j] > 0) || (pu[j] > 0) != (p[j] > 0) {
+						same = false
+					}
+				}
+				if !same {
+					continue
+				}
+				fd := 0.0
+				for j := range pu {
+					fd += dp[j] * (pu[j] - pd[j]) / (2 * h)
+				}
+				if math.Abs(fd-ds[i]) > 1e-6*max(1, math.Abs(fd)) {
+					t.Fatalf("%s at %v: ds[%d] = %v, finite differences %v", norm, z, i, ds[i], fd)
+				}
+			}
+		}
+	}
+}
