@@ -475,7 +475,9 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 }
 
 // normalized reports whether the call replaces the softmax.
-func (p *sdpaPlan) normalized() bool { return p.opt.Normalizer != nil && p.opt.Normalizer.Kind != Softmax }
+func (p *sdpaPlan) normalized() bool {
+	return p.opt.Normalizer != nil && p.opt.Normalizer.Kind != Softmax
+}
 
 // kvHead returns the K/V head that query head h reads.
 func (p *sdpaPlan) kvHead(h int) int { return h * p.hkv / p.hq }
