@@ -41,7 +41,7 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 		w.a = &s.a
 	}
 	w.forward(l, r, s)
-	if !p.opt.NeedWeights {
+	if !p.opt.NeedWeights || p.hideWeights {
 		r.Weights = nil
 	}
 	if p.unbatched {

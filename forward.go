@@ -39,6 +39,13 @@ type Options struct {
 	// Causal is): Slopes[h] when Slopes is not nil (len H, finite), else AlibiSlopes(H).
 	ALiBi  bool
 	Slopes []float64
+	// Patterns, Block and Normalizer make the attention sparse, as SDPAOptions' do (the
+	// patterns' distances counted as there, r = i + Tk − Tq − j). A Normalizer other than
+	// softmax needs whole rows: the layer builds every head's weights, as with NeedWeights, and
+	// takes no sinks.
+	Patterns   []Pattern
+	Block      [2]int
+	Normalizer *Normalizer
 	// NeedWeights asks for the attention weights in Result.Weights.
 	NeedWeights bool
 	// PerHeadWeights returns weights per head, [B, H, Tq, Tk], instead of averaged over heads,
@@ -155,8 +162,10 @@ type plan struct {
 	unbatched   bool
 	maskPerHead bool      // AttnMask is [B·H, Tq, Tk]
 	biasPerHead bool      // AttnBias is [B·H, Tq, Tk]
-	slopes      []float64 // ALiBi's slopes per head, or nil
-	sinks       []float32 // the layer's sinks per head, or nil
+	slopes      []float64       // ALiBi's slopes per head, or nil
+	sinks       []float32       // the layer's sinks per head, or nil
+	sparse      []attend.Sparse // the patterns' layouts: one per head, or one for all
+	hideWeights bool            // NeedWeights was set for a Normalizer, not by the caller
 }
 
 // MaxDenseElements bounds the [Tq, Tk] attention matrices a call may build: those of all B·H
@@ -247,6 +256,9 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 		return err
 	}
 	p.sinks = l.param("sinks")
+	if err := p.checkSparsity(c.NumHeads); err != nil {
+		return err
+	}
 	if m := p.opt.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
 			return err
@@ -299,6 +311,42 @@ func (p *plan) checkBiases(heads int) error {
 			p.slopes = AlibiSlopes(heads)
 		}
 	}
+	return nil
+}
+
+// checkSparsity checks Options.Patterns, Block and Normalizer, compiles the patterns into
+// p.sparse, and sets NeedWeights for a Normalizer.
+func (p *plan) checkSparsity(heads int) error {
+	o := &p.opt
+	if n := o.Normalizer; n != nil {
+		switch {
+		case !n.Valid():
+			return fmt.Errorf("%w: normalizer %s, want softmax, sparsemax, entmax with α > 1 finite, or top-k with K ≥ 1", ErrShape, n)
+		case n.Kind != Softmax && p.sinks != nil:
+			return fmt.Errorf("%w: the %s normalizer takes no sinks", ErrShape, n)
+		case n.Kind != Softmax && !o.NeedWeights:
+			o.NeedWeights, p.hideWeights = true, true
+			if e := p.denseElements(heads, false); e > MaxDenseElements {
+				return fmt.Errorf("%w: the %s normalizer needs every head's weights, %d values, more than the %d allowed", ErrShape, n, e, MaxDenseElements)
+			}
+		}
+	}
+	if o.Block[0] < 0 || o.Block[1] < 0 || (o.Block[0] == 0) != (o.Block[1] == 0) {
+		return fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, o.Block[0], o.Block[1])
+	}
+	if len(o.Patterns) == 0 {
+		return nil
+	}
+	bq, bk := o.Block[0], o.Block[1]
+	if bq == 0 {
+		bq, bk = 64, 64
+	}
+	for i := range o.Patterns {
+		if err := o.Patterns[i].check(heads, p.tq, p.tk, bq, bk); err != nil {
+			return err
+		}
+	}
+	p.sparse = layouts(p.sparse, o.Patterns, heads, p.tq, p.tk, bq, bk)
 	return nil
 }
 
@@ -428,6 +476,10 @@ func (p *plan) bias(b, h, heads int) attend.Bias {
 	if p.sinks != nil {
 		bias.HasSink, bias.Sink = true, float64(p.sinks[h])
 	}
+	if len(p.sparse) > 0 {
+		bias.Sparse = &p.sparse[min(h, len(p.sparse)-1)]
+	}
+	bias.Normalizer = p.opt.Normalizer
 	if w := p.opt.Window; w != nil {
 		// Sizes beyond Tq + Tk see the same keys; clamping keeps i ± size from overflowing.
 		bias.Window, bias.Left, bias.Right = true, min(w.Left, p.tq+p.tk), min(w.Right, p.tq+p.tk)

@@ -21,6 +21,7 @@ type gqaCase struct {
 	padding bool
 	softcap float64
 	alibi   bool // top-left |i − j|, so only on self-attention, where SDPA's bottom-right agrees
+	norm    *Normalizer
 }
 
 func gqaCases() []gqaCase {
@@ -36,6 +37,8 @@ func gqaCases() []gqaCase {
 		{name: "gqa bias_kv zero_attn", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, AddBiasKV: true, AddZeroAttn: true, Seed: 6}, b: 2, tq: 5, tk: 6},
 		{name: "sinks softcap alibi", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Sinks: true, Rotary: half, Seed: 7}, b: 2, tq: 7, causal: true, padding: true, softcap: 2, alibi: true},
 		{name: "cross sinks softcap", cfg: Config{EmbedDim: 12, NumHeads: 3, Sinks: true, Seed: 8}, b: 1, tq: 4, tk: 9, softcap: 0.7},
+		{name: "sparsemax", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, Rotary: half, Seed: 9}, b: 2, tq: 6, causal: true, norm: &Normalizer{Kind: Sparsemax}},
+		{name: "entmax cross", cfg: Config{EmbedDim: 8, NumHeads: 2, Seed: 10}, b: 1, tq: 5, tk: 7, norm: &Normalizer{Kind: Entmax, Alpha: 1.5}},
 	}
 }
 
@@ -53,7 +56,7 @@ func (c gqaCase) inputs(seed uint64) (q, k, v *tensor.Tensor, opt *Options) {
 			v = randTensor(rng, c.b, tk, c.cfg.vdim())
 		}
 	}
-	opt = &Options{Causal: c.causal, Softcap: c.softcap, ALiBi: c.alibi}
+	opt = &Options{Causal: c.causal, Softcap: c.softcap, ALiBi: c.alibi, Normalizer: c.norm}
 	if c.padding {
 		m := tensor.NewBool(c.b, tk)
 		m.Data[tk-1] = true    // batch 0: last key
@@ -94,7 +97,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 		}
 		return out
 	}
-	so := &SDPAOptions{KeyPaddingMask: opt.KeyPaddingMask, Rotary: cfg.Rotary, Softcap: opt.Softcap, ALiBi: opt.ALiBi, Sinks: l.param("sinks")}
+	so := &SDPAOptions{KeyPaddingMask: opt.KeyPaddingMask, Rotary: cfg.Rotary, Softcap: opt.Softcap, ALiBi: opt.ALiBi, Sinks: l.param("sinks"), Normalizer: opt.Normalizer}
 	if opt.Causal {
 		so.Causal = CausalTopLeft
 	}
@@ -266,13 +269,16 @@ func TestLayerGQABackward(t *testing.T) {
 			diff := func(x []float32) []float64 {
 				g := make([]float64, len(x))
 				for i, old := range x {
-					const h = 1.0 / 256
+					h := float32(1.0 / 256)
+					if c.norm != nil && c.norm.Kind == Sparsemax {
+						h = 1.0 / 65536 // sparsemax is piecewise linear: stay between its kinks
+					}
 					x[i] = old + h
 					up := loss()
 					x[i] = old - h
 					down := loss()
 					x[i] = old
-					g[i] = (up - down) / (2 * h)
+					g[i] = (up - down) / (float64(old+h) - float64(old-h)) // the float32 steps actually taken
 				}
 				return g
 			}

@@ -360,3 +360,42 @@ func TestSDPANormalizers(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerSparse checks the layer with patterns and normalizers against the layer given the
+// same pairs as a mask (patterns) and against its float64 Reference (normalizers), forward and
+// backward, dropout included.
+func TestLayerSparse(t *testing.T) {
+	l := newLayer(t, Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Seed: 3, Dropout: 0.2})
+	rng := tensor.NewRNG(4)
+	x, dy := randTensor(rng, 2, 40, 16), randTensor(rng, 2, 40, 16)
+	patterns := []Pattern{{Kind: PatternLocal, Width: 3}, {Kind: PatternGlobal, Positions: []int{0, 17}}}
+	mask := tensor.NewBool(40, 40)
+	for i := range 40 {
+		for j := range 40 {
+			mask.Data[i*40+j] = !keptByDefinition(patterns, 0, i, j, 40, 40, 8, 8)
+		}
+	}
+	for _, norm := range []*Normalizer{nil, {Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: TopK, K: 4}} {
+		for _, training := range []bool{false, true} {
+			sparse := &Options{Causal: true, Patterns: patterns, Block: [2]int{8, 8}, Normalizer: norm, Training: training, DropoutSeed: 5}
+			masked := &Options{Causal: true, AttnMask: mask, Normalizer: norm, Training: training, DropoutSeed: 5}
+			a, b := forward(t, l, x, nil, nil, sparse), forward(t, l, x, nil, nil, masked)
+			if d := maxAbsDiff(a.Output.Data, b.Output.Data); d > 1e-5 || a.Weights != nil {
+				t.Errorf("%v training %v: patterns and mask differ by %g (weights %v)", norm, training, d, a.Weights != nil)
+			}
+			if !training {
+				tr, err := l.Reference(x, nil, nil, sparse)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, fmt.Sprintf("%v reference", norm), a.Output.Data, tr.Output, 1e-5)
+			}
+			ga, gb := backward(t, l, x, nil, nil, sparse, dy), backward(t, l, x, nil, nil, masked, dy)
+			for name, g := range ga {
+				if d := maxAbsDiff(g, gb[name]); d > 1e-4 {
+					t.Errorf("%v training %v: gradient %s differs by %g", norm, training, name, d)
+				}
+			}
+		}
+	}
+}
