@@ -160,8 +160,8 @@ type plan struct {
 	b, tq, tk   int
 	tkx         int // tk plus the appended bias_kv and zero_attn rows
 	unbatched   bool
-	maskPerHead bool      // AttnMask is [B·H, Tq, Tk]
-	biasPerHead bool      // AttnBias is [B·H, Tq, Tk]
+	maskPerHead bool            // AttnMask is [B·H, Tq, Tk]
+	biasPerHead bool            // AttnBias is [B·H, Tq, Tk]
 	slopes      []float64       // ALiBi's slopes per head, or nil
 	sinks       []float32       // the layer's sinks per head, or nil
 	sparse      []attend.Sparse // the patterns' layouts: one per head, or one for all
