@@ -17,6 +17,7 @@ type layerFlags struct {
 	heads                  int
 	addZeroAttn, causal    bool
 	allowNonFinite         bool
+	sparse                 sparseFlags
 }
 
 // job is one forward call read from files.
@@ -62,6 +63,9 @@ func (f *layerFlags) load() (*job, error) {
 	}
 	j.layer, j.prefix, j.warnings = l, prefix, warnings
 	j.opt.Causal = f.causal
+	if j.opt.Patterns, j.opt.Block, j.opt.Normalizer, err = f.sparse.parse(); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 

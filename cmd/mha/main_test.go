@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
@@ -460,5 +461,39 @@ func TestRunHalfWeights(t *testing.T) {
 				t.Fatalf("%v weights: output[%d] = %v, want %v as with their float32 values", format, i, outs[0].Data[i], outs[1].Data[i])
 			}
 		}
+	}
+}
+
+// TestRunSparse checks mha run --pattern and --normalizer against the layer run with the same
+// options, and their errors.
+func TestRunSparse(t *testing.T) {
+	g, err := safetensors.ReadFile("../../testdata/golden/self_basic.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights, input := splitGolden(t, g)
+	l, _, err := loadLayer(weights, "", 2, false, false, func(string, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := safetensors.ReadFile(input)
+	q, _ := in.Float32("query")
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	if code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out, "--backward",
+		"--pattern", "local:1", "--pattern", "global:0", "--block", "2,2", "--normalizer", "sparsemax", "--causal"); code != 0 {
+		t.Fatalf("exit %d, %s", code, stderr)
+	}
+	res, _ := safetensors.ReadFile(out)
+	got, _ := res.Float32("output")
+	want, err := l.Forward(q, nil, nil, &mha.Options{Causal: true, Block: [2]int{2, 2}, Normalizer: &mha.Normalizer{Kind: mha.Sparsemax},
+		Patterns: []mha.Pattern{{Kind: mha.PatternLocal, Width: 1}, {Kind: mha.PatternGlobal, Positions: []int{0}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Data, want.Output.Data) {
+		t.Error("mha run --pattern --normalizer differs from the layer's Forward")
+	}
+	if code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out, "--backward", "--normalizer", "topk:0"); code != 1 || !strings.Contains(stderr, "topk:0") {
+		t.Errorf("--normalizer topk:0: exit %d, %s", code, stderr)
 	}
 }

@@ -118,5 +118,6 @@ func (f *layerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.heads, "heads", 0, "number of heads (not stored in a state dict)")
 	fl.BoolVar(&f.addZeroAttn, "add-zero-attn", false, "the layer was built with add_zero_attn=True")
 	fl.BoolVar(&f.causal, "causal", false, "mask keys after each query (top-left aligned)")
+	f.sparse.register(fl)
 	fl.BoolVar(&f.allowNonFinite, "allow-nonfinite", false, allowNonFiniteUsage)
 }

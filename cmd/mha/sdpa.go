@@ -10,13 +10,13 @@ import (
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // sdpaFlags are mha sdpa's flags.
 type sdpaFlags struct {
 	input, out, causal, window, ropeLayout string
-	patterns                               []string
-	block, normalizer                      string
+	sparse                                 sparseFlags
 	softcap, scale, ropeTheta              float64
 	ropeDim, ropeOffset                    int
 	alibi, needWeights, backward           bool
@@ -82,50 +82,61 @@ them tile by tile from lse (FlashAttention-2).`,
 	fl.StringVar(&f.ropeLayout, "rope-layout", "half", "rotary pairs: half (GPT-NeoX, Hugging Face Llama) or interleaved (GPT-J); needs --rope-theta")
 	fl.IntVar(&f.ropeOffset, "rope-offset", 0, "the position P of key 0 (needs --rope-theta)")
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also write the attention weights [B,Hq,Tq,Tk] as weights")
-	fl.StringArrayVar(&f.patterns, "pattern", nil, "sparse pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE (a .safetensors holding blocks BOOL [⌈Tq/BQ⌉ ⌈Tk/BK⌉] or [Hq …])")
-	fl.StringVar(&f.block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")
-	fl.StringVar(&f.normalizer, "normalizer", "softmax", "what turns each row's scores into weights: softmax, sparsemax, entmax15, entmax:ALPHA or topk:K")
+	f.sparse.register(fl)
 	fl.BoolVar(&f.backward, "backward", false, "also compute the gradients of grad_out (from --input) and write them as grad.q, grad.k, grad.v (and grad.sinks)")
 	return cmd
 }
 
-// sparsity reads --pattern and --block into opt.
-func (f *sdpaFlags) sparsity(opt *mha.SDPAOptions) error {
+// sparseFlags are the flags of sparse attention, --pattern, --block and --normalizer, of the
+// commands that run attention.
+type sparseFlags struct {
+	patterns          []string
+	block, normalizer string
+}
+
+func (f *sparseFlags) register(fl *pflag.FlagSet) {
+	fl.StringArrayVar(&f.patterns, "pattern", nil, "sparse pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE (a .safetensors holding blocks BOOL [⌈Tq/BQ⌉ ⌈Tk/BK⌉] or [Hq …])")
+	fl.StringVar(&f.block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")
+	fl.StringVar(&f.normalizer, "normalizer", "softmax", "what turns each row's scores into weights: softmax, sparsemax, entmax15, entmax:ALPHA or topk:K")
+}
+
+// parse reads the flags: the patterns, their blocks and the normalizer (nil for softmax).
+func (f *sparseFlags) parse() (patterns []mha.Pattern, block [2]int, norm *mha.Normalizer, err error) {
 	if f.block != "" {
 		a, b, ok := strings.Cut(f.block, ",")
 		bq, err1 := strconv.Atoi(strings.TrimSpace(a))
 		bk, err2 := strconv.Atoi(strings.TrimSpace(b))
 		if !ok || err1 != nil || err2 != nil || bq < 1 || bk < 1 {
-			return fmt.Errorf("--block is %q, want BQ,BK: two integers ≥ 1 (e.g. 64,64)", f.block)
+			return nil, block, nil, fmt.Errorf("--block is %q, want BQ,BK: two integers ≥ 1 (e.g. 64,64)", f.block)
 		}
 		if len(f.patterns) == 0 {
-			return fmt.Errorf("--block sizes the blocks of --pattern; give a pattern")
+			return nil, block, nil, fmt.Errorf("--block sizes the blocks of --pattern; give a pattern")
 		}
-		opt.Block = [2]int{bq, bk}
+		block = [2]int{bq, bk}
 	}
 	n, err := mha.ParseNormalizer(f.normalizer)
 	if err != nil {
-		return fmt.Errorf("--normalizer: %w", err)
+		return nil, block, nil, fmt.Errorf("--normalizer: %w", err)
 	}
 	if n.Kind != mha.Softmax {
-		opt.Normalizer = n
+		norm = n
 	}
 	for _, s := range f.patterns {
 		if file, ok := strings.CutPrefix(s, "blocks:"); ok {
 			m, err := readBlocks(file)
 			if err != nil {
-				return fmt.Errorf("--pattern %s: %w", s, err)
+				return nil, block, nil, fmt.Errorf("--pattern %s: %w", s, err)
 			}
-			opt.Patterns = append(opt.Patterns, mha.Pattern{Kind: mha.PatternBlocks, Blocks: m})
+			patterns = append(patterns, mha.Pattern{Kind: mha.PatternBlocks, Blocks: m})
 			continue
 		}
 		p, err := mha.ParsePattern(s)
 		if err != nil {
-			return fmt.Errorf("--pattern: %w", err)
+			return nil, block, nil, fmt.Errorf("--pattern: %w", err)
 		}
-		opt.Patterns = append(opt.Patterns, p)
+		patterns = append(patterns, p)
 	}
-	return nil
+	return patterns, block, norm, nil
 }
 
 // readBlocks reads the block map of --pattern blocks:FILE: the tensor blocks, BOOL or U8.
@@ -169,7 +180,8 @@ func (f *sdpaFlags) options(cmd *cobra.Command) (*mha.SDPAOptions, error) {
 		}
 		opt.Window = &mha.Window{Left: left, Right: right}
 	}
-	if err := f.sparsity(opt); err != nil {
+	var err error
+	if opt.Patterns, opt.Block, opt.Normalizer, err = f.sparse.parse(); err != nil {
 		return nil, err
 	}
 	fl := cmd.Flags()
