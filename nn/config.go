@@ -95,6 +95,14 @@ type Config struct {
 	// i − Window + 1 … i (Hugging Face's sliding_window, as Mistral uses it). Not with
 	// Bidirectional.
 	Window int `json:"window,omitempty"`
+	// Patterns, when not empty, make every block's attention sparse: the union of these
+	// patterns, spelled as mha.ParsePattern reads them (local:W, dilated:W,D, strided:S,
+	// global:I,J,…, bigbird:W,G,R,SEED), in blocks of Block ([BQ, BK]; empty means 64 × 64).
+	Patterns []string `json:"patterns,omitempty"`
+	Block    []int    `json:"block,omitempty"`
+	// Normalizer, when not empty, replaces the softmax, as mha.ParseNormalizer reads it
+	// (sparsemax, entmax15, entmax:ALPHA, topk:K).
+	Normalizer string `json:"normalizer,omitempty"`
 }
 
 // Rope is the rotary position embedding of a Config: mha.Rotary's fields, as stored in JSON.
@@ -206,6 +214,11 @@ func (c Config) Validate() error {
 		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxDim)
 	case c.Window > 0 && c.Bidirectional:
 		return bad("window %d with bidirectional attention, want a window only on causal attention", c.Window)
+	case c.Block != nil && (len(c.Block) != 2 || c.Block[0] < 1 || c.Block[1] < 1):
+		return bad("block is %v, want two sizes ≥ 1 (or none for 64 × 64)", c.Block)
+	}
+	if _, _, err := c.sparsity(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if !c.AttnOnly && c.FFN == 0 && 4*c.DModel > MaxDim {
 		return bad("the default ffn 4·d_model = %d is larger than %d", 4*c.DModel, MaxDim)
@@ -223,12 +236,39 @@ func (c Config) Attention() mha.Config {
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
 }
 
+// sparsity parses Patterns and Normalizer.
+func (c Config) sparsity() ([]mha.Pattern, *mha.Normalizer, error) {
+	var ps []mha.Pattern
+	for _, s := range c.Patterns {
+		p, err := mha.ParsePattern(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		ps = append(ps, p)
+	}
+	if c.Normalizer == "" {
+		return ps, nil, nil
+	}
+	n, err := mha.ParseNormalizer(c.Normalizer)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n.Kind == mha.Softmax {
+		n = nil
+	}
+	return ps, n, nil
+}
+
 // attnOptions returns the options of every block's attention for a forward of opt: causal
 // unless Bidirectional, with the sliding window.
 func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers}
 	if c.Window > 0 {
 		mo.Window = &mha.Window{Left: c.Window - 1, Right: 0}
+	}
+	mo.Patterns, mo.Normalizer, _ = c.sparsity() // Validate checked them
+	if c.Block != nil {
+		mo.Block = [2]int{c.Block[0], c.Block[1]}
 	}
 	return mo
 }
