@@ -50,7 +50,7 @@ type Tokenizer struct {
 	normAdded  addedMatcher  // added tokens matched in the normalized text
 	vocab      map[string]int
 	tokens     map[int]string
-	special    map[int]bool
+	special    map[string]bool // the contents of the special added tokens
 }
 
 // Encoding is the result of Tokenizer.Encode: the tokens of a text, in order.
@@ -188,7 +188,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: expected tokenizer.json, a JSON object, got %s: %w", excerpt(data), err)
 	}
-	t := &Tokenizer{tokens: map[int]string{}, special: map[int]bool{}}
+	t := &Tokenizer{tokens: map[int]string{}, special: map[string]bool{}}
 	var err error
 	if t.model, t.vocab, err = buildModel(f.Model); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -206,24 +206,54 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.decoder, err = buildDecoder(f.Decoder); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	var raw, normed []matchable
+	// The added tokens get the ids Hugging Face tokenizers gives them, whatever the file says
+	// (it only warns): the model's id of their content, or else the next id after the model's
+	// vocabulary, in file order. A content given twice keeps its id and takes the later
+	// properties; an empty content is skipped.
+	nextID := len(t.vocab)
+	var order []*addedToken
+	byContent := map[string]int{} // index in order
 	for i := range f.AddedTokens {
 		a := &f.AddedTokens[i]
-		if a.ID < 0 || a.Content == "" {
-			return nil, fmt.Errorf("tokenizer: added_tokens[%d]: expected an id ≥ 0 and a content, got %d and %q", i, a.ID, a.Content)
+		if a.ID < 0 {
+			return nil, fmt.Errorf("tokenizer: added_tokens[%d] %q: expected an id ≥ 0, got %d", i, a.Content, a.ID)
 		}
+		if a.Content == "" {
+			continue
+		}
+		if k, ok := byContent[a.Content]; ok {
+			a.ID = order[k].ID
+			order[k] = a
+			continue
+		}
+		if id, ok := t.vocab[a.Content]; ok {
+			a.ID = id
+		} else {
+			a.ID = nextID
+			nextID++
+		}
+		byContent[a.Content] = len(order)
+		order = append(order, a)
+	}
+	var raw, normed []matchable
+	for _, a := range order {
 		t.vocab[a.Content] = a.ID
 		t.tokens[a.ID] = a.Content
 		if a.Special {
-			t.special[a.ID] = true
+			t.special[a.Content] = true
 		}
-		if a.Normalized && t.normalizer != nil {
-			normed = append(normed, matchable{t.normalizer.normalize(newNormString(a.Content, 0)).s, a})
-		} else if a.Normalized {
-			normed = append(normed, matchable{a.Content, a})
-		} else {
+		if !a.Normalized {
 			raw = append(raw, matchable{a.Content, a})
+			continue
 		}
+		n := a.Content
+		if t.normalizer != nil {
+			// Decoding, and IDToToken, give a normalized token's normalized form, as Hugging
+			// Face tokenizers does, so that the decoder can undo the normalization.
+			n = t.normalizer.normalize(newNormString(a.Content, 0)).s
+			t.tokens[a.ID] = n
+		}
+		normed = append(normed, matchable{n, a})
 	}
 	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(normed)
 	if t.post, err = buildPostProcessor(f.PostProcessor, t.tokens); err != nil {
@@ -297,7 +327,7 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("tokenizer: ids[%d]: expected an id of the vocabulary, got %d", i, id)
 		}
-		if skipSpecial && t.special[id] {
+		if skipSpecial && t.special[tok] {
 			continue
 		}
 		toks = append(toks, tok)

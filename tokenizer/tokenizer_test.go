@@ -228,7 +228,7 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{`{` + model + `, "post_processor": {"type": "BertProcessing", "cls": "[CLS]"}}`, "cls: expected [token, id]"},
 		{`{` + model + `, "post_processor": {"type": "Nope"}}`, `post_processor: type "Nope"`},
 		{`{` + model + `, "decoder": {"type": "CTC"}}`, `decoder: type "CTC" is not supported`},
-		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, "added_tokens[0]: expected an id ≥ 0"},
+		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, `added_tokens[0] "x": expected an id ≥ 0, got -2`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.file))
@@ -326,8 +326,44 @@ func TestTokenizerAddedTokens(t *testing.T) {
 	if !slices.Equal(e.Tokens, wantTokens) || !slices.Equal(e.Offsets, wantOffsets) {
 		t.Errorf("Encode(%q):\n got  %q %v\n want %q %v", text, e.Tokens, e.Offsets, wantTokens, wantOffsets)
 	}
-	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] Hi c" {
+	// Decoding gives a normalized added token's normalized form, as Hugging Face tokenizers does.
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] hi c" {
 		t.Errorf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestTokenizerAddedIDs checks that added tokens get the ids Hugging Face tokenizers gives them,
+// whatever the file says: the model's id of their content, else the next ids after the model's
+// vocabulary in file order; a content given twice keeps its first id and its later properties.
+func TestTokenizerAddedIDs(t *testing.T) {
+	tok, err := Parse([]byte(`{
+	  "added_tokens": [
+	    {"id": 70, "content": "<new>"},
+	    {"id": 3, "content": "b", "special": true},
+	    {"id": 50, "content": ""},
+	    {"id": 60, "content": "<two>", "special": true},
+	    {"id": 61, "content": "<new>", "special": true}
+	  ],
+	  "pre_tokenizer": {"type": "WhitespaceSplit"},
+	  "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for content, want := range map[string]int{"<new>": 3, "b": 2, "<two>": 4} {
+		if id, ok := tok.TokenToID(content); !ok || id != want {
+			t.Errorf("TokenToID(%q) = %d, %v; want %d", content, id, ok, want)
+		}
+	}
+	if n := tok.VocabSize(); n != 5 {
+		t.Errorf("VocabSize = %d, want 5", n)
+	}
+	e, err := tok.Encode("a <new> b <two>", false)
+	if err != nil || !slices.Equal(e.IDs, []int{1, 3, 2, 4}) {
+		t.Errorf("Encode: %v, %v", e.IDs, err)
+	}
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "a" {
+		t.Errorf("Decode skipping the special tokens (<new>'s later entry is special) = %q, %v", got, err)
 	}
 }
 

@@ -178,6 +178,8 @@ export const variants = {
         ],
       },
       pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+      // An added token matched in the normalized text: "crème" normalizes to "creme".
+      added_tokens: [added(50256, "<|endoftext|>", { special: true }), added(50257, "Crème", { normalized: true })],
     },
   },
   // bert-base-uncased's vocabulary behind other pre-tokenizers (not Punctuation: tokenizers.js
@@ -230,6 +232,8 @@ export const variants = {
     base: "bert-base-uncased",
     js: false,
     patch: {
+      // single_word, which tokenizers.js ignores: "the" alone, not in "other" or "there".
+      added_tokens: [...vocabularies["bert-base-uncased"].added_tokens, added(30522, "the", { single_word: true })],
       pre_tokenizer: {
         type: "Sequence",
         pretokenizers: [
