@@ -48,8 +48,9 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzEncode encodes arbitrary text with the real vocabularies: never a panic, offsets in the
-// text and in order, and for the byte-level tokenizers without a normalizer (GPT-2, Llama-3)
-// decode(encode(x)) == x and each token's bytes inside the part of the text its offsets give.
+// text and in order, decode(encode(x)) == x for Llama-2 (byte fallback), and for the byte-level
+// tokenizers without a normalizer (GPT-2, Llama-3) decode(encode(x)) == x and each token's bytes
+// inside the part of the text its offsets give.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "  a\n\n b\t", "<|endoftext|>x<s>[CLS]", "中文😀👨‍👩‍👧", "e\u0301 İ ß", "'s 'LL 12345"} {
 		f.Add(s)
@@ -75,6 +76,17 @@ func FuzzEncode(f *testing.F) {
 			checkOffsets(t, text, e)
 			if _, err := tok.Decode(e.IDs, true); err != nil {
 				t.Fatalf("%s: Decode: %v", names[i], err)
+			}
+			if names[i] == "llama2" && !strings.ContainsAny(text, "<▁") {
+				// SentencePiece-style with byte fallback: every character comes back, the '▁' put
+				// in front goes (text with '▁' or special tokens' spellings aside).
+				e, err := tok.Encode(text, false)
+				if err != nil {
+					t.Fatalf("llama2: Encode(%q): %v", text, err)
+				}
+				if got, err := tok.Decode(e.IDs, false); err != nil || got != text {
+					t.Errorf("llama2: Decode(Encode(%q)) = %q, %v", text, got, err)
+				}
 			}
 			if i >= byteLevel {
 				continue

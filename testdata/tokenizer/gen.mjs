@@ -199,6 +199,19 @@ export const variants = {
       },
     },
   },
+  // SmolLM's pre-tokenizer: digits one by one, then GPT-2's ByteLevel.
+  "gpt2-smollm-digits": {
+    base: "gpt2",
+    patch: {
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          { type: "Digits", individual_digits: true },
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+        ],
+      },
+    },
+  },
   // RoBERTa's post-processor (with trim_offsets) and prefix space on GPT-2's vocabulary.
   "gpt2-roberta": {
     base: "gpt2",
