@@ -64,7 +64,10 @@ type Encoding struct {
 	// Offsets are, for each token, the byte offsets [start, end) in the text of the part it
 	// covers, as Hugging Face tokenizers gives them. Byte offsets, not rune offsets:
 	// text[start:end] is that part. A token that holds only some bytes of a character covers the
-	// whole character, and a special token that the post-processor added covers [0, 0).
+	// whole character, and a special token that the post-processor added covers [0, 0). (The
+	// trim_offsets of the ByteLevel and RoBERTa post-processors, which takes the spaces at a
+	// token's ends off its offsets, counts each as one byte, and so can end a token's offsets
+	// inside a character, as Hugging Face tokenizers does.)
 	Offsets [][2]int
 }
 
