@@ -102,13 +102,20 @@ func tokenizerJSON(t testing.TB, name string) []byte {
 	return data
 }
 
+// parsed caches the Tokenizer of each case (a Tokenizer is read-only once parsed).
+var parsed sync.Map
+
 // loadCase parses the tokenizer of a golden case.
 func loadCase(t testing.TB, name string) *Tokenizer {
 	t.Helper()
+	if tok, ok := parsed.Load(name); ok {
+		return tok.(*Tokenizer)
+	}
 	tok, err := Parse(tokenizerJSON(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
+	parsed.Store(name, tok)
 	return tok
 }
 
