@@ -85,8 +85,9 @@ func Load(path string) (*Tokenizer, error) {
 }
 
 // LoadDir reads the tokenizer of a model folder: DIR/tokenizer.json, and DIR/tokenizer_config.json
-// where it has add_bos_token or add_eos_token, which (as in transformers' Llama tokenizers) say
-// whether encoding with special tokens puts bos_token in front and eos_token at the end.
+// where it matters: for the Llama and Gemma tokenizer classes (as transformers' tokenizers of
+// those classes do), add_bos_token and add_eos_token (true and false when not given) say whether
+// encoding with special tokens puts bos_token in front and eos_token at the end.
 func LoadDir(dir string) (*Tokenizer, error) {
 	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: expected a model folder, got %s, which does not exist", dir)
@@ -117,10 +118,18 @@ func LoadDir(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// bosEOSClasses are the tokenizer classes of transformers whose add_bos_token and add_eos_token
+// rebuild the post-processor (update_post_processor).
+var bosEOSClasses = map[string]bool{
+	"LlamaTokenizer": true, "LlamaTokenizerFast": true, "CodeLlamaTokenizer": true,
+	"CodeLlamaTokenizerFast": true, "GemmaTokenizer": true, "GemmaTokenizerFast": true,
+}
+
 // applyConfig makes the single-sequence template [bos] $A [eos] as tokenizer_config.json's
-// add_bos_token and add_eos_token say, where it says either.
+// add_bos_token and add_eos_token say, for the classes of bosEOSClasses when it says either.
 func (t *Tokenizer) applyConfig(data []byte) error {
 	var cfg struct {
+		Class  string          `json:"tokenizer_class"`
 		AddBOS *bool           `json:"add_bos_token"`
 		AddEOS *bool           `json:"add_eos_token"`
 		BOS    json.RawMessage `json:"bos_token"`
@@ -129,8 +138,15 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("expected a JSON object, got %w", err)
 	}
-	if cfg.AddBOS == nil && cfg.AddEOS == nil {
+	if !bosEOSClasses[cfg.Class] || cfg.AddBOS == nil && cfg.AddEOS == nil {
 		return nil
+	}
+	yes, no := true, false
+	if cfg.AddBOS == nil {
+		cfg.AddBOS = &yes
+	}
+	if cfg.AddEOS == nil {
+		cfg.AddEOS = &no
 	}
 	var tmpl template
 	for _, s := range []struct {

@@ -265,20 +265,23 @@ func TestTokenizerLoadDir(t *testing.T) {
 		}
 		return e.Tokens
 	}
+	const llama = "LlamaTokenizer"
 	for _, c := range []struct {
 		cfg  map[string]any
 		want []string
 	}{
 		{nil, []string{"<s>", "▁Hi"}},
-		{map[string]any{"bos_token": "<s>"}, []string{"<s>", "▁Hi"}},
-		{map[string]any{"add_bos_token": false}, []string{"▁Hi"}},
-		{map[string]any{"add_bos_token": true, "add_eos_token": true, "bos_token": map[string]any{"content": "<s>"}, "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
+		{map[string]any{"tokenizer_class": llama, "bos_token": "<s>"}, []string{"<s>", "▁Hi"}},
+		{map[string]any{"tokenizer_class": llama, "add_bos_token": false}, []string{"▁Hi"}},
+		{map[string]any{"tokenizer_class": "GPT2Tokenizer", "add_bos_token": false}, []string{"<s>", "▁Hi"}}, // not a Llama class
+		{map[string]any{"tokenizer_class": "LlamaTokenizerFast", "add_eos_token": true, "bos_token": "<s>", "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
+		{map[string]any{"tokenizer_class": llama, "add_bos_token": true, "add_eos_token": true, "bos_token": map[string]any{"content": "<s>"}, "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
 	} {
 		if got := encode(c.cfg); !slices.Equal(got, c.want) {
 			t.Errorf("config %v: got %q, want %q", c.cfg, got, c.want)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), `bos_token: expected a token of the vocabulary, got "<nope>"`) {

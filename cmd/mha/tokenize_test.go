@@ -56,7 +56,7 @@ func TestTokenizeCLI(t *testing.T) {
 		}
 	}
 	// --json is JSON, and add_bos_token: false in tokenizer_config.json takes <s> away.
-	if err := os.WriteFile(filepath.Join(llama2, "tokenizer_config.json"), []byte(`{"add_bos_token": false}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(llama2, "tokenizer_config.json"), []byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": false}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCLI("tokenize", "--model", llama2, "--text", "<s>x", "--special", "--json")
