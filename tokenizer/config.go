@@ -491,8 +491,8 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 	} else if typ == "" && m.MaxInputCharsPerWord != nil {
 		typ = "WordPiece"
 	}
-	if typ != "BPE" && typ != "WordPiece" {
-		return nil, nil, unknownType("model", typ, "BPE, WordPiece")
+	if typ != "BPE" && typ != "WordPiece" && typ != "WordLevel" {
+		return nil, nil, unknownType("model", typ, "BPE, WordPiece, WordLevel")
 	}
 	vocab := map[string]int{}
 	if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
@@ -502,6 +502,13 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		if id < 0 {
 			return nil, nil, fmt.Errorf("model %s: vocab: expected ids ≥ 0, got %q: %d", typ, tok, id)
 		}
+	}
+	if typ == "WordLevel" {
+		wl := &wordLevel{vocab: vocab, unk: "<unk>"}
+		if m.UnkToken != nil {
+			wl.unk = *m.UnkToken
+		}
+		return wl, vocab, nil
 	}
 	if typ == "WordPiece" {
 		wp := &wordPiece{vocab: vocab, unk: "[UNK]", prefix: "##", maxChars: 100}

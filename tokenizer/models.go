@@ -203,3 +203,19 @@ func (m *wordPiece) tokenize(word string) ([]piece, error) {
 	}
 	return out, nil
 }
+
+// wordLevel is the WordLevel model: a word is its vocabulary entry, or the unknown token.
+type wordLevel struct {
+	vocab map[string]int
+	unk   string
+}
+
+func (m *wordLevel) tokenize(word string) ([]piece, error) {
+	id, ok := m.vocab[word]
+	if !ok {
+		if id, ok = m.vocab[m.unk]; !ok {
+			return nil, fmt.Errorf("WordLevel: the unknown token %q is not in the vocabulary", m.unk)
+		}
+	}
+	return []piece{{id, 0, len(word)}}, nil
+}

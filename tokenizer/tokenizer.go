@@ -11,12 +11,14 @@
 //     fuse_unk, with the Replace, ByteFallback, Fuse, Strip and Metaspace decoders;
 //   - WordPiece (BERT): BertNormalizer, BertPreTokenizer, "##" continuing pieces and [UNK].
 //
+// It also reads the WordLevel model (a word is its vocabulary entry, or the unknown token).
+//
 // Added and special tokens are found in the text before the model sees it (respecting
 // single_word, lstrip, rstrip and normalized), and the post-processor (TemplateProcessing,
 // BertProcessing, RobertaProcessing, ByteLevel) adds BOS, CLS and SEP.
 //
 // Where tokenizers.js and the Rust library differ, package tokenizer does as the Rust library
-// does. Not supported, each an error naming the type: the Unigram and WordLevel models, the
+// does. Not supported, each an error naming the type: the Unigram model, the
 // Precompiled normalizer, the UnicodeScripts pre-tokenizer, the CTC decoder; regex patterns with
 // lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
 // truncation and padding are not read, and only single sequences are encoded (not pairs).

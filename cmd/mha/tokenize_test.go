@@ -89,7 +89,7 @@ func TestTokenizeCLIErrors(t *testing.T) {
 		{[]string{"--model", empty}, "--text is required"},
 		{[]string{"--model", filepath.Join(empty, "nope"), "--text", "x"}, "expected a model folder, got " + filepath.Join(empty, "nope") + ", which does not exist"},
 		{[]string{"--model", empty, "--text", "x"}, "to hold tokenizer.json, got a folder without it"},
-		{[]string{"--model", bad, "--text", "x"}, `model: type "Unigram" is not supported (supported: BPE, WordPiece)`},
+		{[]string{"--model", bad, "--text", "x"}, `model: type "Unigram" is not supported (supported: BPE, WordPiece, WordLevel)`},
 		{[]string{"--model", notJSON, "--text", "x"}, "expected tokenizer.json, a JSON object, got not json"},
 		{[]string{"--model", empty, "--text", "x", "extra"}, `tokenize takes no arguments, got "extra"`},
 	}

