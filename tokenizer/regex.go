@@ -17,7 +17,9 @@ import (
 // that group. Go's regexp prefers among alternatives and repetitions as a backtracking engine
 // does, so this finds the same matches as Oniguruma. Oniguruma's Unicode \s, \S, \d, \D, \w and
 // \W are spelled out (Go's are ASCII-only), ^ and $ match at line ends as Oniguruma's do, and
-// every capture group of the original pattern becomes non-capturing.
+// every capture group of the original pattern becomes non-capturing. One difference remains: each
+// search after a match starts afresh where that match ended, so that \A, ^ and \b there see no
+// text before it.
 type pattern struct {
 	re   *regexp.Regexp
 	keep []int // capture groups whose end, when they take part, is the end of the match
