@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"unicode/utf8"
 )
@@ -115,19 +114,49 @@ type candidate struct {
 	pos, left, right int
 }
 
+// candidates is a binary min-heap of candidates: the lowest rank first, the leftmost among
+// equal ranks (Hugging Face tokenizers' order).
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
+func (c candidates) less(i, j int) bool {
 	return c[i].rank < c[j].rank || c[i].rank == c[j].rank && c[i].pos < c[j].pos
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+func (c *candidates) push(x candidate) {
+	*c = append(*c, x)
+	h := *c
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (c *candidates) pop() candidate {
+	h := *c
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h.less(l, m) {
+			m = l
+		}
+		if r < len(h) && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*c = h
+	return top
 }
 
 // mergeAll applies the merges to syms, whose first symbol stays at index 0.
@@ -139,14 +168,14 @@ func (m *bpe) mergeAll(syms []symbol) {
 		}
 		l, r := syms[i].id, syms[syms[i].next].id
 		if mg, ok := m.merges[[2]int{l, r}]; ok {
-			heap.Push(&q, candidate{mg, i, l, r})
+			q.push(candidate{mg, i, l, r})
 		}
 	}
 	for i := range syms {
 		queue(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		s := &syms[c.pos]
 		if s.end == s.start || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
 			continue // stale: one of the two has merged since
