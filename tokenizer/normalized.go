@@ -148,7 +148,7 @@ func (n normString) unicodeNorm(form norm.Form) normString {
 // canonical reordering carries the tags along; a composition of c characters sums their tags
 // less c − 1. A replacing character comes from the input character it replaces, one coming after
 // from the character before it. It reports false, appending nothing, when out is not what this
-// reconstruction gives.
+// reconstruction gives (it then is the caller's to align out).
 func (n normString) alignSegment(b *builder, form norm.Form, i, j int, out string) bool {
 	type tagged struct {
 		r   rune
@@ -180,25 +180,24 @@ func (n normString) alignSegment(b *builder, form norm.Form, i, j int, out strin
 		}
 	}
 	if form == norm.NFC || form == norm.NFKC {
+		// Canonical composition: a character joins the last starter when nothing between them
+		// blocks it (a starter, or a mark of the same or a higher class).
 		var c []tagged
-		p := 0
-		for _, o := range out {
-			parts := []rune(norm.NFD.String(string(o)))
-			if p+len(parts) > len(d) {
-				return false
-			}
-			tag := 1 - len(parts)
-			for k, pr := range parts {
-				if d[p+k].r != pr {
-					return false
+		starter, last := -1, uint8(0) // the starter's index in c; the class of the last mark after it
+		for _, x := range d {
+			cc := ccc(x.r)
+			if starter >= 0 && (starter == len(c)-1 || last != 0 && last < cc) {
+				if r := []rune(norm.NFC.String(string(c[starter].r) + string(x.r))); len(r) == 1 {
+					c[starter] = tagged{r[0], c[starter].tag + x.tag - 1}
+					continue
 				}
-				tag += d[p+k].tag
 			}
-			c = append(c, tagged{o, tag})
-			p += len(parts)
-		}
-		if p != len(d) {
-			return false
+			if cc == 0 {
+				starter, last = len(c), 0
+			} else {
+				last = cc
+			}
+			c = append(c, x)
 		}
 		d = c
 	}

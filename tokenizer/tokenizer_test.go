@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // TestTokenizerPattern checks the translation of Oniguruma patterns: GPT-2's \s+(?!\S) leaves
@@ -25,6 +27,7 @@ func TestTokenizerPattern(t *testing.T) {
 		{`\w+|[^\w\s]+`, "héllo, wörld_1!", []string{"héllo", ",", "wörld_1", "!"}},
 		{`a(?=b)|c`, "abacab", []string{"a", "c", "a"}},
 		{`[[:alpha:]é]+`, "ab1é", []string{"ab", "é"}},
+		{`\w+`, "teⅫ½ⓐb_1", []string{"teⅫ", "ⓐb_1"}}, // Oniguruma's \w: Alphabetic, not only letters
 	}
 	for _, c := range cases {
 		p, err := compilePattern(c.pattern)
@@ -108,6 +111,12 @@ func TestTokenizerRustBehavior(t *testing.T) {
 	// WordPiece's cleanup, token by token.
 	if got := strings.Join(wordPieceDec{"##", true}.decode([]string{"hello", ",", "wor", "##ld", "!"}), ""); got != "hello, world!" {
 		t.Errorf("WordPiece cleanup: got %q", got)
+	}
+	// NFC of ü, U+0308, U+094D: the marks reorder and U+0308 joins the u across U+094D; as in
+	// Hugging Face tokenizers, each output character comes from the input character at its place.
+	n := newNormString("ü\u0308\u094d", 0).unicodeNorm(norm.NFC)
+	if want := [][2]int{{0, 2}, {0, 2}, {2, 4}, {2, 4}, {2, 4}, {4, 7}, {4, 7}}; n.s != "ü\u094d\u0308" || !slices.Equal(n.align, want) {
+		t.Errorf("NFC: %q %v, want %q %v", n.s, n.align, "ü\u094d\u0308", want)
 	}
 	// Lowercase is per character: 'İ' is "i̇", a final 'Σ' is 'σ'.
 	if got := (lowercase{}).normalize(newNormString("İΣ", 0)).s; got != "i\u0307σ" {

@@ -413,7 +413,7 @@ function rng(seed) {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301"];
+const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301\u0308\u094d²½Ⅻⓐ"];
 const random = [];
 const r = rng(13);
 for (let i = 0; i < 300; i++) {
