@@ -163,6 +163,8 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		return unicodeForm{norm.NFKD}, nil
 	case "Lowercase":
 		return lowercase{}, nil
+	case "ByteLevel":
+		return byteLevelNorm{}, nil
 	case "StripAccents":
 		return stripAccents{}, nil
 	case "Strip":
@@ -185,7 +187,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 			lowercase:    lower,
 		}, nil
 	}
-	return nil, unknownType("normalizer", c.Type, "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, BertNormalizer")
+	return nil, unknownType("normalizer", c.Type, "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, BertNormalizer, ByteLevel")
 }
 
 // buildFind reads a Split or Replace pattern.

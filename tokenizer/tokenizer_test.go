@@ -186,6 +186,42 @@ func TestTokenizerUnigram(t *testing.T) {
 	}
 }
 
+// TestTokenizerByteLevelNormalizer checks the ByteLevel normalizer (with a Split on 'Ġ') on
+// GPT-2's vocabulary against what Hugging Face tokenizers 0.23.2 gives (offsets in characters).
+func TestTokenizerByteLevelNormalizer(t *testing.T) {
+	var file map[string]json.RawMessage
+	if err := json.Unmarshal(tokenizerJSON(t, "gpt2"), &file); err != nil {
+		t.Fatal(err)
+	}
+	file["normalizer"] = json.RawMessage(`{"type": "ByteLevel"}`)
+	file["pre_tokenizer"] = json.RawMessage(`{"type": "Split", "pattern": {"String": "Ġ"}, "behavior": "MergedWithNext", "invert": false}`)
+	data, err := json.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text    string
+		ids     []int
+		tokens  []string
+		offsets [][2]int
+	}{
+		{"Hello world 😀", []int{15496, 995, 30325, 222}, []string{"Hello", "Ġworld", "ĠðŁĺ", "Ģ"}, [][2]int{{0, 5}, {5, 11}, {11, 13}, {12, 13}}},
+		{"a  b\n", []int{64, 220, 275, 198}, []string{"a", "Ġ", "Ġb", "Ċ"}, [][2]int{{0, 1}, {1, 2}, {2, 4}, {4, 5}}},
+	} {
+		e, err := tok.Encode(c.text, false)
+		if err != nil || !slices.Equal(e.IDs, c.ids) || !slices.Equal(e.Tokens, c.tokens) || !slices.Equal(charOffsets(c.text, e.Offsets), c.offsets) {
+			t.Errorf("Encode(%q) = %v %q %v, %v; want %v %q %v", c.text, e.IDs, e.Tokens, charOffsets(c.text, e.Offsets), err, c.ids, c.tokens, c.offsets)
+		}
+		if got, err := tok.Decode(e.IDs, false); err != nil || got != c.text {
+			t.Errorf("Decode = %q, %v", got, err)
+		}
+	}
+}
+
 // TestTokenizerOffsets checks byte offsets on real vocabularies: words, a character split into
 // byte tokens, normalization that changes lengths, and special tokens.
 func TestTokenizerOffsets(t *testing.T) {
