@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
@@ -86,6 +88,7 @@ type modelJSON struct {
 	ByteFallback            bool            `json:"byte_fallback"`
 	IgnoreMerges            bool            `json:"ignore_merges"`
 	MaxInputCharsPerWord    *int            `json:"max_input_chars_per_word"`
+	UnkID                   *int            `json:"unk_id"`
 }
 
 // isNull says whether a JSON value is absent or null.
@@ -160,6 +163,8 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		return unicodeForm{norm.NFKD}, nil
 	case "Lowercase":
 		return lowercase{}, nil
+	case "ByteLevel":
+		return byteLevelNorm{}, nil
 	case "StripAccents":
 		return stripAccents{}, nil
 	case "Strip":
@@ -182,7 +187,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 			lowercase:    lower,
 		}, nil
 	}
-	return nil, unknownType("normalizer", c.Type, "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, BertNormalizer")
+	return nil, unknownType("normalizer", c.Type, "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, BertNormalizer, ByteLevel")
 }
 
 // buildFind reads a Split or Replace pattern.
@@ -491,8 +496,11 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 	} else if typ == "" && m.MaxInputCharsPerWord != nil {
 		typ = "WordPiece"
 	}
-	if typ != "BPE" && typ != "WordPiece" {
-		return nil, nil, unknownType("model", typ, "BPE, WordPiece")
+	if typ == "Unigram" {
+		return buildUnigram(m)
+	}
+	if typ != "BPE" && typ != "WordPiece" && typ != "WordLevel" {
+		return nil, nil, unknownType("model", typ, "BPE, WordPiece, WordLevel, Unigram")
 	}
 	vocab := map[string]int{}
 	if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
@@ -502,6 +510,13 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		if id < 0 {
 			return nil, nil, fmt.Errorf("model %s: vocab: expected ids ≥ 0, got %q: %d", typ, tok, id)
 		}
+	}
+	if typ == "WordLevel" {
+		wl := &wordLevel{vocab: vocab, unk: "<unk>"}
+		if m.UnkToken != nil {
+			wl.unk = *m.UnkToken
+		}
+		return wl, vocab, nil
 	}
 	if typ == "WordPiece" {
 		wp := &wordPiece{vocab: vocab, unk: "[UNK]", prefix: "##", maxChars: 100}
@@ -585,4 +600,34 @@ func readMerges(raw json.RawMessage) ([][2]string, error) {
 		out[i] = [2]string{p[0], p[1]}
 	}
 	return out, nil
+}
+
+// buildUnigram reads a Unigram model: its vocabulary is a list of [piece, score].
+func buildUnigram(m modelJSON) (model, map[string]int, error) {
+	var entries [][]json.RawMessage
+	if err := json.Unmarshal(m.Vocab, &entries); err != nil {
+		return nil, nil, fmt.Errorf("model Unigram: vocab: expected a list of [piece, score], got %s", excerpt(m.Vocab))
+	}
+	u := &unigram{vocab: make(map[string]int, len(entries)), scores: make([]float64, len(entries)), unk: -1, byteFallback: m.ByteFallback}
+	minScore := math.Inf(1)
+	for id, e := range entries {
+		var piece string
+		if len(e) != 2 || json.Unmarshal(e[0], &piece) != nil || json.Unmarshal(e[1], &u.scores[id]) != nil {
+			return nil, nil, fmt.Errorf("model Unigram: vocab[%d]: expected [piece, score], got %d values", id, len(e))
+		}
+		if _, dup := u.vocab[piece]; !dup {
+			u.vocab[piece] = id
+		}
+		u.maxLen = max(u.maxLen, len(piece))
+		minScore = min(minScore, u.scores[id])
+	}
+	if m.UnkID != nil {
+		if *m.UnkID < 0 || *m.UnkID >= len(entries) {
+			return nil, nil, fmt.Errorf("model Unigram: unk_id: expected an id of the vocabulary (0 to %d), got %d", len(entries)-1, *m.UnkID)
+		}
+		u.unk = *m.UnkID
+	}
+	u.unkScore = minScore - 10
+	vocab := maps.Clone(u.vocab)
+	return u, vocab, nil
 }

@@ -29,6 +29,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"<unk>": 0, "▁": 1, "<0x61>": 2}, "merges": [], "byte_fallback": true, "fuse_unk": true, "unk_token": "<unk>"}, "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "first", "split": true}, "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}`))
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?i:a|b)(?!\\S)|[^\\s\\p{L}]+|\\w+"}, "behavior": "MergedWithPrevious", "invert": true}}`))
 	f.Add([]byte(`{"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Digits", "individual_digits": true}}`))
+	f.Add([]byte(`{"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true, "vocab": [["<unk>", 0], ["a", -1], ["ab", -1.5], ["<0x62>", -3]]}, "pre_tokenizer": {"type": "Metaspace"}}`))
+	f.Add([]byte(`{"model": {"type": "WordLevel", "unk_token": "?", "vocab": {"?": 0, "ab": 1}}, "pre_tokenizer": {"type": "Whitespace"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tok, err := Parse(data)
 		if err != nil {
@@ -48,13 +50,14 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzEncode encodes arbitrary text with the real vocabularies: never a panic, offsets in the
-// text and in order, and for the byte-level tokenizers without a normalizer (GPT-2, Llama-3)
-// decode(encode(x)) == x and each token's bytes inside the part of the text its offsets give.
+// text and in order, decode(encode(x)) == x for Llama-2 (byte fallback), and for the byte-level
+// tokenizers without a normalizer (GPT-2, Llama-3) decode(encode(x)) == x and each token's bytes
+// inside the part of the text its offsets give.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "  a\n\n b\t", "<|endoftext|>x<s>[CLS]", "中文😀👨‍👩‍👧", "e\u0301 İ ß", "'s 'LL 12345"} {
 		f.Add(s)
 	}
-	names := []string{"gpt2", "llama3", "llama2", "mistral-metaspace-always-split", "bert-base-uncased", "gpt2-added"}
+	names := []string{"gpt2", "llama3", "llama2", "mistral-metaspace-always-split", "bert-base-uncased", "gpt2-added", "unigram"}
 	const byteLevel = 2 // the first two
 	toks := make([]*Tokenizer, len(names))
 	for i, n := range names {
@@ -75,6 +78,17 @@ func FuzzEncode(f *testing.F) {
 			checkOffsets(t, text, e)
 			if _, err := tok.Decode(e.IDs, true); err != nil {
 				t.Fatalf("%s: Decode: %v", names[i], err)
+			}
+			if names[i] == "llama2" && !strings.ContainsAny(text, "<▁") {
+				// SentencePiece-style with byte fallback: every character comes back, the '▁' put
+				// in front goes (text with '▁' or special tokens' spellings aside).
+				e, err := tok.Encode(text, false)
+				if err != nil {
+					t.Fatalf("llama2: Encode(%q): %v", text, err)
+				}
+				if got, err := tok.Decode(e.IDs, false); err != nil || got != text {
+					t.Errorf("llama2: Decode(Encode(%q)) = %q, %v", text, got, err)
+				}
 			}
 			if i >= byteLevel {
 				continue

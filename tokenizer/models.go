@@ -1,15 +1,16 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"unicode/utf8"
 )
 
-// piece is one token a model made of a word: its id and its bytes [start, end) in the word.
+// piece is one token a model made of a word: its id and its bytes [start, end) in the word, and
+// its token when that is not the vocabulary's for the id (Unigram's unknown pieces).
 type piece struct {
 	id         int
 	start, end int
+	value      string
 }
 
 // model turns a pre-tokenized word into tokens.
@@ -43,7 +44,7 @@ type symbol struct {
 func (m *bpe) tokenize(word string) ([]piece, error) {
 	if m.ignoreMerges {
 		if id, ok := m.vocab[word]; ok {
-			return []piece{{id, 0, len(word)}}, nil
+			return []piece{{id: id, end: len(word)}}, nil
 		}
 	}
 	var syms []symbol
@@ -92,7 +93,7 @@ func (m *bpe) tokenize(word string) ([]piece, error) {
 	m.mergeAll(syms)
 	var out []piece
 	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
-		out = append(out, piece{syms[i].id, syms[i].start, syms[i].end})
+		out = append(out, piece{id: syms[i].id, start: syms[i].start, end: syms[i].end})
 	}
 	return out, nil
 }
@@ -113,19 +114,49 @@ type candidate struct {
 	pos, left, right int
 }
 
+// candidates is a binary min-heap of candidates: the lowest rank first, the leftmost among
+// equal ranks (Hugging Face tokenizers' order).
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
+func (c candidates) less(i, j int) bool {
 	return c[i].rank < c[j].rank || c[i].rank == c[j].rank && c[i].pos < c[j].pos
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+func (c *candidates) push(x candidate) {
+	*c = append(*c, x)
+	h := *c
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (c *candidates) pop() candidate {
+	h := *c
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h.less(l, m) {
+			m = l
+		}
+		if r < len(h) && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*c = h
+	return top
 }
 
 // mergeAll applies the merges to syms, whose first symbol stays at index 0.
@@ -137,14 +168,14 @@ func (m *bpe) mergeAll(syms []symbol) {
 		}
 		l, r := syms[i].id, syms[syms[i].next].id
 		if mg, ok := m.merges[[2]int{l, r}]; ok {
-			heap.Push(&q, candidate{mg, i, l, r})
+			q.push(candidate{mg, i, l, r})
 		}
 	}
 	for i := range syms {
 		queue(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		s := &syms[c.pos]
 		if s.end == s.start || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
 			continue // stale: one of the two has merged since
@@ -176,7 +207,7 @@ func (m *wordPiece) tokenize(word string) ([]piece, error) {
 		if !ok {
 			return nil, fmt.Errorf("WordPiece: the unknown token %q is not in the vocabulary", m.unk)
 		}
-		return []piece{{id, 0, len(word)}}, nil
+		return []piece{{id: id, end: len(word)}}, nil
 	}
 	if utf8.RuneCountInString(word) > m.maxChars {
 		return unk()
@@ -190,7 +221,7 @@ func (m *wordPiece) tokenize(word string) ([]piece, error) {
 				sub = m.prefix + sub
 			}
 			if id, ok := m.vocab[sub]; ok {
-				out = append(out, piece{id, start, end})
+				out = append(out, piece{id: id, start: start, end: end})
 				start, found = end, true
 				break
 			}
@@ -202,4 +233,109 @@ func (m *wordPiece) tokenize(word string) ([]piece, error) {
 		}
 	}
 	return out, nil
+}
+
+// wordLevel is the WordLevel model: a word is its vocabulary entry, or the unknown token.
+type wordLevel struct {
+	vocab map[string]int
+	unk   string
+}
+
+func (m *wordLevel) tokenize(word string) ([]piece, error) {
+	id, ok := m.vocab[word]
+	if !ok {
+		if id, ok = m.vocab[m.unk]; !ok {
+			return nil, fmt.Errorf("WordLevel: the unknown token %q is not in the vocabulary", m.unk)
+		}
+	}
+	return []piece{{id: id, end: len(word)}}, nil
+}
+
+// unigram is the Unigram model (SentencePiece's): the split of a word into vocabulary pieces
+// whose scores (log probabilities) sum highest, found by Viterbi. A character no piece starts
+// with is unknown, scored 10 below the lowest piece; consecutive unknown characters make one
+// unknown token, spelled as the text it covers, or with byteFallback its bytes' <0xXX> tokens.
+type unigram struct {
+	vocab        map[string]int
+	scores       []float64
+	unk          int // -1: none
+	byteFallback bool
+	maxLen       int // the longest piece, in bytes
+	unkScore     float64
+}
+
+func (m *unigram) tokenize(word string) ([]piece, error) {
+	type node struct {
+		id    int
+		score float64
+		start int // -1: not reached
+	}
+	best := make([]node, len(word)+1)
+	for i := range best {
+		best[i].start = -1
+	}
+	for start := 0; start < len(word); {
+		_, mblen := utf8.DecodeRuneInString(word[start:])
+		here := best[start].score
+		single := false
+		for end := start + mblen; end <= min(len(word), start+m.maxLen); end++ {
+			if end < len(word) && !utf8.RuneStart(word[end]) {
+				continue
+			}
+			id, ok := m.vocab[word[start:end]]
+			if !ok {
+				continue
+			}
+			if s := here + m.scores[id]; best[end].start < 0 || s > best[end].score {
+				best[end] = node{id, s, start}
+			}
+			single = single || end == start+mblen
+		}
+		if !single {
+			if m.unk < 0 {
+				return nil, fmt.Errorf("model Unigram: %q is unknown and there is no unk_id", word[start:start+mblen])
+			}
+			if s := here + m.unkScore; best[start+mblen].start < 0 || s > best[start+mblen].score {
+				best[start+mblen] = node{m.unk, s, start}
+			}
+		}
+		start += mblen
+	}
+	var rev []piece // the pieces, last first, unknown ones fused
+	for end := len(word); end > 0; {
+		n := best[end]
+		if n.id == m.unk && len(rev) > 0 && rev[len(rev)-1].id == m.unk && rev[len(rev)-1].start == end {
+			rev[len(rev)-1].start = n.start
+		} else {
+			rev = append(rev, piece{id: n.id, start: n.start, end: end})
+		}
+		end = n.start
+	}
+	var out []piece
+	for i := len(rev) - 1; i >= 0; i-- {
+		p := rev[i]
+		text := word[p.start:p.end]
+		if id, ok := m.vocab[text]; ok {
+			out = append(out, piece{id: id, start: p.start, end: p.end})
+			continue
+		}
+		if m.byteFallback && m.hasBytes(text) {
+			for k := range len(text) {
+				b := fmt.Sprintf("<0x%02X>", text[k])
+				out = append(out, piece{id: m.vocab[b], start: p.start, end: p.end, value: b})
+			}
+			continue
+		}
+		out = append(out, piece{id: m.unk, start: p.start, end: p.end, value: text})
+	}
+	return out, nil
+}
+
+func (m *unigram) hasBytes(s string) bool {
+	for k := range len(s) {
+		if _, ok := m.vocab[fmt.Sprintf("<0x%02X>", s[k])]; !ok {
+			return false
+		}
+	}
+	return true
 }

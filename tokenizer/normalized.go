@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -31,7 +32,9 @@ func newNormString(text string, base int) normString {
 	return normString{s: text, align: align}
 }
 
-// span is the part of the input that the bytes [i, j) of n came from.
+// span is the part of the input that the bytes [i, j) of n came from: from where the first
+// byte's character starts to where the last byte's ends, as Hugging Face tokenizers computes
+// offsets. An empty range is an empty span where it lies.
 func (n normString) span(i, j int) [2]int {
 	if i >= j || j > len(n.align) {
 		if i < len(n.align) {
@@ -43,11 +46,7 @@ func (n normString) span(i, j int) [2]int {
 		}
 		return [2]int{}
 	}
-	start, end := n.align[i][0], n.align[i][1]
-	for _, a := range n.align[i+1 : j] {
-		start, end = min(start, a[0]), max(end, a[1])
-	}
-	return [2]int{start, end}
+	return [2]int{n.align[i][0], n.align[j-1][1]}
 }
 
 // slice is the bytes [i, j) of n.
@@ -84,11 +83,7 @@ func (b *builder) done() normString {
 func (n normString) mapRunes(f func(r rune) string) normString {
 	var b builder
 	for i, r := range n.s {
-		w := utf8.RuneLen(r)
-		if w < 0 {
-			w = 1
-		}
-		b.add(f(r), n.span(i, i+w))
+		b.add(f(r), n.align[i])
 	}
 	return b.done()
 }
@@ -98,15 +93,15 @@ func (n normString) prepend(s string) normString {
 	if n.s == "" {
 		return n
 	}
-	_, w := utf8.DecodeRuneInString(n.s)
 	var b builder
-	b.add(s, n.span(0, w))
+	b.add(s, n.align[0])
 	b.addFrom(n, 0, len(n.s))
 	return b.done()
 }
 
-// replaceSpans replaces each span of n (sorted, not overlapping) by content, which comes from the
-// whole span it replaces.
+// replaceSpans replaces each non-empty span of n (sorted, not overlapping) by content, which
+// comes from where the last character it replaces came from (as in Hugging Face tokenizers, which
+// removes the span, then inserts content after it).
 func (n normString) replaceSpans(spans [][2]int, content string) normString {
 	if len(spans) == 0 {
 		return n
@@ -115,28 +110,131 @@ func (n normString) replaceSpans(spans [][2]int, content string) normString {
 	prev := 0
 	for _, sp := range spans {
 		b.addFrom(n, prev, sp[0])
-		b.add(content, n.span(sp[0], sp[1]))
+		b.add(content, n.align[sp[1]-1])
 		prev = sp[1]
 	}
 	b.addFrom(n, prev, len(n.s))
 	return b.done()
 }
 
-// unicodeNorm puts n in a Unicode normalization form; each output segment (a starter and its
-// combining marks) comes from the input segment it was made of.
+// unicodeNorm puts n in a Unicode normalization form. Segment by segment (a starter and the
+// marks after it), an unchanged segment keeps its alignment; a changed one is aligned as Hugging
+// Face tokenizers aligns it (see alignSegment).
 func (n normString) unicodeNorm(form norm.Form) normString {
 	if form.IsNormalString(n.s) {
 		return n
 	}
 	var b builder
-	var it norm.Iter
-	it.InitString(form, n.s)
-	for !it.Done() {
-		start := it.Pos()
-		seg := it.Next()
-		b.add(string(seg), n.span(start, it.Pos()))
+	for i := 0; i < len(n.s); {
+		j := len(n.s)
+		if k := form.NextBoundaryInString(n.s[i:], true); k > 0 {
+			j = i + k
+		}
+		seg := n.s[i:j]
+		if out := form.String(seg); out == seg {
+			b.addFrom(n, i, j)
+		} else if !n.alignSegment(&b, form, i, j, out) {
+			b.add(out, n.span(i, j))
+		}
+		i = j
 	}
 	return b.done()
+}
+
+// alignSegment appends out, the normalization of n's bytes [i, j), to b, each character aligned
+// as in Hugging Face tokenizers, which tags every output character as replacing the next input
+// character (0), coming after it (+1) or replacing it and the k after it (−k): the decomposition
+// of each input character is its first character replacing it, the others coming after;
+// canonical reordering carries the tags along; a composition of c characters sums their tags
+// less c − 1. A replacing character comes from the input character it replaces, one coming after
+// from the character before it. It reports false, appending nothing, when out is not what this
+// reconstruction gives (it then is the caller's to align out).
+func (n normString) alignSegment(b *builder, form norm.Form, i, j int, out string) bool {
+	type tagged struct {
+		r   rune
+		tag int
+	}
+	decomp := norm.NFD
+	if form == norm.NFKC || form == norm.NFKD {
+		decomp = norm.NFKD
+	}
+	var starts []int // the input characters, by byte offset
+	var d []tagged
+	for k, r := range n.s[i:j] {
+		starts = append(starts, i+k)
+		for m, dr := range []rune(decomp.String(string(r))) {
+			d = append(d, tagged{dr, min(m, 1)})
+		}
+	}
+	ccc := func(r rune) uint8 { return norm.NFD.PropertiesString(string(r)).CCC() }
+	for k := 0; k < len(d); { // canonical reordering: a stable sort of each run of marks
+		m := k
+		for m < len(d) && ccc(d[m].r) != 0 {
+			m++
+		}
+		if m > k {
+			slices.SortStableFunc(d[k:m], func(a, b tagged) int { return int(ccc(a.r)) - int(ccc(b.r)) })
+			k = m
+		} else {
+			k++
+		}
+	}
+	if form == norm.NFC || form == norm.NFKC {
+		// Canonical composition: a character joins the last starter when nothing between them
+		// blocks it (a starter, or a mark of the same or a higher class).
+		var c []tagged
+		starter, last := -1, uint8(0) // the starter's index in c; the class of the last mark after it
+		for _, x := range d {
+			cc := ccc(x.r)
+			if starter >= 0 && (starter == len(c)-1 || last != 0 && last < cc) {
+				if r := []rune(norm.NFC.String(string(c[starter].r) + string(x.r))); len(r) == 1 {
+					c[starter] = tagged{r[0], c[starter].tag + x.tag - 1}
+					continue
+				}
+			}
+			if cc == 0 {
+				starter, last = len(c), 0
+			} else {
+				last = cc
+			}
+			c = append(c, x)
+		}
+		d = c
+	}
+	var got strings.Builder
+	for _, t := range d {
+		got.WriteRune(t.r)
+	}
+	if got.String() != out {
+		return false
+	}
+	var nb builder
+	q := 0 // the next input character
+	for _, t := range d {
+		var a [2]int
+		if t.tag > 0 {
+			prev := j
+			if q < len(starts) {
+				prev = starts[q]
+			}
+			if prev > 0 {
+				a = n.align[prev-1]
+			}
+		} else {
+			if q >= len(starts) {
+				return false
+			}
+			a = n.align[starts[q]]
+			q += 1 - t.tag
+		}
+		nb.add(string(t.r), a)
+	}
+	if q != len(starts) {
+		return false
+	}
+	b.sb.WriteString(nb.sb.String())
+	b.align = append(b.align, nb.align...)
+	return true
 }
 
 // trim removes the leading and trailing runes for which drop is true, as asked.

@@ -27,6 +27,12 @@ type unicodeForm struct{ form norm.Form }
 
 func (u unicodeForm) normalize(n normString) normString { return n.unicodeNorm(u.form) }
 
+// byteLevelNorm is the ByteLevel normalizer: every byte spelled as its byteChar, as the
+// ByteLevel pre-tokenizer does, without a split.
+type byteLevelNorm struct{}
+
+func (byteLevelNorm) normalize(n normString) normString { return byteLevelEncode(n) }
+
 // lowercase is the Lowercase normalizer: each character's full lowercase mapping, as Rust's
 // char::to_lowercase (so 'İ' becomes "i̇" and a final 'Σ' stays 'σ').
 type lowercase struct{}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -17,17 +18,42 @@ import (
 // that group. Go's regexp prefers among alternatives and repetitions as a backtracking engine
 // does, so this finds the same matches as Oniguruma. Oniguruma's Unicode \s, \S, \d, \D, \w and
 // \W are spelled out (Go's are ASCII-only), ^ and $ match at line ends as Oniguruma's do, and
-// every capture group of the original pattern becomes non-capturing.
+// every capture group of the original pattern becomes non-capturing. One difference remains: each
+// search after a match starts afresh where that match ended, so that \A, ^ and \b there see no
+// text before it.
 type pattern struct {
 	re   *regexp.Regexp
 	keep []int // capture groups whose end, when they take part, is the end of the match
 }
 
-// Oniguruma's \s (the Unicode White_Space property), \w and \d, as class contents.
-const (
-	spaceClass = `\t\n\v\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}`
-	wordClass  = `\p{L}\p{M}\p{Nd}\p{Pc}`
-)
+// Oniguruma's \s: the Unicode White_Space property, as class contents.
+const spaceClass = `\t\n\v\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}`
+
+// wordClass is Oniguruma's \w, as class contents: Unicode's Word (UTS #18), the Alphabetic
+// property (letters, letter numbers such as Ⅻ, and Other_Alphabetic such as Ⓐ), marks, decimal
+// digits, connector punctuation and the joiners. Built once, never written.
+var wordClass = `\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}` + classOf(unicode.Other_Alphabetic)
+
+// classOf spells a range table as class contents.
+func classOf(t *unicode.RangeTable) string {
+	var b strings.Builder
+	add := func(lo, hi, stride uint32) {
+		for r := lo; r <= hi; r += stride {
+			if stride == 1 {
+				fmt.Fprintf(&b, `\x{%X}-\x{%X}`, lo, hi)
+				return
+			}
+			fmt.Fprintf(&b, `\x{%X}`, r)
+		}
+	}
+	for _, r := range t.R16 {
+		add(uint32(r.Lo), uint32(r.Hi), uint32(r.Stride))
+	}
+	for _, r := range t.R32 {
+		add(r.Lo, r.Hi, r.Stride)
+	}
+	return b.String()
+}
 
 // compilePattern translates an Oniguruma pattern (see pattern).
 func compilePattern(src string) (*pattern, error) {

@@ -11,18 +11,23 @@
 //     fuse_unk, with the Replace, ByteFallback, Fuse, Strip and Metaspace decoders;
 //   - WordPiece (BERT): BertNormalizer, BertPreTokenizer, "##" continuing pieces and [UNK].
 //
+// It also reads the Unigram model (SentencePiece's, as in T5, with byte fallback) and the
+// WordLevel model (a word is its vocabulary entry, or the unknown token).
+//
 // Added and special tokens are found in the text before the model sees it (respecting
 // single_word, lstrip, rstrip and normalized), and the post-processor (TemplateProcessing,
 // BertProcessing, RobertaProcessing, ByteLevel) adds BOS, CLS and SEP.
 //
 // Where tokenizers.js and the Rust library differ, package tokenizer does as the Rust library
-// does. Not supported, each an error naming the type: the Unigram and WordLevel models, the
-// Precompiled normalizer, the UnicodeScripts pre-tokenizer, the CTC decoder; regex patterns with
-// lookbehind, or a lookahead anywhere but at the end of a top-level alternative. BPE dropout,
-// truncation and padding are not read, and only single sequences are encoded (not pairs).
+// does. Not supported, each an error naming the type: the Precompiled normalizer (of converted
+// SentencePiece models such as T5's and ALBERT's), the UnicodeScripts pre-tokenizer, the CTC
+// decoder; regex patterns with lookbehind, or a lookahead anywhere but at the end of a top-level
+// alternative. BPE dropout, truncation and padding are not read, and only single sequences are
+// encoded (not pairs).
 //
-// The tests compare ids, tokens and decoded text with Hugging Face's tokenizers.js on the
-// GPT-2, Llama-2, Mistral-7B, Llama-3 and bert-base-uncased vocabularies (testdata/tokenizer).
+// The tests compare ids, tokens, offsets and decoded text with Hugging Face tokenizers (the Rust
+// library) and with tokenizers.js on the GPT-2, Llama-2, Mistral-7B, Llama-3 and
+// bert-base-uncased vocabularies and variants of them (testdata/tokenizer).
 package tokenizer
 
 import (
@@ -49,7 +54,7 @@ type Tokenizer struct {
 	normAdded  addedMatcher  // added tokens matched in the normalized text
 	vocab      map[string]int
 	tokens     map[int]string
-	special    map[int]bool
+	special    map[string]bool // the contents of the special added tokens
 }
 
 // Encoding is the result of Tokenizer.Encode: the tokens of a text, in order.
@@ -57,12 +62,16 @@ type Encoding struct {
 	// IDs are the tokens' ids.
 	IDs []int
 	// Tokens are the tokens as the vocabulary spells them (byte-level tokenizers spell a space
-	// 'Ġ', SentencePiece ones '▁').
+	// 'Ġ', SentencePiece ones '▁'); an added token found in the text is the text it covers, as in
+	// Hugging Face tokenizers (with the whitespace its lstrip or rstrip took).
 	Tokens []string
 	// Offsets are, for each token, the byte offsets [start, end) in the text of the part it
-	// covers. Byte offsets, not rune offsets: text[start:end] is that part. A token that holds
-	// only some bytes of a character covers the whole character, and a special token that the
-	// post-processor added covers [0, 0).
+	// covers, as Hugging Face tokenizers gives them. Byte offsets, not rune offsets:
+	// text[start:end] is that part. A token that holds only some bytes of a character covers the
+	// whole character, and a special token that the post-processor added covers [0, 0). (The
+	// trim_offsets of the ByteLevel and RoBERTa post-processors, which takes the spaces at a
+	// token's ends off its offsets, counts each as one byte, and so can end a token's offsets
+	// inside a character, as Hugging Face tokenizers does.)
 	Offsets [][2]int
 }
 
@@ -80,8 +89,9 @@ func Load(path string) (*Tokenizer, error) {
 }
 
 // LoadDir reads the tokenizer of a model folder: DIR/tokenizer.json, and DIR/tokenizer_config.json
-// where it has add_bos_token or add_eos_token, which (as in transformers' Llama tokenizers) say
-// whether encoding with special tokens puts bos_token in front and eos_token at the end.
+// where it matters: for the Llama and Gemma tokenizer classes (as transformers' tokenizers of
+// those classes do), add_bos_token and add_eos_token (true and false when not given) say whether
+// encoding with special tokens puts bos_token in front and eos_token at the end.
 func LoadDir(dir string) (*Tokenizer, error) {
 	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: expected a model folder, got %s, which does not exist", dir)
@@ -112,10 +122,18 @@ func LoadDir(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// bosEOSClasses are the tokenizer classes of transformers whose add_bos_token and add_eos_token
+// rebuild the post-processor (update_post_processor).
+var bosEOSClasses = map[string]bool{
+	"LlamaTokenizer": true, "LlamaTokenizerFast": true, "CodeLlamaTokenizer": true,
+	"CodeLlamaTokenizerFast": true, "GemmaTokenizer": true, "GemmaTokenizerFast": true,
+}
+
 // applyConfig makes the single-sequence template [bos] $A [eos] as tokenizer_config.json's
-// add_bos_token and add_eos_token say, where it says either.
+// add_bos_token and add_eos_token say, for the classes of bosEOSClasses when it says either.
 func (t *Tokenizer) applyConfig(data []byte) error {
 	var cfg struct {
+		Class  string          `json:"tokenizer_class"`
 		AddBOS *bool           `json:"add_bos_token"`
 		AddEOS *bool           `json:"add_eos_token"`
 		BOS    json.RawMessage `json:"bos_token"`
@@ -124,8 +142,15 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("expected a JSON object, got %w", err)
 	}
-	if cfg.AddBOS == nil && cfg.AddEOS == nil {
+	if !bosEOSClasses[cfg.Class] || cfg.AddBOS == nil && cfg.AddEOS == nil {
 		return nil
+	}
+	yes, no := true, false
+	if cfg.AddBOS == nil {
+		cfg.AddBOS = &yes
+	}
+	if cfg.AddEOS == nil {
+		cfg.AddEOS = &no
 	}
 	var tmpl template
 	for _, s := range []struct {
@@ -186,7 +211,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: expected tokenizer.json, a JSON object, got %s: %w", excerpt(data), err)
 	}
-	t := &Tokenizer{tokens: map[int]string{}, special: map[int]bool{}}
+	t := &Tokenizer{tokens: map[int]string{}, special: map[string]bool{}}
 	var err error
 	if t.model, t.vocab, err = buildModel(f.Model); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -204,24 +229,54 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.decoder, err = buildDecoder(f.Decoder); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	var raw, normed []matchable
+	// The added tokens get the ids Hugging Face tokenizers gives them, whatever the file says
+	// (it only warns): the model's id of their content, or else the next id after the model's
+	// vocabulary, in file order. A content given twice keeps its id and takes the later
+	// properties; an empty content is skipped.
+	nextID := len(t.vocab)
+	var order []*addedToken
+	byContent := map[string]int{} // index in order
 	for i := range f.AddedTokens {
 		a := &f.AddedTokens[i]
-		if a.ID < 0 || a.Content == "" {
-			return nil, fmt.Errorf("tokenizer: added_tokens[%d]: expected an id ≥ 0 and a content, got %d and %q", i, a.ID, a.Content)
+		if a.ID < 0 {
+			return nil, fmt.Errorf("tokenizer: added_tokens[%d] %q: expected an id ≥ 0, got %d", i, a.Content, a.ID)
 		}
+		if a.Content == "" {
+			continue
+		}
+		if k, ok := byContent[a.Content]; ok {
+			a.ID = order[k].ID
+			order[k] = a
+			continue
+		}
+		if id, ok := t.vocab[a.Content]; ok {
+			a.ID = id
+		} else {
+			a.ID = nextID
+			nextID++
+		}
+		byContent[a.Content] = len(order)
+		order = append(order, a)
+	}
+	var raw, normed []matchable
+	for _, a := range order {
 		t.vocab[a.Content] = a.ID
 		t.tokens[a.ID] = a.Content
 		if a.Special {
-			t.special[a.ID] = true
+			t.special[a.Content] = true
 		}
-		if a.Normalized && t.normalizer != nil {
-			normed = append(normed, matchable{t.normalizer.normalize(newNormString(a.Content, 0)).s, a})
-		} else if a.Normalized {
-			normed = append(normed, matchable{a.Content, a})
-		} else {
+		if !a.Normalized {
 			raw = append(raw, matchable{a.Content, a})
+			continue
 		}
+		n := a.Content
+		if t.normalizer != nil {
+			// Decoding, and IDToToken, give a normalized token's normalized form, as Hugging
+			// Face tokenizers does, so that the decoder can undo the normalization.
+			n = t.normalizer.normalize(newNormString(a.Content, 0)).s
+			t.tokens[a.ID] = n
+		}
+		normed = append(normed, matchable{n, a})
 	}
 	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(normed)
 	if t.post, err = buildPostProcessor(f.PostProcessor, t.tokens); err != nil {
@@ -240,7 +295,9 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 	var toks []token
 	for _, seg := range t.rawAdded.split(text) {
 		if seg.tok != nil {
-			toks = append(toks, token{id: seg.tok.ID, value: seg.tok.Content, offsets: [2]int{seg.start, seg.end}})
+			// The token is the text it covers, lstrip's and rstrip's whitespace included, as in
+			// Hugging Face tokenizers.
+			toks = append(toks, token{id: seg.tok.ID, value: text[seg.start:seg.end], offsets: [2]int{seg.start, seg.end}})
 			continue
 		}
 		n := newNormString(text[seg.start:seg.end], seg.start)
@@ -249,7 +306,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 		}
 		for _, sub := range t.normAdded.split(n.s) {
 			if sub.tok != nil {
-				toks = append(toks, token{id: sub.tok.ID, value: sub.tok.Content, offsets: n.span(sub.start, sub.end)})
+				toks = append(toks, token{id: sub.tok.ID, value: n.s[sub.start:sub.end], offsets: n.span(sub.start, sub.end)})
 				continue
 			}
 			words := []normString{n.slice(sub.start, sub.end)}
@@ -265,7 +322,11 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 					return Encoding{}, fmt.Errorf("tokenizer: %w", err)
 				}
 				for _, p := range pieces {
-					toks = append(toks, token{id: p.id, value: t.tokens[p.id], offsets: w.span(p.start, p.end)})
+					v := p.value
+					if v == "" {
+						v = t.tokens[p.id]
+					}
+					toks = append(toks, token{id: p.id, value: v, offsets: w.span(p.start, p.end)})
 				}
 			}
 		}
@@ -293,7 +354,7 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("tokenizer: ids[%d]: expected an id of the vocabulary, got %d", i, id)
 		}
-		if skipSpecial && t.special[id] {
+		if skipSpecial && t.special[tok] {
 			continue
 		}
 		toks = append(toks, tok)

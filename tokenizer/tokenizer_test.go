@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // TestTokenizerPattern checks the translation of Oniguruma patterns: GPT-2's \s+(?!\S) leaves
@@ -25,6 +27,7 @@ func TestTokenizerPattern(t *testing.T) {
 		{`\w+|[^\w\s]+`, "héllo, wörld_1!", []string{"héllo", ",", "wörld_1", "!"}},
 		{`a(?=b)|c`, "abacab", []string{"a", "c", "a"}},
 		{`[[:alpha:]é]+`, "ab1é", []string{"ab", "é"}},
+		{`\w+`, "teⅫ½ⓐb_1", []string{"teⅫ", "ⓐb_1"}}, // Oniguruma's \w: Alphabetic, not only letters
 	}
 	for _, c := range cases {
 		p, err := compilePattern(c.pattern)
@@ -109,6 +112,12 @@ func TestTokenizerRustBehavior(t *testing.T) {
 	if got := strings.Join(wordPieceDec{"##", true}.decode([]string{"hello", ",", "wor", "##ld", "!"}), ""); got != "hello, world!" {
 		t.Errorf("WordPiece cleanup: got %q", got)
 	}
+	// NFC of ü, U+0308, U+094D: the marks reorder and U+0308 joins the u across U+094D; as in
+	// Hugging Face tokenizers, each output character comes from the input character at its place.
+	n := newNormString("ü\u0308\u094d", 0).unicodeNorm(norm.NFC)
+	if want := [][2]int{{0, 2}, {0, 2}, {2, 4}, {2, 4}, {2, 4}, {4, 7}, {4, 7}}; n.s != "ü\u094d\u0308" || !slices.Equal(n.align, want) {
+		t.Errorf("NFC: %q %v, want %q %v", n.s, n.align, "ü\u094d\u0308", want)
+	}
 	// Lowercase is per character: 'İ' is "i̇", a final 'Σ' is 'σ'.
 	if got := (lowercase{}).normalize(newNormString("İΣ", 0)).s; got != "i\u0307σ" {
 		t.Errorf("Lowercase: got %q", got)
@@ -124,15 +133,15 @@ func TestTokenizerBPE(t *testing.T) {
 		word string
 		want []piece
 	}{
-		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1}, {2, 3, 4}}},
-		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1}, {0, 1, 2}, {0, 2, 3}, {2, 3, 4}}},
-		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1}, {0, 1, 3}, {2, 3, 4}, {0, 4, 5}}},
-		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1}, {4, 1, 2}, {5, 2, 3}}},
-		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1}, {0, 1, 4}}}, // <0xE2> missing
-		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2}, {3, 2, 4}}},
-		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2}}},
-		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2}}},
-		{bpe{unk: -1, ignoreMerges: true}, "ab", []piece{{3, 0, 2}}},
+		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1, ""}, {2, 3, 4, ""}}},
+		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1, ""}, {0, 1, 2, ""}, {0, 2, 3, ""}, {2, 3, 4, ""}}},
+		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1, ""}, {0, 1, 3, ""}, {2, 3, 4, ""}, {0, 4, 5, ""}}},
+		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1, ""}, {4, 1, 2, ""}, {5, 2, 3, ""}}},
+		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1, ""}, {0, 1, 4, ""}}}, // <0xE2> missing
+		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2, ""}, {3, 2, 4, ""}}},
+		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2, ""}}},
+		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2, ""}}},
+		{bpe{unk: -1, ignoreMerges: true}, "ab", []piece{{3, 0, 2, ""}}},
 	}
 	for i, c := range cases {
 		c.m.vocab = vocab
@@ -143,6 +152,72 @@ func TestTokenizerBPE(t *testing.T) {
 		got, err := c.m.tokenize(c.word)
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("case %d, %q: got %v, %v; want %v", i, c.word, got, err, c.want)
+		}
+	}
+}
+
+// TestTokenizerUnigram checks the Viterbi split of the Unigram model on the Rust library's own
+// example, with unknown characters fused, and its errors.
+func TestTokenizerUnigram(t *testing.T) {
+	tok, err := Parse([]byte(`{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", 0], ["b", 0],
+	  ["c", 0], ["d", 0], ["cd", 1], ["ab", 2], ["abc", 5], ["abcd", 10]]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := tok.Encode("abcdacdxx", false)
+	if err != nil || !slices.Equal(e.Tokens, []string{"abcd", "a", "cd", "xx"}) || !slices.Equal(e.IDs, []int{8, 1, 5, 0}) {
+		t.Errorf("Encode: %q %v, %v", e.Tokens, e.IDs, err)
+	}
+	for _, c := range []struct{ file, want string }{
+		{`{"model": {"type": "Unigram", "vocab": {"a": 1}}}`, "vocab: expected a list of [piece, score]"},
+		{`{"model": {"type": "Unigram", "vocab": [["a"]]}}`, "vocab[0]: expected [piece, score], got 1 values"},
+		{`{"model": {"type": "Unigram", "unk_id": 3, "vocab": [["a", 0]]}}`, "unk_id: expected an id of the vocabulary (0 to 0), got 3"},
+	} {
+		if _, err := Parse([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%s): %v, want an error with %q", c.file, err, c.want)
+		}
+	}
+	noUnk, err := Parse([]byte(`{"model": {"type": "Unigram", "vocab": [["a", 0]]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noUnk.Encode("ab", false); err == nil || !strings.Contains(err.Error(), `"b" is unknown and there is no unk_id`) {
+		t.Errorf("Encode without unk_id: %v", err)
+	}
+}
+
+// TestTokenizerByteLevelNormalizer checks the ByteLevel normalizer (with a Split on 'Ġ') on
+// GPT-2's vocabulary against what Hugging Face tokenizers 0.23.2 gives (offsets in characters).
+func TestTokenizerByteLevelNormalizer(t *testing.T) {
+	var file map[string]json.RawMessage
+	if err := json.Unmarshal(tokenizerJSON(t, "gpt2"), &file); err != nil {
+		t.Fatal(err)
+	}
+	file["normalizer"] = json.RawMessage(`{"type": "ByteLevel"}`)
+	file["pre_tokenizer"] = json.RawMessage(`{"type": "Split", "pattern": {"String": "Ġ"}, "behavior": "MergedWithNext", "invert": false}`)
+	data, err := json.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text    string
+		ids     []int
+		tokens  []string
+		offsets [][2]int
+	}{
+		{"Hello world 😀", []int{15496, 995, 30325, 222}, []string{"Hello", "Ġworld", "ĠðŁĺ", "Ģ"}, [][2]int{{0, 5}, {5, 11}, {11, 13}, {12, 13}}},
+		{"a  b\n", []int{64, 220, 275, 198}, []string{"a", "Ġ", "Ġb", "Ċ"}, [][2]int{{0, 1}, {1, 2}, {2, 4}, {4, 5}}},
+	} {
+		e, err := tok.Encode(c.text, false)
+		if err != nil || !slices.Equal(e.IDs, c.ids) || !slices.Equal(e.Tokens, c.tokens) || !slices.Equal(charOffsets(c.text, e.Offsets), c.offsets) {
+			t.Errorf("Encode(%q) = %v %q %v, %v; want %v %q %v", c.text, e.IDs, e.Tokens, charOffsets(c.text, e.Offsets), err, c.ids, c.tokens, c.offsets)
+		}
+		if got, err := tok.Decode(e.IDs, false); err != nil || got != c.text {
+			t.Errorf("Decode = %q, %v", got, err)
 		}
 	}
 }
@@ -206,7 +281,7 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{``, "expected tokenizer.json, a JSON object"},
 		{`[1]`, "expected tokenizer.json, a JSON object"},
 		{`{}`, "model: expected an object, got none"},
-		{`{"model": {"type": "Unigram", "vocab": [["a", 0]]}}`, `model: type "Unigram" is not supported`},
+		{`{"model": {"type": "Sentencepiece", "vocab": [["a", 0]]}}`, `model: type "Sentencepiece" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)`},
 		{`{"model": {"type": "BPE", "vocab": [1]}}`, "vocab: expected an object of token: id"},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a"]}}`, `merges[0] "a a": expected both tokens and their merge`},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}}`, "expected two tokens with one space"},
@@ -228,7 +303,7 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{`{` + model + `, "post_processor": {"type": "BertProcessing", "cls": "[CLS]"}}`, "cls: expected [token, id]"},
 		{`{` + model + `, "post_processor": {"type": "Nope"}}`, `post_processor: type "Nope"`},
 		{`{` + model + `, "decoder": {"type": "CTC"}}`, `decoder: type "CTC" is not supported`},
-		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, "added_tokens[0]: expected an id ≥ 0"},
+		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, `added_tokens[0] "x": expected an id ≥ 0, got -2`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.file))
@@ -265,20 +340,23 @@ func TestTokenizerLoadDir(t *testing.T) {
 		}
 		return e.Tokens
 	}
+	const llama = "LlamaTokenizer"
 	for _, c := range []struct {
 		cfg  map[string]any
 		want []string
 	}{
 		{nil, []string{"<s>", "▁Hi"}},
-		{map[string]any{"bos_token": "<s>"}, []string{"<s>", "▁Hi"}},
-		{map[string]any{"add_bos_token": false}, []string{"▁Hi"}},
-		{map[string]any{"add_bos_token": true, "add_eos_token": true, "bos_token": map[string]any{"content": "<s>"}, "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
+		{map[string]any{"tokenizer_class": llama, "bos_token": "<s>"}, []string{"<s>", "▁Hi"}},
+		{map[string]any{"tokenizer_class": llama, "add_bos_token": false}, []string{"▁Hi"}},
+		{map[string]any{"tokenizer_class": "GPT2Tokenizer", "add_bos_token": false}, []string{"<s>", "▁Hi"}}, // not a Llama class
+		{map[string]any{"tokenizer_class": "LlamaTokenizerFast", "add_eos_token": true, "bos_token": "<s>", "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
+		{map[string]any{"tokenizer_class": llama, "add_bos_token": true, "add_eos_token": true, "bos_token": map[string]any{"content": "<s>"}, "eos_token": "</s>"}, []string{"<s>", "▁Hi", "</s>"}},
 	} {
 		if got := encode(c.cfg); !slices.Equal(got, c.want) {
 			t.Errorf("config %v: got %q, want %q", c.cfg, got, c.want)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), `bos_token: expected a token of the vocabulary, got "<nope>"`) {
@@ -318,14 +396,52 @@ func TestTokenizerAddedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "cab", "abc" and "ab_" hold ab inside a word: the model splits them ("ab_" is unknown to it:
-	// the added token is not part of the model's vocabulary).
-	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "Hi", "<x>", "c"}
+	// the added token is not part of the model's vocabulary). As in Hugging Face tokenizers, an
+	// added token's token is the text it covers: normalized for "Hi", with the whitespace that
+	// lstrip and rstrip took for "<x>".
+	wantTokens := []string{"ab", "c", "##a", "##b", "a", "##b", "##c", "[UNK]", "hi", "  <x>  ", "c"}
 	wantOffsets := [][2]int{{0, 2}, {3, 4}, {4, 5}, {5, 6}, {7, 8}, {8, 9}, {9, 10}, {11, 14}, {15, 17}, {17, 24}, {24, 25}}
 	if !slices.Equal(e.Tokens, wantTokens) || !slices.Equal(e.Offsets, wantOffsets) {
 		t.Errorf("Encode(%q):\n got  %q %v\n want %q %v", text, e.Tokens, e.Offsets, wantTokens, wantOffsets)
 	}
-	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] Hi c" {
+	// Decoding gives a normalized added token's normalized form, as Hugging Face tokenizers does.
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "ab cab abc [UNK] hi c" {
 		t.Errorf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestTokenizerAddedIDs checks that added tokens get the ids Hugging Face tokenizers gives them,
+// whatever the file says: the model's id of their content, else the next ids after the model's
+// vocabulary in file order; a content given twice keeps its first id and its later properties.
+func TestTokenizerAddedIDs(t *testing.T) {
+	tok, err := Parse([]byte(`{
+	  "added_tokens": [
+	    {"id": 70, "content": "<new>"},
+	    {"id": 3, "content": "b", "special": true},
+	    {"id": 50, "content": ""},
+	    {"id": 60, "content": "<two>", "special": true},
+	    {"id": 61, "content": "<new>", "special": true}
+	  ],
+	  "pre_tokenizer": {"type": "WhitespaceSplit"},
+	  "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for content, want := range map[string]int{"<new>": 3, "b": 2, "<two>": 4} {
+		if id, ok := tok.TokenToID(content); !ok || id != want {
+			t.Errorf("TokenToID(%q) = %d, %v; want %d", content, id, ok, want)
+		}
+	}
+	if n := tok.VocabSize(); n != 5 {
+		t.Errorf("VocabSize = %d, want 5", n)
+	}
+	e, err := tok.Encode("a <new> b <two>", false)
+	if err != nil || !slices.Equal(e.IDs, []int{1, 3, 2, 4}) {
+		t.Errorf("Encode: %v, %v", e.IDs, err)
+	}
+	if got, err := tok.Decode(e.IDs, true); err != nil || got != "a" {
+		t.Errorf("Decode skipping the special tokens (<new>'s later entry is special) = %q, %v", got, err)
 	}
 }
 

