@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ func newTrainCmd() *cobra.Command {
 		tc    train.Recipe
 		mc    nn.Config
 		out   string
+		block string
 		quiet bool
 	)
 	cmd := &cobra.Command{
@@ -49,6 +51,18 @@ missing).`,
 			if quiet {
 				progress = io.Discard
 			}
+			if block != "" {
+				a, b, ok := strings.Cut(block, ",")
+				bq, err1 := strconv.Atoi(strings.TrimSpace(a))
+				bk, err2 := strconv.Atoi(strings.TrimSpace(b))
+				if !ok || err1 != nil || err2 != nil || bq < 1 || bk < 1 || len(mc.Patterns) == 0 {
+					return fmt.Errorf("--block is %q, want BQ,BK: two integers ≥ 1, with a --pattern", block)
+				}
+				mc.Block = []int{bq, bk}
+			}
+			if mc.Normalizer == "softmax" {
+				mc.Normalizer = ""
+			}
 			return runTrain(cmd.Context(), tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
 		},
 	}
@@ -65,6 +79,9 @@ missing).`,
 	fl.StringVar(&mc.Norm, "norm", nn.PreNorm, "pre: x + f(LN(x)); post: LN(x + f(x)) as chapter 003 writes it")
 	fl.StringVar(&mc.Positions, "positions", nn.Learned, "learned or sinusoidal")
 	fl.Float64Var(&mc.Dropout, "dropout", 0, "attention dropout probability")
+	fl.StringArrayVar(&mc.Patterns, "pattern", nil, "sparse attention pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,… or bigbird:W,G,R,SEED")
+	fl.StringVar(&block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")
+	fl.StringVar(&mc.Normalizer, "normalizer", "softmax", "what turns each row's scores into weights: softmax, sparsemax, entmax15, entmax:ALPHA or topk:K")
 	fl.IntVar(&tc.Steps, "steps", 2000, "optimizer steps")
 	fl.IntVar(&tc.Batch, "batch", 32, "sequences per step")
 	fl.Float64Var(&tc.LR, "lr", 1e-3, fmt.Sprintf("peak learning rate, in (0, %d]", train.MaxLR))

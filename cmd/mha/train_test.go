@@ -151,3 +151,28 @@ func (w *cancelWriter) Write(p []byte) (int, error) {
 }
 
 func (w *cancelWriter) String() string { return w.buf.String() }
+
+// TestTrainSparse trains with --pattern, --block and --normalizer and checks that the
+// checkpoint's config keeps them, so that eval and the lab run the model as it was trained.
+func TestTrainSparse(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	code, _, stderr := runCLI("train", "--task", "prev-token", "--steps", "12", "--warmup", "2", "--layers", "1", "--d-model", "16", "--quiet",
+		"--pattern", "local:2", "--pattern", "global:0", "--block", "4,4", "--normalizer", "sparsemax", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d, %s", code, stderr)
+	}
+	m, _, _, err := nn.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config()
+	if !slices.Equal(c.Patterns, []string{"local:2", "global:0"}) || !slices.Equal(c.Block, []int{4, 4}) || c.Normalizer != "sparsemax" {
+		t.Errorf("config %+v, want the patterns, block and normalizer", c)
+	}
+	for _, bad := range [][]string{{"--normalizer", "gumbel"}, {"--pattern", "blocks:x"}, {"--block", "4,4"}} {
+		args := append([]string{"train", "--task", "prev-token", "--steps", "12", "--warmup", "2", "--quiet", "--out", out}, bad...)
+		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", bad, code, stderr)
+		}
+	}
+}
