@@ -216,12 +216,12 @@ func (m *model) pieceText(id int) string {
 	return ""
 }
 
-// label prints a readable token on one line for a picture: line breaks and tabs as arrows, a
-// token of spaces as ␣.
+// label prints a readable token on one line for a picture, in characters viz's font has: line
+// breaks and tabs as \n, \r and \t, a token of spaces as middle dots.
 func label(s string) string {
-	s = strings.NewReplacer("\n", "↵", "\r", "↵", "\t", "⇥").Replace(s)
+	s = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
 	if strings.TrimSpace(s) == "" {
-		return strings.Repeat("␣", max(1, utf8.RuneCountInString(s)))
+		return strings.Repeat("·", max(1, utf8.RuneCountInString(s)))
 	}
 	return s
 }
