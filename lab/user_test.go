@@ -42,17 +42,17 @@ func callUser(t *testing.T, method, path, body string) (int, []byte) {
 
 // userAnswer is /api/run's answer for a user's model, as a client decodes it.
 type userAnswer struct {
-	Model       string          `json:"model"`
-	Tokens      []int           `json:"tokens"`
-	Symbols     []string        `json:"symbols"`
-	Pieces      []string        `json:"pieces"`
-	Offsets     [][2]int        `json:"offsets"`
-	Causal      bool            `json:"causal"`
-	Predicts    string          `json:"predicts"`
-	Weights     [][][][]float32 `json:"weights"`
+	Model       string           `json:"model"`
+	Tokens      []int            `json:"tokens"`
+	Symbols     []string         `json:"symbols"`
+	Pieces      []string         `json:"pieces"`
+	Offsets     [][2]int         `json:"offsets"`
+	Causal      bool             `json:"causal"`
+	Predicts    string           `json:"predicts"`
+	Weights     [][][][]float32  `json:"weights"`
 	Rollout     [][]float32      `json:"rollout"`
 	Predictions []userPrediction `json:"predictions"`
-	Score *struct {
+	Score       *struct {
 		Loss, Accuracy float64
 		Scored         int
 	} `json:"score"`
