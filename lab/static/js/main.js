@@ -74,6 +74,11 @@ async function chooseModel(name) {
     el('span', { class: 'facts' },
       `d_model ${m.d_model} · ${m.layers}×${m.heads} heads of ${m.head_dims.join('/')} · ${m.attn_only ? 'attention only' : 'with MLP'} · ${m.norm}-norm · ${m.params.toLocaleString('en')} parameters · seq_len ${m.seq_len}${m.user ? ` · vocab ${m.vocab} · ${m.causal ? 'causal' : 'bidirectional'}` : ''}`),
     m.command ? el('code', { class: 'cmd', title: 'the command that trained it' }, m.command) : null].filter((x) => x));
+  $('#predictions-help').textContent = {
+    next: `Each tile is a position: its token, then the model’s three most likely next tokens. Green and red mark the positions ${m.task ? 'the task scores' : 'whose next token the first guess gets right or wrong'}.`,
+    masked: 'Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the [MASK] positions, highlighted.',
+    none: 'This model has no language-model head (only its hidden states mean something): no predictions.',
+  }[m.predicts];
   $('#seed-field').hidden = !m.task;
   $('#generate').hidden = !m.task;
   $('#scope-task').textContent = m.task ? 'Task' : 'Repeated tokens';
