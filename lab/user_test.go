@@ -561,13 +561,14 @@ func TestUserCheckpoints(t *testing.T) {
 	if err := nn.Save(bare, net, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Workers: 1, Models: []string{withTask, bare, tinyFolder("gpt2"), filepath.Join(dir, "gpt2")}})
+	_, err = New(Options{Workers: 1, Models: []string{withTask, bare, tinyFolder("gpt2"), filepath.Join(dir, "gpt2")}})
 	if err == nil {
 		t.Fatal("a missing path: no error")
 	} else if !strings.Contains(err.Error(), "--model "+filepath.Join(dir, "gpt2")+": expected a Hugging Face model folder or a checkpoint of mha train") {
 		t.Fatalf("error %q, want it to name the path and what was expected", err)
 	}
-	if s, err = New(Options{Workers: 1, Models: []string{withTask, bare, tinyFolder("gpt2"), tinyFolder("gpt2")}}); err != nil {
+	s, err := New(Options{Workers: 1, Models: []string{withTask, bare, tinyFolder("gpt2"), tinyFolder("gpt2")}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(s.Added(), []string{"prev", "bare", "gpt2", "gpt2-2"}) {
