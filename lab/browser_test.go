@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/mhalab/mha/experiment"
+	"github.com/mhalab/mha/nn"
 )
 
 // chromium returns the path of a Chromium or Chrome binary, or "" when there is none.
@@ -599,12 +600,22 @@ func checkOutcome(t *testing.T, scope, text string, loss0, loss1, acc0, acc1 flo
 // token of the head view, enlarge a head, see the rollout, measure on repeated tokens, ablate a
 // head; then BERT's guesses at a [MASK].
 func TestBrowserUserModels(t *testing.T) {
-	b := newBrowser(t, Options{Models: []string{tinyFolder("gpt2"), tinyFolder("bert")}})
+	// And a checkpoint of 12 layers × 12 heads without a task or a tokenizer, the shape of
+	// GPT-2 small, to see that the views stay readable.
+	deep := filepath.Join(t.TempDir(), "deep.safetensors")
+	net, err := nn.NewModel(nn.Config{Vocab: 50, SeqLen: 32, DModel: 24, Heads: 12, Layers: 12, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.Save(deep, net, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, Options{Models: []string{tinyFolder("gpt2"), tinyFolder("bert"), deep}})
 	b.do("load the page", chromedp.Navigate(b.base+"/"))
 	b.wait("the first model's predictions", `document.querySelectorAll('#predictions .tile').length > 0`)
 	var groups []string
 	b.eval("the model list", `[...document.querySelectorAll('#model optgroup')].map((g) => g.label + ': ' + [...g.children].map((o) => o.value).join(' '))`, &groups)
-	if len(groups) != 2 || groups[1] != "Your models (--model): gpt2 bert" {
+	if len(groups) != 2 || groups[1] != "Your models (--model): gpt2 bert deep" {
 		t.Fatalf("model list %q, want the shipped models, then gpt2 and bert", groups)
 	}
 
@@ -689,4 +700,27 @@ func TestBrowserUserModels(t *testing.T) {
 		t.Fatal("BERT's head view draws no line from a query to a later key")
 	}
 	b.screenshot("lab-user-bert", topOfPage)
+
+	// 12 × 12 heads: token ids typed, thumbnails that fit the card (no sideways scrolling), one
+	// head's lines at a time in the head view, a metrics row per head.
+	b.choose("#model", "deep")
+	b.wait("deep's first sequence", `document.querySelectorAll('#predictions .tile').length === 8`)
+	b.do("type ids", chromedp.SetValue("#seq", "3 14 15 9 26 5 3 14 15 9 26 5"), chromedp.Click("#run"))
+	b.wait("the typed ids", `document.querySelectorAll('#predictions .tile').length === 12 && document.querySelectorAll('#heads table.metrics tbody tr').length === 144`)
+	var view struct {
+		Thumbs, Thumb, Shown int
+		Scrolls           bool
+	}
+	b.eval("the views of 144 heads", `(() => {
+		const g = document.querySelector('#modelview .mv-scroll');
+		return {thumbs: document.querySelectorAll('#modelview .thumb').length, thumb: +document.querySelector('#modelview').dataset.thumb,
+			shown: document.querySelectorAll('#headview .head-toggles input:checked').length, scrolls: g.scrollWidth > g.clientWidth};
+	})()`, &view)
+	if view.Thumbs != 144 || view.Thumb < 40 || view.Shown != 1 || view.Scrolls {
+		t.Fatalf("12 × 12 heads: %+v, want 144 thumbnails of at least 40 px that fit across, one head in the head view", view)
+	}
+	b.do("enlarge L11 H11", chromedp.Click(`#modelview .thumb[data-layer="11"][data-head="11"]`))
+	b.wait("the enlarged head", `document.querySelector('#modelview .mv-title').textContent === 'Layer 11 · head 11'`)
+	b.fits("12 × 12 heads")
+	b.screenshot("lab-user-deep", wholePage)
 }

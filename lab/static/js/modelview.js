@@ -69,7 +69,7 @@ export class ModelView {
     const H = run.weights[0].length;
     // The thumbnails share the card's width (less the row titles and the gaps), so that 12
     // heads fit without scrolling sideways; many layers scroll down.
-    const room = (this.grid.parentElement.clientWidth || 600) - 64 - 10 * H;
+    const room = (this.grid.parentElement.clientWidth || 600) - 64 - 12 * H; // row titles; per column a gap and the border
     const thumb = Math.max(MIN_THUMB, Math.min(THUMB, Math.floor(room / H)));
     this.grid.style.gridTemplateColumns = `auto repeat(${H}, ${thumb}px)`;
     this.root.dataset.thumb = thumb;
