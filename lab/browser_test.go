@@ -709,7 +709,7 @@ func TestBrowserUserModels(t *testing.T) {
 	b.wait("the typed ids", `document.querySelectorAll('#predictions .tile').length === 12 && document.querySelectorAll('#heads table.metrics tbody tr').length === 144`)
 	var view struct {
 		Thumbs, Thumb, Shown int
-		Scrolls           bool
+		Scrolls              bool
 	}
 	b.eval("the views of 144 heads", `(() => {
 		const g = document.querySelector('#modelview .mv-scroll');
