@@ -592,3 +592,31 @@ func TestUserCheckpoints(t *testing.T) {
 		t.Fatalf("tokens on a checkpoint without a task: %s", body)
 	}
 }
+
+// FuzzUserRequest sends arbitrary bodies naming the user's models to the endpoints that read a
+// sequence: never a 5xx, always JSON.
+func FuzzUserRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"model": "gpt2", "text": "The cat sat"}`,
+		`{"model": "bert", "text": "the [MASK] [SEP] [CLS]", "ablate": [{"layer": 1, "head": 3, "mode": "mean"}]}`,
+		`{"model": "llama", "text": "<s></s>\n\t ’é", "ablate": [{"layer": 0, "head": 0, "mode": "uniform"}]}`,
+		`{"model": "gpt2", "text": "<|endoftext|><|endoftext|>"}`,
+		`{"model": "llama", "tokens": [0, 294]}`,
+		`{"model": "bert", "seed": 1}`,
+		`{"model": "gpt2", "text": ""}`,
+	} {
+		f.Add(seed)
+	}
+	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("gpt2"), tinyFolder("llama"), tinyFolder("bert")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/api/run", "/api/ablate"} {
+			status, out := serve(s, "POST", path, body)
+			if status >= 500 || !json.Valid(out) {
+				t.Fatalf("%s %q: %d %s", path, body, status, out)
+			}
+		}
+	})
+}
