@@ -637,6 +637,15 @@ func TestBrowserUserModels(t *testing.T) {
 			t.Fatalf("tile %d reads %q, want the piece %q (tokenizer: %q)", i, tiles[i], want, run.Symbols[i])
 		}
 	}
+	// The text, cut into its tokens: the pieces' spans read as the text.
+	var strip struct {
+		Text   string
+		Pieces int
+	}
+	b.eval("the text strip", `({text: document.querySelector('#text-strip').textContent, pieces: document.querySelectorAll('#text-strip .piece').length})`, &strip)
+	if strip.Text != text || strip.Pieces != len(run.Tokens) {
+		t.Fatalf("text strip %+v, want %q in %d pieces", strip, text, len(run.Tokens))
+	}
 	var marks struct{ Right, Wrong int }
 	b.eval("count marks", `({right: document.querySelectorAll('.tile.right').length, wrong: document.querySelectorAll('.tile.wrong').length})`, &marks)
 	if marks.Right+marks.Wrong != len(run.Tokens)-1 {

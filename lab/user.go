@@ -180,8 +180,9 @@ func (m *model) piece(id int) string {
 // readable returns what tokens [T] read as, token by token, for a model with a tokenizer: the
 // tokenizer's decoding of each alone (Ġ and ▁ become a space, byte tokens their character, a
 // WordPiece continuation keeps its ##), with a space back in front of a ▁ piece that the decoder
-// strips, and the text a token covers (offsets, from text) when it holds part of a character. It
-// returns nil for a model without a tokenizer.
+// strips; a token that holds part of a character reads as the text it covers (offsets, into
+// text), or as its spelling when there is no text (offsets nil). It returns nil for a model
+// without a tokenizer.
 func (m *model) readable(tokens []int, offsets [][2]int, text string) []string {
 	if m.user == nil || m.user.tok == nil {
 		return nil
@@ -196,11 +197,13 @@ func (m *model) readable(tokens []int, offsets [][2]int, text string) []string {
 		if strings.HasPrefix(raw, "▁") && !strings.HasPrefix(s, " ") {
 			s = " " + s
 		}
-		if (strings.ContainsRune(s, utf8.RuneError) || s == "") && offsets != nil && offsets[i][1] > offsets[i][0] {
-			s = text[offsets[i][0]:offsets[i][1]]
-		}
-		if s == "" {
+		if strings.ContainsRune(s, utf8.RuneError) || s == "" {
+			// Part of a character (a byte token): the character the text has there, or the
+			// tokenizer's spelling (<0xE2>) for a token read alone.
 			s = raw
+			if offsets != nil && offsets[i][1] > offsets[i][0] {
+				s = text[offsets[i][0]:offsets[i][1]]
+			}
 		}
 		out[i] = s
 	}

@@ -154,7 +154,7 @@ async function run(source) {
   if (source.seed !== undefined) state.generated = { seed: source.seed, text: $('#seq').value };
   const sel = state.selected;
   if (sel.layer >= r.weights.length || sel.head >= r.weights[0].length) state.selected = { layer: 0, head: 0 };
-  renderPredictions(r, $('#predictions'), $('#score'), source.text);
+  renderPredictions(r, $('#predictions'), $('#score'), source.text, $('#text-strip'));
   // More than six heads: the head view and the model view each get the page's width.
   $('.pair-cards').classList.toggle('wide', r.weights[0].length > 6);
   headView.show(r);

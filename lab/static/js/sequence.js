@@ -3,11 +3,16 @@
 // the target and whether it was right.
 import { el, fmt, pct, tokenLabels, guessLabel } from './ui.js';
 
-/** renderPredictions fills the predictions card from a /api/run answer; text is what was typed. */
-export function renderPredictions(run, root, scoreBox, text) {
+/**
+ * renderPredictions fills the predictions card from a /api/run answer; text is what was typed,
+ * shown in strip cut into its tokens.
+ */
+export function renderPredictions(run, root, scoreBox, text, strip) {
   const labels = tokenLabels(run);
   const covered = coveredText(run, text);
   root.replaceChildren(...labels.map((sym, t) => tile(run, sym, t, covered[t])));
+  strip.replaceChildren(...textStrip(run, text));
+  strip.hidden = strip.childElementCount === 0;
   root.dataset.predicts = run.predicts;
   scoreBox.replaceChildren();
   if (run.score) {
@@ -33,6 +38,31 @@ function coveredText(run, text) {
   const bytes = new TextEncoder().encode(text);
   const dec = new TextDecoder();
   return run.offsets.map(([a, b]) => (b > a ? dec.decode(bytes.slice(a, b)) : null));
+}
+
+/**
+ * textStrip returns the typed text cut into the tokens that cover it (from their byte offsets),
+ * shaded in turn, with the tokens the tokenizer added (no offsets) as badges; a token that holds
+ * part of a character shares the first one's span. Empty without offsets.
+ */
+function textStrip(run, text) {
+  if (!run.offsets || text === undefined) return [];
+  const bytes = new TextEncoder().encode(text);
+  const dec = new TextDecoder();
+  const parts = [];
+  let at = 0;
+  run.offsets.forEach(([a, b], t) => {
+    if (b <= a) {
+      parts.push(el('span', { class: 'special', title: `position ${t}: ${run.symbols[t]}, added by the tokenizer`, dataset: { pos: t } }, run.symbols[t]));
+      return;
+    }
+    if (a < at) return;
+    if (a > at) parts.push(dec.decode(bytes.slice(at, a)));
+    parts.push(el('span', { class: `piece p${t % 2}`, title: `position ${t}: ${run.symbols[t]} (id ${run.tokens[t]})`, dataset: { pos: t } }, dec.decode(bytes.slice(a, b))));
+    at = b;
+  });
+  if (at < bytes.length) parts.push(dec.decode(bytes.slice(at)));
+  return parts;
 }
 
 function stat(label, value, title) {
