@@ -620,3 +620,40 @@ func FuzzUserRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestReadable checks what tokens read as on the page: spaces for Ġ and ▁, a byte token's
+// character from the text it covers (or its spelling alone), WordPiece continuations with ##.
+func TestReadable(t *testing.T) {
+	s, err := userServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		model, text string
+		want        []string
+	}{
+		{"gpt2", "on the", []string{"on", " the"}},
+		{"llama", "the mat’", []string{"<s>", " the", " ", "m", "a", "t", "’", "’", "’"}},
+		{"bert", "playing", []string{"[CLS]", "play", "##ing", "[SEP]"}},
+	} {
+		m := s.models[c.model]
+		ids, offsets, err := m.encode(c.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.readable(ids, offsets, c.text); !slices.Equal(got, c.want) {
+			t.Errorf("%s %q: %q, want %q", c.model, c.text, got, c.want)
+		}
+	}
+	llama := s.models["llama"]
+	id, _ := llama.user.tok.TokenToID("<0xE2>")
+	if got := llama.pieceText(id); got != "<0xE2>" {
+		t.Errorf("<0xE2> alone reads %q, want its spelling", got)
+	}
+	if got := label("  "); got != "··" {
+		t.Errorf("label of two spaces: %q, want two middle dots", got)
+	}
+	if got := label("a\tb\n"); got != `a\tb\n` {
+		t.Errorf("label %q", got)
+	}
+}
