@@ -657,3 +657,42 @@ func TestReadable(t *testing.T) {
 		t.Errorf("label %q", got)
 	}
 }
+
+// TestUserNoHead adds a copy of the GPT-2 folder as GPT2Model, the model without its
+// language-model head: the run has no predictions and no score, and ablation, which compares
+// predictions, is refused with a message.
+func TestUserNoHead(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "tokenizer.json"} {
+		data, err := os.ReadFile(filepath.Join(tinyFolder("gpt2"), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(tinyFolder("gpt2"), "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte(`"GPT2LMHeadModel"`), []byte(`"GPT2Model"`), 1)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Workers: 1, Models: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := s.Added()[0]
+	status, body := serve(s, "POST", "/api/run", `{"model": "`+name+`", "text": "The cat"}`)
+	var got userAnswer
+	decodeOK(t, status, body, &got)
+	if got.Predicts != "none" || got.Predictions != nil || got.Score != nil || got.Measures.Heads[0].Importance != nil || len(got.Weights) != 2 {
+		t.Fatalf("a model without its head: %.300s", body)
+	}
+	status, body = serve(s, "POST", "/api/ablate", `{"model": "`+name+`", "text": "The cat", "ablate": [{"layer": 0, "head": 0, "mode": "zero"}]}`)
+	if status != 400 || !strings.Contains(string(body), "(GPT2Model) has no language-model head, so no predictions to compare") {
+		t.Fatalf("ablate: %d %s", status, body)
+	}
+}
