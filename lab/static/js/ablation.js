@@ -28,7 +28,7 @@ export class Ablation {
   add(layer, head) {
     if (!this.heads.some((a) => a.layer === layer && a.head === head)) this.heads.push({ layer, head, mode: 'zero' });
     this.draw();
-    this.root.scrollIntoView({ behavior: 'smooth', block: 'nearest' });
+    this.root.scrollIntoView({ block: 'nearest' }); // at once: a smooth scroll moves what the next click aims at
   }
 
   reset() {
