@@ -155,8 +155,8 @@ async function run(source) {
   const sel = state.selected;
   if (sel.layer >= r.weights.length || sel.head >= r.weights[0].length) state.selected = { layer: 0, head: 0 };
   renderPredictions(r, $('#predictions'), $('#score'), source.text, $('#text-strip'));
-  // More than six heads: the head view and the model view each get the page's width.
-  $('.pair-cards').classList.toggle('wide', r.weights[0].length > 6);
+  // More than six heads or 32 tokens: the head view and the model view each get the page's width.
+  $('.pair-cards').classList.toggle('wide', r.weights[0].length > 6 || r.tokens.length > 32);
   headView.show(r);
   modelView.show(r, state.selected.layer, state.selected.head);
   $('.grid-downloads').replaceChildren(downloads(pictureURL(source, { kind: 'grid' }), `${state.model.name}-all-heads`));

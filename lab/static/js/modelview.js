@@ -103,7 +103,10 @@ export class ModelView {
     const { run } = this;
     const w = run.weights[layer][head];
     const T = run.tokens.length;
-    const cell = Math.max(6, Math.min(22, Math.floor(460 / T)));
+    // Cells as large as the card allows (less the labels), 6 to 22 px: a long text in a card of
+    // the page's width keeps readable cells.
+    const room = Math.max(460, (this.detail.clientWidth || 560) - 140);
+    const cell = Math.max(6, Math.min(22, Math.floor(room / T)));
     const font = Math.min(12, cell - 1);
     const ctx0 = this.canvas.getContext('2d');
     ctx0.font = `${font}px system-ui, sans-serif`;
