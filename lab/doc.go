@@ -78,7 +78,9 @@
 //
 //	POST /api/heads  {model}
 //	     measures on 64 sequences of the model's task, with importance and the pruning curve
-//	     (for a model without a task: on 4 sequences of up to 32 random tokens repeated once,
+//	     (for a model without a task: on 4 sequences of up to 32 distinct random tokens
+//	     repeated once (probe.DistinctRepeatedTokens), where prefix_matching is Olsson et al.'s
+//	     induction score and duplicate_token the attention to the first copy,
 //	     without importance and pruning);
 //	     prev_token, prefix_matching and ground_truth are probe.Evaluate's, the numbers that
 //	     `mha eval` prints (512 sequences of random tokens repeated once, and of the task):

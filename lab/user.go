@@ -23,7 +23,8 @@ import (
 const MaxUserTokens = 64
 
 // The repeated random tokens that /api/heads measures a model without a task on: repeatBatch
-// sequences of at most repeatLen tokens, each repeated once (Olsson et al.), from taskSeed.
+// sequences of at most repeatLen distinct tokens, each repeated once (Olsson et al.), from
+// taskSeed.
 const (
 	repeatBatch = 4
 	repeatLen   = 32
@@ -264,7 +265,11 @@ func (m *model) repeatedMeasurement(ctx context.Context, workers int) (*taskMeas
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tokens := probe.RepeatedTokens(taskSeed, repeatBatch, n, m.cfg.Vocab)
+	n = min(n, m.cfg.Vocab)
+	tokens, err := probe.DistinctRepeatedTokens(taskSeed, repeatBatch, n, m.cfg.Vocab)
+	if err != nil {
+		return nil, err
+	}
 	c, err := probe.Record(m.net, tokens, repeatBatch, 2*n, &probe.RecordOptions{Workers: workers})
 	if err != nil {
 		return nil, err
@@ -273,8 +278,8 @@ func (m *model) repeatedMeasurement(ctx context.Context, workers int) (*taskMeas
 	if err != nil {
 		return nil, err
 	}
-	meas.About = fmt.Sprintf("On %d sequences of %d random tokens repeated once (Olsson et al. 2022): "+
-		"prefix-matching is the induction score, duplicate-token the attention to the earlier copy; "+
-		"%s has no task, so no importance or pruning.", repeatBatch, n, m.name)
+	meas.About = fmt.Sprintf("On %d sequences of %d distinct random tokens repeated once (Olsson et al. 2022): "+
+		"prefix-matching is the induction score, the mean attention from a token of the second half to the token after its first occurrence; "+
+		"duplicate-token the attention to that first occurrence; %s has no task, so no importance or pruning.", repeatBatch, n, m.name)
 	return &taskMeasurement{measurement: *meas}, nil
 }

@@ -395,7 +395,10 @@ func TestUserHeads(t *testing.T) {
 	}
 	cfg := pm.NN.Config()
 	n := min(cfg.SeqLen/2, repeatLen)
-	tokens := probe.RepeatedTokens(taskSeed, repeatBatch, n, cfg.Vocab)
+	tokens, err := probe.DistinctRepeatedTokens(taskSeed, repeatBatch, n, cfg.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := pm.NN.Forward(tokens, repeatBatch, 2*n, &nn.RunOptions{KeepWeights: true}); err != nil {
 		t.Fatal(err)
 	}

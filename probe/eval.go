@@ -135,11 +135,10 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []floa
 	prev = make([]float64, mc.Layers*mc.Heads)
 	matched, queries := make([]float64, len(prev)), 0
 	for i := range cfg.Batches {
-		n := mc.SeqLen / 2
+		tokens, n := repeatedTokens(cfg.Seed+uint64(i), cfg.Batch, mc.SeqLen, vocab)
 		if n < 1 {
 			return prev, nil, nil
 		}
-		tokens := RepeatedTokens(cfg.Seed+uint64(i), cfg.Batch, n, vocab)
 		if _, err := m.Forward(tokens, cfg.Batch, 2*n, opt); err != nil {
 			return nil, nil, err
 		}
@@ -243,10 +242,10 @@ func correctSequences(logits []float32, vocab int, bt tasks.Batch) int {
 	return n
 }
 
-// RepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n tokens drawn uniformly
-// from [0, vocab) with a generator seeded by seed, followed by the same n again, as Olsson et al.
-// measure induction heads. The same arguments give the same tokens.
-func RepeatedTokens(seed uint64, b, n, vocab int) []int {
+// repeatedTokens returns b sequences of n tokens drawn uniformly from [0, vocab) followed by the
+// same n again, n = seqLen/2, and n (0 when seqLen < 2).
+func repeatedTokens(seed uint64, b, seqLen, vocab int) ([]int, int) {
+	n := seqLen / 2
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tokens := make([]int, 0, b*2*n)
 	for range b {
@@ -256,5 +255,24 @@ func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 		}
 		tokens = append(tokens, tokens[start:start+n]...)
 	}
-	return tokens
+	return tokens, n
+}
+
+// DistinctRepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n distinct tokens
+// drawn uniformly from [0, vocab) with a generator seeded by seed, followed by the same n again.
+// On them the pattern scores are Olsson et al.'s positional ones: with no repeat inside a half,
+// PrefixMatching is the mean over the second half's queries i of α_{i, i−n+1} (the induction
+// score) and DuplicateToken the mean of α_{i, i−n}. It returns an error unless 1 ≤ n ≤ vocab and
+// b ≥ 1.
+func DistinctRepeatedTokens(seed uint64, b, n, vocab int) ([]int, error) {
+	if b < 1 || n < 1 || n > vocab {
+		return nil, fmt.Errorf("probe: %d sequences of %d distinct tokens of a vocabulary of %d; want b ≥ 1 and 1 ≤ n ≤ vocab", b, n, vocab)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xd15c))
+	tokens := make([]int, 0, b*2*n)
+	for range b {
+		half := rng.Perm(vocab)[:n]
+		tokens = append(append(tokens, half...), half...)
+	}
+	return tokens, nil
 }
