@@ -75,9 +75,8 @@ func newTaskModel(name string, net *nn.Model, task tasks.Task, command string) (
 }
 
 // parse turns text, space-separated symbols as Task.Symbol prints them, into the token ids of a
-// model with a task. It
-// returns a bad-request error naming the first unknown symbol, or saying that the sequence is
-// empty or longer than the model's seq_len.
+// model with a task. It returns a bad-request error naming the first unknown symbol, or saying
+// that the sequence is empty or longer than the model's seq_len.
 func (m *model) parse(text string) ([]int, error) {
 	words := strings.Fields(text)
 	if err := m.checkLen(len(words)); err != nil {
