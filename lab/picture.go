@@ -382,12 +382,13 @@ func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, st
 	}
 	title := fmt.Sprintf("%s · attention rollout through %d layers%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate))
 	pic := attention(title, r.Data, in.labels(), in.causal())
-	pic.XLabel, pic.ValueLabel = "input token", "share of the final position's input"
+	pic.XLabel, pic.ValueLabel = "input token", "share flowing from the input token"
 	return pic, in.m.name + "-rollout", nil
 }
 
 // offsetsPicture draws one head's mean attention by the key's offset from the query
-// (probe.OffsetProfile) on the sequence: later keys only for a bidirectional model.
+// (probe.OffsetProfile) on the sequence; the offsets of later keys only for a bidirectional
+// model.
 func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (viz.Picture, string, error) {
 	layer, err := intParam(q, "layer", in.m.cfg.Layers)
 	if err != nil {
