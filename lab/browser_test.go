@@ -669,6 +669,12 @@ func TestBrowserUserModels(t *testing.T) {
 	if visible != want {
 		t.Fatalf("hovering query %d: %d lines, want %d", q, visible, want)
 	}
+	// The token's words light up in the text and its tile.
+	var hot []string
+	b.eval("the highlighted token", `[...document.querySelectorAll('#text-strip .hot, #predictions .tile.hot')].map((e) => e.dataset.pos)`, &hot)
+	if len(hot) != 2 || hot[0] != strconv.Itoa(q) || hot[1] != strconv.Itoa(q) {
+		t.Fatalf("hovering query %d highlights %v, want its span in the text and its tile", q, hot)
+	}
 
 	// Enlarge layer 0 head 2; the offsets picture follows the selection.
 	b.do("enlarge L0 H2", chromedp.Click(`#modelview .thumb[data-layer="0"][data-head="2"]`))

@@ -13,8 +13,10 @@ const TOKEN = 48; // px of a token's box // lighter lines would be invisible; th
 
 /** HeadView draws one layer of a run into a card. */
 export class HeadView {
-  constructor(root) {
+  /** onFocus(i) is called with the position of the token focused, or null. */
+  constructor(root, onFocus) {
     this.root = root;
+    this.onFocus = onFocus;
     this.svg = root.querySelector('svg');
     this.info = root.querySelector('.focus-info');
     this.toggles = root.querySelector('.head-toggles');
@@ -142,6 +144,7 @@ export class HeadView {
     }
     s.classList.toggle('focused', side !== null);
     this.root.dataset.focus = side === null ? '' : `${side}${i}`;
+    this.onFocus(side === null ? null : i);
     this.root.dataset.visible = visible;
     if (side === null) {
       this.info.textContent = `${visible} lines (weights ≥ ${MIN_WEIGHT}) in layer ${this.layer}. Hover or focus a token to see only its lines; click to pin.`;

@@ -23,7 +23,7 @@ const state = {
   task: new Map(), // model name → /api/heads answer
 };
 
-const headView = new HeadView($('#headview'));
+const headView = new HeadView($('#headview'), highlight);
 const modelView = new ModelView($('#modelview'), select);
 const headsTable = new HeadsTable($('#heads'), select, (l, h) => ablation.add(l, h));
 const pruning = new Pruning($('#heads .pruning'), select);
@@ -33,6 +33,13 @@ const flow = new Flow($('#flow'));
 
 // The text a model without a task starts with: BERT guesses a masked word.
 const FIRST_TEXT = { next: 'The cat sat on the mat', masked: 'the cat [MASK] on the mat.', none: 'The cat sat on the mat' };
+
+/** highlight marks the token at position pos (or none, for null) in the text and on its tile. */
+function highlight(pos) {
+  document.querySelectorAll('#text-strip .hot, #predictions .tile.hot').forEach((e) => e.classList.remove('hot'));
+  if (pos === null) return;
+  document.querySelectorAll(`#text-strip [data-pos="${pos}"], #predictions .tile[data-pos="${pos}"]`).forEach((e) => e.classList.add('hot'));
+}
 
 function select(layer, head) {
   state.selected = { layer, head };
