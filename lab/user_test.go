@@ -699,3 +699,33 @@ func TestUserNoHead(t *testing.T) {
 		t.Fatalf("ablate: %d %s", status, body)
 	}
 }
+
+// TestUserConcurrent runs, ablates and measures a user's model from several requests at once:
+// each answer is a lone request's (the model, its importance's backward pass included, takes
+// turns).
+func TestUserConcurrent(t *testing.T) {
+	s, err := New(Options{Heavy: 4, Workers: 1, Models: []string{tinyFolder("llama")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := [][2]string{
+		{"/api/run", `{"model": "llama", "text": "the cat sat on the mat"}`},
+		{"/api/ablate", `{"model": "llama", "text": "the cat sat", "ablate": [{"layer": 1, "head": 2, "mode": "mean"}]}`},
+		{"/api/heads", `{"model": "llama"}`},
+	}
+	want := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		_, want[i] = serve(s, "POST", r[0], r[1])
+	}
+	var wg sync.WaitGroup
+	for i := range 9 {
+		wg.Go(func() {
+			r := reqs[i%len(reqs)]
+			status, body := serve(s, "POST", r[0], r[1])
+			if status != 200 || !bytes.Equal(body, want[i%len(reqs)]) {
+				t.Errorf("%s: status %d, answer differs from a lone request's", r[0], status)
+			}
+		})
+	}
+	wg.Wait()
+}
