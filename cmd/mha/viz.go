@@ -72,7 +72,8 @@ Pictures of the model's task (64 sequences; no sequence flags):
 			name := query.Get("model")
 			if _, err := os.Stat(name); err == nil && !slices.Contains(models.Names(), name) {
 				user = []string{name}
-				name = strings.TrimSuffix(filepath.Base(filepath.Clean(name)), filepath.Ext(name))
+				base := filepath.Base(filepath.Clean(name)) // as the lab names it (Server.Added)
+				name = strings.TrimSuffix(base, filepath.Ext(base))
 			}
 			makeDir := out == ""
 			if makeDir {
