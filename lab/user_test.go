@@ -729,3 +729,48 @@ func TestUserConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestUserFamilies adds every tiny folder (Mistral's sliding window, Qwen2's biases, Llama 3's
+// BF16 weights and rope scaling, a sharded F16 GPT-2, BERT's old gamma and beta names) and runs
+// a text on each: the tokenizer's tokens, rows of weights that sum to 1, a prediction per
+// position.
+func TestUserFamilies(t *testing.T) {
+	names := []string{"mistral", "qwen2", "llama3-bf16", "gpt2-prefixed-f16-sharded", "bert-gamma-beta"}
+	var paths []string
+	for _, n := range names {
+		paths = append(paths, tinyFolder(n))
+	}
+	s, err := New(Options{Workers: 1, Models: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range s.Added() {
+		if name != names[i] {
+			t.Fatalf("model %d is named %q, want %q", i, name, names[i])
+		}
+		status, body := serve(s, "POST", "/api/run", `{"model": "`+name+`", "text": "the cat sat"}`)
+		var got userAnswer
+		decodeOK(t, status, body, &got)
+		tok := s.models[name].user.tok
+		enc, err := tok.Encode("the cat sat", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Tokens, enc.IDs) || len(got.Predictions) != len(enc.IDs) {
+			t.Fatalf("%s: tokens %v and %d predictions, want %v", name, got.Tokens, len(got.Predictions), enc.IDs)
+		}
+		for l, layer := range got.Weights {
+			for h, head := range layer {
+				for q, row := range head {
+					sum := 0.0
+					for _, a := range row {
+						sum += float64(a)
+					}
+					if math.Abs(sum-1) > 1e-5 {
+						t.Fatalf("%s L%d H%d row %d sums to %v", name, l, h, q, sum)
+					}
+				}
+			}
+		}
+	}
+}
