@@ -43,13 +43,16 @@ type ablateResponse struct {
 	Model   string           `json:"model"`
 	Tokens  []int            `json:"tokens"`
 	Symbols []string         `json:"symbols"`
+	Pieces  []string         `json:"pieces,omitempty"` // what the tokens read as, as in /api/run
 	Ablate  []probe.Ablation `json:"ablate"`
 	// Positions compares the predictions at each position.
 	Positions []change `json:"positions"`
-	// Sequence is the loss and accuracy on the sequence, for one drawn from the task.
+	// Sequence is the loss and accuracy on the sequence, for one drawn from the task or the
+	// next tokens of a causal language model's text.
 	Sequence *versus `json:"sequence,omitempty"`
-	// Task is the loss and accuracy on fresh sequences of the task (probe.Ablate).
-	Task taskVersus `json:"task"`
+	// Task is the loss and accuracy on fresh sequences of the task (probe.Ablate); absent for a
+	// model without a task.
+	Task *taskVersus `json:"task,omitempty"`
 }
 
 // change is how ablation changes the prediction at one position.
@@ -71,6 +74,7 @@ type change struct {
 type tracked struct {
 	Token  int    `json:"token"`
 	Symbol string `json:"symbol"`
+	Piece  string `json:"piece,omitempty"` // what the token reads as, for a model with a tokenizer
 	Before number `json:"before"`
 	After  number `json:"after"`
 }
@@ -101,6 +105,9 @@ func (s *Server) ablate(w http.ResponseWriter, r *http.Request) error {
 	if len(in.ablate) == 0 {
 		return badRequest("ablate is empty; want at least one {\"layer\", \"head\", \"mode\"}")
 	}
+	if in.m.predicts() == "none" {
+		return badRequest("model %s (%s) has no language-model head, so no predictions to compare; /api/run with ablate shows the ablated attention", in.m.name, in.m.user.arch)
+	}
 	ctx := r.Context()
 	base, err := in.m.record(ctx, in.tokens, nil, s.opt.Workers)
 	if err != nil {
@@ -110,21 +117,20 @@ func (s *Server) ablate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	task, err := in.m.taskAblation(ctx, in.ablate, s.opt.Workers)
-	if err != nil {
-		return err
-	}
 	resp := &ablateResponse{
 		Model:     in.m.name,
 		Tokens:    in.tokens,
 		Symbols:   in.m.symbolsOf(in.tokens),
+		Pieces:    in.m.readable(in.tokens, in.offsets, in.text),
 		Ablate:    in.ablate,
 		Positions: in.m.changes(base.Logits.Data, ablated.Logits.Data, in.task),
-		Task: taskVersus{
-			Sequences: taskAblationBatches * taskBatch,
-			Before:    task.Base,
-			After:     task.Ablated,
-		},
+	}
+	if in.m.task != nil {
+		task, err := in.m.taskAblation(ctx, in.ablate, s.opt.Workers)
+		if err != nil {
+			return err
+		}
+		resp.Task = &taskVersus{Sequences: taskAblationBatches * taskBatch, Before: task.Base, After: task.Ablated}
 	}
 	if before := scoreOf(base.Logits.Data, in.m.cfg.Vocab, in.task); before != nil {
 		resp.Sequence = &versus{*before, *scoreOf(ablated.Logits.Data, in.m.cfg.Vocab, in.task)}
@@ -150,10 +156,10 @@ func (m *model) changes(base, ablated []float32, task *tasks.Batch) []change {
 		row := base[t*v : (t+1)*v]
 		p, q := softmax(row), softmax(ablated[t*v:(t+1)*v])
 		top, after := argmax(row), argmax(ablated[t*v:(t+1)*v])
-		follow := func(id int) tracked { return tracked{id, m.symbol(id), number(p[id]), number(q[id])} }
+		follow := func(id int) tracked { return tracked{id, m.symbol(id), m.pieceText(id), number(p[id]), number(q[id])} }
 		c := change{
-			Before:    guess{top, m.symbol(top), number(p[top])},
-			After:     guess{after, m.symbol(after), number(q[after])},
+			Before:    m.guess(top, p[top]),
+			After:     m.guess(after, q[after]),
 			Reference: follow(top),
 			Changed:   top != after,
 			KL:        number(kl(p, q)),

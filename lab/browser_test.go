@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/mhalab/mha/experiment"
+	"github.com/mhalab/mha/nn"
 )
 
 // chromium returns the path of a Chromium or Chrome binary, or "" when there is none.
@@ -186,10 +187,10 @@ func (b *browser) screenshot(name, sel string) {
 	}
 }
 
-// newBrowser starts the lab on a loopback port and a headless Chromium on its page. The test
-// skips when there is no Chromium, unless MHA_REQUIRE_BROWSER=1 asks it to fail. Screenshots
-// go to the directory MHA_SCREENSHOTS names, if any.
-func newBrowser(t *testing.T) *browser {
+// newBrowser starts the lab with opt on a loopback port and a headless Chromium on its page. The
+// test skips when there is no Chromium, unless MHA_REQUIRE_BROWSER=1 asks it to fail.
+// Screenshots go to the directory MHA_SCREENSHOTS names, if any.
+func newBrowser(t *testing.T, opt Options) *browser {
 	path := chromium()
 	if path == "" {
 		if os.Getenv("MHA_REQUIRE_BROWSER") == "1" {
@@ -197,7 +198,7 @@ func newBrowser(t *testing.T) *browser {
 		}
 		t.Skip("no Chromium binary found (install Debian's chromium); set MHA_REQUIRE_BROWSER=1 to make this a failure")
 	}
-	s, err := New(Options{})
+	s, err := New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func (b *browser) apiCall(path, body string, v any) {
 // ablate the induction heads, download a picture, type a bad sequence, run an experiment; and
 // checks what the page shows against the API.
 func TestBrowser(t *testing.T) {
-	b := newBrowser(t)
+	b := newBrowser(t, Options{})
 	// Record what the Content-Security-Policy refuses (an inline style, a foreign script).
 	if _, err := chromedp.Call(b.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
 		Source: `window.cspViolations = [];
@@ -592,4 +593,149 @@ func checkOutcome(t *testing.T, scope, text string, loss0, loss1, acc0, acc1 flo
 			t.Fatalf("%s outcome %q: %v, want %v", scope, text, got, want)
 		}
 	}
+}
+
+// TestBrowserUserModels drives the lab on the tiny GPT-2 and BERT folders as `mha lab --model`
+// serves them: choose the model, type text, read the tokenizer's pieces on the tiles, hover a
+// token of the head view, enlarge a head, see the rollout, measure on repeated tokens, ablate a
+// head; then BERT's guesses at a [MASK].
+func TestBrowserUserModels(t *testing.T) {
+	// And a checkpoint of 12 layers × 12 heads without a task or a tokenizer, the shape of
+	// GPT-2 small, to see that the views stay readable.
+	deep := filepath.Join(t.TempDir(), "deep.safetensors")
+	net, err := nn.NewModel(nn.Config{Vocab: 50, SeqLen: 32, DModel: 24, Heads: 12, Layers: 12, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.Save(deep, net, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, Options{Models: []string{tinyFolder("gpt2"), tinyFolder("bert"), deep}})
+	b.do("load the page", chromedp.Navigate(b.base+"/"))
+	b.wait("the first model's predictions", `document.querySelectorAll('#predictions .tile').length > 0`)
+	var groups []string
+	b.eval("the model list", `[...document.querySelectorAll('#model optgroup')].map((g) => g.label + ': ' + [...g.children].map((o) => o.value).join(' '))`, &groups)
+	if len(groups) != 2 || groups[1] != "Your models (--model): gpt2 bert deep" {
+		t.Fatalf("model list %q, want the shipped models, then gpt2 and bert", groups)
+	}
+
+	b.choose("#model", "gpt2")
+	b.wait("gpt2's first text", `document.querySelector('#predictions').dataset.predicts === 'next' && !document.querySelector('#generate').checkVisibility()`)
+	const text = "The cat sat on"
+	var run userAnswer
+	b.apiCall("/api/run", `{"model": "gpt2", "text": "`+text+`"}`, &run)
+	b.do("type text", chromedp.SetValue("#seq", text), chromedp.Click("#run"))
+	b.wait("the text's tiles", fmt.Sprintf(`document.querySelectorAll('#predictions .tile').length === %d`, len(run.Tokens)))
+	var tiles []string
+	b.eval("read the tiles", `[...document.querySelectorAll('#predictions .tile .tok')].map((e) => e.textContent)`, &tiles)
+	for i, p := range run.Pieces {
+		want := p
+		if strings.TrimSpace(p) == "" {
+			want = strings.Repeat("␣", len(p))
+		}
+		if tiles[i] != want {
+			t.Fatalf("tile %d reads %q, want the piece %q (tokenizer: %q)", i, tiles[i], want, run.Symbols[i])
+		}
+	}
+	// The text, cut into its tokens: the pieces' spans read as the text.
+	var strip struct {
+		Text   string
+		Pieces int
+	}
+	b.eval("the text strip", `({text: document.querySelector('#text-strip').textContent, pieces: document.querySelectorAll('#text-strip .piece').length})`, &strip)
+	if strip.Text != text || strip.Pieces != len(run.Tokens) {
+		t.Fatalf("text strip %+v, want %q in %d pieces", strip, text, len(run.Tokens))
+	}
+	var marks struct{ Right, Wrong int }
+	b.eval("count marks", `({right: document.querySelectorAll('.tile.right').length, wrong: document.querySelectorAll('.tile.wrong').length})`, &marks)
+	if marks.Right+marks.Wrong != len(run.Tokens)-1 {
+		t.Fatalf("%d tiles marked, want every position but the last (%d)", marks.Right+marks.Wrong, len(run.Tokens)-1)
+	}
+
+	// Hover query q in the head view of layer 1: its lines only, as many as its weights ≥ 0.01.
+	q := len(run.Tokens) - 1
+	b.hover(fmt.Sprintf(`#headview .col.q .tok[data-i="%d"] .hit`, q))
+	b.wait("focus on the query", fmt.Sprintf(`document.querySelector('#headview').dataset.focus === 'q%d'`, q))
+	want := 0
+	for h := range run.Weights[1] {
+		for _, a := range run.Weights[1][h][q] {
+			if a >= 0.01 {
+				want++
+			}
+		}
+	}
+	var visible int
+	b.eval("count lines", `document.querySelectorAll('#headview .edge:not(.off)').length`, &visible)
+	if visible != want {
+		t.Fatalf("hovering query %d: %d lines, want %d", q, visible, want)
+	}
+	// The token's words light up in the text and its tile.
+	var hot []string
+	b.eval("the highlighted token", `[...document.querySelectorAll('#text-strip .hot, #predictions .tile.hot')].map((e) => e.dataset.pos)`, &hot)
+	if len(hot) != 2 || hot[0] != strconv.Itoa(q) || hot[1] != strconv.Itoa(q) {
+		t.Fatalf("hovering query %d highlights %v, want its span in the text and its tile", q, hot)
+	}
+
+	// Enlarge layer 0 head 2; the offsets picture follows the selection.
+	b.do("enlarge L0 H2", chromedp.Click(`#modelview .thumb[data-layer="0"][data-head="2"]`))
+	b.wait("the enlarged head", `document.querySelector('#modelview .mv-title').textContent === 'Layer 0 · head 2'`)
+	b.wait("the offsets of L0 H2", `document.querySelector('#flow .offsets-img').src.includes('layer=0&head=2') && document.querySelector('#flow .offsets-img').naturalWidth > 0`)
+	b.wait("the rollout picture", `document.querySelector('#flow .rollout-img').naturalWidth > 0`)
+	b.screenshot("lab-user-gpt2", wholePage)
+	b.fits("gpt2")
+
+	// Measured on repeated random tokens: a row per head, no pruning curve.
+	b.do("repeated tokens", chromedp.Click("#scope-task"))
+	b.wait("the repeated-token measures", `document.querySelector('#heads-about').textContent.includes('repeated once') && document.querySelector('#heads .pruning').hidden`)
+
+	// Ablate the selected head: the next-token loss before and after, no task card.
+	b.do("ablate L0 H2", chromedp.Click("#mv-ablate"), chromedp.Click("#ablation .ab-run"))
+	b.wait("the ablation's result", `document.querySelectorAll('#ablation .outcome').length === 1 && document.querySelector('#ablation .outcome').dataset.scope === 'sequence'`)
+
+	// A text longer than the model takes: the API's message in the banner.
+	b.do("type a long text", chromedp.SetValue("#seq", strings.Repeat("cat ", 10)), chromedp.Click("#run"))
+	b.wait("the error", `!document.querySelector('#banner').hidden && document.querySelector('#banner .msg').textContent.includes('want 1 to 16 (the seq_len of gpt2)')`)
+
+	// BERT: the guesses at the [MASK] position, on a tile of its own.
+	b.choose("#model", "bert")
+	b.wait("bert's first text", `document.querySelector('#predictions').dataset.predicts === 'masked' && document.querySelectorAll('#predictions .tile.masked').length === 1`)
+	var masked userAnswer
+	b.apiCall("/api/run", `{"model": "bert", "text": "the cat [MASK] on the mat."}`, &masked)
+	i := slices.IndexFunc(masked.Predictions, func(p userPrediction) bool { return p.Masked })
+	var guess struct{ Pos, Top string }
+	b.eval("the masked tile", `(() => { const t = document.querySelector('#predictions .tile.masked');
+		return {pos: t.dataset.pos, top: t.querySelector('.top1 .sym').textContent}; })()`, &guess)
+	if guess.Pos != strconv.Itoa(i) || guess.Top != masked.Predictions[i].Top[0].Piece {
+		t.Fatalf("masked tile %+v, want position %d guessing %q", guess, i, masked.Predictions[i].Top[0].Piece)
+	}
+	// A bidirectional head attends to later keys: the head view draws lines to them.
+	var later int
+	b.eval("lines to later keys", `[...document.querySelectorAll('#headview .edge')].filter((e) => +e.dataset.k > +e.dataset.q).length`, &later)
+	if later == 0 {
+		t.Fatal("BERT's head view draws no line from a query to a later key")
+	}
+	b.screenshot("lab-user-bert", topOfPage)
+
+	// 12 × 12 heads: token ids typed, thumbnails that fit the card (no sideways scrolling), one
+	// head's lines at a time in the head view, a metrics row per head.
+	b.choose("#model", "deep")
+	b.wait("deep's first sequence", `document.querySelectorAll('#predictions .tile').length === 8`)
+	b.do("type ids", chromedp.SetValue("#seq", "3 14 15 9 26 5 3 14 15 9 26 5"), chromedp.Click("#run"))
+	b.wait("the typed ids", `document.querySelectorAll('#predictions .tile').length === 12 && document.querySelectorAll('#heads table.metrics tbody tr').length === 144`)
+	var view struct {
+		Thumbs, Thumb, Shown int
+		Scrolls              bool
+	}
+	b.eval("the views of 144 heads", `(() => {
+		const g = document.querySelector('#modelview .mv-scroll');
+		return {thumbs: document.querySelectorAll('#modelview .thumb').length, thumb: +document.querySelector('#modelview').dataset.thumb,
+			shown: document.querySelectorAll('#headview .head-toggles input:checked').length, scrolls: g.scrollWidth > g.clientWidth};
+	})()`, &view)
+	if view.Thumbs != 144 || view.Thumb < 40 || view.Shown != 1 || view.Scrolls {
+		t.Fatalf("12 × 12 heads: %+v, want 144 thumbnails of at least 40 px that fit across, one head in the head view", view)
+	}
+	b.do("enlarge L11 H11", chromedp.Click(`#modelview .thumb[data-layer="11"][data-head="11"]`))
+	b.wait("the enlarged head", `document.querySelector('#modelview .mv-title').textContent === 'Layer 11 · head 11'`)
+	b.fits("12 × 12 heads")
+	b.screenshot("lab-user-deep", wholePage)
 }

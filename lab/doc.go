@@ -1,6 +1,7 @@
 // Package lab is mha's web lab: a page embedded in the binary, served with a JSON API, that
-// shows and measures what every head of the shipped models (package models) does. `mha lab`
-// serves it. The page is hand-written HTML, CSS and JavaScript modules in static/, with no
+// shows and measures what every head of the shipped models (package models) does, and of the
+// user's own models (Options.Models: Hugging Face folders and checkpoints of mha train, opened
+// with pretrained.OpenPath). `mha lab [--model PATH]…` serves it. The page is hand-written HTML, CSS and JavaScript modules in static/, with no
 // framework, no build step and nothing fetched from another site: the lab works offline.
 //
 // # The page
@@ -16,6 +17,12 @@
 // of every prediction and of loss and accuracy; every picture as PNG or SVG; and the chapters'
 // experiments (package experiment) with their tables and pictures.
 //
+// A user's model without a task takes text, encoded with its tokenizer: the tiles show the
+// tokenizer's pieces as they read, the predictions are the next token (the masked token at
+// [MASK] for BERT), and the metrics are those that need no task, on the text and on repeated
+// random tokens, with the attention rollout and each head's offset profile. It has no seeds,
+// task scores or pruning curve; a checkpoint of mha train that records its task has them.
+//
 // # The API
 //
 // Every answer is JSON except pictures. Every error is a 4xx (5xx only for the server's own
@@ -26,58 +33,94 @@
 // of another site cannot make the lab work; a query pair that does not parse (a bad % escape, a
 // ";") gets 400. A sequence is given as exactly one of
 //
-//	"text":   "BOS 3 17 3"   symbols as tasks.Task.Symbol prints them, separated by spaces
+//	"text":   "BOS 3 17 3"   symbols as tasks.Task.Symbol prints them, separated by spaces;
+//	                         for a model without a task, natural text that its tokenizer
+//	                         encodes with its special tokens (a model without tokenizer.json
+//	                         takes tokens only)
 //	"tokens": [30, 3, 17, 3] token ids
 //	"seed":   7              the first sequence of Task.Batch(seed, 1), with its targets and
-//	                         ground-truth attention, so that predictions can be scored
+//	                         ground-truth attention, so that predictions can be scored (400 for
+//	                         a model without a task)
 //
-// of 1 to seq_len tokens. Heads to ablate are "ablate": [{"layer": 1, "head": 2, "mode":
+// of 1 to seq_len tokens (to MaxUserTokens for a model without a task). Text whose tokenizer
+// gives an id outside the model's vocabulary is a 400 that names the token. Heads to ablate are "ablate": [{"layer": 1, "head": 2, "mode":
 // "zero"|"mean"|"uniform"}] (probe.Ablation); mean ablation uses the head's mean output over
 // the positions of the sequence it runs on (over the task's sequences for task scores).
 //
 //	GET  /api/models
 //	     [{name, describe, vocab, seq_len, layers, heads, d_model, head_dims, attn_only, norm,
-//	       params, symbols, command}]: the shipped models; symbols[id] prints token id.
+//	       params, symbols, command, task, max_tokens, user, path?, architecture?, family?,
+//	       tokenizer, causal, predicts}]: the shipped models, then the user's in the order
+//	     given (named after the path's last element, -2, -3 … after a name taken);
+//	     symbols[id] prints token id (null without a task); task says whether there are
+//	     seeds, task scores and pruning; family is pretrained's (gpt2, bert, llama) or mha for a
+//	     checkpoint; causal is false for a bidirectional model; predicts is next, masked (BERT)
+//	     or none (a model without its language-model head).
 //
 //	POST /api/run  {model, text|tokens|seed, ablate?}
-//	     {model, tokens, symbols, seed?,
+//	     {model, tokens, symbols, pieces?, offsets?, seed?, causal,
 //	      weights: [layer][head][query][key] α (after any ablation),
-//	      predictions: [{top: [{token, symbol, p}] ×3, target?: {token, symbol, p}, correct?}],
-//	      score?: {loss, accuracy, scored}   (sequences drawn from a seed only),
+//	      predicts, predictions: [{top: [{token, symbol, piece?, p}] ×3, masked?,
+//	                               target?: {token, symbol, piece?, p}, correct?}],
+//	      score?: {loss, accuracy, scored}   (a sequence drawn from a seed, or the next tokens
+//	                                          of a causal language model's text),
+//	      rollout: [query][key] (probe.Rollout),
 //	      measures: {sequences, about, heads, layers} (below) on this sequence,
 //	      ablate}
+//	     symbols are the task's symbols, or the tokenizer's pieces (Ġ, ▁, ## as it spells them;
+//	     "#id" without a tokenizer); pieces are what they read as (Ġ and ▁ as a space, byte
+//	     tokens as their character) and offsets their byte offsets [start, end) into the text
+//	     ([0, 0] for a special token the tokenizer added). For a causal language model each
+//	     position's target is the next token; for a masked-LM model predictions are the tokens
+//	     at each position and masked marks the [MASK] positions; predictions are absent when
+//	     predicts is none. A model without a task gets the heads' importance against its own
+//	     next-token loss on the text (probe.ImportanceOn, without the ablation).
 //
 //	POST /api/heads  {model}
-//	     measures on 64 sequences of the model's task, with importance and the pruning curve;
+//	     measures on 64 sequences of the model's task, with importance and the pruning curve
+//	     (for a model without a task: on 4 sequences of up to 32 distinct random tokens
+//	     repeated once (probe.DistinctRepeatedTokens), where prefix_matching is Olsson et al.'s
+//	     induction score and duplicate_token the attention to the first copy,
+//	     without importance and pruning);
 //	     prev_token, prefix_matching and ground_truth are probe.Evaluate's, the numbers that
 //	     `mha eval` prints (512 sequences of random tokens repeated once, and of the task):
 //	     {sequences, about (which sequences each score is on),
 //	      heads: [{layer, head, entropy, confidence, prev_token, prefix_matching, ground_truth,
-//	               importance}],
+//	               importance, first_token, duplicate_token, offsets}],
 //	      layers: [{layer, similarity: ρ [H][H], js_distance: [H][H], argmax_nmi: [H][H]}],
 //	      pruning: [{removed, fraction, loss, accuracy, last?: {layer, head, mode}}]}
-//	     null means not measured: prefix_matching where no token repeats, ground_truth for a
-//	     typed sequence, importance on one sequence, a pair of heads of different sizes.
+//	     first_token is probe.FirstToken (attention sinks), duplicate_token probe.DuplicateToken,
+//	     offsets probe.OffsetProfile: the mean weight at key − query = −(T−1) … T−1.
+//	     null means not measured: prefix_matching and duplicate_token where no token repeats,
+//	     first_token on one token, ground_truth for a typed sequence, importance on one
+//	     sequence of a task, a pair of heads of different sizes.
 //	     pruning is probe.Prune on the same sequences: the score with 0, 1, … L·H heads
 //	     zero-ablated in order of importance, least important first; last is the head removed
 //	     last. The answer is computed once per model and kept.
 //
 //	POST /api/ablate  {model, text|tokens|seed, ablate}
-//	     {model, tokens, symbols, ablate,
-//	      positions: [{before, after: {token, symbol, p}, reference: {token, symbol, before,
-//	                   after}, target?: {…}, changed, kl}],
+//	     {model, tokens, symbols, pieces?, ablate,
+//	      positions: [{before, after: {token, symbol, piece?, p}, reference: {token, symbol,
+//	                   piece?, before, after}, target?: {…}, changed, kl}],
 //	      sequence?: {before, after: {loss, accuracy, scored}},
-//	      task: {sequences, before, after: {loss, accuracy}}}
+//	      task?: {sequences, before, after: {loss, accuracy}}}
 //	     reference follows the unablated model's top token; kl is KL(before ‖ after) in nats.
+//	     sequence is on a seed's targets or a causal language model's next tokens; task is
+//	     absent for a model without a task; a model without a language-model head gets 400.
 //
 //	GET  /api/picture?model=M&(text=…|tokens=1,2,3|seed=N)[&ablate=L.H.MODE,…]&kind=K&format=png|svg
 //	     kind=head&layer=L&head=H: one head's attention, tokens on both axes;
 //	     kind=grid: every layer × head;
-//	     kind=similarity&layer=L&metric=rho|js|nmi[&scope=sequence|task]: a layer's head pairs.
+//	     kind=similarity&layer=L&metric=rho|js|nmi[&scope=sequence|task]: a layer's head pairs
+//	     (scope=task is the repeated random tokens for a model without a task);
+//	     kind=rollout: the attention rollout;
+//	     kind=offsets&layer=L&head=H: one head's mean attention by key − query offset.
+//	     The tokens are labelled with their symbols, or with what their pieces read as.
 //	GET  /api/picture?model=M&kind=K&format=png|svg
 //	     on the task, as /api/heads measures it, with no sequence and no ablate:
 //	     kind=pruning[&metric=accuracy|loss]: the pruning curve (accuracy when no metric);
 //	     kind=importance: every head's importance, layers × heads.
+//	     Both are 400 for a model without a task.
 //	     Drawn by package viz, sent as a download (Content-Disposition). A parameter the kind
 //	     does not take is refused. Server.Picture draws the same pictures for `mha viz`.
 //

@@ -28,11 +28,12 @@ type headsRequest struct {
 type taskMeasurement struct {
 	measurement
 	// Pruning is probe.Prune's curve: the score with 0, 1, … L·H heads zero-ablated, least
-	// important first.
-	Pruning []probe.PrunePoint `json:"pruning"`
+	// important first; absent for a model without a task.
+	Pruning []probe.PrunePoint `json:"pruning,omitempty"`
 }
 
-// heads answers POST /api/heads: the head metrics of a model on taskBatch sequences of its task.
+// heads answers POST /api/heads: the head metrics of a model on taskBatch sequences of its task,
+// or of a model without a task on repeated random tokens.
 func (s *Server) heads(w http.ResponseWriter, r *http.Request) error {
 	var req headsRequest
 	if err := decode(r, &req); err != nil {
@@ -49,13 +50,21 @@ func (s *Server) heads(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, meas)
 }
 
-// taskMeasurement returns the model's metrics and pruning curve on its task, computing them on
-// the first call.
+// taskMeasurement returns the model's metrics and pruning curve on its task, or its metrics on
+// repeated random tokens without a task, computing them on the first call.
 func (m *model) taskMeasurement(ctx context.Context, workers int) (*taskMeasurement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.wide != nil {
 		return m.wide, nil
+	}
+	if m.task == nil {
+		wide, err := m.repeatedMeasurement(ctx, workers)
+		if err != nil {
+			return nil, err
+		}
+		m.wide = wide
+		return wide, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

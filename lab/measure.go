@@ -37,9 +37,20 @@ type headMetrics struct {
 	// GroundTruth is the share of attention where the task says it belongs
 	// (probe.GroundTruth); null for a typed sequence.
 	GroundTruth number `json:"ground_truth"`
-	// Importance is Michel et al.'s head importance, normalised per layer (probe.Importance);
-	// measured on the task only, null on one sequence.
+	// Importance is Michel et al.'s head importance, normalised per layer: on the task
+	// (probe.Importance), or for a causal language model without a task on the model's own
+	// next-token loss over the typed text (probe.ImportanceOn); null otherwise.
 	Importance number `json:"importance"`
+	// FirstToken is the mean weight on the first key, attention sinks (probe.FirstToken); null
+	// on one token.
+	FirstToken number `json:"first_token"`
+	// DuplicateToken is the weight on earlier copies of the query's token
+	// (probe.DuplicateToken); null when no token occurs twice.
+	DuplicateToken number `json:"duplicate_token"`
+	// Offsets is the mean weight by the key's offset from the query, −(T−1) … T−1
+	// (probe.OffsetProfile): offsets[T−1] is the query's own position, offsets[T−2] the
+	// previous token.
+	Offsets []number `json:"offsets"`
 }
 
 // layerPairs compare the heads of one layer pairwise, [H][H] each.
@@ -85,6 +96,20 @@ func measure(c *probe.Capture, d []float32) (*measurement, error) {
 		if err != nil {
 			return nil, err
 		}
+		first := nans(h)
+		if t > 1 {
+			if first, err = probe.FirstToken(w.Data, b, h, t); err != nil {
+				return nil, err
+			}
+		}
+		dup, dupQueries, err := probe.DuplicateToken(w.Data, tokens, b, h, t)
+		if err != nil {
+			return nil, err
+		}
+		offsets, err := probe.OffsetProfile(w.Data, b, h, t)
+		if err != nil {
+			return nil, err
+		}
 		for hi := range h {
 			m := headMetrics{
 				Layer:          l,
@@ -95,9 +120,15 @@ func measure(c *probe.Capture, d []float32) (*measurement, error) {
 				PrefixMatching: number(math.NaN()),
 				GroundTruth:    number(truth[hi]),
 				Importance:     number(math.NaN()),
+				FirstToken:     number(first[hi]),
+				DuplicateToken: number(math.NaN()),
+				Offsets:        jsonnum.Slice(offsets[hi]),
 			}
 			if queries > 0 {
 				m.PrefixMatching = number(prefix[hi])
+			}
+			if dupQueries > 0 {
+				m.DuplicateToken = number(dup[hi])
 			}
 			out.Heads = append(out.Heads, m)
 		}
@@ -116,13 +147,18 @@ func measure(c *probe.Capture, d []float32) (*measurement, error) {
 func groundTruth(w *tensor.Tensor, d []float32, b int) ([]float64, error) {
 	h, t := w.Shape[1], w.Shape[2]
 	if d == nil || !hasMass(d) {
-		out := make([]float64, h)
-		for i := range out {
-			out[i] = math.NaN()
-		}
-		return out, nil
+		return nans(h), nil
 	}
 	return probe.GroundTruth(w.Data, d, b, h, t)
+}
+
+// nans returns n NaNs: n scores not measured.
+func nans(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	return out
 }
 
 // hasMass reports whether some value is > 0.

@@ -37,6 +37,8 @@ var pictureKinds = []pictureKind{
 	{name: "head", sequence: true, params: []string{"layer", "head"}},
 	{name: "grid", sequence: true},
 	{name: "similarity", sequence: true, params: []string{"layer", "metric", "scope"}},
+	{name: "rollout", sequence: true},
+	{name: "offsets", sequence: true, params: []string{"layer", "head"}},
 	{name: "pruning", params: []string{"metric"}},
 	{name: "importance"},
 }
@@ -74,6 +76,9 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 		if err != nil {
 			return nil, "", err
 		}
+		if m.task == nil {
+			return nil, "", badRequest("model %s has no task; kind=%s is measured on the task's sequences, so it needs one (kinds of a sequence: head, grid, similarity, rollout, offsets)", m.name, kind.name)
+		}
 		if kind.name == "pruning" {
 			return s.pruningPicture(ctx, m, query)
 		}
@@ -92,6 +97,10 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 		return s.headPicture(ctx, in, query)
 	case "grid":
 		return s.gridPicture(ctx, in)
+	case "rollout":
+		return s.rolloutPicture(ctx, in)
+	case "offsets":
+		return s.offsetsPicture(ctx, in, query)
 	}
 	return s.pairPicture(ctx, in, query)
 }
@@ -208,14 +217,14 @@ func intParam(q url.Values, name string, n int) (int, error) {
 }
 
 // attention returns the heatmap of one head's weights w [T, T] (row-major) with the tokens as
-// labels; keys after the query, which it cannot see, are masked.
-func attention(title string, w []float32, symbols []string) viz.Heatmap {
+// labels; for a causal model, keys after the query, which it cannot see, are masked.
+func attention(title string, w []float32, symbols []string, causal bool) viz.Heatmap {
 	t := len(symbols)
 	values := make([]float64, t*t)
 	for q := range t {
 		for k := range t {
 			values[q*t+k] = float64(w[q*t+k])
-			if k > q {
+			if causal && k > q {
 				values[q*t+k] = math.NaN()
 			}
 		}
@@ -251,7 +260,7 @@ func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.
 	t := len(in.tokens)
 	w := c.Weights[layer].Data[head*t*t:][:t*t]
 	title := fmt.Sprintf("%s · layer %d, head %d%s", in.m.name, layer, head, ablatedNote(in.ablate))
-	return attention(title, w, in.m.symbolsOf(in.tokens)), fmt.Sprintf("%s-L%dH%d", in.m.name, layer, head), nil
+	return attention(title, w, in.labels(), in.causal()), fmt.Sprintf("%s-L%dH%d", in.m.name, layer, head), nil
 }
 
 // gridPicture draws every head's attention on the sequence, layers down and heads across.
@@ -261,7 +270,7 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 		return nil, "", err
 	}
 	L, H, t := in.m.cfg.Layers, in.m.cfg.Heads, len(in.tokens)
-	symbols := in.m.symbolsOf(in.tokens)
+	symbols, causal := in.labels(), in.causal()
 	g := viz.Grid{
 		Title: fmt.Sprintf("%s · attention of every head%s", in.m.name, ablatedNote(in.ablate)),
 		Rows:  L,
@@ -271,7 +280,7 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 	for l := range L {
 		g.RowTitles = append(g.RowTitles, fmt.Sprintf("layer %d", l))
 		for h := range H {
-			g.Cells = append(g.Cells, attention(fmt.Sprintf("L%d H%d", l, h), c.Weights[l].Data[h*t*t:][:t*t], symbols))
+			g.Cells = append(g.Cells, attention(fmt.Sprintf("L%d H%d", l, h), c.Weights[l].Data[h*t*t:][:t*t], symbols, causal))
 		}
 	}
 	for h := range H {
@@ -308,6 +317,9 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 		}
 		meas = &task.measurement
 		where = fmt.Sprintf("%d sequences of the task", meas.Sequences)
+		if in.m.task == nil {
+			where = fmt.Sprintf("%d sequences of repeated random tokens", meas.Sequences)
+		}
 	default:
 		return nil, "", badRequest("scope %q; want sequence or task", clip(scope))
 	}
@@ -341,6 +353,78 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 		Annotate:  true,
 	}
 	return pic, fmt.Sprintf("%s-L%d-%s", in.m.name, layer, metric), nil
+}
+
+// labels returns the tokens of in as a picture labels them: their symbols, or what they read as.
+func (in *input) labels() []string {
+	pieces := in.m.readable(in.tokens, in.offsets, in.text)
+	if pieces == nil {
+		return in.m.symbolsOf(in.tokens)
+	}
+	for i, p := range pieces {
+		pieces[i] = label(p)
+	}
+	return pieces
+}
+
+// causal reports whether in's model masks later keys.
+func (in *input) causal() bool { return !in.m.cfg.Bidirectional }
+
+// rolloutPicture draws the attention rollout of the sequence (probe.Rollout).
+func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
+	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := probe.Rollout(c.Weights)
+	if err != nil {
+		return nil, "", err
+	}
+	title := fmt.Sprintf("%s · attention rollout through %d layers%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate))
+	pic := attention(title, r.Data, in.labels(), in.causal())
+	pic.XLabel, pic.ValueLabel = "input token", "share flowing from the input token"
+	return pic, in.m.name + "-rollout", nil
+}
+
+// offsetsPicture draws one head's mean attention by the key's offset from the query
+// (probe.OffsetProfile) on the sequence; the offsets of later keys only for a bidirectional
+// model.
+func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (viz.Picture, string, error) {
+	layer, err := intParam(q, "layer", in.m.cfg.Layers)
+	if err != nil {
+		return nil, "", err
+	}
+	head, err := intParam(q, "head", in.m.cfg.Heads)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	if err != nil {
+		return nil, "", err
+	}
+	t := len(in.tokens)
+	prof, err := probe.OffsetProfile(c.Weights[layer].Data, 1, in.m.cfg.Heads, t)
+	if err != nil {
+		return nil, "", err
+	}
+	last := 2*t - 1
+	if in.causal() {
+		last = t // no weight on later keys
+	}
+	x, y := make([]float64, last), prof[head][:last]
+	for i := range x {
+		x[i] = float64(i - (t - 1))
+	}
+	chart := viz.Chart{
+		Title:   fmt.Sprintf("%s · layer %d, head %d · attention by offset%s", in.m.name, layer, head, ablatedNote(in.ablate)),
+		XLabel:  "key position − query position",
+		YLabel:  "mean attention weight",
+		Series:  []viz.Series{{X: x, Y: y}},
+		YMin:    new(0.0),
+		YMax:    new(1.0),
+		Markers: true,
+	}
+	return chart, fmt.Sprintf("%s-L%dH%d-offsets", in.m.name, layer, head), nil
 }
 
 // ablatedNote says which heads a picture's run ablated.

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"cmp"
 	"context"
 	"math"
 	"net/http"
@@ -17,7 +16,8 @@ import (
 // (exactly one of text, tokens and seed) and the heads to ablate.
 type runRequest struct {
 	Model string `json:"model"`
-	// Text is the sequence as space-separated symbols, as Task.Symbol prints them.
+	// Text is the sequence as space-separated symbols, as Task.Symbol prints them; for a model
+	// without a task, natural text that its tokenizer encodes.
 	Text *string `json:"text"`
 	// Tokens is the sequence as token ids.
 	Tokens []int `json:"tokens"`
@@ -28,14 +28,17 @@ type runRequest struct {
 	Ablate []probe.Ablation `json:"ablate"`
 }
 
-// input is a checked runRequest: the model, the tokens [T] and, for a sequence drawn from the
-// task, the task's batch of one (targets, scored positions, ground-truth attention).
+// input is a checked runRequest: the model, the tokens [T] and their targets: for a sequence
+// drawn from the task, the task's batch of one (targets, scored positions, ground-truth
+// attention); for a causal language model without a task, the next token at each position.
 type input struct {
-	m      *model
-	tokens []int
-	task   *tasks.Batch // nil for a typed sequence
-	seed   *uint64
-	ablate []probe.Ablation
+	m       *model
+	tokens  []int
+	task    *tasks.Batch // nil without targets: a typed sequence of a task, a masked-LM text
+	seed    *uint64
+	ablate  []probe.Ablation
+	text    string   // the text a model without a task read
+	offsets [][2]int // the tokens' byte offsets into text, for a model without a task
 }
 
 // input checks req and returns the sequence it names, or a bad-request error saying what is
@@ -56,10 +59,15 @@ func (s *Server) input(req *runRequest) (*input, error) {
 		return nil, badRequest("give the sequence as exactly one of text (symbols), tokens (ids) or seed (drawn from the task), got %d of them", given)
 	}
 	switch {
+	case req.Text != nil && m.task == nil:
+		in.text = *req.Text
+		in.tokens, in.offsets, err = m.encode(in.text)
 	case req.Text != nil:
 		in.tokens, err = m.parse(*req.Text)
 	case req.Tokens != nil:
 		in.tokens, err = slices.Clone(req.Tokens), m.checkTokens(req.Tokens)
+	case m.task == nil:
+		err = badRequest("model %s has no task, so no seed sequences; give text or tokens (ids) instead", m.name)
 	default:
 		var b tasks.Batch
 		b, err = m.task.Batch(*req.Seed, 1)
@@ -68,11 +76,14 @@ func (s *Server) input(req *runRequest) (*input, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.task == nil && m.predicts() == "next" {
+		in.task = nextTokens(in.tokens)
+	}
 	in.ablate, err = m.ablations(req.Ablate)
 	return in, err
 }
 
-// model returns the shipped model name, or a bad-request error listing the models.
+// model returns the model name, or a bad-request error listing the models.
 func (s *Server) model(name string) (*model, error) {
 	m, ok := s.models[name]
 	if !ok {
@@ -93,17 +104,31 @@ func (m *model) record(ctx context.Context, tokens []int, ablate []probe.Ablatio
 
 // runResponse is the answer of /api/run.
 type runResponse struct {
-	Model   string   `json:"model"`
+	Model string `json:"model"`
+	// Tokens are the ids; Symbols print them: the task's symbols, or the tokenizer's pieces.
 	Tokens  []int    `json:"tokens"`
 	Symbols []string `json:"symbols"`
+	// Pieces are what the tokens read as (a model with a tokenizer): Ġ and ▁ as spaces, byte
+	// tokens as their character.
+	Pieces []string `json:"pieces,omitempty"`
+	// Offsets are the tokens' byte offsets [start, end) into the text (a model with a
+	// tokenizer); [0, 0] for a special token the tokenizer added.
+	Offsets [][2]int `json:"offsets,omitempty"`
 	Seed    *uint64  `json:"seed,omitempty"`
+	// Causal is false for a bidirectional model, whose queries see later keys too.
+	Causal bool `json:"causal"`
 	// Weights[layer][head][query][key] is the attention weight α, [L, H, T, T].
 	Weights [][][][]float32 `json:"weights"`
-	// Predictions has one entry per position: what the model predicts comes next.
+	// Predicts says what Predictions are: "next" token, the "masked" token at each position
+	// (BERT), or "none" for a model without its language-model head.
+	Predicts string `json:"predicts"`
+	// Predictions has one entry per position (none when Predicts is "none").
 	Predictions []prediction `json:"predictions"`
-	// Score is the loss and accuracy over the positions the task scores; absent for a typed
-	// sequence, which has no targets.
+	// Score is the loss and accuracy over the positions the task scores, or for a causal
+	// language model over its next tokens; absent for a typed sequence of a task.
 	Score *score `json:"score,omitempty"`
+	// Rollout is the attention rollout [T][T] (probe.Rollout, Abnar and Zuidema 2020).
+	Rollout [][]float32 `json:"rollout"`
 	// Measures are the head metrics on this sequence.
 	Measures *measurement     `json:"measures"`
 	Ablate   []probe.Ablation `json:"ablate"`
@@ -112,6 +137,8 @@ type runResponse struct {
 // prediction is the model's output at one position.
 type prediction struct {
 	Top []guess `json:"top"` // the three most likely next tokens, most likely first
+	// Masked marks a [MASK] position of a masked-LM model: the one whose prediction counts.
+	Masked bool `json:"masked,omitempty"`
 	// Target is the task's answer and its probability where the task scores the position;
 	// Correct says whether it is the most likely token (the first, on ties).
 	Target  *guess `json:"target,omitempty"`
@@ -122,7 +149,13 @@ type prediction struct {
 type guess struct {
 	Token  int    `json:"token"`
 	Symbol string `json:"symbol"`
+	Piece  string `json:"piece,omitempty"` // what the token reads as, for a model with a tokenizer
 	P      number `json:"p"`
+}
+
+// guess returns token id with probability p.
+func (m *model) guess(id int, p float64) guess {
+	return guess{Token: id, Symbol: m.symbol(id), Piece: m.pieceText(id), P: number(p)}
 }
 
 // score is the mean cross-entropy (nats) and the accuracy over the scored positions.
@@ -150,16 +183,39 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rollout, err := probe.Rollout(c.Weights)
+	if err != nil {
+		return err
+	}
 	resp := &runResponse{
-		Model:       in.m.name,
-		Tokens:      in.tokens,
-		Symbols:     in.m.symbolsOf(in.tokens),
-		Seed:        in.seed,
-		Weights:     nested(c.Weights),
-		Predictions: in.m.predictions(c.Logits.Data, in.task),
-		Score:       scoreOf(c.Logits.Data, in.m.cfg.Vocab, in.task),
-		Measures:    meas,
-		Ablate:      in.ablate,
+		Model:    in.m.name,
+		Tokens:   in.tokens,
+		Symbols:  in.m.symbolsOf(in.tokens),
+		Pieces:   in.m.readable(in.tokens, in.offsets, in.text),
+		Offsets:  in.offsets,
+		Seed:     in.seed,
+		Causal:   !in.m.cfg.Bidirectional,
+		Weights:  nested(c.Weights),
+		Predicts: in.m.predicts(),
+		Score:    scoreOf(c.Logits.Data, in.m.cfg.Vocab, in.task),
+		Rollout:  rows(rollout.Data, len(in.tokens)),
+		Measures: meas,
+		Ablate:   in.ablate,
+	}
+	if resp.Predicts != "none" {
+		resp.Predictions = in.m.predictions(c.Logits.Data, in.tokens, in.task)
+	}
+	if in.m.task == nil && in.task != nil {
+		// The importance of each head to the model's own next-token loss on this text.
+		imp, err := in.m.textImportance(r.Context(), in.task, s.opt.Workers)
+		if err != nil {
+			return err
+		}
+		for i := range meas.Heads {
+			h := &meas.Heads[i]
+			h.Importance = number(imp[h.Layer][h.Head])
+		}
+		meas.About += " Importance: against the model's next-token loss on this text, without the ablation."
 	}
 	return writeJSON(w, http.StatusOK, resp)
 }
@@ -181,8 +237,11 @@ func (m *model) symbolsOf(tokens []int) []string {
 	return out
 }
 
-// symbol prints one token id.
+// symbol prints one token id: its symbol, or the tokenizer's piece for a model without a task.
 func (m *model) symbol(id int) string {
+	if m.task == nil {
+		return m.piece(id)
+	}
 	if id >= 0 && id < len(m.symbols) {
 		return m.symbols[id]
 	}
@@ -196,37 +255,60 @@ func nested(weights []*tensor.Tensor) [][][][]float32 {
 		h, t := w.Shape[1], w.Shape[2]
 		out[l] = make([][][]float32, h)
 		for hi := range h {
-			out[l][hi] = make([][]float32, t)
-			for q := range t {
-				out[l][hi][q] = w.Data[(hi*t+q)*t:][:t]
-			}
+			out[l][hi] = rows(w.Data[hi*t*t:][:t*t], t)
 		}
 	}
 	return out
 }
 
-// predictions returns the top three next tokens at each position of logits [T, Vocab] and,
-// where task scores the position, the target.
-func (m *model) predictions(logits []float32, task *tasks.Batch) []prediction {
+// rows splits a row-major [T, T] matrix into its rows.
+func rows(data []float32, t int) [][]float32 {
+	out := make([][]float32, t)
+	for q := range out {
+		out[q] = data[q*t:][:t]
+	}
+	return out
+}
+
+// predictions returns the top three tokens at each position of logits [T, Vocab] of tokens [T]
+// (the next token, or the one at the position for a masked-LM model, whose [MASK] positions are
+// marked) and, where task scores the position, the target.
+func (m *model) predictions(logits []float32, tokens []int, task *tasks.Batch) []prediction {
 	v := m.cfg.Vocab
 	out := make([]prediction, len(logits)/v)
 	for t := range out {
 		p := softmax(logits[t*v : (t+1)*v])
-		order := make([]int, v)
-		for i := range order {
-			order[i] = i
+		for _, id := range top(p, 3) {
+			out[t].Top = append(out[t].Top, m.guess(id, p[id]))
 		}
-		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p[b], p[a]) })
-		for _, id := range order[:min(3, v)] {
-			out[t].Top = append(out[t].Top, guess{id, m.symbol(id), number(p[id])})
+		if m.user != nil && m.user.mask >= 0 && m.user.mask == tokens[t] {
+			out[t].Masked = true
 		}
 		if task != nil && task.Scored[t] {
 			id := task.Targets[t]
 			correct := argmax(logits[t*v:(t+1)*v]) == id
-			out[t].Target, out[t].Correct = &guess{id, m.symbol(id), number(p[id])}, &correct
+			target := m.guess(id, p[id])
+			out[t].Target, out[t].Correct = &target, &correct
 		}
 	}
 	return out
+}
+
+// top returns the ids of the k largest values of p, largest first, the lower id first on ties,
+// in one pass: a vocabulary can have 100,000 ids.
+func top(p []float64, k int) []int {
+	best := make([]int, 0, k+1)
+	for id := range p {
+		i := len(best)
+		for i > 0 && p[best[i-1]] < p[id] {
+			i--
+		}
+		if i < k {
+			best = slices.Insert(best, i, id)
+			best = best[:min(len(best), k)]
+		}
+	}
+	return best
 }
 
 // softmax returns the probabilities of one row of logits, in float64.

@@ -50,22 +50,27 @@ type Options struct {
 	ExperimentTimeout time.Duration
 	// Workers bounds the goroutines of each forward pass; 0 means GOMAXPROCS.
 	Workers int
+	// Models are the paths of the user's models, shown after the shipped ones: Hugging Face
+	// folders (GPT-2, BERT, Llama, Mistral, Qwen2) or checkpoints of mha train, opened with
+	// pretrained.OpenPath. Each is named after its path's last element (see Server.Added).
+	Models []string
 }
 
 // Server is the lab: the page embedded in the binary and the JSON API under /api/ (see the
-// package documentation). It loads every shipped model once, in New, and keeps it; requests
-// on the same model take turns. A Server is safe for concurrent use.
+// package documentation). It loads every model once, in New, and keeps it; requests on the same
+// model take turns. A Server is safe for concurrent use.
 type Server struct {
 	opt    Options
 	models map[string]*model
-	names  []string      // models.Names(), sorted
+	names  []string      // models.Names(), sorted, then the user's models in the order given
+	added  []string      // the user's models' names
 	heavy  chan struct{} // one value per request running heavy work
 	exps   experiments
 	mux    *http.ServeMux
 }
 
-// New loads the shipped models and returns a Server. It returns an error when a model does not
-// load or an option is negative.
+// New loads the shipped models and the user's (Options.Models) and returns a Server. It returns
+// an error when a model does not load, naming its path, or an option is negative.
 func New(opt Options) (*Server, error) {
 	if opt.BodyTimeout < 0 || opt.Heavy < 0 || opt.Queue < 0 || opt.Timeout < 0 || opt.ExperimentTimeout < 0 || opt.Workers < 0 {
 		return nil, fmt.Errorf("lab: options %+v, want every field ≥ 0 (0 for the default)", opt)
@@ -89,8 +94,26 @@ func New(opt Options) (*Server, error) {
 		}
 		s.models[name] = m
 	}
+	taken := map[string]bool{}
+	for _, name := range s.names {
+		taken[name] = true
+	}
+	s.added = userNames(opt.Models, taken)
+	for i, path := range opt.Models {
+		m, err := loadUser(path, s.added[i])
+		if err != nil {
+			return nil, err
+		}
+		s.models[m.name] = m
+		s.names = append(s.names, m.name)
+	}
 	s.routes()
 	return s, nil
+}
+
+// Added returns the names the user's models (Options.Models) have in the lab, in their order.
+func (s *Server) Added() []string {
+	return slices.Clone(s.added)
 }
 
 // orDefault returns v, or def when v is zero.

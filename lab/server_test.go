@@ -375,7 +375,7 @@ func TestPicture(t *testing.T) {
 		symbols[i] = task.Symbol(id)
 	}
 	T := b.T
-	want := attention("induction · layer 1, head 2", m.Weights(1).Data[2*T*T:][:T*T], symbols)
+	want := attention("induction · layer 1, head 2", m.Weights(1).Data[2*T*T:][:T*T], symbols, true)
 	for _, format := range []string{"png", "svg"} {
 		status, body := call(t, "GET", "/api/picture?model=induction&seed=5&kind=head&layer=1&head=2&format="+format, "")
 		if status != http.StatusOK {
@@ -557,7 +557,7 @@ func TestBadRequests(t *testing.T) {
 		{"DELETE", "/api/models", ``, 405, "want GET"},
 		{"GET", "/api/nothing", ``, 404, "no API endpoint /api/nothing"},
 		{"GET", "/api/picture?model=induction&seed=1&kind=head&layer=0&head=0&format=gif", ``, 400, `format "gif"; want png or svg`},
-		{"GET", "/api/picture?model=induction&seed=1&kind=pie&format=png", ``, 400, `kind "pie"; want head, grid, similarity, pruning, importance`},
+		{"GET", "/api/picture?model=induction&seed=1&kind=pie&format=png", ``, 400, `kind "pie"; want head, grid, similarity, rollout, offsets, pruning, importance`},
 		{"GET", "/api/picture?model=induction&kind=pruning&metric=rho&format=png", ``, 400, `metric "rho"; want accuracy or loss`},
 		{"GET", "/api/picture?model=induction&seed=1&kind=pruning&format=png", ``, 400, `parameter "seed" does not apply to kind=pruning, which takes model, kind, format, metric`},
 		{"GET", "/api/picture?model=induction&kind=importance&ablate=1.0.zero&format=svg", ``, 400, `parameter "ablate" does not apply to kind=importance`},

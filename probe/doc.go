@@ -5,8 +5,8 @@
 //   - Patterns: PrevToken, PrefixMatching (Olsson et al.'s induction score) and GroundTruth
 //     score a head's weights against a pattern; Evaluate reports them with a model's accuracy.
 //     FirstToken (attention sinks), DuplicateToken, OffsetProfile and Rollout (Abnar and
-//     Zuidema's attention flow through every layer) need no task; RepeatedTokens draws Olsson
-//     et al.'s repeated random sequences.
+//     Zuidema's attention flow through every layer) need no task; DistinctRepeatedTokens draws
+//     Olsson et al.'s repeated random sequences.
 //   - Heads and pairs of heads: Entropy, Confidence, JSDistance, ArgmaxNMI, Similarity (chapter
 //     000's ρ_ij) and MIPenalty, a differentiable estimate of the heads' mutual information.
 //   - Causal importance: Importance (Michel et al.'s I_h = E|∂L/∂ξ_h|) on a task, ImportanceOn

@@ -337,3 +337,22 @@ func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 	}
 	return tokens
 }
+
+// DistinctRepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n distinct tokens
+// drawn uniformly from [0, vocab) with a generator seeded by seed, followed by the same n again.
+// On them the pattern scores are Olsson et al.'s positional ones: with no repeat inside a half,
+// PrefixMatching is the mean over the second half's queries i of α_{i, i−n+1} (the induction
+// score) and DuplicateToken the mean of α_{i, i−n}. It returns an error unless 1 ≤ n ≤ vocab and
+// b ≥ 1.
+func DistinctRepeatedTokens(seed uint64, b, n, vocab int) ([]int, error) {
+	if b < 1 || n < 1 || n > vocab {
+		return nil, fmt.Errorf("probe: %d sequences of %d distinct tokens of a vocabulary of %d; want b ≥ 1 and 1 ≤ n ≤ vocab", b, n, vocab)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xd15c))
+	tokens := make([]int, 0, b*2*n)
+	for range b {
+		half := rng.Perm(vocab)[:n]
+		tokens = append(append(tokens, half...), half...)
+	}
+	return tokens, nil
+}

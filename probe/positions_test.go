@@ -174,19 +174,48 @@ func TestRollout(t *testing.T) {
 	}
 }
 
-func TestRepeatedTokens(t *testing.T) {
-	got := RepeatedTokens(9, 3, 5, 11)
-	if len(got) != 3*10 {
-		t.Fatalf("%d tokens, want 30", len(got))
+// TestDistinctRepeatedTokens checks the sequences, and that on them PrefixMatching and
+// DuplicateToken are the positional scores α_{i, i−n+1} and α_{i, i−n} over the second half.
+func TestDistinctRepeatedTokens(t *testing.T) {
+	const b, n, vocab = 3, 5, 7
+	got, err := DistinctRepeatedTokens(9, b, n, vocab)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for b := range 3 {
-		seq := got[b*10 : (b+1)*10]
-		if !slices.Equal(seq[:5], seq[5:]) || slices.ContainsFunc(seq, func(x int) bool { return x < 0 || x >= 11 }) {
-			t.Errorf("sequence %d: %v, want 5 tokens in [0, 11) repeated", b, seq)
+	if len(got) != b*2*n {
+		t.Fatalf("%d tokens, want %d", len(got), b*2*n)
+	}
+	for bi := range b {
+		seq := got[bi*2*n : (bi+1)*2*n]
+		half := slices.Clone(seq[:n])
+		slices.Sort(half)
+		if !slices.Equal(seq[:n], seq[n:]) || slices.ContainsFunc(seq, func(x int) bool { return x < 0 || x >= vocab }) || len(slices.Compact(half)) != n {
+			t.Errorf("sequence %d: %v, want %d distinct tokens in [0, %d) repeated", bi, seq, n, vocab)
 		}
 	}
-	if !slices.Equal(got, RepeatedTokens(9, 3, 5, 11)) {
+	if again, _ := DistinctRepeatedTokens(9, b, n, vocab); !slices.Equal(got, again) {
 		t.Error("the same seed gave other tokens")
+	}
+	full := func(bi, hi, q, j int) float64 { return float64(1+(bi*7+hi*3+q*5+j)%11) / 50 }
+	w := weights(b, 2, 2*n, full)
+	prefix, _, _ := PrefixMatching(w, got, b, 2, 2*n)
+	dup, _, _ := DuplicateToken(w, got, b, 2, 2*n)
+	for hi := range 2 {
+		ind, d := 0.0, 0.0
+		for bi := range b {
+			for i := n; i < 2*n; i++ {
+				ind += full(bi, hi, i, i-n+1)
+				d += full(bi, hi, i, i-n)
+			}
+		}
+		if math.Abs(prefix[hi]-ind/(b*n)) > 1e-6 || math.Abs(dup[hi]-d/(b*n)) > 1e-6 {
+			t.Errorf("head %d: prefix-matching %v duplicate %v, want %v and %v", hi, prefix[hi], dup[hi], ind/(b*n), d/(b*n))
+		}
+	}
+	for _, bad := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 8, 7}} {
+		if _, err := DistinctRepeatedTokens(1, bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("b %d, n %d, vocab %d: no error", bad[0], bad[1], bad[2])
+		}
 	}
 }
 

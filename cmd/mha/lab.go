@@ -14,12 +14,13 @@ import (
 
 func newLabCmd() *cobra.Command {
 	var (
-		addr string
-		open bool
+		addr   string
+		open   bool
+		models []string
 	)
 	cmd := &cobra.Command{
-		Use:   "lab [--addr 127.0.0.1:8080] [--open=false]",
-		Short: "Serve the lab: see and measure what every head of the shipped models does",
+		Use:   "lab [--addr 127.0.0.1:8080] [--open=false] [--model DIR|CHECKPOINT]…",
+		Short: "Serve the lab: see and measure what every head of the shipped models, or of yours, does",
 		Long: `Lab serves a page, embedded in this binary and needing no network, that opens on the shipped
 models: pick a task, type or generate a sequence, and see the model's predictions, the head view
 (lines from each query to the keys it attends, hover a token to focus on it), the model view (all
@@ -28,26 +29,37 @@ prefix-matching, ground-truth, importance) and how alike the heads of a layer ar
 distance, argmax NMI); ablate heads and see what changes; download any picture as PNG or SVG; run
 the chapters' experiments.
 
+--model adds a model of yours beside the shipped ones (repeat it for several): a Hugging Face folder
+(GPT-2, BERT, Llama, Mistral, Qwen2: config.json, model.safetensors, tokenizer.json) or a checkpoint
+that mha train wrote. Type text and it is encoded with the model's tokenizer (BERT: write [MASK]
+where it should guess); the page shows the tokenizer's pieces, the next-token (or masked-token)
+predictions, the heads' metrics on the text (with attention to the first token, duplicate-token,
+the offset profile, the rollout, and the heads' importance to the model's own next-token loss),
+and, under "Repeated tokens", induction and duplicate-token scores on random tokens repeated once.
+A model without a task has no seeds, task scores or pruning. Sequences are limited to 64 tokens.
+A path that does not open stops the command before it serves anything.
+
 It listens on 127.0.0.1 unless --addr names another address: the lab has no authentication, so
 listening beyond loopback (e.g. --addr :8080) lets anyone who can reach the port use it. Port 0
 picks a free port. Ctrl-C stops it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveLab(cmd.Context(), addr, open, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return serveLab(cmd.Context(), addr, open, models, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on, HOST:PORT (port 0: any free port)")
 	fl.BoolVar(&open, "open", true, "open the page in the default browser")
+	fl.StringArrayVar(&models, "model", nil, "a Hugging Face model `DIR` or a checkpoint of mha train to add to the lab; repeat for more")
 	return cmd
 }
 
-// serveLab serves the lab on addr until ctx is done, printing its URL to stdout and warnings to
-// stderr; with open it also asks the desktop to open the page.
-func serveLab(ctx context.Context, addr string, open bool, stdout, stderr io.Writer) error {
+// serveLab serves the lab, with the user's models, on addr until ctx is done, printing its URL
+// to stdout and warnings to stderr; with open it also asks the desktop to open the page.
+func serveLab(ctx context.Context, addr string, open bool, models []string, stdout, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("--addr %q: want HOST:PORT such as 127.0.0.1:8080 (%v)", addr, err)
 	}
-	srv, err := lab.New(lab.Options{})
+	srv, err := lab.New(lab.Options{Models: models})
 	if err != nil {
 		return err
 	}

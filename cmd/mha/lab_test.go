@@ -99,6 +99,29 @@ func TestLab(t *testing.T) {
 	}
 }
 
+// TestLabModels serves the lab with a Hugging Face folder added by --model: /api/models lists
+// it after the shipped models.
+func TestLabModels(t *testing.T) {
+	url, _, stop := startLab(t, "--addr", "127.0.0.1:0", "--model", tinyGPT2)
+	defer stop()
+	res, err := http.Get(url + "api/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []struct {
+		Name, Architecture string
+		User, Tokenizer    bool
+	}
+	err = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if err != nil || len(list) != len(models.Names())+1 {
+		t.Fatalf("/api/models: %v, %d models, want %d", err, len(list), len(models.Names())+1)
+	}
+	if last := list[len(list)-1]; last.Name != "gpt2" || last.Architecture != "GPT2LMHeadModel" || !last.User || !last.Tokenizer {
+		t.Errorf("the added model: %+v", last)
+	}
+}
+
 // TestLabEverywhere listens on every interface, which the user must ask for: it works, and
 // warns.
 func TestLabEverywhere(t *testing.T) {
@@ -123,6 +146,8 @@ func TestLabErrors(t *testing.T) {
 		{[]string{"lab", "--addr", "localhost"}, `mha: --addr "localhost": want HOST:PORT such as 127.0.0.1:8080`},
 		{[]string{"lab", "--addr", "127.0.0.1:99999"}, "mha: --addr 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
 		{[]string{"lab", "now"}, `mha: lab takes no arguments, got "now"`},
+		{[]string{"lab", "--model", "no/such/folder"}, "mha: --model no/such/folder: expected a Hugging Face model folder or a checkpoint of mha train: "},
+		{[]string{"lab", "--model", tinyGPT2, "--model", "lab.go"}, "mha: --model lab.go: expected a Hugging Face model folder or a checkpoint of mha train: "},
 	} {
 		code, out, errOut := runCLI(c.args...)
 		if code != 1 || out != "" || !strings.HasPrefix(errOut, c.msg) || strings.Count(errOut, "\n") != 1 {

@@ -8,10 +8,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mhalab/mha/internal/atomicfile"
 	"github.com/mhalab/mha/lab"
+	"github.com/mhalab/mha/models"
 	"github.com/mhalab/mha/viz"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,12 +25,17 @@ var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "kind",
 func newVizCmd() *cobra.Command {
 	var out, format string
 	cmd := &cobra.Command{
-		Use:   "viz --model NAME --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
-		Short: "Draw a picture of a shipped model's heads as PNG or SVG, as the lab draws it",
+		Use:   "viz --model NAME|DIR --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
+		Short: "Draw a picture of a model's heads as PNG or SVG, as the lab draws it",
 		Long: `Viz draws one of the lab's pictures of a shipped model (see 'mha lab') and writes it to --out, as
 PNG or SVG after the file's extension (--format, if given, must agree). Without --out it writes
 mha-out/MODEL-KIND.png, or .svg with --format svg, creating mha-out if missing. The picture is
 the one the lab's page downloads for the same choices, byte for byte.
+
+--model may also be a Hugging Face folder or a checkpoint of mha train, as 'mha lab --model'
+takes it: --text is then natural text, encoded with the model's tokenizer (at most 64 tokens),
+and there is no --seed, no --scope task beyond repeated random tokens, no pruning or importance
+unless the checkpoint records its task.
 
 Pictures of a sequence, given by exactly one of --text (symbols separated by spaces), --tokens
 (comma-separated ids) or --seed (the task's sequence drawn from the seed, with its targets), with
@@ -39,6 +46,9 @@ the heads of --ablate (LAYER.HEAD.MODE, MODE zero, mean or uniform) ablated:
   --kind similarity --layer L --metric M       a layer's head pairs: M is rho (cosine similarity
          [--scope sequence|task]               of outputs), js (Jensen–Shannon distance) or nmi
                                                (argmax NMI); on the sequence or on 64 task sequences
+  --kind rollout                               attention rollout through every layer (Abnar and
+                                               Zuidema 2020)
+  --kind offsets --layer L --head H            one head's mean attention by key − query offset
 
 Pictures of the model's task (64 sequences; no sequence flags):
 
@@ -58,22 +68,29 @@ Pictures of the model's task (64 sequences; no sequence flags):
 				}
 				query.Set(name, value)
 			}
+			var user []string // a model of the user's: a folder or a checkpoint
+			name := query.Get("model")
+			if _, err := os.Stat(name); err == nil && !slices.Contains(models.Names(), name) {
+				user = []string{name}
+				base := filepath.Base(filepath.Clean(name)) // as the lab names it (Server.Added)
+				name = strings.TrimSuffix(base, filepath.Ext(base))
+			}
 			makeDir := out == ""
 			if makeDir {
-				out = filepath.Join(outDir, query.Get("model")+"-"+query.Get("kind")+"."+cmp.Or(format, "png"))
+				out = filepath.Join(outDir, name+"-"+query.Get("kind")+"."+cmp.Or(format, "png"))
 			}
-			return drawPicture(cmd.Context(), query, out, format, makeDir, cmd.OutOrStdout())
+			return drawPicture(cmd.Context(), query, user, out, format, makeDir, cmd.OutOrStdout())
 		},
 	}
 	fl := cmd.Flags()
-	fl.String("model", "", "the shipped model `NAME`, one per task (see 'mha lab')")
-	fl.String("kind", "", "the picture's `KIND`: head, grid, similarity, pruning or importance")
-	fl.String("text", "", "the sequence as `SYMBOLS` separated by spaces")
+	fl.String("model", "", "the shipped model `NAME`, one per task (see 'mha lab'), or a Hugging Face folder or checkpoint of mha train")
+	fl.String("kind", "", "the picture's `KIND`: head, grid, similarity, rollout, offsets, pruning or importance")
+	fl.String("text", "", "the sequence as `SYMBOLS` separated by spaces, or text for a model with a tokenizer")
 	fl.String("tokens", "", "the sequence as token `IDS`, comma-separated")
 	fl.String("seed", "", "draw the sequence from the task with seed `N`")
 	fl.StringSlice("ablate", nil, "heads to ablate, each `L.H.MODE` (MODE zero, mean or uniform), comma-separated; repeat the flag to add more")
-	fl.String("layer", "", "the layer `L` of kind head or similarity")
-	fl.String("head", "", "the head `H` of kind head")
+	fl.String("layer", "", "the layer `L` of kind head, offsets or similarity")
+	fl.String("head", "", "the head `H` of kind head or offsets")
 	fl.String("metric", "", "rho, js or nmi for kind similarity; accuracy (the default) or loss for kind pruning")
 	fl.String("scope", "", "sequence (the default) or task, for kind similarity")
 	fl.StringVar(&out, "out", "", "the `FILE` to write, NAME.png or NAME.svg (default mha-out/MODEL-KIND.png, .svg with --format svg)")
@@ -88,8 +105,9 @@ Pictures of the model's task (64 sequences; no sequence flags):
 
 // drawPicture draws the lab's picture that query asks for and writes it to out, as PNG or SVG
 // after out's extension, which must agree with format unless format is empty; it reports the file
-// written to stdout. With makeDir it creates out's directory if it is missing.
-func drawPicture(ctx context.Context, query url.Values, out, format string, makeDir bool, stdout io.Writer) error {
+// written to stdout. With makeDir it creates out's directory if it is missing. user, when not
+// empty, holds the path of the user's model that query's model names.
+func drawPicture(ctx context.Context, query url.Values, user []string, out, format string, makeDir bool, stdout io.Writer) error {
 	ext, err := pictureFormat(out, format)
 	if err != nil {
 		return err
@@ -98,9 +116,12 @@ func drawPicture(ctx context.Context, query url.Values, out, format string, make
 		return fmt.Errorf("--out %w", err) // before drawing, which can take a second
 	}
 	query.Set("format", ext)
-	srv, err := lab.New(lab.Options{})
+	srv, err := lab.New(lab.Options{Models: user})
 	if err != nil {
 		return err
+	}
+	if len(user) > 0 {
+		query.Set("model", srv.Added()[0])
 	}
 	pic, _, err := srv.Picture(ctx, query)
 	if err != nil {

@@ -65,6 +65,44 @@ func TestViz(t *testing.T) {
 	}
 }
 
+// tinyGPT2 is the tiny GPT-2 folder of the pretrained package's tests.
+var tinyGPT2 = filepath.Join("..", "..", "testdata", "pretrained", "gpt2")
+
+// TestVizUserModel draws pictures of a Hugging Face folder's model on a text with `mha viz
+// --model DIR`: the files are the lab's /api/picture answers for the same model added with
+// --model, byte for byte.
+func TestVizUserModel(t *testing.T) {
+	srv, err := lab.New(lab.Options{Models: []string{tinyGPT2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--kind", "head", "--layer", "1", "--head", "0"},
+		{"--kind", "rollout"},
+		{"--kind", "offsets", "--layer", "0", "--head", "3", "--ablate", "1.1.zero"},
+	} {
+		query := url.Values{"model": {"gpt2"}, "text": {"The cat sat"}, "format": {"svg"}}
+		for i := 0; i < len(args); i += 2 {
+			query.Set(strings.TrimPrefix(args[i], "--"), args[i+1])
+		}
+		out := filepath.Join(dir, query.Get("kind")+".svg")
+		code, stdout, stderr := runCLI(append([]string{"viz", "--model", tinyGPT2, "--text", "The cat sat", "--out", out}, args...)...)
+		if code != 0 || stdout != "wrote "+out+"\n" {
+			t.Fatalf("mha viz %v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest("GET", "/api/picture?"+query.Encode(), nil))
+		if w.Code != http.StatusOK || !bytes.Equal(got, w.Body.Bytes()) {
+			t.Fatalf("mha viz %v: the file (%d bytes) differs from /api/picture's answer (status %d: %.200s)", args, len(got), w.Code, w.Body.String())
+		}
+	}
+}
+
 // TestVizErrors gives `mha viz` bad flags: each ends with exit status 1, one line on stderr
 // saying what was wrong, and no file.
 func TestVizErrors(t *testing.T) {
@@ -78,7 +116,7 @@ func TestVizErrors(t *testing.T) {
 		{[]string{"viz", "--kind", "grid", "--seed", "1", "--out", out}, `required flag(s) "model" not set`},
 		{[]string{"viz", "--model", "induction", "--seed", "1", "--out", out}, `required flag(s) "kind" not set`},
 		{[]string{"viz", "--model", "chess", "--kind", "grid", "--seed", "1", "--out", out}, `unknown model "chess"; want one of brackets, induction`},
-		{[]string{"viz", "--model", "induction", "--kind", "pie", "--seed", "1", "--out", out}, `kind "pie"; want head, grid, similarity, pruning, importance`},
+		{[]string{"viz", "--model", "induction", "--kind", "pie", "--seed", "1", "--out", out}, `kind "pie"; want head, grid, similarity, rollout, offsets, pruning, importance`},
 		{head, "give the sequence as exactly one of text (symbols), tokens (ids) or seed"},
 		{append(head, "--seed", "1", "--text", "BOS 1"), "got 2 of them"},
 		{append(head, "--seed", "-1"), `seed "-1"; want a whole number`},
@@ -100,6 +138,9 @@ func TestVizErrors(t *testing.T) {
 		{[]string{"viz", "--model", "induction", "--kind", "importance", "--out", filepath.Join(dir, "no", "such", "dir.png")}, "no such file or directory"},
 		{[]string{"viz", "--model", "induction", "--kind", "importance", "--out", out, "--colour", "red"}, "unknown flag: --colour"},
 		{[]string{"viz", "--model", "induction", "--kind", "importance", "--out", out, "extra"}, `viz takes no arguments, got "extra"`},
+		{[]string{"viz", "--model", tinyGPT2, "--kind", "pruning", "--out", out}, "model gpt2 has no task; kind=pruning is measured on the task's sequences"},
+		{[]string{"viz", "--model", tinyGPT2, "--kind", "grid", "--seed", "1", "--out", out}, "model gpt2 has no task, so no seed sequences"},
+		{[]string{"viz", "--model", tinyGPT2, "--kind", "grid", "--text", strings.Repeat("cat ", 10), "--out", out}, "the sequence has 40 tokens, want 1 to 16 (the seq_len of gpt2)"},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")

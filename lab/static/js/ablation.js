@@ -1,7 +1,7 @@
 // The ablation card: the heads chosen for ablation, each with its mode, and what ablating them
 // changes: every position's prediction on this sequence, and loss and accuracy on this sequence
 // and on the task.
-import { el, fmt, pct, signed } from './ui.js';
+import { el, fmt, pct, signed, label, guessLabel } from './ui.js';
 import { headColor } from './colors.js';
 
 const MODES = [
@@ -28,7 +28,7 @@ export class Ablation {
   add(layer, head) {
     if (!this.heads.some((a) => a.layer === layer && a.head === head)) this.heads.push({ layer, head, mode: 'zero' });
     this.draw();
-    this.root.scrollIntoView({ behavior: 'smooth', block: 'nearest' });
+    this.root.scrollIntoView({ block: 'nearest' }); // at once: a smooth scroll moves what the next click aims at
   }
 
   reset() {
@@ -62,7 +62,8 @@ export class Ablation {
     const what = res.ablate.map((a) => `L${a.layer} H${a.head} (${a.mode})`).join(', ');
     const cards = [];
     if (res.sequence) cards.push(outcome('This sequence', `${res.sequence.before.scored} scored positions`, res.sequence.before, res.sequence.after));
-    cards.push(outcome('Task', `${res.task.sequences} fresh sequences`, res.task.before, res.task.after));
+    if (res.task) cards.push(outcome('Task', `${res.task.sequences} fresh sequences`, res.task.before, res.task.after));
+    const tokens = res.pieces ? res.pieces.map(label) : res.symbols;
     const rows = res.positions.map((p, t) => {
       const ref = p.target || p.reference;
       const d = ref.after - ref.before;
@@ -71,10 +72,10 @@ export class Ablation {
       bar.style.left = d < 0 ? `${50 - Math.min(50, 50 * Math.abs(d))}%` : '50%';
       return el('tr', { class: p.changed ? 'changed' : '' },
         el('td', { class: 'num' }, String(t)),
-        el('td', { class: 'tokcell' }, res.symbols[t]),
+        el('td', { class: 'tokcell' }, tokens[t]),
         el('td', {}, guess(p.before)),
         el('td', {}, guess(p.after)),
-        el('td', { class: 'tokcell' }, p.target ? `${p.target.symbol} (target)` : `${p.reference.symbol}`),
+        el('td', { class: 'tokcell' }, p.target ? `${guessLabel(p.target)} (target)` : guessLabel(p.reference)),
         el('td', { class: 'num' }, `${fmt(ref.before, 3)} → ${fmt(ref.after, 3)}`),
         el('td', { class: 'deltacell', title: signed(d) }, el('span', { class: 'axis0' }), bar),
         el('td', { class: 'num' }, fmt(p.kl, 3)));
@@ -91,7 +92,7 @@ export class Ablation {
 }
 
 function guess(g) {
-  return el('span', { class: 'guess' }, el('b', {}, g.symbol), ' ', el('span', { class: 'muted' }, fmt(g.p, 2)));
+  return el('span', { class: 'guess' }, el('b', {}, guessLabel(g)), ' ', el('span', { class: 'muted' }, fmt(g.p, 2)));
 }
 
 function outcome(title, note, before, after) {

@@ -40,8 +40,8 @@ export function ink([r, g, b]) {
   return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? '#1d2330' : '#ffffff';
 }
 
-/** headColor is head h's colour. */
-export const headColor = (h) => HEADS[h % HEADS.length];
+/** headColor is head h's colour: Tableau 10's, then hues a golden angle apart. */
+export const headColor = (h) => (h < HEADS.length ? HEADS[h] : `hsl(${Math.round((h * 137.5) % 360)}, 55%, 45%)`);
 
 /** tint is a pale-to-saturated blue for t in [0, 1], for table cells that keep dark text. */
 export function tint(t) {

@@ -7,9 +7,11 @@ const COLUMNS = [
   { key: 'entropy', label: 'Entropy', unit: 'nats', title: 'mean −Σ α ln α of a query row; 0 = all weight on one key' },
   { key: 'confidence', label: 'Confidence', title: 'mean largest weight of a query row' },
   { key: 'prev_token', label: 'Prev-token', title: 'mean α(t, t−1): attention to the previous token' },
+  { key: 'first_token', label: 'First token', title: 'mean α(t, 0) over the queries after the first: attention sinks' },
+  { key: 'duplicate_token', label: 'Duplicate', title: 'weight on earlier copies of the query’s own token (duplicate-token heads)' },
   { key: 'prefix_matching', label: 'Prefix-match', title: 'Olsson et al. 2022: weight on the token after an earlier copy of the current one (induction)' },
   { key: 'ground_truth', label: 'Ground truth', title: 'share of attention where the task says the answer is' },
-  { key: 'importance', label: 'Importance', title: 'Michel et al. 2019: E|∂L/∂ξ_h| for a gate ξ_h on the head, normalised per layer (task only)' },
+  { key: 'importance', label: 'Importance', title: 'Michel et al. 2019: E|∂L/∂ξ_h| for a gate ξ_h on the head, normalised per layer (on the task, or on a language model’s next-token loss over the text)' },
 ];
 
 const PAIRS = [
@@ -60,6 +62,8 @@ export class HeadsTable {
   }
 
   drawTable() {
+    // A column no head has a value in (ground truth without a task) is left out.
+    const columns = COLUMNS.filter((c) => c.key !== 'ground_truth' || this.meas.heads.some((h) => h[c.key] !== null));
     const rows = [...this.meas.heads];
     const { key, dir } = this.sort;
     if (key) {
@@ -71,7 +75,7 @@ export class HeadsTable {
         return dir * (x - y);
       });
     }
-    const ranges = Object.fromEntries(COLUMNS.map((c) => {
+    const ranges = Object.fromEntries(columns.map((c) => {
       const v = this.meas.heads.map((h) => h[c.key]).filter((x) => x !== null);
       return [c.key, [Math.min(...v), Math.max(...v)]];
     }));
@@ -86,7 +90,7 @@ export class HeadsTable {
           },
         }, c.label, el('span', { class: 'arrow', 'aria-hidden': 'true' }, sorted ? (dir > 0 ? '▲' : '▼') : '↕')));
     };
-    const head = el('tr', {}, el('th', { scope: 'col' }, 'Head'), COLUMNS.map(th), el('th', { scope: 'col' }, el('span', { class: 'sr-only' }, 'Actions')));
+    const head = el('tr', {}, el('th', { scope: 'col' }, 'Head'), columns.map(th), el('th', { scope: 'col' }, el('span', { class: 'sr-only' }, 'Actions')));
     const body = rows.map((r) => {
       const sel = this.selected && this.selected.layer === r.layer && this.selected.head === r.head;
       const tr = el('tr', {
@@ -95,7 +99,7 @@ export class HeadsTable {
         onkeydown: (ev) => { if (ev.key === 'Enter') this.onSelect(r.layer, r.head); },
       },
       el('th', { scope: 'row' }, swatch(r.head), `L${r.layer} H${r.head}`),
-      COLUMNS.map((c) => {
+      columns.map((c) => {
         const v = r[c.key];
         const [lo, hi] = ranges[c.key];
         const td = el('td', { class: 'num', dataset: { key: c.key } }, fmt(v));

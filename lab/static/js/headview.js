@@ -1,7 +1,7 @@
 // The head view, after BertViz: the tokens twice, queries on the left and keys on the right, and
 // a line from query to key for each selected head whose opacity is the attention weight. Hover or
 // focus a token to see only its lines; click (or Enter) to pin the focus.
-import { el, svg, fmt } from './ui.js';
+import { el, svg, fmt, tokenLabels } from './ui.js';
 import { headColor } from './colors.js';
 
 const ROW = 21; // px per token
@@ -13,8 +13,10 @@ const TOKEN = 48; // px of a token's box // lighter lines would be invisible; th
 
 /** HeadView draws one layer of a run into a card. */
 export class HeadView {
-  constructor(root) {
+  /** onFocus(i) is called with the position of the token focused, or null. */
+  constructor(root, onFocus) {
     this.root = root;
+    this.onFocus = onFocus;
     this.svg = root.querySelector('svg');
     this.info = root.querySelector('.focus-info');
     this.toggles = root.querySelector('.head-toggles');
@@ -32,9 +34,11 @@ export class HeadView {
     const heads = run.weights[0].length;
     if (this.run?.model !== run.model) {
       this.layer = layers - 1;
-      this.shown = new Set([...Array(heads).keys()]);
+      // Up to four heads' lines read together; of more, one at a time (toggle the others on).
+      this.shown = new Set(heads <= 4 ? [...Array(heads).keys()] : [0]);
     }
     this.run = run;
+    this.labels = tokenLabels(run);
     this.layerSelect.replaceChildren(...run.weights.map((_, l) =>
       el('option', { value: l, selected: l === this.layer }, `Layer ${l}`)));
     this.toggles.replaceChildren(...[...Array(heads).keys()].map((h) => {
@@ -78,7 +82,7 @@ export class HeadView {
       const w = run.weights[layer][h];
       const dy = (n - (shown.length - 1) / 2) * 1.6; // heads on the same pair stay apart
       for (let q = 0; q < T; q++) {
-        for (let k = 0; k <= q; k++) {
+        for (let k = 0; k < (run.causal ? q + 1 : T); k++) {
           const a = w[q][k];
           if (a < MIN_WEIGHT) continue;
           edges.append(svg('line', {
@@ -89,7 +93,7 @@ export class HeadView {
         }
       }
     }
-    const column = (side, x, anchor) => svg('g', { class: `col ${side}` }, run.symbols.map((sym, i) => {
+    const column = (side, x, anchor) => svg('g', { class: `col ${side}` }, this.labels.map((sym, i) => {
       const g = svg('g', {
         class: 'tok', tabindex: 0, role: 'button', dataset: { i, side },
         'aria-label': `${side === 'q' ? 'query' : 'key'} ${i}: ${sym}`,
@@ -140,18 +144,19 @@ export class HeadView {
     }
     s.classList.toggle('focused', side !== null);
     this.root.dataset.focus = side === null ? '' : `${side}${i}`;
+    this.onFocus(side === null ? null : i);
     this.root.dataset.visible = visible;
     if (side === null) {
       this.info.textContent = `${visible} lines (weights ≥ ${MIN_WEIGHT}) in layer ${this.layer}. Hover or focus a token to see only its lines; click to pin.`;
       return;
     }
     this.drawBoxes(side, i);
-    const sym = this.run.symbols[i];
+    const sym = this.labels[i];
     const other = (e) => (side === 'q' ? +e.dataset.k : +e.dataset.q);
     this.info.replaceChildren(
       el('b', {}, `${side === 'q' ? 'Query' : 'Key'} ${i} “${sym}”`),
       `: ${visible} lines`,
-      best ? `; strongest ${side === 'q' ? 'to key' : 'from query'} ${other(best)} “${this.run.symbols[other(best)]}”, head ${best.dataset.h}, α = ${fmt(+best.dataset.w, 3)}` : '',
+      best ? `; strongest ${side === 'q' ? 'to key' : 'from query'} ${other(best)} “${this.labels[other(best)]}”, head ${best.dataset.h}, α = ${fmt(+best.dataset.w, 3)}` : '',
       this.pinned ? ' (pinned: click again or Esc to release)' : '');
   }
 

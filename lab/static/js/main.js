@@ -1,6 +1,7 @@
 // The lab page: wires the controls to the API and the views.
 import { api, pictureURL } from './api.js';
 import { el, whileBusy, showError, clearError, downloads } from './ui.js';
+import { Flow } from './flow.js';
 import { renderPredictions } from './sequence.js';
 import { HeadView } from './headview.js';
 import { ModelView } from './modelview.js';
@@ -14,7 +15,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   models: [],
   model: null, // the chosen model's /api/models entry
-  source: null, // the request that produced run: {model, seed} or {model, text}
+  source: null, // the request that produced run: {model, seed}, {model, text} or {model, tokens}
   generated: null, // {seed, text} of the last generated sequence
   run: null, // the /api/run answer shown
   selected: { layer: 0, head: 0 },
@@ -22,12 +23,23 @@ const state = {
   task: new Map(), // model name → /api/heads answer
 };
 
-const headView = new HeadView($('#headview'));
+const headView = new HeadView($('#headview'), highlight);
 const modelView = new ModelView($('#modelview'), select);
 const headsTable = new HeadsTable($('#heads'), select, (l, h) => ablation.add(l, h));
 const pruning = new Pruning($('#heads .pruning'), select);
 const ablation = new Ablation($('#ablation'), runAblation);
 const experiments = new Experiments($('#view-experiments'));
+const flow = new Flow($('#flow'));
+
+// The text a model without a task starts with: BERT guesses a masked word.
+const FIRST_TEXT = { next: 'The cat sat on the mat', masked: 'the cat [MASK] on the mat.', none: 'The cat sat on the mat' };
+
+/** highlight marks the token at position pos (or none, for null) in the text and on its tile. */
+function highlight(pos) {
+  document.querySelectorAll('#text-strip .hot, #predictions .tile.hot').forEach((e) => e.classList.remove('hot'));
+  if (pos === null) return;
+  document.querySelectorAll(`#text-strip [data-pos="${pos}"], #predictions .tile[data-pos="${pos}"]`).forEach((e) => e.classList.add('hot'));
+}
 
 function select(layer, head) {
   state.selected = { layer, head };
@@ -35,6 +47,7 @@ function select(layer, head) {
   headsTable.select(layer, head);
   headView.select(layer, head);
   headDownloads();
+  flow.select(state.source, layer, head);
 }
 
 function headDownloads() {
@@ -44,8 +57,13 @@ function headDownloads() {
 
 async function loadModels() {
   state.models = await api('/api/models');
-  $('#model').replaceChildren(...state.models.map((m) => el('option', { value: m.name },
-    `${m.name} — ${m.layers} layer${m.layers > 1 ? 's' : ''} × ${m.heads} heads`)));
+  const option = (m) => el('option', { value: m.name },
+    `${m.name} — ${m.layers} layer${m.layers > 1 ? 's' : ''} × ${m.heads} heads${m.user ? ` · ${m.architecture}` : ''}`);
+  const shipped = state.models.filter((m) => !m.user);
+  const user = state.models.filter((m) => m.user);
+  $('#model').replaceChildren(
+    el('optgroup', { label: 'Shipped models (one per task)' }, shipped.map(option)),
+    user.length ? el('optgroup', { label: 'Your models (--model)' }, user.map(option)) : null);
   const wanted = new URLSearchParams(location.search).get('model');
   const first = state.models.find((m) => m.name === wanted) || state.models.find((m) => m.name === 'induction') || state.models[0];
   $('#model').value = first.name;
@@ -58,15 +76,41 @@ async function chooseModel(name) {
   state.generated = null;
   state.run = null;
   state.selected = { layer: m.layers - 1, head: 0 };
-  $('#model-desc').replaceChildren(
+  $('#model-desc').replaceChildren(...[
     el('span', {}, m.describe),
     el('span', { class: 'facts' },
-      `d_model ${m.d_model} · ${m.layers}×${m.heads} heads of ${m.head_dims.join('/')} · ${m.attn_only ? 'attention only' : 'with MLP'} · ${m.norm}-norm · ${m.params.toLocaleString('en')} parameters · seq_len ${m.seq_len}`),
-    el('code', { class: 'cmd', title: 'the command that trained it' }, m.command));
-  const shown = m.symbols.length > 14 ? `${m.symbols.slice(0, 6).join(' ')} … ${m.symbols.slice(-3).join(' ')}` : m.symbols.join(' ');
-  $('#seq-hint').textContent = `(up to ${m.seq_len} of: ${shown})`;
+      `d_model ${m.d_model} · ${m.layers}×${m.heads} heads of ${m.head_dims.join('/')} · ${m.attn_only ? 'attention only' : 'with MLP'} · ${m.norm}-norm · ${m.params.toLocaleString('en')} parameters · seq_len ${m.seq_len}${m.user ? ` · vocab ${m.vocab} · ${m.causal ? 'causal' : 'bidirectional'}` : ''}`),
+    m.command ? el('code', { class: 'cmd', title: 'the command that trained it' }, m.command) : null].filter((x) => x));
+  $('#predictions-help').textContent = {
+    next: `Each tile is a position: its token, then the model’s three most likely next tokens. Green and red mark the positions ${m.task ? 'the task scores' : 'whose next token the first guess gets right or wrong'}.`,
+    masked: 'Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the [MASK] positions, highlighted.',
+    none: 'This model has no language-model head (only its hidden states mean something): no predictions.',
+  }[m.predicts];
+  $('#seed-field').hidden = !m.task;
+  $('#generate').hidden = !m.task;
+  $('#scope-task').textContent = m.task ? 'Task' : 'Repeated tokens';
+  $('#scope-task').title = m.task ? 'measured on 64 sequences of the task' : 'measured on random tokens repeated once (induction, duplicate-token)';
   ablation.reset();
-  await generate();
+  if (m.task) {
+    const shown = m.symbols.length > 14 ? `${m.symbols.slice(0, 6).join(' ')} … ${m.symbols.slice(-3).join(' ')}` : m.symbols.join(' ');
+    $('#seq-hint').textContent = `(up to ${m.seq_len} of: ${shown})`;
+    $('#seq-help').textContent = 'Space-separated symbols. A generated sequence carries the task’s targets, so the page can mark each prediction right or wrong; edit it and it becomes a typed sequence.';
+    await generate();
+    return;
+  }
+  if (!m.tokenizer) {
+    $('#seq-hint').textContent = `(token ids 0 to ${m.vocab - 1}, up to ${m.max_tokens})`;
+    $('#seq-help').textContent = 'This model has no tokenizer.json: type token ids separated by spaces.';
+    $('#seq').value = '0 1 2 3 0 1 2 3';
+    await runTyped();
+    return;
+  }
+  $('#seq-hint').textContent = `(text, up to ${m.max_tokens} tokens)`;
+  $('#seq-help').textContent = m.predicts === 'masked'
+    ? 'Text, encoded with the model’s tokenizer (with its special tokens). Write [MASK] where the model should guess: its guesses show on the masked tiles.'
+    : 'Text, encoded with the model’s tokenizer (with its special tokens). Each tile shows a token as the tokenizer cut it, and the model’s three most likely next tokens; green and red compare the first with the token that comes next.';
+  $('#seq').value = FIRST_TEXT[m.predicts];
+  await runTyped();
 }
 
 async function generate() {
@@ -79,6 +123,21 @@ async function generate() {
 }
 
 async function runTyped() {
+  const m = state.model;
+  if (!m.task) {
+    const typed = $('#seq').value;
+    if (m.tokenizer) {
+      await run({ model: m.name, text: typed });
+      return;
+    }
+    const ids = typed.trim().split(/[\s,]+/).filter((x) => x !== '').map(Number);
+    if (ids.some((x) => !Number.isInteger(x))) {
+      showError(`Model ${m.name} has no tokenizer: type token ids (whole numbers from 0 to ${m.vocab - 1}) separated by spaces, got “${typed}”.`);
+      return;
+    }
+    await run({ model: m.name, tokens: ids });
+    return;
+  }
   const text = $('#seq').value.trim();
   if (state.generated && text === state.generated.text) {
     await run({ model: state.model.name, seed: state.generated.seed });
@@ -91,22 +150,25 @@ async function run(source) {
   clearError();
   let r;
   try {
-    r = await whileBusy(api('/api/run', source), $('#predictions-card'), $('#headview'), $('#modelview'), $('#heads'));
+    r = await whileBusy(api('/api/run', source), $('#predictions-card'), $('#headview'), $('#modelview'), $('#heads'), $('#flow'));
   } catch (e) {
     showError(e.message);
     return;
   }
   state.source = source;
   state.run = r;
-  $('#seq').value = r.symbols.join(' ');
+  if (state.model.task) $('#seq').value = r.symbols.join(' ');
   if (source.seed !== undefined) state.generated = { seed: source.seed, text: $('#seq').value };
   const sel = state.selected;
   if (sel.layer >= r.weights.length || sel.head >= r.weights[0].length) state.selected = { layer: 0, head: 0 };
-  renderPredictions(r, $('#predictions'), $('#score'));
+  renderPredictions(r, $('#predictions'), $('#score'), source.text, $('#text-strip'));
+  // More than six heads or 32 tokens: the head view and the model view each get the page's width.
+  $('.pair-cards').classList.toggle('wide', r.weights[0].length > 6 || r.tokens.length > 32);
   headView.show(r);
   modelView.show(r, state.selected.layer, state.selected.head);
   $('.grid-downloads').replaceChildren(downloads(pictureURL(source, { kind: 'grid' }), `${state.model.name}-all-heads`));
   headDownloads();
+  flow.show(source, state.selected.layer, state.selected.head);
   $('.ab-result').replaceChildren();
   await showHeads();
 }
@@ -114,7 +176,9 @@ async function run(source) {
 async function showHeads() {
   const url = (p) => pictureURL(state.source, { ...p, scope: state.scope });
   if (state.scope === 'sequence') {
-    $('#heads-help').textContent = 'Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance needs the task: switch to “Task”.';
+    $('#heads-help').textContent = state.model.task
+      ? 'Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance needs the task: switch to “Task”.'
+      : 'Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance is each head’s gate gradient on the model’s own next-token loss over this text.';
     headsTable.show(state.run.measures, url, state.selected);
     pruning.hide();
     return;
@@ -131,9 +195,12 @@ async function showHeads() {
     }
     state.task.set(name, meas);
   }
-  $('#heads-help').textContent = 'Measured on the task, from a fixed seed away from training’s. Click a column to sort, a row to select the head.';
+  $('#heads-help').textContent = state.model.task
+    ? 'Measured on the task, from a fixed seed away from training’s. Click a column to sort, a row to select the head.'
+    : 'Measured on random tokens repeated once: prefix-matching is the induction score, duplicate-token the attention to the earlier copy. Click a column to sort, a row to select the head.';
   headsTable.show(meas, url, state.selected);
-  pruning.show(name, meas);
+  if (meas.pruning) pruning.show(name, meas);
+  else pruning.hide();
 }
 
 async function runAblation(list) {

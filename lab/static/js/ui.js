@@ -81,3 +81,22 @@ export function downloads(url, name) {
   }, format.toUpperCase());
   return el('span', { class: 'downloads' }, link('png'), link('svg'));
 }
+
+/**
+ * label prints a token on one line: line breaks and tabs as arrows, a token of spaces as ␣ (a
+ * leading space stays: it marks the start of a word).
+ */
+export function label(piece) {
+  const s = piece.replace(/\r?\n/g, '↵').replace(/\t/g, '⇥');
+  return s.trim() === '' ? '␣'.repeat(Math.max(1, s.length)) : s;
+}
+
+/** tokenLabels returns how the views print the tokens of a run: its pieces or its symbols. */
+export function tokenLabels(run) {
+  return run.pieces ? run.pieces.map(label) : run.symbols;
+}
+
+/** guessLabel prints a predicted token: what it reads as, or its symbol. */
+export function guessLabel(g) {
+  return g.piece !== undefined ? label(g.piece) : g.symbol;
+}
