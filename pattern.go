@@ -192,6 +192,7 @@ func layouts(dst []attend.Sparse, patterns []Pattern, hq, tq, tk, bq, bk int) []
 			}
 			return false
 		}
+		s.Precompute(tq, tk)
 	}
 	return dst
 }

@@ -280,65 +280,70 @@ func TestSparseMatchesMask(t *testing.T) {
 				kt[x*tk+j], k[j*d+x], v[j*d+x] = val, val, float32(math.Sin(float64(j-x)))
 			}
 		}
-		sparse := Bias{Stride: stride, Causal: c.causal, Sparse: sp}
-		masked := Bias{Stride: stride, Causal: c.causal, Mask: mask}
-		run := func(b *Bias, poison bool) ([]float32, []float32) {
-			kk, kkt, vv := slices.Clone(k), slices.Clone(kt), slices.Clone(v)
-			if poison {
-				nan := float32(math.NaN())
-				for j, u := range unread {
-					if u {
-						for x := range d {
-							kk[j*d+x], kkt[x*tk+j], vv[j*d+x] = nan, nan, nan
+		for _, pre := range []bool{false, true} {
+			if pre {
+				sp.Precompute(tq, stride) // masks instead of Keep
+			}
+			sparse := Bias{Stride: stride, Causal: c.causal, Sparse: sp}
+			masked := Bias{Stride: stride, Causal: c.causal, Mask: mask}
+			run := func(b *Bias, poison bool) ([]float32, []float32) {
+				kk, kkt, vv := slices.Clone(k), slices.Clone(kt), slices.Clone(v)
+				if poison {
+					nan := float32(math.NaN())
+					for j, u := range unread {
+						if u {
+							for x := range d {
+								kk[j*d+x], kkt[x*tk+j], vv[j*d+x] = nan, nan, nan
+							}
 						}
 					}
 				}
+				out, lse := make([]float32, tq*d), make([]float32, tq)
+				h := Head[float32]{Q: q, LdQ: d, K: kk, LdK: d, Kt: kkt, LdKt: tk, V: vv, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+				for i0 := 0; i0 < tq; i0 += BlockQ {
+					Tiled(&h, b, 0.5, nil, i0, min(i0+BlockQ, tq), nil, lse[i0:min(i0+BlockQ, tq)], new(Scratch))
+				}
+				return out, lse
 			}
-			out, lse := make([]float32, tq*d), make([]float32, tq)
-			h := Head[float32]{Q: q, LdQ: d, K: kk, LdK: d, Kt: kkt, LdKt: tk, V: vv, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
-			for i0 := 0; i0 < tq; i0 += BlockQ {
-				Tiled(&h, b, 0.5, nil, i0, min(i0+BlockQ, tq), nil, lse[i0:min(i0+BlockQ, tq)], new(Scratch))
-			}
-			return out, lse
-		}
-		got, glse := run(&sparse, true)
-		want, wlse := run(&masked, false)
-		for i := range got {
-			if math.IsNaN(float64(got[i])) || math.Abs(float64(got[i]-want[i])) > 1e-6 {
-				t.Fatalf("blocks %dx%d: out[%d] = %v, want %v as with the mask", c.bq, c.bk, i, got[i], want[i])
-			}
-		}
-		// The backward of both, from the same output gradient.
-		dOut := make([]float32, tq*d)
-		for i := range dOut {
-			dOut[i] = float32(math.Cos(float64(i)))
-		}
-		grads := func(b *Bias, out, lse []float32) *Grad {
-			g := &Grad{DQ: make([]float32, tq*d), LdDQ: d, DK: make([]float32, tk*d), LdDK: d, DV: make([]float32, tk*d), LdDV: d}
-			h := Head[float32]{Q: q, LdQ: d, K: k, LdK: d, Kt: kt, LdKt: tk, V: v, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
-			Backward(&h, g, dOut, d, lse, b, 0.5, nil, nil, new(BackScratch))
-			return g
-		}
-		gs, gm := grads(&sparse, got, glse), grads(&masked, want, wlse)
-		for name, pair := range map[string][2][]float32{"dq": {gs.DQ, gm.DQ}, "dk": {gs.DK, gm.DK}, "dv": {gs.DV, gm.DV}} {
-			for i := range pair[0] {
-				if math.Abs(float64(pair[0][i]-pair[1][i])) > 1e-5 {
-					t.Fatalf("blocks %dx%d: %s[%d] = %v, want %v", c.bq, c.bk, name, i, pair[0][i], pair[1][i])
+			got, glse := run(&sparse, true)
+			want, wlse := run(&masked, false)
+			for i := range got {
+				if math.IsNaN(float64(got[i])) || math.Abs(float64(got[i]-want[i])) > 1e-6 {
+					t.Fatalf("blocks %dx%d: out[%d] = %v, want %v as with the mask", c.bq, c.bk, i, got[i], want[i])
 				}
 			}
-		}
-		// Dense, in float64.
-		q64, k64, v64 := as64(q), as64(k), as64(v)
-		o1, o2 := make([]float64, tq*d), make([]float64, tq*d)
-		for _, x := range []struct {
-			b   *Bias
-			out []float64
-		}{{&sparse, o1}, {&masked, o2}} {
-			h := Head[float64]{Q: q64, LdQ: d, K: k64, LdK: d, V: v64, LdV: d, Out: x.out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
-			Dense(&h, x.b, 0.5, nil, make([]float64, tq*tk), nil)
-		}
-		if !slices.Equal(o1, o2) {
-			t.Errorf("blocks %dx%d: Dense differs between the layout and the mask", c.bq, c.bk)
+			// The backward of both, from the same output gradient.
+			dOut := make([]float32, tq*d)
+			for i := range dOut {
+				dOut[i] = float32(math.Cos(float64(i)))
+			}
+			grads := func(b *Bias, out, lse []float32) *Grad {
+				g := &Grad{DQ: make([]float32, tq*d), LdDQ: d, DK: make([]float32, tk*d), LdDK: d, DV: make([]float32, tk*d), LdDV: d}
+				h := Head[float32]{Q: q, LdQ: d, K: k, LdK: d, Kt: kt, LdKt: tk, V: v, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+				Backward(&h, g, dOut, d, lse, b, 0.5, nil, nil, new(BackScratch))
+				return g
+			}
+			gs, gm := grads(&sparse, got, glse), grads(&masked, want, wlse)
+			for name, pair := range map[string][2][]float32{"dq": {gs.DQ, gm.DQ}, "dk": {gs.DK, gm.DK}, "dv": {gs.DV, gm.DV}} {
+				for i := range pair[0] {
+					if math.Abs(float64(pair[0][i]-pair[1][i])) > 1e-5 {
+						t.Fatalf("blocks %dx%d: %s[%d] = %v, want %v", c.bq, c.bk, name, i, pair[0][i], pair[1][i])
+					}
+				}
+			}
+			// Dense, in float64.
+			q64, k64, v64 := as64(q), as64(k), as64(v)
+			o1, o2 := make([]float64, tq*d), make([]float64, tq*d)
+			for _, x := range []struct {
+				b   *Bias
+				out []float64
+			}{{&sparse, o1}, {&masked, o2}} {
+				h := Head[float64]{Q: q64, LdQ: d, K: k64, LdK: d, V: v64, LdV: d, Out: x.out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+				Dense(&h, x.b, 0.5, nil, make([]float64, tq*tk), nil)
+			}
+			if !slices.Equal(o1, o2) {
+				t.Errorf("blocks %dx%d: Dense differs between the layout and the mask", c.bq, c.bk)
+			}
 		}
 	}
 }

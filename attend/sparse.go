@@ -23,6 +23,32 @@ type Sparse struct {
 	NBK    int
 	Kinds  []BlockKind
 	Keep   func(i, j int) bool
+	// Masks, when not nil, holds the partial blocks' pairs, computed once (see Precompute):
+	// block b's row r, column c is Masks[Offsets[b] + r·BK + c], true for a kept pair.
+	Masks   []bool
+	Offsets []int32
+}
+
+// Precompute evaluates Keep on every pair of the partial blocks of a layout of tq queries and
+// tk keys into Masks, so that the kernels test a bool instead of calling Keep: worth it when the
+// layout serves several heads or batches.
+func (s *Sparse) Precompute(tq, tk int) {
+	s.Offsets = s.Offsets[:0]
+	s.Masks = s.Masks[:0]
+	for b, k := range s.Kinds {
+		if k != Partial {
+			s.Offsets = append(s.Offsets, -1)
+			continue
+		}
+		s.Offsets = append(s.Offsets, int32(len(s.Masks)))
+		i0, j0 := b/s.NBK*s.BQ, b%s.NBK*s.BK
+		for r := range s.BQ {
+			for c := range s.BK {
+				i, j := i0+r, j0+c
+				s.Masks = append(s.Masks, i < tq && j < tk && s.Keep(i, j))
+			}
+		}
+	}
 }
 
 // kind returns the kind of the block holding query i and key j.
@@ -41,6 +67,17 @@ func applySparse[F Float](s *Sparse, i, j0 int, row []F) {
 				row[k] = negInf
 			}
 		case Partial:
+			if s.Masks != nil {
+				kb := key / s.BK
+				// Key j0 + k of the block is mask column j0 + k − kb·BK of row i mod BQ.
+				base := int(s.Offsets[i/s.BQ*s.NBK+kb]) + i%s.BQ*s.BK - kb*s.BK + j0
+				for k := j; k < end; k++ {
+					if !s.Masks[base+k] {
+						row[k] = negInf
+					}
+				}
+				break
+			}
 			for k := j; k < end; k++ {
 				if !s.Keep(i, j0+k) {
 					row[k] = negInf

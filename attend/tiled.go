@@ -148,7 +148,15 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			_, hi = b.Span(i1 - 1)
 			hi = max(min(hi, b.Stride), lo)
 		}
+		// Neighbouring key blocks that the same rows need join one tile of up to BlockK keys.
 		sp := b.Sparse
+		var pj0, pj1, pr0, pr1 int // the tile being gathered
+		flush := func() {
+			if pj0 < pj1 {
+				tile(pj0, pj1, pr0, pr1)
+			}
+			pj0, pj1 = 0, 0
+		}
 		for kb := lo / sp.BK; kb*sp.BK < hi; kb++ {
 			j0, j1 := max(kb*sp.BK, lo), min((kb+1)*sp.BK, hi)
 			r0, r1 := sp.rows(i0, i1, kb)
@@ -158,10 +166,17 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			for r1 > r0 && b.ranged() && !b.sees(i0+r1-1, j0, j1) {
 				r1--
 			}
-			if r0 < r1 {
-				tile(j0, j1, r0, r1)
+			switch {
+			case r0 >= r1:
+				flush()
+			case pj0 < pj1 && pj1 == j0 && r0 == pr0 && r1 == pr1 && j1-pj0 <= keys:
+				pj1 = j1
+			default:
+				flush()
+				pj0, pj1, pr0, pr1 = j0, j1, r0, r1
 			}
 		}
+		flush()
 		from = b.Stride
 	case b.ranged() && w == nil:
 		lo, _ := b.Span(i0)
