@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -398,4 +401,120 @@ func TestLayerSparse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSparseGolden checks SDPA's patterns and normalizers against the PyTorch float64 goldens of
+// testdata/gen_sparse.py, which write every pattern pair by pair and sparsemax and entmax by
+// their closed forms: outputs, weights (with the same exact zeros) and autograd's gradients.
+func TestSparseGolden(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("testdata", "sparse", "*.safetensors"))
+	if err != nil || len(paths) < 7 {
+		t.Fatalf("%d golden files (%v), want the 7 of gen_sparse.py", len(paths), err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			f, err := safetensors.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			get := func(name string) *tensor.Tensor {
+				x, err := f.Float32(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return x
+			}
+			want := func(name string) []float64 {
+				x, _, err := f.Float64(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return x
+			}
+			opt := SDPAOptions{NeedWeights: true, NeedLSE: true}
+			if f.Metadata["causal"] == "bottom_right" {
+				opt.Causal = CausalBottomRight
+			}
+			var bq, bk int
+			if _, err := fmt.Sscanf(f.Metadata["block"], "%d,%d", &bq, &bk); err != nil {
+				t.Fatal(err)
+			}
+			opt.Block = [2]int{bq, bk}
+			for _, spec := range strings.Split(f.Metadata["patterns"], ";") {
+				if spec == "blocks" {
+					m, err := f.Bool("blocks")
+					if err != nil {
+						t.Fatal(err)
+					}
+					opt.Patterns = append(opt.Patterns, Pattern{Kind: PatternBlocks, Blocks: m})
+					continue
+				}
+				p, err := ParsePattern(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				opt.Patterns = append(opt.Patterns, p)
+			}
+			if opt.Normalizer, err = ParseNormalizer(f.Metadata["normalizer"]); err != nil {
+				t.Fatal(err)
+			}
+			if f.Has("key_padding_mask") {
+				if opt.KeyPaddingMask, err = f.Bool("key_padding_mask"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q, k, v := get("q"), get("k"), get("v")
+			r, err := SDPA(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "out", r.Out.Data, want("out"), 1e-5)
+			w := want("weights")
+			checkRel(t, "weights", r.Weights.Data, w, 1e-5)
+			for i, x := range r.Weights.Data {
+				if (x == 0) != (w[i] == 0) {
+					t.Fatalf("weight %d is %v, PyTorch's %v: not the same exact zeros", i, x, w[i])
+				}
+			}
+			g, err := SDPABackward(q, k, v, r, get("grad_out"), &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "grad.q", g.Q.Data, want("grad.q"), 1e-5)
+			checkRel(t, "grad.k", g.K.Data, want("grad.k"), 1e-5)
+			checkRel(t, "grad.v", g.V.Data, want("grad.v"), 1e-5)
+			ref, err := SDPAReference(q, k, v, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "reference", ref.Out, want("out"), 1e-9)
+		})
+	}
+}
+
+// FuzzParsePattern feeds ParsePattern and ParseNormalizer any text: an error or a valid value,
+// never a panic, and a valid pattern runs on a small SDPA call.
+func FuzzParsePattern(f *testing.F) {
+	for _, s := range []string{"local:3", "dilated:2,3", "strided:4", "global:0,5,9", "bigbird:3,2,1,7", "sparsemax", "entmax15", "entmax:1.3", "topk:2", "local:", "x:1"} {
+		f.Add(s)
+	}
+	q := sdpaRand(1, 1, 1, 2, 9, 4)
+	f.Fuzz(func(t *testing.T, s string) {
+		if p, err := ParsePattern(s); err == nil {
+			if p.Width > 1<<20 || p.Stride > 1<<20 || p.Dilation > 1<<20 || len(p.Positions) > 64 || p.Random > 64 {
+				return // valid, but not worth a call
+			}
+			if _, err := SDPA(q, q, q, &SDPAOptions{Patterns: []Pattern{p}, Block: [2]int{4, 4}}); err != nil && !errors.Is(err, ErrShape) {
+				t.Fatalf("pattern %q: %v", s, err)
+			}
+		}
+		if n, err := ParseNormalizer(s); err == nil {
+			if !n.Valid() {
+				t.Fatalf("ParseNormalizer(%q) gave an invalid %+v", s, n)
+			}
+			if _, err := SDPA(q, q, q, &SDPAOptions{Normalizer: n}); err != nil {
+				t.Fatalf("normalizer %q: %v", s, err)
+			}
+		}
+	})
 }

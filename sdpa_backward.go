@@ -115,7 +115,7 @@ func (p *sdpaPlan) checkBackward(r *SDPAResult, dOut *tensor.Tensor) error {
 	switch {
 	case r == nil || r.Out == nil:
 		return fmt.Errorf("%w: the forward's result has no Out, want the SDPAResult of the same call", ErrShape)
-	case r.LSE == nil:
+	case r.LSE == nil && !(p.normalized() && r.Weights != nil):
 		return fmt.Errorf("%w: the forward's result has no LSE: run SDPA with NeedLSE for the backward", ErrShape)
 	case dOut == nil:
 		return fmt.Errorf("%w: dOut is nil, want a tensor [%d %d %d %d]", ErrShape, p.b, p.hq, p.tq, p.dv)
@@ -123,8 +123,10 @@ func (p *sdpaPlan) checkBackward(r *SDPAResult, dOut *tensor.Tensor) error {
 	if err := checkShape("the forward's Out", r.Out, p.b, p.hq, p.tq, p.dv); err != nil {
 		return err
 	}
-	if err := checkShape("the forward's LSE", r.LSE, p.b, p.hq, p.tq); err != nil {
-		return err
+	if r.LSE != nil {
+		if err := checkShape("the forward's LSE", r.LSE, p.b, p.hq, p.tq); err != nil {
+			return err
+		}
 	}
 	if err := checkShape("dOut", dOut, p.b, p.hq, p.tq, p.dv); err != nil {
 		return err
@@ -183,7 +185,10 @@ func (w *sdpaWork) backward(worker, task int) {
 		if w.r.Weights != nil && drop == nil {
 			pw = w.r.Weights.Data[bh*p.tq*p.tk : (bh+1)*p.tq*p.tk]
 		}
-		lse := w.r.LSE.Data[bh*p.tq : (bh+1)*p.tq]
+		var lse []float32 // not read with a normalizer, whose backward reads the weights
+		if w.r.LSE != nil {
+			lse = w.r.LSE.Data[bh*p.tq : (bh+1)*p.tq]
+		}
 		dOut := view(w.dOut, bh*p.tq*p.dv)
 		bias := p.bias(b, h)
 		attend.Backward(&hd, &gr, dOut, p.dv, lse, &bias, float32(p.scale), drop, pw, &w.back[worker])
