@@ -42,7 +42,8 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 	}
 	switch n.Kind {
 	case Sparsemax:
-		tau := sparsemaxThreshold(kept)
+		// τ ≥ max − 1, so only the scores above that can be in the support: sort those alone.
+		tau := sparsemaxThreshold(candidates(kept, slices.Max(kept)-1))
 		for j, x := range row {
 			row[j] = max(x-tau, 0) // −Inf gives 0
 		}
@@ -51,6 +52,8 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 		for i := range kept {
 			kept[i] *= a
 		}
+		// As for sparsemax, τ ≥ max − 1 (the top score alone takes weight 1 at τ = max − 1).
+		kept = candidates(kept, slices.Max(kept)-1)
 		var tau float64
 		if n.Alpha == 1.5 {
 			tau = entmax15Threshold(kept)
@@ -61,7 +64,11 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 		for j, x := range row {
 			v := 0.0
 			if d := a*x - tau; d > 0 {
-				v = math.Pow(d, 1/a)
+				if n.Alpha == 1.5 {
+					v = d * d
+				} else {
+					v = math.Pow(d, 1/a)
+				}
 			}
 			row[j] = v
 			sum += v
@@ -70,8 +77,7 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 			row[j] /= sum
 		}
 	case TopK:
-		slices.Sort(kept)
-		cut := kept[max(len(kept)-n.K, 0)] // the K-th largest score
+		cut := kthLargest(kept, min(n.K, len(kept)))
 		// Ties at the cut: keep the first keys, so that exactly min(K, kept) are kept.
 		above := 0
 		for _, x := range kept {
@@ -111,6 +117,50 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 	return true
 }
 
+// kthLargest returns the k-th largest value of z (1 ≤ k ≤ len(z)), reordering z: a
+// quickselect, O(len(z)) on average, where sorting would cost O(len(z)·log len(z)) per row.
+func kthLargest(z []float64, k int) float64 {
+	lo, hi, want := 0, len(z)-1, k-1 // the index of the answer in descending order
+	for lo < hi {
+		pivot := z[lo+(hi-lo)/2]
+		i, j := lo, hi
+		for i <= j {
+			for z[i] > pivot {
+				i++
+			}
+			for z[j] < pivot {
+				j--
+			}
+			if i <= j {
+				z[i], z[j] = z[j], z[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case want <= j:
+			hi = j
+		case want >= i:
+			lo = i
+		default:
+			return z[want]
+		}
+	}
+	return z[want]
+}
+
+// candidates keeps, in place, the values of z above lo, the only ones a threshold τ ≥ lo can
+// leave in the support.
+func candidates(z []float64, lo float64) []float64 {
+	c := z[:0]
+	for _, x := range z {
+		if x > lo {
+			c = append(c, x)
+		}
+	}
+	return c
+}
+
 // sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1, by sorting (z is reordered).
 func sparsemaxThreshold(z []float64) float64 {
 	slices.Sort(z)
@@ -132,22 +182,29 @@ func sparsemaxThreshold(z []float64) float64 {
 func entmax15Threshold(z []float64) float64 {
 	slices.Sort(z)
 	slices.Reverse(z)
-	// τ_k solves Σ_{j≤k} (z_j − τ)² = 1; the support is the k with τ_k ≤ z_k.
-	sum, sq, tau, support := 0.0, 0.0, 0.0, 0
-	taus := make([]float64, len(z))
+	// τ_k solves Σ_{j≤k} (z_j − τ)² = 1; the support is the k with τ_k ≤ z_k, and τ that of
+	// its size.
+	sum, sq, support := 0.0, 0.0, 0
 	for k, x := range z {
 		sum += x
 		sq += x * x
-		n := float64(k + 1)
-		mean := sum / n
-		delta := max((1-(sq/n-mean*mean)*n)/n, 0)
-		taus[k] = mean - math.Sqrt(delta)
-		if taus[k] <= x {
+		if t := threshold15(sum, sq, k+1); t <= x {
 			support++
 		}
 	}
-	tau = taus[max(support, 1)-1]
-	return tau
+	sum, sq = 0, 0
+	for _, x := range z[:max(support, 1)] {
+		sum += x
+		sq += x * x
+	}
+	return threshold15(sum, sq, max(support, 1))
+}
+
+// threshold15 is τ_k of entmax15Threshold from the sum and the sum of squares of the k largest.
+func threshold15(sum, sq float64, k int) float64 {
+	n := float64(k)
+	mean := sum / n
+	return mean - math.Sqrt(max((1-(sq/n-mean*mean)*n)/n, 0))
 }
 
 // entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1,

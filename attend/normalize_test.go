@@ -145,3 +145,22 @@ func TestNormalizerBackward(t *testing.T) {
 		}
 	}
 }
+
+// TestKthLargest checks the quickselect against sorting, with ties.
+func TestKthLargest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 500 {
+		n := 1 + rng.IntN(40)
+		z := make([]float64, n)
+		for i := range z {
+			z[i] = float64(rng.IntN(8)) // many ties
+		}
+		sorted := slices.Clone(z)
+		slices.Sort(sorted)
+		slices.Reverse(sorted)
+		k := 1 + rng.IntN(n)
+		if got := kthLargest(slices.Clone(z), k); got != sorted[k-1] {
+			t.Fatalf("kthLargest(%v, %d) = %v, want %v", z, k, got, sorted[k-1])
+		}
+	}
+}

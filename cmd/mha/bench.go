@@ -63,7 +63,8 @@ type benchFlags struct {
 	python                        string
 	gqa, window, decode           int
 	cacheDType                    string // the worker's, with --decode
-	seqSet                        bool   // --seq was given
+	sparse                        sparseFlags
+	seqSet                        bool // --seq was given
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -80,7 +81,8 @@ type benchConfig struct {
 	kvHeads, window int
 	decode          bool
 	cacheDType      string
-	readBW          float64 // bytes/s, measured with --decode
+	sparse          sparseFlags // patterns and normalizer, as given
+	readBW          float64     // bytes/s, measured with --decode
 }
 
 // flops is the work of one timed call at sequence length t. A forward is 8·T·E²·B for the four
@@ -182,6 +184,7 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 	fl.BoolVar(&f.worker, "worker", false, "time mha at the one T of --seq in this process and print the raw result (used by mha bench itself)")
 	fl.IntVar(&f.gqa, "gqa", 0, "time the attention core (mha.SDPA, no projections) with this many K/V heads shared by the --heads query heads")
 	fl.IntVar(&f.window, "window", 0, "time the attention core with a causal sliding window of W keys before each query")
+	f.sparse.register(fl)
 	fl.IntVar(&f.decode, "decode", 0, "time one new token against a KV cache of L tokens, per cache type (f32, bf16, f16), against the read bandwidth")
 	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
 	_ = fl.MarkHidden("worker")
@@ -225,7 +228,7 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	if f.backward && f.ort {
 		return nil, errors.New("--ort times ONNX Runtime's forward only (its inference session has no backward), want --backward without --ort")
 	}
-	if f.gqa != 0 || f.window != 0 || f.decode != 0 {
+	if f.gqa != 0 || f.window != 0 || f.decode != 0 || len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax" {
 		if err := f.sdpaConfig(cfg); err != nil {
 			return nil, err
 		}

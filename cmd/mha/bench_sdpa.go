@@ -55,6 +55,8 @@ func (c *benchConfig) sdpaMode() string {
 		s = fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
 	case c.window > 0:
 		s += fmt.Sprintf(", causal sliding window W=%d (FLOPs count the pairs it lets through)", c.window)
+	case len(c.sparse.patterns) > 0 || c.sparse.normalizer != "softmax":
+		s += fmt.Sprintf(", patterns %v, normalizer %s (FLOPs count every pair, as dense attention's: the rate against dense's is the speed-up)", c.sparse.patterns, c.sparse.normalizer)
 	case c.causal:
 		s += ", causal (bottom-right; counted in full)"
 	}
@@ -90,6 +92,10 @@ func newSDPABenchCall(cfg *benchConfig, t int) (benchCall, error) {
 	if cfg.window > 0 {
 		opt.Window = &mha.Window{Left: cfg.window, Right: 0}
 	}
+	var err error
+	if opt.Patterns, opt.Block, opt.Normalizer, err = cfg.sparse.parse(); err != nil {
+		return benchCall{}, err
+	}
 	if !cfg.decode {
 		q, k, v := random(cfg.batch, cfg.heads, t, d), random(cfg.batch, cfg.kvHeads, t, d), random(cfg.batch, cfg.kvHeads, t, d)
 		return benchCall{run: func() error { return ctx.SDPAInto(&r, q, k, v, opt) }, reset: func() {}}, nil
@@ -116,7 +122,13 @@ func (c *benchConfig) sdpaArgs() []string {
 	if c.window > 0 {
 		args = append(args, "--window", strconv.Itoa(c.window))
 	}
-	return args
+	for _, p := range c.sparse.patterns {
+		args = append(args, "--pattern", p)
+	}
+	if c.sparse.block != "" {
+		args = append(args, "--block", c.sparse.block)
+	}
+	return append(args, "--normalizer", c.sparse.normalizer)
 }
 
 // sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
@@ -167,7 +179,13 @@ func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
 	if _, err := cacheDType(f.cacheDType); err != nil {
 		return err
 	}
-	cfg.kvHeads, cfg.window, cfg.cacheDType = f.heads, f.window, f.cacheDType
+	if _, _, _, err := f.sparse.parse(); err != nil {
+		return err
+	}
+	if f.decode > 0 && (len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax") {
+		return fmt.Errorf("--decode times the KV cache, which takes no --pattern or --normalizer yet")
+	}
+	cfg.kvHeads, cfg.window, cfg.cacheDType, cfg.sparse = f.heads, f.window, f.cacheDType, f.sparse
 	if f.gqa > 0 {
 		cfg.kvHeads = f.gqa
 	}
