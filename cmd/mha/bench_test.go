@@ -332,6 +332,16 @@ func TestBenchSDPA(t *testing.T) {
 	if !slices.Equal(impls, []string{"mha-f32", "mha-bf16", "mha-f16"}) {
 		t.Errorf("--decode implementations %v, want mha-f32, mha-bf16, mha-f16", impls)
 	}
+	_, rows = benchLines(t, "--pattern", "local:4", "--pattern", "global:0", "--block", "8,8", "--normalizer", "sparsemax", "--heads", "2", "--embed", "16", "--seq", "40", "--runs", "2", "--warmup", "1")
+	if len(rows) != 1 || rows[0].KVHeads != 2 || rows[0].T != 40 {
+		t.Errorf("--pattern rows %+v", rows)
+	}
+	for _, bad := range [][]string{{"--pattern", "ring:1"}, {"--normalizer", "topk:0"}, {"--decode", "30", "--pattern", "local:2"}} {
+		args := append([]string{"bench", "--heads", "2", "--embed", "16"}, bad...)
+		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", bad, code, stderr)
+		}
+	}
 }
 
 // TestSDPAFlops checks the core's FLOP and byte counts against sums written out.
