@@ -338,6 +338,11 @@ func (l *Layer) Parameters() []Param {
 	return ps
 }
 
+// HeldParameters returns the layer's parameters in PyTorch's state-dict order as the layer holds
+// them, converting nothing: T is the layer's own float32 tensor, or nil for a weight held in half
+// precision (LoadHalfStateDict), which is the *tensor.Half given to LoadHalfStateDict.
+func (l *Layer) HeldParameters() []Param { return slices.Clone(l.params) }
+
 // NumParams returns the number of scalar parameters: 4·E² + 4·E for the default config (the
 // chapters' 4·d_model², plus biases).
 func (l *Layer) NumParams() int {
