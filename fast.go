@@ -267,11 +267,7 @@ func (m matrix) float32s() []float32 {
 		return m.f
 	}
 	out := make([]float32, len(m.h))
-	if m.bf16 {
-		kernel.DecodeBF16(out, m.h)
-	} else {
-		kernel.DecodeF16(out, m.h)
-	}
+	kernel.DecodeHalf(out, m.h, m.bf16)
 	return out
 }
 

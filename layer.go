@@ -453,11 +453,7 @@ func isMatrix(name string) bool { return strings.HasSuffix(name, "weight") }
 // decodeHalf returns h's values as a new float32 tensor.
 func decodeHalf(h *tensor.Half) *tensor.Tensor {
 	t := &tensor.Tensor{Shape: slices.Clone(h.Shape), Data: make([]float32, len(h.Data))}
-	if h.Format == tensor.BFloat16 {
-		kernel.DecodeBF16(t.Data, h.Data)
-	} else {
-		kernel.DecodeF16(t.Data, h.Data)
-	}
+	kernel.DecodeHalf(t.Data, h.Data, h.Format == tensor.BFloat16)
 	return t
 }
 

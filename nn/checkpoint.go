@@ -64,7 +64,7 @@ func Save(path string, m *Model, meta map[string]string, extra map[string]*tenso
 	metadata[ConfigKey], metadata[HeadsKey] = string(cfg), string(heads)
 	tensors := make(map[string]safetensors.Tensor, len(m.params)+len(extra))
 	for _, p := range m.params {
-		tensors[p.Name] = safetensors.FromFloat32(p.Value)
+		tensors[p.Name] = safetensors.FromFloat32(p.Float32())
 	}
 	for name, t := range extra {
 		if name == "" || t == nil {
