@@ -49,7 +49,7 @@ func (f *File) Release(name string) error {
 	if f.unmap == nil || len(t.Data) == 0 {
 		return nil
 	}
-	begin := cap(f.data) - cap(t.Data) // t.Data is f.data[begin:end]
+	begin := f.offs[name]
 	page := os.Getpagesize()
 	lo, hi := (begin+page-1)/page*page, (begin+len(t.Data))/page*page
 	if lo >= hi {

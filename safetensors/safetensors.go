@@ -89,6 +89,7 @@ type File struct {
 	tensors map[string]Tensor
 	names   []string           // sorted
 	data    []byte             // the whole file, which the tensors' Data alias
+	offs    map[string]int     // where each tensor's Data starts in data
 	unmap   func([]byte) error // releases a mapped data (Open); nil when data is the heap's
 	closed  bool
 }
@@ -174,7 +175,7 @@ func parse(data []byte) (*File, error) {
 		return nil, fmt.Errorf("header starts with %q, want '{'", header[0])
 	}
 
-	f := &File{tensors: make(map[string]Tensor), data: data}
+	f := &File{tensors: make(map[string]Tensor), data: data, offs: make(map[string]int)}
 	var entries []entry
 	dec := json.NewDecoder(bytes.NewReader(header))
 	dec.UseNumber()
@@ -210,6 +211,7 @@ func parse(data []byte) (*File, error) {
 		}
 		t.Data = buf[begin:end:end]
 		f.tensors[name] = t
+		f.offs[name] = 8 + int(n) + int(begin)
 		entries = append(entries, entry{name, begin, end})
 	}
 	if _, err := token(dec); err != nil { // the closing '}'
