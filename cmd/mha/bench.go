@@ -64,6 +64,9 @@ type benchFlags struct {
 	gqa, window, decode           int
 	cacheDType                    string // the worker's, with --decode
 	seqSet                        bool   // --seq was given
+	model                         string // --model: time a Hugging Face folder (bench_model.go)
+	steps                         int    // decode steps with --model
+	weights                       string // the worker's weights with --model: stored or f32
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -154,6 +157,9 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 "pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.seqSet = cmd.Flags().Changed("seq")
+			if f.model != "" {
+				return runModelBench(&f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			cfg, err := f.config()
 			if err != nil {
 				return err
@@ -184,7 +190,11 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 	fl.IntVar(&f.window, "window", 0, "time the attention core with a causal sliding window of W keys before each query")
 	fl.IntVar(&f.decode, "decode", 0, "time one new token against a KV cache of L tokens, per cache type (f32, bf16, f16), against the read bandwidth")
 	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
+	fl.StringVar(&f.model, "model", "", "time a whole model instead: the Hugging Face folder DIR's prefill (--seq, default 128,512) and decode tokens/s, memory, against the read bandwidth")
+	fl.IntVar(&f.steps, "steps", 32, "timed decode steps with --model")
+	fl.StringVar(&f.weights, "weights", "stored", "the worker's weights with --model: stored or f32 (used by mha bench itself)")
 	_ = fl.MarkHidden("worker")
+	_ = fl.MarkHidden("weights")
 	return cmd
 }
 
