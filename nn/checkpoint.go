@@ -34,9 +34,10 @@ const (
 	HeadsKey = "layer_head_dims"
 )
 
-// Save writes m's parameters, the extra tensors and the metadata to a checkpoint at path. It
-// writes a temporary file in the same directory and renames it over path, so an interrupted Save
-// leaves the old file (or none), never a partial one. It returns an error, and writes nothing,
+// Save writes m's parameters (those held in half precision as their float32 values), the extra
+// tensors and the metadata to a checkpoint at path. It writes a temporary file in the same
+// directory and renames it over path, so an interrupted Save leaves the old file (or none), never
+// a partial one. It returns an error, and writes nothing,
 // when meta uses ConfigKey or HeadsKey; when an extra tensor is nil, has an empty name or a
 // shape that does not match its data; when a parameter or extra tensor holds NaN or ±Inf (the
 // error wraps a *tensor.NonFiniteError naming it); or when writing fails.

@@ -51,29 +51,31 @@ type prefillResult struct {
 
 // modelRow is one implementation's line of --json.
 type modelRow struct {
-	Impl          string         `json:"impl"`
-	Weights       string         `json:"weights"`
-	Params        int64          `json:"params"`
-	Threads       int            `json:"threads"`
-	LoadS         jsonnum.Number `json:"load_s"`
-	RSSMiB        float64        `json:"rss_load_mib"`      // after loading; -1 if unknown
-	PeakLoadMiB   float64        `json:"peak_load_rss_mib"` // while loading; -1 if unknown
-	PeakRSSMiB    float64        `json:"peak_rss_mib"`      // over the whole run
-	Prefill       []prefillRow   `json:"prefill"`
-	DecodeMS      jsonnum.Number `json:"decode_ms"` // median step
-	DecodeTokS    jsonnum.Number `json:"decode_tok_s"`
-	ReadBytes     int64          `json:"read_bytes"`
-	ReadGBps      jsonnum.Number `json:"read_gbps"`   // read_bytes per median step
-	ReadBWPct     jsonnum.Number `json:"read_bw_pct"` // of the measured read bandwidth
-	DecodeSteps   int            `json:"decode_steps"`
-	PrefillPrompt int            `json:"decode_prompt"`
+	Impl         string         `json:"impl"`
+	Weights      string         `json:"weights"`
+	Params       int64          `json:"params"`
+	Threads      int            `json:"threads"`
+	LoadS        jsonnum.Number `json:"load_s"`
+	RSSMiB       float64        `json:"rss_load_mib"`      // after loading; -1 if unknown
+	PeakLoadMiB  float64        `json:"peak_load_rss_mib"` // while loading; -1 if unknown
+	PeakRSSMiB   float64        `json:"peak_rss_mib"`      // over the whole run
+	Prefill      []prefillRow   `json:"prefill"`
+	DecodeMS     jsonnum.Number `json:"decode_ms"`     // median step
+	DecodeMSMin  jsonnum.Number `json:"decode_ms_min"` // fastest step
+	DecodeTokS   jsonnum.Number `json:"decode_tok_s"`
+	ReadBytes    int64          `json:"read_bytes"`
+	ReadGBps     jsonnum.Number `json:"read_gbps"`   // read_bytes per median step
+	ReadBWPct    jsonnum.Number `json:"read_bw_pct"` // of the measured read bandwidth
+	DecodeSteps  int            `json:"decode_steps"`
+	DecodePrompt int            `json:"decode_prompt"`
 }
 
 // prefillRow is one prefill length of a modelRow.
 type prefillRow struct {
-	T    int            `json:"T"`
-	MS   jsonnum.Number `json:"ms"` // median
-	TokS jsonnum.Number `json:"tok_s"`
+	T     int            `json:"T"`
+	MS    jsonnum.Number `json:"ms"`     // median
+	MSMin jsonnum.Number `json:"ms_min"` // fastest
+	TokS  jsonnum.Number `json:"tok_s"`  // over the median
 }
 
 // modelHeader is --json's first line with --model.
@@ -240,11 +242,11 @@ func (r *modelResult) row(impl string, f *benchFlags, bw float64) modelRow {
 	rate := float64(r.ReadBytes) / (step / 1e3)
 	row := modelRow{Impl: impl, Weights: r.Weights, Params: r.Params, Threads: f.threads, LoadS: sig4(r.LoadS),
 		RSSMiB: mib(r.RSSKiB), PeakLoadMiB: mib(r.PeakLoadKiB), PeakRSSMiB: mib(r.PeakKiB),
-		DecodeMS: sig4(step), DecodeTokS: sig4(1e3 / step), ReadBytes: r.ReadBytes,
-		ReadGBps: sig4(rate / 1e9), ReadBWPct: sig4(100 * rate / bw), DecodeSteps: len(r.DecodeMS), PrefillPrompt: benchModelPrompt}
+		DecodeMS: sig4(step), DecodeMSMin: sig4(slices.Min(r.DecodeMS)), DecodeTokS: sig4(1e3 / step), ReadBytes: r.ReadBytes,
+		ReadGBps: sig4(rate / 1e9), ReadBWPct: sig4(100 * rate / bw), DecodeSteps: len(r.DecodeMS), DecodePrompt: benchModelPrompt}
 	for _, p := range r.Prefill {
 		ms := median(p.MS)
-		row.Prefill = append(row.Prefill, prefillRow{T: p.T, MS: sig4(ms), TokS: sig4(float64(p.T) / (ms / 1e3))})
+		row.Prefill = append(row.Prefill, prefillRow{T: p.T, MS: sig4(ms), MSMin: sig4(slices.Min(p.MS)), TokS: sig4(float64(p.T) / (ms / 1e3))})
 	}
 	return row
 }
@@ -270,13 +272,13 @@ func printModelBench(w io.Writer, f *benchFlags, arch string, seqs []int, rows [
 	for _, t := range seqs {
 		fmt.Fprintf(w, "  %13s", fmt.Sprintf("prefill %d", t))
 	}
-	fmt.Fprintf(w, "  %10s  %8s  %8s  %7s  %6s\n", "decode ms", "tok/s", "read MB", "GB/s", "% read")
+	fmt.Fprintf(w, "  %10s  %8s  %8s  %8s  %7s  %6s\n", "decode ms", "min ms", "tok/s", "read MB", "GB/s", "% read")
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-10s  %-8s  %8s  %8s  %9s", r.Impl, r.Weights, fmtMS(float64(r.LoadS)), fmtMiB(r.RSSMiB), fmtMiB(r.PeakRSSMiB))
 		for _, p := range r.Prefill {
 			fmt.Fprintf(w, "  %13s", strconv.FormatFloat(float64(p.TokS), 'f', 0, 64)+" tok/s")
 		}
-		fmt.Fprintf(w, "  %10s  %8s  %8s  %7s  %5s%%\n", fmtMS(float64(r.DecodeMS)), fmtRate(float64(r.DecodeTokS)),
+		fmt.Fprintf(w, "  %10s  %8s  %8s  %8s  %7s  %5s%%\n", fmtMS(float64(r.DecodeMS)), fmtMS(float64(r.DecodeMSMin)), fmtRate(float64(r.DecodeTokS)),
 			fmtRate(float64(r.ReadBytes)/1e6), fmtRate(float64(r.ReadGBps)), fmtRate(float64(r.ReadBWPct)))
 	}
 	if len(rows) < 2 {
