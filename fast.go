@@ -176,6 +176,7 @@ type work struct {
 	masked  []int     // fully masked rows, per worker
 	lse     []float32 // where the row log-sum-exps go: Saved.lse or nil
 
+	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
 	cres       SDPAResult     // ForwardCache: the attention's result
 }

@@ -32,6 +32,13 @@ type Options struct {
 	// add_zero_attn stay visible. (SDPA's windows align bottom-right, at i + Tk − Tq; in
 	// self-attention the two agree.)
 	Window *Window
+	// Softcap, when > 0, caps every scaled score s to Softcap·tanh(s/Softcap) before the masks
+	// and biases (Gemma 2's logit soft-capping).
+	Softcap float64
+	// ALiBi subtracts slope_h·|i − j| from head h's scores (Press et al.; positions aligned as
+	// Causal is): Slopes[h] when Slopes is not nil (len H, finite), else AlibiSlopes(H).
+	ALiBi  bool
+	Slopes []float64
 	// NeedWeights asks for the attention weights in Result.Weights.
 	NeedWeights bool
 	// PerHeadWeights returns weights per head, [B, H, Tq, Tk], instead of averaged over heads,
@@ -146,8 +153,10 @@ type plan struct {
 	b, tq, tk   int
 	tkx         int // tk plus the appended bias_kv and zero_attn rows
 	unbatched   bool
-	maskPerHead bool // AttnMask is [B·H, Tq, Tk]
-	biasPerHead bool // AttnBias is [B·H, Tq, Tk]
+	maskPerHead bool      // AttnMask is [B·H, Tq, Tk]
+	biasPerHead bool      // AttnBias is [B·H, Tq, Tk]
+	slopes      []float64 // ALiBi's slopes per head, or nil
+	sinks       []float32 // the layer's sinks per head, or nil
 }
 
 // MaxDenseElements bounds the [Tq, Tk] attention matrices a call may build: those of all B·H
@@ -234,6 +243,10 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	if w := p.opt.Window; w != nil && (w.Left < -1 || w.Right < -1) {
 		return fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
 	}
+	if err := p.checkBiases(c.NumHeads); err != nil {
+		return err
+	}
+	p.sinks = l.param("sinks")
 	if m := p.opt.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
 			return err
@@ -261,6 +274,32 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 		}
 	}
 	return p.checkHeads(c)
+}
+
+// checkBiases checks Options.Softcap, ALiBi and Slopes for a layer of the given heads, and sets
+// p.slopes.
+func (p *plan) checkBiases(heads int) error {
+	o := &p.opt
+	switch {
+	case !(o.Softcap >= 0) || math.IsInf(o.Softcap, 1):
+		return fmt.Errorf("%w: softcap is %v, want a finite number ≥ 0 (0 for none)", ErrShape, o.Softcap)
+	case o.Slopes != nil && !o.ALiBi:
+		return fmt.Errorf("%w: slopes given without ALiBi", ErrShape)
+	case o.Slopes != nil && len(o.Slopes) != heads:
+		return fmt.Errorf("%w: %d ALiBi slopes, want one per head (%d)", ErrShape, len(o.Slopes), heads)
+	}
+	for h, s := range o.Slopes {
+		if math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: ALiBi slope of head %d is %v, want a finite number", ErrShape, h, s)
+		}
+	}
+	if o.ALiBi {
+		p.slopes = o.Slopes
+		if p.slopes == nil {
+			p.slopes = AlibiSlopes(heads)
+		}
+	}
+	return nil
 }
 
 // checkHeads checks Options.Heads against the layer and the call.
@@ -382,7 +421,13 @@ func (p *plan) checkAttnMask(name string, shape []int, n, heads int) (perHead bo
 
 // bias returns the mask description of batch b, head h.
 func (p *plan) bias(b, h, heads int) attend.Bias {
-	bias := attend.Bias{Causal: p.opt.Causal, Stride: p.tk}
+	bias := attend.Bias{Causal: p.opt.Causal, Stride: p.tk, Softcap: p.opt.Softcap}
+	if p.slopes != nil {
+		bias.Slope = p.slopes[h]
+	}
+	if p.sinks != nil {
+		bias.HasSink, bias.Sink = true, float64(p.sinks[h])
+	}
 	if w := p.opt.Window; w != nil {
 		// Sizes beyond Tq + Tk see the same keys; clamping keeps i ± size from overflowing.
 		bias.Window, bias.Left, bias.Right = true, min(w.Left, p.tq+p.tk), min(w.Right, p.tq+p.tk)

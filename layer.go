@@ -75,6 +75,10 @@ type Config struct {
 	// [Hkv·d, vdim]), in_proj_bias [E + 2·Hkv·d], bias_k and bias_v [1, 1, Hkv·d]. It needs
 	// heads of one size (no HeadDims of different sizes).
 	NumKVHeads int
+	// Sinks adds a learned logit per head, the parameter sinks [H], that joins every query's
+	// softmax and takes weight but no value (gpt-oss's attention sinks; SDPAOptions.Sinks):
+	// the weights of a row then sum to less than 1.
+	Sinks bool
 	// Rotary, when not nil, rotates every head's query and key after the projections (RoPE), as
 	// SDPAOptions.Rotary does: key j at position Offset + j, query i at Offset + Tk − Tq + i. It
 	// needs heads of one size and no appended keys (AddBiasKV, AddZeroAttn).
@@ -317,6 +321,9 @@ func (c Config) paramShapes() []paramShape {
 	if !c.NoBias {
 		s = append(s, paramShape{"out_proj.bias", []int{e}})
 	}
+	if c.Sinks {
+		s = append(s, paramShape{"sinks", []int{c.NumHeads}})
+	}
 	return s
 }
 
@@ -489,7 +496,7 @@ func (l *Layer) describe() string {
 
 // InferConfig reads the embed dim, kdim, vdim, the K/V heads, bias and add_bias_kv from the
 // names and shapes in an nn.MultiheadAttention state dict (or one of a layer with grouped K/V
-// heads, whose key and value projections are narrower), with numHeads heads. AddZeroAttn,
+// heads, whose key and value projections are narrower, or with sinks), with numHeads heads. AddZeroAttn,
 // Dropout, Rotary and Seed are not stored in a state dict and are left zero. It returns an error
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
 // a valid layer.
@@ -532,6 +539,7 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	_, hasBias := sd["in_proj_bias"]
 	cfg.NoBias = !hasBias
 	_, cfg.AddBiasKV = sd["bias_k"]
+	_, cfg.Sinks = sd["sinks"]
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}

@@ -28,7 +28,7 @@ func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, err
 // whole sequence, up to float32 rounding. The scale is the heads' (Config.HeadScales must give
 // one scale, or none).
 //
-// Of Options it reads Causal, Window and Workers; masks, weights, dropout and head
+// Of Options it reads Causal, Window, Softcap, ALiBi, Slopes and Workers; masks, weights, dropout and head
 // interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have no
 // position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
 // layer or kv, or kv has too little room left.
@@ -45,7 +45,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		return nil, fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
 	case o.KeyPaddingMask != nil || o.AttnMask != nil || o.AttnBias != nil || o.NeedWeights || o.Training ||
 		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Uniform != nil:
-		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window and Workers; masks, weights, dropout and head options need Forward", ErrShape)
+		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi and Workers; masks, weights, dropout and head options need Forward", ErrShape)
 	case c.AddBiasKV || c.AddZeroAttn:
 		return nil, fmt.Errorf("%w: appended keys (add_bias_kv, add_zero_attn) have no position in a KV cache", ErrConfig)
 	}
@@ -94,7 +94,8 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	w.ck = perHead(w.ck, k, b, t, hkv, d)
 	w.cv = perHead(w.cv, v, b, t, hkv, d)
 
-	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers}
+	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers,
+		Softcap: o.Softcap, ALiBi: o.ALiBi, Slopes: o.Slopes, Sinks: l.param("sinks")}
 	if o.Causal {
 		so.Causal = CausalBottomRight
 	}

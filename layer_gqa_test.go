@@ -19,6 +19,8 @@ type gqaCase struct {
 	kvSame  bool // cross-attention with key and value one tensor
 	causal  bool
 	padding bool
+	softcap float64
+	alibi   bool // top-left |i − j|, so only on self-attention, where SDPA's bottom-right agrees
 }
 
 func gqaCases() []gqaCase {
@@ -32,6 +34,8 @@ func gqaCases() []gqaCase {
 		{name: "cross kv-same partial rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: partial, Seed: 4}, b: 2, tq: 5, tk: 8, kvSame: true, causal: true},
 		{name: "cross kdim vdim", cfg: Config{EmbedDim: 8, NumHeads: 4, NumKVHeads: 2, KDim: 5, VDim: 3, NoBias: true, Rotary: half, Seed: 5}, b: 2, tq: 8, tk: 4, padding: true},
 		{name: "gqa bias_kv zero_attn", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, AddBiasKV: true, AddZeroAttn: true, Seed: 6}, b: 2, tq: 5, tk: 6},
+		{name: "sinks softcap alibi", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Sinks: true, Rotary: half, Seed: 7}, b: 2, tq: 7, causal: true, padding: true, softcap: 2, alibi: true},
+		{name: "cross sinks softcap", cfg: Config{EmbedDim: 12, NumHeads: 3, Sinks: true, Seed: 8}, b: 1, tq: 4, tk: 9, softcap: 0.7},
 	}
 }
 
@@ -49,7 +53,7 @@ func (c gqaCase) inputs(seed uint64) (q, k, v *tensor.Tensor, opt *Options) {
 			v = randTensor(rng, c.b, tk, c.cfg.vdim())
 		}
 	}
-	opt = &Options{Causal: c.causal}
+	opt = &Options{Causal: c.causal, Softcap: c.softcap, ALiBi: c.alibi}
 	if c.padding {
 		m := tensor.NewBool(c.b, tk)
 		m.Data[tk-1] = true    // batch 0: last key
@@ -90,7 +94,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 		}
 		return out
 	}
-	so := &SDPAOptions{KeyPaddingMask: opt.KeyPaddingMask, Rotary: cfg.Rotary}
+	so := &SDPAOptions{KeyPaddingMask: opt.KeyPaddingMask, Rotary: cfg.Rotary, Softcap: opt.Softcap, ALiBi: opt.ALiBi, Sinks: l.param("sinks")}
 	if opt.Causal {
 		so.Causal = CausalTopLeft
 	}
@@ -523,10 +527,11 @@ func TestLayerForwardCache(t *testing.T) {
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100, Offset: 2}, Seed: 1}, nil},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1, Rotary: &Rotary{Theta: 100, Layout: RopeInterleaved}, Seed: 2}, &Window{3, 0}},
 		{Config{EmbedDim: e, NumHeads: 2, NoBias: true, Seed: 3}, nil},
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Sinks: true, Seed: 9}, &Window{4, 0}},
 	} {
 		l := newLayer(t, c.cfg)
 		x := randTensor(tensor.NewRNG(4), b, n, e)
-		opt := &Options{Causal: true, Window: c.window}
+		opt := &Options{Causal: true, Window: c.window, Softcap: 3, ALiBi: c.cfg.Sinks}
 		want := forward(t, l, x, nil, nil, opt).Output
 		kv, err := l.NewKVCache(b, n, CacheFloat32)
 		if err != nil {

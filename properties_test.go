@@ -26,7 +26,7 @@ func newLayer(t *testing.T, cfg Config) *Layer {
 	// Non-zero biases, so that tests see them (PyTorch initialises them to zero).
 	rng := tensor.NewRNG(cfg.Seed + 100)
 	for _, p := range l.Parameters() {
-		if strings.Contains(p.Name, "bias") {
+		if strings.Contains(p.Name, "bias") || p.Name == "sinks" {
 			rng.Normal(p.T, 0.3)
 		}
 	}

@@ -2,6 +2,7 @@ package mha
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/mhalab/mha/attend"
@@ -222,7 +223,16 @@ func (w *work) backwardLayer() {
 	if c.Rotary != nil {
 		w.buildRope()
 	}
+	if p.sinks != nil {
+		w.dsink = kernel.Grow(w.dsink, p.b*c.NumHeads)
+	}
 	w.run(phaseBackward, p.b*c.KVHeads())
+	if g := w.grad("sinks"); g != nil {
+		// Each (batch, head) task left its part; they are summed in batch order.
+		for b := range p.b {
+			kernel.Axpy(1, w.dsink[b*c.NumHeads:(b+1)*c.NumHeads], g)
+		}
+	}
 	dq, dk, dv := a.split(w.dbuf)
 
 	// The appended rows: bias_k and bias_v get their rows' gradients; the zero rows are constant.
@@ -308,7 +318,18 @@ func (w *work) backward(worker, task int) {
 			n := p.tq * p.tkx
 			probs = s.probs[bh*n : (bh+1)*n]
 		}
-		attend.Backward(&hd, &gr, view(w.dconcat, b*p.tq*e+o), e, s.lse[bh*p.tq:(bh+1)*p.tq], &bias, float32(p.scale(*c, h)), p.dropout(b, h, heads, c.Dropout), probs, &w.back[worker])
+		dOut, lse := view(w.dconcat, b*p.tq*e+o), s.lse[bh*p.tq:(bh+1)*p.tq]
+		attend.Backward(&hd, &gr, dOut, e, lse, &bias, float32(p.scale(*c, h)), p.dropout(b, h, heads, c.Dropout), probs, &w.back[worker])
+		if p.sinks != nil {
+			// The sink's weight in row i is exp(sink − lse_i) and its value 0, so
+			// dL/dsink = −Σ_i exp(sink − lse_i)·D_i with D_i = dOut_i·Out_i.
+			sum, d := 0.0, hd.D
+			for i := range p.tq {
+				di := kernel.Dot(dOut[i*e:i*e+d], s.concat[(b*p.tq+i)*e+o:][:d])
+				sum -= math.Exp(bias.Sink-float64(lse[i])) * float64(di)
+			}
+			w.dsink[bh] = float32(sum)
+		}
 		if c.Rotary != nil {
 			w.rope.rotate(gr.DQ, a.ldq, p.tq, w.ropeQ0, true)
 		}

@@ -26,6 +26,10 @@ type Config struct {
 	// Steps overrides the number of training steps of the experiments that train (0: the
 	// experiment's default); the others ignore it.
 	Steps int
+	// Model, when not empty, is a model to measure instead of the shipped ones: a Hugging Face
+	// folder or a checkpoint of mha train (pretrained.OpenPath). The experiments that train
+	// their own models ignore it.
+	Model string
 }
 
 // Result is what an experiment found.
@@ -67,6 +71,7 @@ var experiments = []struct {
 	{"mi-penalty", "chapter 002: training with a penalty on the heads' mutual information", MIPenalty},
 	{"routing", "chapter 002: d_model = 4, two heads that each route one feature", Routing},
 	{"scaling", "chapter 002: heads of d_k = 32 and 128 under three logit scales", Scaling},
+	{"specialisation", "chapters 000 and 004: each head's role and the ρ_ij between heads, on the shipped models or --model", Specialisation},
 }
 
 // Names returns the names of the experiments.

@@ -75,3 +75,65 @@ func TestRunErrors(t *testing.T) {
 		t.Errorf("About(nope) = %q, want \"\"", About("nope"))
 	}
 }
+
+// TestSpecialisation checks the roles on the shipped models whose heads are known — the
+// prev-token model's heads look at the previous token, the induction model has induction heads —
+// and that the verdict follows the layers' mean |ρ_ij|; and that --model runs a Hugging Face
+// folder.
+func TestSpecialisation(t *testing.T) {
+	res, err := Specialisation(context.Background(), Config{Quick: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := res.Data.(*SpecialisationData)
+	count := func(m SpecialisedModel, role string) int {
+		n := 0
+		for _, h := range m.Heads {
+			if h.Role == role {
+				n++
+			}
+		}
+		return n
+	}
+	seen := map[string]bool{}
+	for _, m := range data.Models {
+		seen[m.Name] = true
+		low := true
+		for _, l := range m.Layers {
+			low = low && float64(l.MeanAbs) < lowRho
+		}
+		if low != m.LowCorrelation {
+			t.Errorf("%s: low correlation %v, but the layers' mean |ρ| say %v", m.Name, m.LowCorrelation, low)
+		}
+		for _, h := range m.Heads {
+			for name, s := range h.Scores {
+				if v := float64(s); !(v >= 0 && v <= 1.000001) {
+					t.Errorf("%s %d.%d: %s score %v outside [0, 1]", m.Name, h.Layer, h.Head, name, v)
+				}
+			}
+		}
+		switch m.Name {
+		case "prev-token":
+			if count(m, "previous-token") == 0 {
+				t.Errorf("prev-token: no previous-token head: %+v", m.Heads)
+			}
+		case "induction":
+			if count(m, "induction") == 0 {
+				t.Errorf("induction: no induction head: %+v", m.Heads)
+			}
+		}
+	}
+	if !seen["prev-token"] || !seen["induction"] {
+		t.Fatalf("models measured: %v", seen)
+	}
+	res, err = Specialisation(context.Background(), Config{Quick: true, Model: "../testdata/pretrained/gpt2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res.Data.(*SpecialisationData).Models; len(m) != 1 || len(m[0].Heads) != 2*4 {
+		t.Errorf("gpt2 folder: %d models, want 1 with 8 heads", len(m))
+	}
+	if _, err := Specialisation(context.Background(), Config{Model: "../testdata/pretrained/none"}); err == nil {
+		t.Error("a missing folder: no error")
+	}
+}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/mhalab/mha/jsonnum"
@@ -22,6 +23,9 @@ type EvalConfig struct {
 	// score; keep it away from the seeds a model was trained on (EvalSeed is).
 	Seed    uint64
 	Workers int
+	// Repeat is the n of RepeatedScores' sequences, n random tokens and the same n again; 0
+	// means SeqLen/2. It must be ≤ SeqLen/2.
+	Repeat int
 }
 
 // Report is a model's evaluation on a task. Its numbers are NaN when the model's outputs are not
@@ -94,14 +98,16 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 			}
 		}
 	}
-	prev, prefix, err := repeatedScores(m, t.Vocab(), cfg)
+	scores, err := repeatedScores(m, t.Vocab(), cfg)
 	if err != nil {
 		return nil, err
 	}
-	for i := range rep.Heads {
-		rep.Heads[i].PrevToken = jsonnum.Number(prev[i])
-		if prefix != nil {
-			s := jsonnum.Number(prefix[i])
+	for i, sc := range scores {
+		if !math.IsNaN(sc.PrevToken) {
+			rep.Heads[i].PrevToken = jsonnum.Number(sc.PrevToken)
+		}
+		if !math.IsNaN(sc.Induction) {
+			s := jsonnum.Number(sc.Induction)
 			rep.Heads[i].PrefixMatching = &s
 		}
 	}
@@ -112,62 +118,136 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 	return rep, nil
 }
 
-// RepeatedScores returns every head's previous-token and prefix-matching scores, layer by layer
-// and head by head, as Olsson et al. and TransformerLens measure them: on cfg.Batches batches of
-// cfg.Batch sequences of n = SeqLen/2 tokens drawn uniformly from [0, vocab) followed by the
-// same n again (batch i from seed cfg.Seed + i), with no padding. These are the scores Evaluate
-// reports; prefix is nil when the model's SeqLen is below 2, and prev is then all 0. It returns
-// an error when vocab is not in [1, the model's vocabulary] or a size in cfg is negative.
-func RepeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []float64, err error) {
+// RepeatedScores returns every head's PatternScores, layer by layer and head by head, as Olsson
+// et al. and TransformerLens measure them: on cfg.Batches batches of cfg.Batch sequences of
+// n = cfg.Repeat (or SeqLen/2) tokens drawn uniformly from [0, vocab) followed by the same n again (batch i from
+// seed cfg.Seed + i, RepeatedTokens), with no padding. Evaluate reports the PrevToken and
+// Induction scores. When the model's SeqLen is below 4 the scores that need a repeat
+// (Induction, Duplicate) are NaN, and below 2 every score is. It returns an error when vocab is
+// not in [1, the model's vocabulary], a size in cfg is negative, or cfg.Repeat exceeds SeqLen/2.
+func RepeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, error) {
 	if vocab < 1 || vocab > m.Config().Vocab {
-		return nil, nil, fmt.Errorf("probe: vocab is %d, want 1 to the model's %d", vocab, m.Config().Vocab)
+		return nil, fmt.Errorf("probe: vocab is %d, want 1 to the model's %d", vocab, m.Config().Vocab)
 	}
-	if cfg, err = cfg.defaults(); err != nil {
-		return nil, nil, err
+	cfg, err := cfg.defaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Repeat > m.Config().SeqLen/2 {
+		return nil, fmt.Errorf("probe: %d tokens repeated once need %d positions, more than the model's %d", cfg.Repeat, 2*cfg.Repeat, m.Config().SeqLen)
 	}
 	return repeatedScores(m, vocab, cfg)
 }
 
 // repeatedScores is RepeatedScores with cfg's defaults filled in.
-func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) (prev, prefix []float64, err error) {
+func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, error) {
 	mc := m.Config()
-	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
-	prev = make([]float64, mc.Layers*mc.Heads)
-	matched, queries := make([]float64, len(prev)), 0
-	for i := range cfg.Batches {
-		tokens, n := repeatedTokens(cfg.Seed+uint64(i), cfg.Batch, mc.SeqLen, vocab)
-		if n < 1 {
-			return prev, nil, nil
+	heads := mc.Layers * mc.Heads
+	out := make([]PatternScores, heads)
+	for i := range out {
+		out[i].Layer, out[i].Head = i/mc.Heads, i%mc.Heads
+	}
+	n := mc.SeqLen / 2
+	if cfg.Repeat > 0 {
+		n = cfg.Repeat
+	}
+	t := 2 * n
+	if n < 1 {
+		for i := range out {
+			out[i].PrevToken, out[i].Induction, out[i].Duplicate, out[i].FirstToken, out[i].Position, out[i].Broad =
+				math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		}
-		if _, err := m.Forward(tokens, cfg.Batch, 2*n, opt); err != nil {
-			return nil, nil, err
+		return out, nil
+	}
+	// Sums over the batches: prefix matching and duplicate token weighted by their queries, the
+	// rest by batch; the offset profiles are averaged before the strongest offset is chosen.
+	induction, duplicate := make([]float64, heads), make([]float64, heads)
+	profiles := make([][]float64, heads)
+	indQueries, dupQueries := 0, 0
+	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
+	norm := 0.0 // the mean over the rows of the log of the keys a row may see
+	for i := range t {
+		keys := t
+		if !mc.Bidirectional {
+			keys = i + 1
+		}
+		norm += math.Log(float64(keys)) / float64(t)
+	}
+	per := 1 / float64(cfg.Batches)
+	for bi := range cfg.Batches {
+		tokens := RepeatedTokens(cfg.Seed+uint64(bi), cfg.Batch, n, vocab)
+		if _, err := m.Forward(tokens, cfg.Batch, t, opt); err != nil {
+			return nil, err
 		}
 		for l := range mc.Layers {
-			w := m.Weights(l).Data
-			p, err := PrevToken(w, cfg.Batch, mc.Heads, 2*n, 1)
+			w := m.Weights(l)
+			b, h := cfg.Batch, mc.Heads
+			prev, err := PrevToken(w.Data, b, h, t, 1)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			scores, q, err := PrefixMatching(w, tokens, cfg.Batch, mc.Heads, 2*n)
+			ind, iq, err := PrefixMatching(w.Data, tokens, b, h, t)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			for h := range mc.Heads {
-				prev[l*mc.Heads+h] += p[h] / float64(cfg.Batches)
-				matched[l*mc.Heads+h] += scores[h] * float64(q)
+			dup, dq, err := DuplicateToken(w.Data, tokens, b, h, t)
+			if err != nil {
+				return nil, err
+			}
+			profile, err := OffsetProfile(w.Data, b, h, t)
+			if err != nil {
+				return nil, err
+			}
+			entropy, err := Entropy(w)
+			if err != nil {
+				// Entropy refuses weights that are not finite, which a model whose parameters
+				// are not gives (mha eval --allow-nonfinite): the broad score is then NaN, like
+				// the others.
+				entropy = make([]float64, h)
+				for i := range entropy {
+					entropy[i] = math.NaN()
+				}
+			}
+			first, err := FirstToken(w.Data, b, h, t)
+			if err != nil {
+				return nil, err
+			}
+			for hd := range h {
+				s := &out[l*h+hd]
+				s.PrevToken += prev[hd] * per
+				s.Broad += entropy[hd] / norm * per
+				s.FirstToken += first[hd] * per
+				induction[l*h+hd] += ind[hd] * float64(iq)
+				duplicate[l*h+hd] += dup[hd] * float64(dq)
+				if profiles[l*h+hd] == nil {
+					profiles[l*h+hd] = make([]float64, len(profile[hd]))
+				}
+				for k, v := range profile[hd] {
+					profiles[l*h+hd][k] += v * per
+				}
 			}
 			if l == 0 {
-				queries += q
+				indQueries += iq
+				dupQueries += dq
 			}
 		}
 	}
-	if queries == 0 {
-		return prev, nil, nil
+	for i := range out {
+		s := &out[i]
+		s.Induction, s.Duplicate = math.NaN(), math.NaN()
+		if indQueries > 0 {
+			s.Induction = induction[i] / float64(indQueries)
+		}
+		if dupQueries > 0 {
+			s.Duplicate = duplicate[i] / float64(dupQueries)
+		}
+		for k, v := range profiles[i] {
+			if d := k - (t - 1); d != -1 && d != -n && d != 1-n && v > s.Position {
+				s.Position, s.Offset = v, d
+			}
+		}
 	}
-	for i := range matched {
-		matched[i] /= float64(queries)
-	}
-	return prev, matched, nil
+	return out, nil
 }
 
 // MaxBatchBytes bounds the memory that one batch of Evaluate may need (2 GiB), as
@@ -204,8 +284,8 @@ func (cfg EvalConfig) resolve(m *nn.Model, t tasks.Task) (EvalConfig, error) {
 // defaults returns cfg with its zero sizes set to the defaults, or an error when a size is
 // negative.
 func (cfg EvalConfig) defaults() (EvalConfig, error) {
-	if cfg.Batches < 0 || cfg.Batch < 0 {
-		return cfg, fmt.Errorf("probe: %d batches of %d sequences, want sizes ≥ 0 (0 for the default)", cfg.Batches, cfg.Batch)
+	if cfg.Batches < 0 || cfg.Batch < 0 || cfg.Repeat < 0 {
+		return cfg, fmt.Errorf("probe: %d batches of %d sequences repeating %d tokens, want sizes ≥ 0 (0 for the default)", cfg.Batches, cfg.Batch, cfg.Repeat)
 	}
 	if cfg.Batches == 0 {
 		cfg.Batches = 8
@@ -242,10 +322,10 @@ func correctSequences(logits []float32, vocab int, bt tasks.Batch) int {
 	return n
 }
 
-// repeatedTokens returns b sequences of n tokens drawn uniformly from [0, vocab) followed by the
-// same n again, n = seqLen/2, and n (0 when seqLen < 2).
-func repeatedTokens(seed uint64, b, seqLen, vocab int) ([]int, int) {
-	n := seqLen / 2
+// RepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n tokens drawn uniformly
+// from [0, vocab) with a generator seeded by seed, followed by the same n again, as Olsson et al.
+// measure induction heads. The same arguments give the same tokens.
+func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tokens := make([]int, 0, b*2*n)
 	for range b {
@@ -255,5 +335,5 @@ func repeatedTokens(seed uint64, b, seqLen, vocab int) ([]int, int) {
 		}
 		tokens = append(tokens, tokens[start:start+n]...)
 	}
-	return tokens, n
+	return tokens
 }

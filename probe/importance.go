@@ -29,59 +29,105 @@ func Importance(m *nn.Model, t tasks.Task, cfg EvalConfig) ([][]float64, error) 
 	if err != nil {
 		return nil, err
 	}
-	mc := m.Config()
-	params := m.Params()
-	defer nn.ZeroGrads(params)
-	imp := make([][]float64, mc.Layers)
-	for l := range imp {
-		imp[l] = make([]float64, mc.Heads)
-	}
-	seqs := 0
+	g := newGateGrads(m)
+	defer nn.ZeroGrads(g.params)
 	for i := range cfg.Batches {
 		bt, err := t.Batch(cfg.Seed+uint64(i), cfg.Batch)
 		if err != nil {
 			return nil, err
 		}
-		gates := make([]mha.HeadOptions, mc.Layers)
-		for l := range gates {
-			gates[l].Gate = ones(bt.B, mc.Heads)
-		}
-		if _, err := m.Forward(bt.Tokens, bt.B, bt.T, &nn.RunOptions{Heads: gates, Workers: cfg.Workers}); err != nil {
+		if err := g.add(bt.Tokens, bt.Targets, bt.Scored, bt.B, bt.T, cfg.Workers); err != nil {
 			return nil, err
 		}
-		_, _, counted, err := m.Loss(bt.Targets, bt.Scored)
-		if err != nil {
-			return nil, err
-		}
-		nn.ZeroGrads(params)
-		if err := m.Backward(); err != nil {
-			return nil, err
-		}
-		// The batch loss is the mean over its counted positions, so sequence b's own loss has
-		// gradient counted/n_b times the batch loss's with respect to its own gates.
-		for b := range bt.B {
-			nb := 0
-			for _, s := range bt.Scored[b*bt.T : (b+1)*bt.T] {
+	}
+	return g.importance(), nil
+}
+
+// ImportanceOn returns every head's importance as Importance defines it, on the b sequences of
+// tokens [B, T] with their own targets [B, T] and scored positions [B, T] (nil: all) instead of
+// a task's: for a model without a task, such as a pretrained language model scored on its
+// next-token loss over a text (targets[t] = tokens[t+1], the last position not scored). A
+// sequence with no scored position does not count. It overwrites the model's parameter
+// gradients (it leaves them zero), and returns an error when the tokens or targets do not fit
+// the model (nn.Model.Forward, nn.Model.Loss).
+func ImportanceOn(m *nn.Model, tokens, targets []int, scored []bool, b, t, workers int) ([][]float64, error) {
+	g := newGateGrads(m)
+	defer nn.ZeroGrads(g.params)
+	if err := g.add(tokens, targets, scored, b, t, workers); err != nil {
+		return nil, err
+	}
+	return g.importance(), nil
+}
+
+// gateGrads sums |∂L(x)/∂ξ_h| over sequences x, for Importance and ImportanceOn.
+type gateGrads struct {
+	m      *nn.Model
+	params []*nn.Param
+	sum    [][]float64 // [layer][head]
+	seqs   int         // sequences counted
+}
+
+func newGateGrads(m *nn.Model) *gateGrads {
+	mc := m.Config()
+	g := &gateGrads{m: m, params: m.Params(), sum: make([][]float64, mc.Layers)}
+	for l := range g.sum {
+		g.sum[l] = make([]float64, mc.Heads)
+	}
+	return g
+}
+
+// add runs a forward and a backward pass on one batch with every head gated by ξ = 1 and adds
+// each sequence's |∂L/∂ξ_h|, its own loss being the mean over its scored positions.
+func (g *gateGrads) add(tokens, targets []int, scored []bool, b, t, workers int) error {
+	mc := g.m.Config()
+	gates := make([]mha.HeadOptions, mc.Layers)
+	for l := range gates {
+		gates[l].Gate = ones(b, mc.Heads)
+	}
+	if _, err := g.m.Forward(tokens, b, t, &nn.RunOptions{Heads: gates, Workers: workers}); err != nil {
+		return err
+	}
+	_, _, counted, err := g.m.Loss(targets, scored)
+	if err != nil {
+		return err
+	}
+	nn.ZeroGrads(g.params)
+	if err := g.m.Backward(); err != nil {
+		return err
+	}
+	// The batch loss is the mean over its counted positions, so sequence b's own loss has
+	// gradient counted/n_b times the batch loss's with respect to its own gates.
+	for bi := range b {
+		nb := t
+		if scored != nil {
+			nb = 0
+			for _, s := range scored[bi*t : (bi+1)*t] {
 				if s {
 					nb++
 				}
 			}
-			if nb == 0 {
-				continue
-			}
-			seqs++
-			for l := range mc.Layers {
-				g := m.GateGrad(l).Data[b*mc.Heads : (b+1)*mc.Heads]
-				for h, x := range g {
-					imp[l][h] += math.Abs(float64(x) * float64(counted) / float64(nb))
-				}
+		}
+		if nb == 0 {
+			continue
+		}
+		g.seqs++
+		for l := range mc.Layers {
+			grad := g.m.GateGrad(l).Data[bi*mc.Heads : (bi+1)*mc.Heads]
+			for h, x := range grad {
+				g.sum[l][h] += math.Abs(float64(x) * float64(counted) / float64(nb))
 			}
 		}
 	}
-	for _, row := range imp {
+	return nil
+}
+
+// importance returns the mean of the sums over the sequences counted, each layer divided by its
+// ℓ2 norm (a layer whose heads all score 0 stays 0).
+func (g *gateGrads) importance() [][]float64 {
+	for _, row := range g.sum {
 		norm := 0.0
 		for h := range row {
-			row[h] /= float64(max(seqs, 1))
+			row[h] /= float64(max(g.seqs, 1))
 			norm += row[h] * row[h]
 		}
 		if norm > 0 {
@@ -91,7 +137,7 @@ func Importance(m *nn.Model, t tasks.Task, cfg EvalConfig) ([][]float64, error) 
 			}
 		}
 	}
-	return imp, nil
+	return g.sum
 }
 
 // Score is a model's loss and accuracy on a task's scored positions.

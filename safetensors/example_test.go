@@ -55,3 +55,29 @@ func ExampleParse() {
 	// [a] pt [2] [1.5 -3]
 	// safetensors: no tensor "b" (have: a)
 }
+
+func ExampleFile_Half() {
+	// A bfloat16 weight, written and read back as stored: 2 bytes a value, no conversion.
+	w := &tensor.Half{Shape: []int{2, 2}, Data: []uint16{0x3f80, 0xc000, 0x3f00, 0x0000}, Format: tensor.BFloat16} // 1, -2, 0.5, 0
+	data, err := safetensors.Encode(map[string]safetensors.Tensor{"w": safetensors.FromHalf(w)}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := safetensors.Parse(data)
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := f.Half("w")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%v %v %#04x\n", h.Format, h.Shape, h.Data)
+	x, err := f.Float32("w") // the same values, converted
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(x.Data)
+	// Output:
+	// bfloat16 [2 2] [0x3f80 0xc000 0x3f00 0x0000]
+	// [1 -2 0.5 0]
+}

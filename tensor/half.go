@@ -6,10 +6,12 @@ import (
 )
 
 // Half is a contiguous row-major array of half-precision numbers, stored as their 16-bit
-// patterns in Data: the form in which weights of a bfloat16 or float16 checkpoint are kept, at
-// half the memory of float32. len(Data) always equals the product of Shape; a Half with an empty
+// patterns in Data: the form in which the weights of a bfloat16 or float16 checkpoint are kept,
+// at half the memory of float32 (a weight matrix W of shape [out, in] holds out·in patterns,
+// W[i][j] at Data[i·in+j]). len(Data) always equals the product of Shape; a Half with an empty
 // Shape is a scalar holding one value. Package tensor does not convert halves: the matrix
-// products read them through kernel.SgemmHalf, and safetensors reads and writes them.
+// products decode them as they go (internal/kernel's SgemmHalf), and package safetensors reads
+// and writes them as they are stored.
 type Half struct {
 	Shape  []int
 	Data   []uint16

@@ -62,6 +62,7 @@ gives the same result. Ctrl-C stops the run.`,
 	workersVar(fl, &cfg.Workers, "goroutines (0: GOMAXPROCS); results depend only on the seed")
 	fl.BoolVar(&cfg.Quick, "quick", false, "smaller sizes: faster, with wider error bars")
 	fl.IntVar(&cfg.Steps, "steps", 0, "training steps of the experiments that train (0: their default)")
+	fl.StringVar(&cfg.Model, "model", "", "a Hugging Face model folder or an mha train checkpoint to measure (specialisation), instead of the shipped models")
 	fl.StringVar(&dir, "out", outDir, "the folder `DIR` for the pictures (created if missing)")
 	fl.StringVar(&format, "format", "text", "text: table and summary; json: the result's numbers")
 	return cmd
@@ -71,7 +72,7 @@ gives the same result. Ctrl-C stops the run.`,
 func experimentList() string {
 	var b strings.Builder
 	for _, name := range experiment.Names() {
-		fmt.Fprintf(&b, "  %-13s %s\n", name, experiment.About(name))
+		fmt.Fprintf(&b, "  %-15s %s\n", name, experiment.About(name))
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -170,6 +171,68 @@ func copyDir(t *testing.T, src, dst string, skip ...string) {
 		}
 		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestEvalModel checks mha eval --model: every head's scores in [0, 1] (or null), the loss on
+// --text equal to the cross-entropy of mha forward's logits, and the errors.
+func TestEvalModel(t *testing.T) {
+	code, stdout, stderr := runCLI("eval", "--model", pretrainedDir("llama"), "--text", "the cat sat", "--json", "--batches", "2")
+	if code != 0 {
+		t.Fatalf("exit %d, %s", code, stderr)
+	}
+	var rep struct {
+		Loss  float64
+		Heads []map[string]any
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Heads) != 2*4 {
+		t.Errorf("%d heads, want 8", len(rep.Heads))
+	}
+	for _, h := range rep.Heads {
+		for _, k := range []string{"prev_token", "induction", "duplicate_token", "first_token", "position", "broad"} {
+			if v, ok := h[k].(float64); !ok || v < 0 || v > 1.000001 {
+				t.Errorf("head %v: %s = %v", h, k, h[k])
+			}
+		}
+	}
+	// The same loss from mha forward's logits.
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	if code, _, stderr := runCLI("forward", "--model", pretrainedDir("llama"), "--text", "the cat sat", "--out", out); code != 0 {
+		t.Fatal(stderr)
+	}
+	f, _ := safetensors.ReadFile(out)
+	ids, _, _ := f.Float64("ids")
+	logits, _, _ := f.Float64("logits")
+	v := len(logits) / len(ids)
+	loss := 0.0
+	for i := 0; i+1 < len(ids); i++ {
+		row := logits[i*v : (i+1)*v]
+		m := slices.Max(row)
+		sum := 0.0
+		for _, x := range row {
+			sum += math.Exp(x - m)
+		}
+		loss += m + math.Log(sum) - row[int(ids[i+1])]
+	}
+	loss /= float64(len(ids) - 1)
+	if math.Abs(loss-rep.Loss) > 1e-4*loss {
+		t.Errorf("loss %v, want %v from the logits", rep.Loss, loss)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--model", pretrainedDir("llama"), "--task", "sort"}, "not both"},
+		{[]string{"eval", "--model", pretrainedDir("bert"), "--text", "the cat"}, "bidirectional"},
+		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--repeat", "9"}, "more than the model's 16"},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %q, want %q", c.args, code, stderr, c.want)
 		}
 	}
 }

@@ -4,9 +4,9 @@ package kernel
 type isa int
 
 const (
-	generic isa = iota // pure Go: the purego build tag, or a CPU without AVX2 and FMA
-	avx2               // AVX2 + FMA, 256-bit
-	avx512             // AVX-512 F (+ VL, DQ, BW), 512-bit
+	generic isa = iota // pure Go: the purego build tag, or a CPU without AVX2, FMA and F16C
+	avx2               // AVX2 + FMA + F16C (which every AVX2 CPU has), 256-bit
+	avx512             // AVX-512 F (+ VL, DQ, BW, and F16C), 512-bit
 )
 
 func (i isa) String() string {

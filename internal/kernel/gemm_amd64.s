@@ -7716,24 +7716,24 @@ TEXT ·sgemmPackBT(SB), NOSPLIT, $0-48
 	SHLQ $0x02, R9
 	MOVQ kc+24(FP), CX
 	SHRQ $0x03, CX
-
-packbt_p:
-	MOVQ SI, R10
-	MOVQ DI, R11
 	MOVQ nj+32(FP), R12
 	SHRQ $0x03, R12
 
-packbt_j:
+sgemmPackBT_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBT_p:
 	VMOVUPS    (R10), Y0
 	VMOVUPS    (R10)(DX*1), Y1
 	VMOVUPS    (R10)(DX*2), Y2
 	VMOVUPS    (R10)(R8*1), Y3
-	LEAQ       (R10)(DX*4), R10
-	VMOVUPS    (R10), Y4
-	VMOVUPS    (R10)(DX*1), Y5
-	VMOVUPS    (R10)(DX*2), Y6
-	VMOVUPS    (R10)(R8*1), Y7
-	LEAQ       (R10)(DX*4), R10
+	VMOVUPS    (R13), Y4
+	VMOVUPS    (R13)(DX*1), Y5
+	VMOVUPS    (R13)(DX*2), Y6
+	VMOVUPS    (R13)(R8*1), Y7
 	VUNPCKLPS  Y1, Y0, Y8
 	VUNPCKHPS  Y1, Y0, Y9
 	VUNPCKLPS  Y3, Y2, Y10
@@ -7774,12 +7774,208 @@ packbt_j:
 	VMOVUPS    Y14, (AX)
 	ADDQ       R9, AX
 	VMOVUPS    Y15, (AX)
-	ADDQ       $0x20, R11
+	ADDQ       $0x20, R10
+	ADDQ       $0x20, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBT_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
 	DECQ       R12
-	JNZ        packbt_j
-	ADDQ       $0x20, SI
-	LEAQ       (DI)(R9*8), DI
-	DECQ       CX
-	JNZ        packbt_p
+	JNZ        sgemmPackBT_j
+	VZEROUPPER
+	RET
+
+// func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+// Requires: AVX, AVX2, MMX+
+TEXT ·sgemmPackBTBF16(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), DX
+	SHLQ $0x01, DX
+	LEAQ (DX)(DX*2), R8
+	MOVQ nr+40(FP), R9
+	SHLQ $0x02, R9
+	MOVQ kc+24(FP), CX
+	SHRQ $0x03, CX
+	MOVQ nj+32(FP), R12
+	SHRQ $0x03, R12
+
+sgemmPackBTBF16_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBTBF16_p:
+	VPMOVZXWD  (R10), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  (R10)(DX*1), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  (R10)(DX*2), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  (R10)(R8*1), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  (R13), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  (R13)(DX*1), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  (R13)(DX*2), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  (R13)(R8*1), Y7
+	VPSLLD     $0x10, Y7, Y7
+	LEAQ       (R10)(DX*8), AX
+	LEAQ       (AX)(DX*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	LEAQ       (AX)(DX*4), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y9
+	VUNPCKLPS  Y3, Y2, Y10
+	VUNPCKHPS  Y3, Y2, Y11
+	VUNPCKLPS  Y5, Y4, Y12
+	VUNPCKHPS  Y5, Y4, Y13
+	VUNPCKLPS  Y7, Y6, Y14
+	VUNPCKHPS  Y7, Y6, Y15
+	VSHUFPS    $0x44, Y10, Y8, Y0
+	VSHUFPS    $0xee, Y10, Y8, Y1
+	VSHUFPS    $0x44, Y11, Y9, Y2
+	VSHUFPS    $0xee, Y11, Y9, Y3
+	VSHUFPS    $0x44, Y14, Y12, Y4
+	VSHUFPS    $0xee, Y14, Y12, Y5
+	VSHUFPS    $0x44, Y15, Y13, Y6
+	VSHUFPS    $0xee, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	MOVQ       R11, AX
+	VMOVUPS    Y8, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y9, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y10, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y11, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y12, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y13, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y14, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y15, (AX)
+	ADDQ       $0x10, R10
+	ADDQ       $0x10, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBTBF16_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
+	DECQ       R12
+	JNZ        sgemmPackBTBF16_j
+	VZEROUPPER
+	RET
+
+// func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+// Requires: AVX, F16C, MMX+
+TEXT ·sgemmPackBTF16(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), DX
+	SHLQ $0x01, DX
+	LEAQ (DX)(DX*2), R8
+	MOVQ nr+40(FP), R9
+	SHLQ $0x02, R9
+	MOVQ kc+24(FP), CX
+	SHRQ $0x03, CX
+	MOVQ nj+32(FP), R12
+	SHRQ $0x03, R12
+
+sgemmPackBTF16_j:
+	MOVQ SI, R10
+	LEAQ (SI)(DX*4), R13
+	MOVQ DI, R11
+	MOVQ CX, BX
+
+sgemmPackBTF16_p:
+	VCVTPH2PS  (R10), Y0
+	VCVTPH2PS  (R10)(DX*1), Y1
+	VCVTPH2PS  (R10)(DX*2), Y2
+	VCVTPH2PS  (R10)(R8*1), Y3
+	VCVTPH2PS  (R13), Y4
+	VCVTPH2PS  (R13)(DX*1), Y5
+	VCVTPH2PS  (R13)(DX*2), Y6
+	VCVTPH2PS  (R13)(R8*1), Y7
+	LEAQ       (R10)(DX*8), AX
+	LEAQ       (AX)(DX*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	LEAQ       (AX)(DX*4), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(DX*1)
+	PREFETCHT0 (AX)(DX*2)
+	PREFETCHT0 (AX)(R8*1)
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y9
+	VUNPCKLPS  Y3, Y2, Y10
+	VUNPCKHPS  Y3, Y2, Y11
+	VUNPCKLPS  Y5, Y4, Y12
+	VUNPCKHPS  Y5, Y4, Y13
+	VUNPCKLPS  Y7, Y6, Y14
+	VUNPCKHPS  Y7, Y6, Y15
+	VSHUFPS    $0x44, Y10, Y8, Y0
+	VSHUFPS    $0xee, Y10, Y8, Y1
+	VSHUFPS    $0x44, Y11, Y9, Y2
+	VSHUFPS    $0xee, Y11, Y9, Y3
+	VSHUFPS    $0x44, Y14, Y12, Y4
+	VSHUFPS    $0xee, Y14, Y12, Y5
+	VSHUFPS    $0x44, Y15, Y13, Y6
+	VSHUFPS    $0xee, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	MOVQ       R11, AX
+	VMOVUPS    Y8, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y9, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y10, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y11, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y12, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y13, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y14, (AX)
+	ADDQ       R9, AX
+	VMOVUPS    Y15, (AX)
+	ADDQ       $0x10, R10
+	ADDQ       $0x10, R13
+	LEAQ       (R11)(R9*8), R11
+	DECQ       BX
+	JNZ        sgemmPackBTF16_p
+	LEAQ       (SI)(DX*8), SI
+	ADDQ       $0x20, DI
+	DECQ       R12
+	JNZ        sgemmPackBTF16_j
 	VZEROUPPER
 	RET

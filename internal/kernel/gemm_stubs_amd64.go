@@ -208,3 +208,13 @@ func sgemmAVX2T6(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc 
 //
 //go:noescape
 func sgemmPackBT(dst *float32, src *float32, ld int, kc int, nj int, nr int)
+
+// sgemmPackBTBF16 sets dst[p·nr+j] to the float32 of bfloat16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.
+//
+//go:noescape
+func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+
+// sgemmPackBTF16 sets dst[p·nr+j] to the float32 of binary16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.
+//
+//go:noescape
+func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)

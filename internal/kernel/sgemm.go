@@ -2,10 +2,10 @@ package kernel
 
 import "fmt"
 
-// Workspace holds the buffers Sgemm packs its operands into. The zero value is ready to use; it
-// grows to the largest problem it has seen and then stops allocating: a later call of the same
-// size or smaller makes no heap allocation. A Workspace must not be used by two goroutines at
-// once: give each worker its own.
+// Workspace holds the buffers Sgemm and SgemmHalf pack their operands into. The zero value is
+// ready to use; it grows to the largest problem it has seen and then stops allocating: a later
+// call of the same size or smaller makes no heap allocation. A Workspace must not be used by two
+// goroutines at once: give each worker its own.
 type Workspace struct {
 	vec sgemmVector  // buffers of the assembly path
 	gen sgemmGeneric // buffers of the pure-Go path
@@ -34,8 +34,10 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 // projection x·Wᵀ of an m×k x with W stored [n, k] is SgemmHalf(false, true, m, n, k, 1, x, k,
 // w, bf16, k, 0, c, n, bias).
 //
-// SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations (its Workspace keeps
-// one more scratch buffer of a few KiB), and panics as Sgemm does.
+// SgemmHalf has Sgemm's rules on beta, bias, goroutines and allocations, and panics as Sgemm
+// does. It packs B in Sgemm's blocks, and where Sgemm reads a small row-major B in place
+// (k·n ≤ 128 Ki), it packs that B whole, its n columns rounded up to whole panels of 16 or 32,
+// so its Workspace may grow larger.
 func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
 }

@@ -25,10 +25,10 @@ import "math"
 //     transposed B is always packed: that is where transB is handled.
 //   - k is cut into kc blocks when B is packed; the first block applies beta, the last the bias.
 //   - A half-precision B (SgemmHalf) is always packed, and decoded as it is: a transposed one
-//     8 rows at a time into a small scratch that sgemmPackBT transposes into the panel, a
-//     row-major one straight into the panel's rows. Its blocking is the one a float32 B would
-//     get (kc = k and nc = n where that one is read in place), so that the kernels sum the
-//     same products in the same order and the results agree to the bit.
+//     by sgemmPackBTBF16 or sgemmPackBTF16, sgemmPackBT with a decoding load, a row-major one
+//     by the half decoders straight into the panel's rows. Its blocking is the one a float32 B
+//     would get (kc = k and nc = n where that one is read in place), so that the kernels sum
+//     the same products in the same order and the results agree to the bit.
 
 const (
 	mrAVX512 = 14 // largest tile height of the AVX-512 kernels
@@ -81,7 +81,6 @@ type sgemmVector struct {
 	pack  []float32 // packed panels of B (kc×nr each)
 	apack []float32 // one packed row panel of a transposed A (kc×mr)
 	edge  []float32 // one zero-padded panel of B read in place past the end of its slice
-	rows  []float32 // 8 rows of a transposed half-precision B, decoded (8×kc)
 
 	tile  [mrAVX2 * nrAVX2]float32 // AVX2 edge tiles of C
 	btile [nrAVX2]float32          // bias of an AVX2 edge tile
@@ -239,20 +238,9 @@ func (w *sgemmVector) packB(is isa, transB bool, kc, nc, nr int, b operandB, pc,
 					b.decode(is, row, off+p*ldb)
 				}
 			}
-		case b.format == f32:
-			// op(B)(p, j) = b[j·ldb + p]: transpose.
-			packBT(dst, b.f32[(jc+jr)*ldb+pc:], ldb, kc, nrc, nr)
 		default:
-			// Decode 8 rows of the stored B (8 columns of op(B)) into w.rows, then transpose
-			// them into the panel.
-			w.rows = Grow(w.rows, 8*kc)
-			for j0 := 0; j0 < nrc; j0 += 8 {
-				g := min(8, nrc-j0)
-				for j := range g {
-					b.decode(is, w.rows[j*kc:j*kc+kc], (jc+jr+j0+j)*ldb+pc)
-				}
-				packBT(dst[j0:], w.rows, kc, kc, g, nr)
-			}
+			// op(B)(p, j) = b[j·ldb + p]: transpose.
+			packBT(dst, b, (jc+jr)*ldb+pc, ldb, kc, nrc, nr)
 		}
 		if nrc < nr {
 			for p := range kc {
@@ -262,25 +250,46 @@ func (w *sgemmVector) packB(is isa, transB bool, kc, nc, nr int, b operandB, pc,
 	}
 }
 
-// packBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj: it transposes an nj×kc block of a
-// row-major matrix into kc rows of stride nr. Whole 8×8 blocks go to the assembly, the ragged
-// right and bottom edges to the loops.
-func packBT(dst, src []float32, ld, kc, nj, nr int) {
+// at returns value i of b as float32.
+func (b operandB) at(i int) float32 {
+	switch b.format {
+	case f32:
+		return b.f32[i]
+	case bfloat16:
+		return BF16ToF32(b.half[i])
+	}
+	return F16ToF32(b.half[i])
+}
+
+// packBT sets dst[p·nr+j] = op(B)(p, j) = b[off + j·ld + p] for p < kc, j < nj, decoded where B
+// is half-precision: it transposes an nj×kc block of the stored B into kc rows of stride nr.
+// Whole 8×8 blocks go to the assembly, the ragged right and bottom edges to the loops.
+func packBT(dst []float32, b operandB, off, ld, kc, nj, nr int) {
 	p8, j8 := kc/8*8, nj/8*8
 	if p8 > 0 && j8 > 0 {
-		_ = src[(j8-1)*ld+p8-1] // the assembly reads no further
-		_ = dst[(p8-1)*nr+j8-1] // nor writes
-		sgemmPackBT(&dst[0], &src[0], ld, p8, j8, nr)
+		last := off + (j8-1)*ld + p8 - 1 // the assembly reads no further
+		_ = dst[(p8-1)*nr+j8-1]          // nor writes
+		switch b.format {
+		case f32:
+			_ = b.f32[last]
+			sgemmPackBT(&dst[0], &b.f32[off], ld, p8, j8, nr)
+		case bfloat16:
+			_ = b.half[last]
+			sgemmPackBTBF16(&dst[0], &b.half[off], ld, p8, j8, nr)
+		default:
+			_ = b.half[last]
+			sgemmPackBTF16(&dst[0], &b.half[off], ld, p8, j8, nr)
+		}
 	}
 	for j := j8; j < nj; j++ {
 		for p := range p8 {
-			dst[p*nr+j] = src[j*ld+p]
+			dst[p*nr+j] = b.at(off + j*ld + p)
 		}
 	}
 	for p := p8; p < kc; p++ {
 		row := dst[p*nr : p*nr+nj]
 		for j := range row {
-			row[j] = src[j*ld+p]
+			row[j] = b.at(off + j*ld + p)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -72,45 +73,78 @@ func BenchmarkSgemm(b *testing.B) {
 // BenchmarkSgemmHalf measures the layer's projection x·Wᵀ (transB, W stored n×k) with W in
 // float32 (Sgemm) and in bfloat16 and binary16 (SgemmHalf), on one goroutine per instruction
 // set, reporting GFLOP/s (2·m·n·k per call) and the bytes of W read per second (n·k values of
-// 4 or 2 bytes per call).
+// 4 or 2 bytes per call). With cache=hot every call reads the same W, which stays in L2 or L3;
+// with cache=cold (m = 1, a decode step) the calls go round copies of W filling 256 MiB, so W
+// comes from memory as a model's weights do, and read-bw is that rate's fraction of the
+// one-thread read bandwidth (ReadBandwidth, measured once).
 func BenchmarkSgemmHalf(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
+	var readBW float64 // one thread's read bandwidth, measured by the first cold benchmark
 	for _, is := range available() {
 		for _, nk := range []int{768, 2048} {
+			n, k := nk, nk
+			w32 := to32(randSlice(r, n*k))
+			wbf, wf := make([]uint16, n*k), make([]uint16, n*k)
+			EncodeBF16(wbf, w32)
+			EncodeF16(wf, w32)
 			for _, m := range []int{1, 16, 512} {
-				n, k := nk, nk
 				a := to32(randSlice(r, m*k))
-				w32 := to32(randSlice(r, n*k))
-				wbf, wf := make([]uint16, n*k), make([]uint16, n*k)
-				EncodeBF16(wbf, w32)
-				EncodeF16(wf, w32)
 				c := make([]float32, m*n)
-				for _, format := range []string{"f32", "bf16", "f16"} {
-					b.Run(fmt.Sprintf("isa=%v/m=%d/n=%d,k=%d/B=%s", is, m, n, k, format), func(b *testing.B) {
-						var ws Workspace
-						call := func() {
-							switch format {
-							case "f32":
-								ws.sgemm(is, false, true, m, n, k, 1, a, k, w32, k, 0, c, n, nil)
-							case "bf16":
-								ws.sgemmHalf(is, false, true, m, n, k, 1, a, k, wbf, true, k, 0, c, n, nil)
-							default:
-								ws.sgemmHalf(is, false, true, m, n, k, 1, a, k, wf, false, k, 0, c, n, nil)
+				caches := []string{"hot"}
+				if m == 1 {
+					caches = append(caches, "cold")
+				}
+				for _, cache := range caches {
+					for _, format := range []string{"f32", "bf16", "f16"} {
+						b.Run(fmt.Sprintf("isa=%v/m=%d/n=%d,k=%d/cache=%s/B=%s", is, m, n, k, cache, format), func(b *testing.B) {
+							size := 2
+							if format == "f32" {
+								size = 4
 							}
-						}
-						call()
-						size := 4
-						if format != "f32" {
-							size = 2
-						}
-						b.ResetTimer()
-						for b.Loop() {
-							call()
-						}
-						sec := b.Elapsed().Seconds()
-						b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/sec/1e9, "GFLOP/s")
-						b.ReportMetric(float64(size)*float64(n)*float64(k)*float64(b.N)/sec/1e9, "GB/s-of-B")
-					})
+							copies := 1
+							if cache == "cold" {
+								copies = max(2, (256<<20)/(size*n*k))
+								if readBW == 0 {
+									readBW = ReadBandwidth(1, 0, 0)
+								}
+							}
+							ring32, ring16 := make([][]float32, copies), make([][]uint16, copies)
+							for i := range copies {
+								if format == "f32" {
+									ring32[i] = slices.Clone(w32)
+								} else if format == "bf16" {
+									ring16[i] = slices.Clone(wbf)
+								} else {
+									ring16[i] = slices.Clone(wf)
+								}
+							}
+							var ws Workspace
+							next := 0
+							call := func() {
+								switch format {
+								case "f32":
+									ws.sgemm(is, false, true, m, n, k, 1, a, k, ring32[next], k, 0, c, n, nil)
+								default:
+									ws.sgemmHalf(is, false, true, m, n, k, 1, a, k, ring16[next], format == "bf16", k, 0, c, n, nil)
+								}
+								next = (next + 1) % copies
+							}
+							for range copies {
+								call()
+							}
+							b.ResetTimer()
+							for b.Loop() {
+								call()
+							}
+							sec := b.Elapsed().Seconds()
+							bw := float64(size) * float64(n) * float64(k) * float64(b.N) / sec
+							b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/sec/1e9, "GFLOP/s")
+							b.ReportMetric(bw/1e9, "GB/s-of-B")
+							if cache == "cold" {
+								b.ReportMetric(bw/readBW, "read-bw")
+							}
+						})
+					}
 				}
 			}
 		}

@@ -1,12 +1,13 @@
 package kernel
 
-// The pure-Go path of Sgemm (the purego build tag, and CPUs without AVX2+FMA). It is blocked like
-// the vector path: k is cut into kc blocks; an mc×kc block of op(A) is packed into k-major
-// panels mrGo tall (that absorbs transA); a row-major B is read in place, a transposed one is
-// packed into k-major panels nrGo wide (as is the ragged last panel of a row-major one); and a
-// register-tiled loop computes one mrGo×nrGo tile of C at a time. A half-precision B is packed
-// whole (each kc block), transposed or not, decoded panel by panel into a small scratch that
-// packGo packs from; the tiles then sum the same products in the same order as on a float32 B.
+// The pure-Go path of Sgemm (the purego build tag, and CPUs without AVX2, FMA and F16C). It is
+// blocked like the vector path: k is cut into kc blocks; an mc×kc block of op(A) is packed into
+// k-major panels mrGo tall (that absorbs transA); a row-major B is read in place, a transposed
+// one is packed into k-major panels nrGo wide (as is the ragged last panel of a row-major one);
+// and a register-tiled loop computes one mrGo×nrGo tile of C at a time. A half-precision B is
+// packed whole (each kc block), transposed or not, decoded panel by panel into a small scratch
+// that packGo packs from; the tiles then sum the same products in the same order as on a
+// float32 B.
 
 const (
 	mrGo = 2   // rows of a register tile

@@ -36,3 +36,41 @@ func TestSgemmHalfBlocking(t *testing.T) {
 		}
 	}
 }
+
+// TestPackBTHalf checks the transposing packers of half-precision B (sgemmPackBTBF16,
+// sgemmPackBTF16 and the Go edges around them) on all 2^16 bit patterns, NaNs, infinities and
+// subnormals included, bit for bit against the scalar decoders, on whole and ragged blocks.
+func TestPackBTHalf(t *testing.T) {
+	const ld = 259 // 256 patterns a row, padded
+	src := make([]uint16, 256*ld)
+	for i := range 1 << 16 {
+		src[i/256*ld+i%256] = uint16(i)
+	}
+	for _, bf16 := range halfFormats {
+		b := operandB{half: src, format: f16}
+		decode := F16ToF32
+		if bf16 {
+			b.format, decode = bfloat16, BF16ToF32
+		}
+		for _, s := range [][3]int{{256, 256, 256}, {251, 253, 260}, {7, 5, 8}, {16, 9, 9}} {
+			kc, nj, nr := s[0], s[1], s[2]
+			off := (256-nj)*ld + 256 - kc // the block ends at the last pattern
+			dst := make([]float32, kc*nr)
+			for i := range dst {
+				dst[i] = 42 // the columns past nj must stay
+			}
+			packBT(dst, b, off, ld, kc, nj, nr)
+			for p := range kc {
+				for j := range nr {
+					want := float32(42)
+					if j < nj {
+						want = decode(src[off+j*ld+p])
+					}
+					if got := dst[p*nr+j]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%s %v: dst[%d][%d] = %#08x, want %#08x", formatName(bf16), s, p, j, math.Float32bits(got), math.Float32bits(want))
+					}
+				}
+			}
+		}
+	}
+}

@@ -3,11 +3,11 @@
 // (half_amd64.go) convert the last len mod 16 values with the scalar functions of half.go, which
 // these kernels match bit for bit (half_test.go checks every path on all 2^16 halves):
 //
-//	bf16 → f32   VPMOVZXWD, VPSLLD $16: exact
+//	bf16 → f32   VPMOVZXWD, VPSLLD $16: exact (package halfop, shared with the gemm generator)
 //	f32 → bf16   integer round to nearest even, (b + 0x7fff + (b>>16 & 1)) >> 16, with a NaN
 //	             made quiet instead (b>>16 | 0x40) so it cannot round to Inf; VCVTNEPS2BF16 is
 //	             not used because it flushes subnormal inputs to zero
-//	f16 → f32    VCVTPH2PS
+//	f16 → f32    VCVTPH2PS (package halfop)
 //	f32 → f16    VCVTPS2PH $0 (round to nearest even)
 //
 // The decoders read a KV cache from memory in tiles of a few KiB, too short for the hardware
@@ -19,6 +19,8 @@
 package main
 
 import (
+	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -34,8 +36,7 @@ func main() {
 		4, 2, func(src Mem, dst Mem, _ []VecVirtual) {
 			z := ZMM()
 			PREFETCHT0(Mem{Base: src.Base, Disp: prefetch})
-			VPMOVZXWD(src, z)
-			VPSLLD(U8(16), z, z)
+			halfop.DecodeBF16(src, z)
 			VMOVUPS(z, dst)
 		})
 	convert("encodeBF16AVX512", "func(dst []uint16, src []float32)",
@@ -64,7 +65,7 @@ func main() {
 		4, 2, func(src Mem, dst Mem, _ []VecVirtual) {
 			z := ZMM()
 			PREFETCHT0(Mem{Base: src.Base, Disp: prefetch})
-			VCVTPH2PS(src, z)
+			halfop.DecodeF16(src, z)
 			VMOVUPS(z, dst)
 		})
 	convert("encodeF16AVX512", "func(dst []uint16, src []float32)",
