@@ -16,17 +16,29 @@ import (
 	"github.com/mhalab/mha/tensor"
 )
 
-// writeLlama writes a Llama folder of about 125M parameters in bfloat16 (12 layers of width
-// 768, 4 K/V heads, FFN 2048, vocabulary 32000, an untied head) to dir: config.json and
+// llamaSize is the shape of a generated Llama.
+type llamaSize struct {
+	d, layers, heads, kv, ffn, vocab int
+	tied                             bool
+}
+
+// The generated Llamas: about 125M parameters with an untied head, and Llama 3.2 1B's shape
+// (1.24B parameters, tied).
+var (
+	llama125M = llamaSize{d: 768, layers: 12, heads: 12, kv: 4, ffn: 2048, vocab: 32000}
+	llama1B   = llamaSize{d: 2048, layers: 16, heads: 32, kv: 8, ffn: 8192, vocab: 128256, tied: true}
+)
+
+// writeLlama writes a Llama folder of size s in bfloat16 to dir: config.json and
 // model.safetensors, with small pseudo-random weights. It returns the file's size.
-func writeLlama(t *testing.T, dir string) int64 {
+func writeLlama(t *testing.T, dir string, s llamaSize) int64 {
 	t.Helper()
-	const d, layers, heads, kv, ffn, vocab = 768, 12, 12, 4, 2048, 32000
+	d, layers, heads, kv, ffn, vocab := s.d, s.layers, s.heads, s.kv, s.ffn, s.vocab
 	cfg := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "hidden_size": d,
 		"intermediate_size": ffn, "num_attention_heads": heads, "num_key_value_heads": kv,
 		"num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": 2048,
-		"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+		"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": s.tied, "hidden_act": "silu",
 		"torch_dtype": "bfloat16",
 	}
 	data, err := json.Marshal(cfg)
@@ -65,7 +77,9 @@ func writeLlama(t *testing.T, dir string) int64 {
 		add(p+"mlp.down_proj.weight", false, d, ffn)
 	}
 	add("model.norm.weight", true, d)
-	add("lm_head.weight", false, vocab, d)
+	if !s.tied {
+		add("lm_head.weight", false, vocab, d)
+	}
 	path := filepath.Join(dir, "model.safetensors")
 	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
 		t.Fatal(err)
@@ -109,7 +123,8 @@ const memoryDirEnv = "MHA_TEST_OPEN_MEMORY_DIR"
 // process and checks its resident memory: the peak must stay well below the file plus a float32
 // model (what reading the whole file and converting would take), near the file's size, which is
 // the model's. Set MHA_KEEP_MODEL_DIR to write the folder there and keep it (for mha bench
-// --model). Skipped with -short.
+// --model), and MHA_TEST_LLAMA_1B=1 for Llama 3.2 1B's shape instead (a 2.5 GB file; writing
+// it takes about 7 GB). Skipped with -short.
 func TestOpenMemory(t *testing.T) {
 	if dir := os.Getenv(memoryDirEnv); dir != "" {
 		base, _, err := residentKiB()
@@ -145,7 +160,11 @@ func TestOpenMemory(t *testing.T) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	size := writeLlama(t, dir)
+	shape := llama125M
+	if os.Getenv("MHA_TEST_LLAMA_1B") != "" {
+		shape = llama1B
+	}
+	size := writeLlama(t, dir, shape)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenMemory$", "-test.count=1")
 	cmd.Env = append(os.Environ(), memoryDirEnv+"="+dir)
 	out, err := cmd.CombinedOutput()

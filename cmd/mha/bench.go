@@ -434,9 +434,7 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 			} else {
 				info = append(info, probe.describe(cfg))
 			}
-			if !probe.fastBLAS() {
-				fmt.Fprintf(stderr, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", probe.blasName(), probe.MMGFLOPS)
-			}
+			probe.warnSlowBLAS(stderr)
 			if cfg.sdpa() {
 				impls = append(impls, torchSDPAImpl(f.python, dir, cfg))
 			} else {
@@ -810,6 +808,13 @@ func (p *torchProbe) describe(cfg *benchConfig) string {
 	}
 	return fmt.Sprintf("PyTorch %s, BLAS %s (torch.mm 512³ at %.0f GFLOP/s); torch = nn.MultiheadAttention on %s",
 		p.Version, p.blasName(), p.MMGFLOPS, path)
+}
+
+// warnSlowBLAS warns on w when PyTorch's matrix products do not run on an optimised BLAS.
+func (p *torchProbe) warnSlowBLAS(w io.Writer) {
+	if !p.fastBLAS() {
+		fmt.Fprintf(w, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", p.blasName(), p.MMGFLOPS)
+	}
 }
 
 // probeTorch checks that python runs and imports torch, and reports on its BLAS.

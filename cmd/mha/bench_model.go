@@ -85,6 +85,7 @@ type modelHeader struct {
 	Params       int64          `json:"params"`
 	Threads      int            `json:"threads"`
 	ReadBWGBps   jsonnum.Number `json:"read_bw_gbps"`
+	Torch        string         `json:"torch,omitempty"` // PyTorch's version and BLAS, with --torch
 }
 
 // modelBenchArgs are the child's flags shared by mha's worker and torch_model.py.
@@ -153,6 +154,7 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 		}}
 	}
 	var torch *benchImpl
+	var torchInfo string // the human output's line about PyTorch
 	if f.torch {
 		if f.python == "" {
 			return fmt.Errorf("--python is empty, want the Python that has PyTorch (such as %s)", defaultPython)
@@ -161,9 +163,12 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, err := probeTorch(f.python, dir, f.threads); err != nil {
+		probe, err := probeTorch(f.python, dir, f.threads)
+		if err != nil {
 			return err
 		}
+		probe.warnSlowBLAS(stderr)
+		torchInfo = fmt.Sprintf("PyTorch %s, BLAS %s (torch.mm 512³ at %.0f GFLOP/s)", probe.Version, probe.blasName(), probe.MMGFLOPS)
 		torch = &benchImpl{"torch-f32", func(int) *exec.Cmd {
 			c := exec.Command(f.python, append([]string{filepath.Join(dir, "torch_model.py"), "run"}, modelBenchArgs(f, seqs)...)...)
 			c.Env = torchEnv(f.threads)
@@ -209,7 +214,8 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "note: %s chose the greedy tokens %v, %s %v (float32 sums in another order can change a close argmax)\n", names[i+1], r.Tokens, names[0], results[0].Tokens)
 		}
 	}
-	return printModelBench(stdout, f, results[0].Arch, seqs, rows, bw)
+	return printModelBench(stdout, f, modelHeader{Model: f.model, Architecture: results[0].Arch, Params: rows[0].Params,
+		Threads: f.threads, ReadBWGBps: sig4(bw / 1e9), Torch: torchInfo}, seqs, rows)
 }
 
 // measureModel runs im's child and collects its result.
@@ -252,10 +258,10 @@ func (r *modelResult) row(impl string, f *benchFlags, bw float64) modelRow {
 }
 
 // printModelBench prints the rows as a table, or as JSON lines after a modelHeader.
-func printModelBench(w io.Writer, f *benchFlags, arch string, seqs []int, rows []modelRow, bw float64) error {
+func printModelBench(w io.Writer, f *benchFlags, head modelHeader, seqs []int, rows []modelRow) error {
 	if f.json {
 		enc := json.NewEncoder(w)
-		if err := enc.Encode(modelHeader{Model: f.model, Architecture: arch, Params: rows[0].Params, Threads: f.threads, ReadBWGBps: sig4(bw / 1e9)}); err != nil {
+		if err := enc.Encode(head); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -266,8 +272,12 @@ func printModelBench(w io.Writer, f *benchFlags, arch string, seqs []int, rows [
 		return nil
 	}
 	fmt.Fprintf(w, "model %s (%s): %.2fM parameters, %d threads; prefill: T tokens into an empty cache, median of %d after %d warm-up; decode: greedy steps of one token after a %d-token prompt, median of %d steps after %d warm-up\n",
-		f.model, arch, float64(rows[0].Params)/1e6, f.threads, f.runs, f.warmup, benchModelPrompt, f.steps, f.warmup)
-	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once (read MB)\n\n", bw/1e9, f.threads)
+		f.model, head.Architecture, float64(rows[0].Params)/1e6, f.threads, f.runs, f.warmup, benchModelPrompt, f.steps, f.warmup)
+	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once (read MB)\n", float64(head.ReadBWGBps), f.threads)
+	if head.Torch != "" {
+		fmt.Fprintf(w, "%s; torch-f32 = benchscripts/torch_model.py, the model written out in plain PyTorch on float32 weights\n", head.Torch)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-10s  %-8s  %8s  %8s  %9s", "impl", "weights", "load s", "RSS MiB", "peak MiB")
 	for _, t := range seqs {
 		fmt.Fprintf(w, "  %13s", fmt.Sprintf("prefill %d", t))

@@ -114,7 +114,7 @@ func TestBenchModelTorch(t *testing.T) {
 	if strings.Contains(stderr, "greedy tokens") {
 		t.Errorf("PyTorch and mha chose different tokens: %s", stderr)
 	}
-	if !strings.Contains(stdout, `"impl":"torch-f32"`) {
-		t.Errorf("no torch-f32 row:\n%s", stdout)
+	if !strings.Contains(stdout, `"impl":"torch-f32"`) || !strings.Contains(stdout, `"torch":"PyTorch `) {
+		t.Errorf("no torch-f32 row, or no PyTorch version and BLAS in the header:\n%s", stdout)
 	}
 }
