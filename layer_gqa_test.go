@@ -408,6 +408,19 @@ func TestLayerHalfWeights(t *testing.T) {
 						t.Errorf("gradient %s with half weights differs from float32's", name)
 					}
 				}
+				fresh, err := NewHalf(cfg, sd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c := forward(t, fresh, q, k, v, opt); !bitsEqual(c.Output.Data, b.Output.Data) {
+					t.Error("NewHalf differs from LoadHalfStateDict")
+				}
+				for _, p := range fresh.HeldParameters() {
+					if (p.T == nil) != isMatrix(p.Name) {
+						t.Errorf("NewHalf: %s held in float32 %v", p.Name, p.T != nil)
+					}
+				}
+
 				// Without the weights' gradients (nil T): every other gradient is the same.
 				var r Result
 				var s Saved
@@ -470,6 +483,12 @@ func TestLayerHalfWeights(t *testing.T) {
 	}
 	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) {
 		t.Errorf("mixed formats: %v, want ErrStateDict", err)
+	}
+	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 2}, sd); !errors.Is(err, ErrStateDict) {
+		t.Errorf("NewHalf with mixed formats: %v, want ErrStateDict", err)
+	}
+	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 3}, sd); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewHalf with a bad config: %v, want ErrConfig", err)
 	}
 }
 

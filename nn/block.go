@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
@@ -35,25 +36,27 @@ type block struct {
 
 // newBlock builds block l of a model for c from its parameters, with its attention layer, whose
 // tensors become the values of the blocks.l.attn.* parameters. When half is not nil the layer
-// loads its tensors from it (mha.Layer.LoadHalfStateDict): its weight matrices become the
-// parameters' Half, its float32 biases their Value, with a Grad.
-func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half) (*block, error) {
+// is built from it (mha.NewHalf): its weight matrices become the parameters' Half, its float32
+// biases their Value, with a Grad.
+func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half) (_ *block, err error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
 	ac := c.Attention()
 	ac.Seed = attnSeed
-	attn, err := mha.New(ac)
+	var attn *mha.Layer
+	var sd map[string]*tensor.Half
+	if half == nil {
+		attn, err = mha.New(ac)
+	} else {
+		sd = make(map[string]*tensor.Half)
+		for name, h := range half {
+			if n, ok := strings.CutPrefix(name, prefix+"attn."); ok {
+				sd[n] = h
+			}
+		}
+		attn, err = mha.NewHalf(ac, sd) // NewModelHalf checked the shapes and formats
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
-	}
-	var sd map[string]*tensor.Half
-	if half != nil {
-		sd = make(map[string]*tensor.Half)
-		for _, q := range attn.HeldParameters() {
-			sd[q.Name] = half[prefix+"attn."+q.Name]
-		}
-		if err := attn.LoadHalfStateDict(sd); err != nil {
-			return nil, fmt.Errorf("nn: block %d: %w", l, err) // NewModelHalf checked the shapes and formats
-		}
 	}
 	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn}
 	for _, q := range attn.HeldParameters() {
