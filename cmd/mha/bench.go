@@ -117,7 +117,7 @@ func (c *benchConfig) pass() string {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json]",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --model DIR [--steps 32] [--torch] [--json]",
 		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
@@ -152,6 +152,14 @@ in 1.13); "torch-jemalloc" "torch" with libjemalloc preloaded (when Debian's lib
 installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
 directory) on a torch.onnx export of the same module, checked against PyTorch's output before
 it is timed. Each prints the ratio of mha's speed to theirs per T.
+
+--model DIR times a whole Hugging Face folder instead (bench_model.go): prefill of each T of
+--seq (default 128,512) into an empty KV cache, and --steps greedy decode steps of one token
+after an 8-token prompt, as tokens/s, resident memory after loading and at the peak, and the
+weight bytes a step reads per second against the measured read bandwidth. A bf16 or f16 folder
+runs with its weights as stored ("mha") and converted to float32 ("mha-f32"); --torch adds
+"torch-f32", benchscripts/torch_model.py (the Llama family in plain PyTorch, float32). --json
+then prints {"model":…} first and one object per implementation.
 
 --json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement, whose
 "pass" is "forward" or "forward+backward".`,
