@@ -190,6 +190,9 @@ def run(args):
     vocab = cfg["vocab_size"]
     capacity = max(max(seqs), PROMPT + 1 + args.warmup + args.steps)
     tokens = [(7 * i + 3) % vocab for i in range(capacity)]
+    window = cfg.get("sliding_window")
+    if window and (cfg["model_type"] == "mistral" or cfg.get("use_sliding_window")) and capacity > window:
+        raise SystemExit(f"torch_model.py: sliding_window {window} is shorter than the {capacity} positions timed, and not implemented")
     m.new_cache(capacity)
     res["prefill"] = []
     with torch.inference_mode():
