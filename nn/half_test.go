@@ -71,6 +71,9 @@ func TestModelHalf(t *testing.T) {
 						t.Errorf("%s: Half %v, Value %v, Grad %v", p.Name, p.Half != nil, p.Value != nil, p.Grad != nil)
 					}
 				}
+				if p := half.Param("tok_emb.weight"); p == nil || p.Half == nil || half.Param("nope") != nil {
+					t.Errorf("Param: tok_emb.weight %v, nope %v", p, half.Param("nope"))
+				}
 				if err := half.CheckFinite(); err != nil {
 					t.Error(err)
 				}

@@ -226,6 +226,17 @@ func (m *Model) Config() Config {
 // Value and Grad nil).
 func (m *Model) Params() []*Param { return slices.Clone(m.params) }
 
+// Param returns the parameter called name (a Params name), the model's own, or nil when there is
+// none. Its Float32 reads one parameter where StateDict would convert every half-precision one.
+func (m *Model) Param(name string) *Param {
+	for _, p := range m.params {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // NumParams returns the number of scalar parameters.
 func (m *Model) NumParams() int {
 	n := 0
