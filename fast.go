@@ -268,11 +268,7 @@ func (m matrix) float32s() []float32 {
 		return m.f
 	}
 	out := make([]float32, len(m.h))
-	if m.bf16 {
-		kernel.DecodeBF16(out, m.h)
-	} else {
-		kernel.DecodeF16(out, m.h)
-	}
+	kernel.DecodeHalf(out, m.h, m.bf16)
 	return out
 }
 
@@ -632,7 +628,9 @@ func (g *wgrad) do(ws *kernel.Workspace, task int) {
 	nn, kk := min(gemmRows, g.n-n0), min(gemmCols, g.k-k0)
 	for b := range g.batches {
 		dy := g.dy[b*g.yRows*g.ldy+n0:]
-		ws.Sgemm(true, false, nn, kk, g.rows, 1, dy, g.ldy, g.x[b*g.xRows*g.ldx+k0:], g.ldx, 1, g.dw[n0*g.k+k0:], g.k, nil)
+		if g.dw != nil {
+			ws.Sgemm(true, false, nn, kk, g.rows, 1, dy, g.ldy, g.x[b*g.xRows*g.ldx+k0:], g.ldx, 1, g.dw[n0*g.k+k0:], g.k, nil)
+		}
 		if g.db != nil && k0 == 0 {
 			for r := range g.rows {
 				kernel.Axpy(1, dy[r*g.ldy:r*g.ldy+nn], g.db[n0:n0+nn])

@@ -256,6 +256,42 @@ type Param struct {
 // out_proj.bias, nn.Linear's default init for out_proj.weight, xavier-normal bias_k and bias_v.
 // It returns an error wrapping ErrConfig when cfg is invalid.
 func New(cfg Config) (*Layer, error) {
+	l, err := makeLayer(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	rng := tensor.NewRNG(cfg.Seed)
+	for _, p := range l.params {
+		switch p.Name {
+		case "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight":
+			rng.XavierUniform(p.T)
+		case "out_proj.weight":
+			rng.LinearDefault(p.T)
+		case "bias_k", "bias_v":
+			rng.XavierNormal(p.T)
+		}
+	}
+	return l, nil
+}
+
+// NewHalf returns a layer for cfg holding sd's tensors as LoadHalfStateDict loads them (the
+// weight matrices kept in sd's format, the biases converted to float32), without allocating the
+// float32 weights New would initialise first. It returns an error wrapping ErrConfig when cfg is
+// invalid, and LoadHalfStateDict's errors.
+func NewHalf(cfg Config, sd map[string]*tensor.Half) (*Layer, error) {
+	l, err := makeLayer(cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.LoadHalfStateDict(sd); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// makeLayer returns a layer for cfg with zero parameters, or with none allocated (every T nil)
+// when alloc is false, for LoadHalfStateDict to fill.
+func makeLayer(cfg Config, alloc bool) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -277,19 +313,12 @@ func New(cfg Config) (*Layer, error) {
 	}
 	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
-		l.params = append(l.params, Param{s.name, tensor.New(s.shape...)})
-		l.shapes = append(l.shapes, s.shape)
-	}
-	rng := tensor.NewRNG(cfg.Seed)
-	for _, p := range l.params {
-		switch p.Name {
-		case "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight":
-			rng.XavierUniform(p.T)
-		case "out_proj.weight":
-			rng.LinearDefault(p.T)
-		case "bias_k", "bias_v":
-			rng.XavierNormal(p.T)
+		var t *tensor.Tensor
+		if alloc {
+			t = tensor.New(s.shape...)
 		}
+		l.params = append(l.params, Param{s.name, t})
+		l.shapes = append(l.shapes, s.shape)
 	}
 	return l, nil
 }
@@ -344,6 +373,11 @@ func (l *Layer) Parameters() []Param {
 	}
 	return ps
 }
+
+// HeldParameters returns the layer's parameters in PyTorch's state-dict order as the layer holds
+// them, converting nothing: T is the layer's own float32 tensor, or nil for a weight held in half
+// precision (LoadHalfStateDict), which is the *tensor.Half given to LoadHalfStateDict.
+func (l *Layer) HeldParameters() []Param { return slices.Clone(l.params) }
 
 // NumParams returns the number of scalar parameters: 4·E² + 4·E for the default config (the
 // chapters' 4·d_model², plus biases).
@@ -455,11 +489,7 @@ func isMatrix(name string) bool { return strings.HasSuffix(name, "weight") }
 // decodeHalf returns h's values as a new float32 tensor.
 func decodeHalf(h *tensor.Half) *tensor.Tensor {
 	t := &tensor.Tensor{Shape: slices.Clone(h.Shape), Data: make([]float32, len(h.Data))}
-	if h.Format == tensor.BFloat16 {
-		kernel.DecodeBF16(t.Data, h.Data)
-	} else {
-		kernel.DecodeF16(t.Data, h.Data)
-	}
+	kernel.DecodeHalf(t.Data, h.Data, h.Format == tensor.BFloat16)
 	return t
 }
 

@@ -414,6 +414,64 @@ func TestLayerHalfWeights(t *testing.T) {
 						t.Errorf("gradient %s with half weights differs from float32's", name)
 					}
 				}
+				fresh, err := NewHalf(cfg, sd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c := forward(t, fresh, q, k, v, opt); !bitsEqual(c.Output.Data, b.Output.Data) {
+					t.Error("NewHalf differs from LoadHalfStateDict")
+				}
+				for _, p := range fresh.HeldParameters() {
+					if (p.T == nil) != isMatrix(p.Name) {
+						t.Errorf("NewHalf: %s held in float32 %v", p.Name, p.T != nil)
+					}
+				}
+
+				// Without the weights' gradients (nil T): every other gradient is the same.
+				var r Result
+				var s Saved
+				gopt := *opt
+				gopt.Heads.Gate = tensor.New(2, cfg.NumHeads)
+				for i := range gopt.Heads.Gate.Data {
+					gopt.Heads.Gate.Data[i] = 1 - 0.1*float32(i)
+				}
+				want := backward(t, full, q, k, v, &gopt, dy)
+				if err := half.ForwardTrain(&r, &s, q, k, v, &gopt); err != nil {
+					t.Fatal(err)
+				}
+				var g Grads
+				for _, p := range half.HeldParameters() {
+					gp := Param{Name: p.Name}
+					if p.T != nil {
+						gp.T = tensor.New(p.T.Shape...)
+					}
+					g.Params = append(g.Params, gp)
+				}
+				if err := half.Backward(&g, &s, dy); err != nil {
+					t.Fatal(err)
+				}
+				g.Zero() // with nil tensors
+				if err := half.Backward(&g, &s, dy); err != nil {
+					t.Fatal(err)
+				}
+				got := map[string][]float32{"query": g.Query.Data, "gate": g.Gate.Data}
+				if g.Key != nil {
+					got["key"], got["value"] = g.Key.Data, g.Value.Data
+				}
+				for _, p := range g.Params {
+					if p.T != nil {
+						got[p.Name] = p.T.Data
+					} else if !isMatrix(p.Name) {
+						t.Errorf("HeldParameters: %s has no float32 tensor", p.Name)
+					}
+				}
+				for name, w := range want {
+					if gw, ok := got[name]; ok && !bitsEqual(gw, w) {
+						t.Errorf("gradient %s without the weights' gradients differs", name)
+					} else if !ok && !isMatrix(name) {
+						t.Errorf("gradient %s missing without the weights' gradients", name)
+					}
+				}
 				if err := half.LoadStateDict(full.StateDict()); err != nil || half.half != nil {
 					t.Errorf("LoadStateDict after LoadHalfStateDict: %v, half weights %v", err, half.half != nil)
 				}
@@ -431,6 +489,12 @@ func TestLayerHalfWeights(t *testing.T) {
 	}
 	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) {
 		t.Errorf("mixed formats: %v, want ErrStateDict", err)
+	}
+	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 2}, sd); !errors.Is(err, ErrStateDict) {
+		t.Errorf("NewHalf with mixed formats: %v, want ErrStateDict", err)
+	}
+	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 3}, sd); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewHalf with a bad config: %v, want ErrConfig", err)
 	}
 }
 

@@ -43,7 +43,9 @@ type Grads struct {
 	// When key and value are one tensor, its gradient is their sum.
 	Key, Value *tensor.Tensor
 	// Params are the gradients of the layer's parameters, with the names, shapes and order of
-	// Parameters (PyTorch's: in_proj_weight, in_proj_bias, …).
+	// Parameters (PyTorch's: in_proj_weight, in_proj_bias, …). The T of a weight the layer holds
+	// in half precision (LoadHalfStateDict) may be nil: Backward then computes no gradient for
+	// it, and the gradients of the inputs, the gate and the other parameters all the same.
 	Params []Param
 	// Gate is dL/dGate [B, H] ([H] unbatched) when the forward had Options.Heads.Gate; it stays
 	// nil otherwise.
@@ -62,7 +64,9 @@ func (g *Grads) Zero() {
 		}
 	}
 	for _, p := range g.Params {
-		clear(p.T.Data)
+		if p.T != nil {
+			clear(p.T.Data)
+		}
 	}
 }
 
@@ -146,6 +150,9 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 	}
 	for i, q := range l.params {
 		gp := g.Params[i]
+		if gp.Name == q.Name && gp.T == nil && l.half[q.Name] != nil {
+			continue // a half-precision weight whose gradient the caller does not want
+		}
 		if n, _ := tensor.NumElements(l.shapes[i]); gp.Name != q.Name || gp.T == nil || !slices.Equal(gp.T.Shape, l.shapes[i]) || len(gp.T.Data) != n {
 			return fmt.Errorf("%w: Grads.Params[%d] is %s %v, want %s %v", ErrShape, i, gp.Name, shapeOf(gp.T), q.Name, l.shapes[i])
 		}
@@ -176,10 +183,11 @@ func shapeOf(t *tensor.Tensor) any {
 	return t.Shape
 }
 
-// grad returns the gradient of the parameter called name, or nil when the layer has none.
+// grad returns the gradient of the parameter called name, or nil when the layer has none or the
+// caller wants none (a half-precision weight's nil T).
 func (w *work) grad(name string) []float32 {
 	for i, p := range w.l.params {
-		if p.Name == name {
+		if p.Name == name && w.gr.Params[i].T != nil {
 			return w.gr.Params[i].T.Data
 		}
 	}

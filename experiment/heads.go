@@ -39,10 +39,11 @@ func outputTerms(heads, wo []float32, dims []int) []float32 {
 // termTensor returns outputTerms of layer l of m for heads [B, T, E] as a tensor [B·T, H·E],
 // and the sizes of its H blocks (E each), as probe.Similarity takes them.
 func termTensor(m *nn.Model, l int, heads *tensor.Tensor, dims []int) (*tensor.Tensor, []int, error) {
-	wo := m.StateDict()[fmt.Sprintf("blocks.%d.attn.out_proj.weight", l)]
-	if wo == nil {
+	p := m.Param(fmt.Sprintf("blocks.%d.attn.out_proj.weight", l))
+	if p == nil {
 		return nil, nil, fmt.Errorf("experiment: the model has no layer %d", l)
 	}
+	wo := p.Float32() // one matrix, decoded when the model holds it in half precision
 	e := heads.Shape[len(heads.Shape)-1]
 	blocks := make([]int, len(dims))
 	for h := range blocks {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
@@ -34,22 +35,43 @@ type block struct {
 }
 
 // newBlock builds block l of a model for c from its parameters, with its attention layer, whose
-// tensors become the values of the blocks.l.attn.* parameters.
-func newBlock(ps params, c Config, l int, attnSeed uint64) (*block, error) {
+// tensors become the values of the blocks.l.attn.* parameters. When half is not nil the layer
+// is built from it (mha.NewHalf): its weight matrices become the parameters' Half, its float32
+// biases their Value, with a Grad.
+func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half) (_ *block, err error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
 	ac := c.Attention()
 	ac.Seed = attnSeed
-	attn, err := mha.New(ac)
+	var attn *mha.Layer
+	var sd map[string]*tensor.Half
+	if half == nil {
+		attn, err = mha.New(ac)
+	} else {
+		sd = make(map[string]*tensor.Half)
+		for name, h := range half {
+			if n, ok := strings.CutPrefix(name, prefix+"attn."); ok {
+				sd[n] = h
+			}
+		}
+		attn, err = mha.NewHalf(ac, sd) // NewModelHalf checked the shapes and formats
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
 	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn}
-	for _, q := range attn.Parameters() {
+	for _, q := range attn.HeldParameters() {
 		p := ps.get(prefix + "attn." + q.Name)
-		if !slices.Equal(p.Value.Shape, q.T.Shape) {
-			panic(fmt.Sprintf("nn: the layout gives %s shape %v, the attention layer %v", p.Name, p.Value.Shape, q.T.Shape))
+		if q.T == nil { // a weight held in half precision
+			p.Half, p.Value, p.Grad = sd[q.Name], nil, nil
+		} else {
+			if p.Value != nil && !slices.Equal(p.Value.Shape, q.T.Shape) {
+				panic(fmt.Sprintf("nn: the layout gives %s shape %v, the attention layer %v", p.Name, p.Value.Shape, q.T.Shape))
+			}
+			p.Value = q.T
+			if p.Grad == nil {
+				p.Grad = tensor.New(q.T.Shape...)
+			}
 		}
-		p.Value = q.T
 		b.grads.Params = append(b.grads.Params, mha.Param{Name: q.Name, T: p.Grad})
 	}
 	if !c.AttnOnly {

@@ -34,9 +34,10 @@ const (
 	HeadsKey = "layer_head_dims"
 )
 
-// Save writes m's parameters, the extra tensors and the metadata to a checkpoint at path. It
-// writes a temporary file in the same directory and renames it over path, so an interrupted Save
-// leaves the old file (or none), never a partial one. It returns an error, and writes nothing,
+// Save writes m's parameters (those held in half precision as their float32 values), the extra
+// tensors and the metadata to a checkpoint at path. It writes a temporary file in the same
+// directory and renames it over path, so an interrupted Save leaves the old file (or none), never
+// a partial one. It returns an error, and writes nothing,
 // when meta uses ConfigKey or HeadsKey; when an extra tensor is nil, has an empty name or a
 // shape that does not match its data; when a parameter or extra tensor holds NaN or ±Inf (the
 // error wraps a *tensor.NonFiniteError naming it); or when writing fails.
@@ -64,7 +65,7 @@ func Save(path string, m *Model, meta map[string]string, extra map[string]*tenso
 	metadata[ConfigKey], metadata[HeadsKey] = string(cfg), string(heads)
 	tensors := make(map[string]safetensors.Tensor, len(m.params)+len(extra))
 	for _, p := range m.params {
-		tensors[p.Name] = safetensors.FromFloat32(p.Value)
+		tensors[p.Name] = safetensors.FromFloat32(p.Float32())
 	}
 	for name, t := range extra {
 		if name == "" || t == nil {

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
 )
 
 // embedding is the input of the model: x[b, t] = tok_emb[token[b, t]] + position t
@@ -12,7 +13,7 @@ import (
 // Embeddings are not scaled by √d.
 type embedding struct {
 	d      int
-	tok    *Param     // [Vocab, d]
+	tok    *Param     // [Vocab, d], float32 or half precision
 	pos    *Param     // [SeqLen, d] when learned, else nil
 	typ    *Param     // [TypeVocab, d] with token types, else nil
 	norm   *normLayer // emb_ln with EmbNorm, else nil
@@ -72,7 +73,11 @@ func (e *embedding) forward(r *runner, tokens, types []int, b, t, start int) []f
 	e.y = kernel.Grow(e.y, b*t*d)
 	for i, tok := range tokens {
 		out := e.y[i*d : (i+1)*d]
-		copy(out, e.tok.Value.Data[tok*d:(tok+1)*d])
+		if h := e.tok.Half; h != nil {
+			kernel.DecodeHalf(out, h.Data[tok*d:(tok+1)*d], h.Format == tensor.BFloat16)
+		} else {
+			copy(out, e.tok.Value.Data[tok*d:(tok+1)*d])
+		}
 		if e.table != nil {
 			p := start + i%t
 			kernel.Axpy(1, e.table[p*d:(p+1)*d], out)
@@ -92,7 +97,8 @@ func (e *embedding) forward(r *runner, tokens, types []int, b, t, start int) []f
 }
 
 // backward adds dy [b·t, d], the gradient of the last forward's output, through the
-// normalisation if any, into the rows of the token embedding (and of the learned positions and
+// normalisation if any, into the rows of the token embedding (unless it is held in half
+// precision) (and of the learned positions and
 // the token types) that forward read, row by row in order.
 func (e *embedding) backward(r *runner, dy []float32, t int) {
 	d := e.d
@@ -103,7 +109,9 @@ func (e *embedding) backward(r *runner, dy []float32, t int) {
 	}
 	for i, tok := range e.tokens {
 		g := dy[i*d : (i+1)*d]
-		kernel.Axpy(1, g, e.tok.Grad.Data[tok*d:(tok+1)*d])
+		if e.tok.Grad != nil { // none when held in half precision
+			kernel.Axpy(1, g, e.tok.Grad.Data[tok*d:(tok+1)*d])
+		}
 		if e.pos != nil {
 			kernel.Axpy(1, g, e.pos.Grad.Data[i%t*d:(i%t+1)*d])
 		}

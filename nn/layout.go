@@ -103,6 +103,10 @@ func (c Config) normSpecs(name string) []paramSpec {
 	return s
 }
 
+// matrix reports whether a model of NewModelHalf holds the parameter in half precision: the token
+// embedding and the weight matrices (those AdamW decays: every Linear's and the attention's).
+func (s paramSpec) matrix() bool { return s.decay || s.name == "tok_emb.weight" }
+
 // newParam allocates the parameter s describes and initialises it from rng; an initAttn
 // parameter is left zero for its attention layer to replace.
 func (s paramSpec) newParam(rng *tensor.RNG) *Param {

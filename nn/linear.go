@@ -22,7 +22,8 @@ func newLinear(ps params, name string) *linear {
 // linearOf returns the Linear of weight w [out, in] and bias b [out] (or nil); w may belong to
 // another module too, as a tied output head's is the token embedding.
 func linearOf(w, b *Param) *linear {
-	return &linear{out: w.Value.Shape[0], in: w.Value.Shape[1], weight: w, bias: b}
+	shape := w.Shape()
+	return &linear{out: shape[0], in: shape[1], weight: w, bias: b}
 }
 
 // forward returns y = x·Wᵀ + b for x [n, in]; y is the module's buffer, overwritten by the next
@@ -34,19 +35,22 @@ func (l *linear) forward(r *runner, x []float32, n int) []float32 {
 	if l.bias != nil {
 		b = l.bias.Value.Data
 	}
-	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.Value.Data, l.in, 0, l.y, l.out, b)
+	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.operand(), l.in, 0, l.y, l.out, b)
 	return l.y
 }
 
-// backward adds dL/dW = dyᵀ·x and dL/db = Σ_rows dy into the gradients and, when dx is not nil,
-// dL/dx = dy·W into dx [n, in], given dy = dL/dy [n, out] of the last forward.
+// backward adds dL/dW = dyᵀ·x (unless W is held in half precision, without a gradient) and
+// dL/db = Σ_rows dy into the gradients and, when dx is not nil, dL/dx = dy·W into dx [n, in],
+// given dy = dL/dy [n, out] of the last forward.
 func (l *linear) backward(r *runner, dy, dx []float32, n int) {
-	r.gemmAcc(l.out, l.in, n, dy, l.x, l.weight.Grad.Data)
+	if l.weight.Grad != nil {
+		r.gemmAcc(l.out, l.in, n, dy, l.x, l.weight.Grad.Data)
+	}
 	if l.bias != nil {
 		sumRows(r, dy, n, l.out, l.bias.Grad.Data)
 	}
 	if dx != nil {
-		r.gemm(false, false, n, l.in, l.out, dy, l.out, l.weight.Value.Data, l.in, 1, dx, l.in, nil)
+		r.gemm(false, false, n, l.in, l.out, dy, l.out, l.weight.operand(), l.in, 1, dx, l.in, nil)
 	}
 }
 

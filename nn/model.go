@@ -90,18 +90,81 @@ func NewModel(cfg Config) (*Model, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	rng := tensor.NewRNG(cfg.Seed)
+	return newModel(cfg, nil, func(s paramSpec) *Param { return s.newParam(rng) })
+}
+
+// NewModelHalf returns a model for cfg holding the values of sd, a state dict in bfloat16 or
+// float16 (every tensor in one format) with exactly the model's parameters, as LoadStateDict
+// takes them. The token embedding and the weight matrices (every Linear's weight, the attention
+// layers' in_proj_weight and out_proj.weight, an untied head's weight) stay in sd's format, at
+// half the memory of float32, as Param.Half with no Value and no Grad; the model keeps sd's
+// tensors themselves, not copies, and they must not change while it runs. The other parameters
+// (normalisation weights, biases, learned positions and token types) become float32, with a
+// Grad. Nothing of the size of the weights is allocated in float32.
+//
+// Forward and ForwardCached compute in float32 on the half-precision values and give the same
+// bits as a NewModel model loaded with the decoded values (the matrix products decode while
+// they pack, in the same order of sums). Backward computes the gradients of the inputs, of head
+// gates (GateGrad) and of the float32 parameters, and none for the half ones: train with
+// float32 weights instead (an optimizer refuses a parameter without a Grad).
+//
+// It returns an error wrapping ErrConfig when cfg is invalid, and an error naming the tensor
+// when a parameter is missing or has another shape, a tensor is not a parameter, or the
+// tensors are not all bfloat16 or all float16.
+func NewModelHalf(cfg Config, sd map[string]*tensor.Half) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	shapes := make(map[string][]int, len(sd))
+	var format tensor.HalfFormat
+	for _, name := range slices.Sorted(maps.Keys(sd)) {
+		h := sd[name]
+		if h == nil {
+			return nil, fmt.Errorf("nn: state dict tensor %q is nil", name)
+		}
+		if n, err := tensor.NumElements(h.Shape); err != nil || n != len(h.Data) {
+			return nil, fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(h.Data), h.Shape)
+		}
+		if format == 0 {
+			format = h.Format
+		}
+		if h.Format != format || (format != tensor.BFloat16 && format != tensor.Float16) {
+			return nil, fmt.Errorf("nn: state dict tensor %q is %v after tensors in %v, want all bfloat16 or all float16", name, h.Format, format)
+		}
+		shapes[name] = h.Shape
+	}
+	if err := checkShapes(cfg.layout(), shapes); err != nil {
+		return nil, err
+	}
+	return newModel(cfg, sd, func(s paramSpec) *Param {
+		p := &Param{Name: s.name, NoDecay: !s.decay}
+		switch h := sd[s.name]; {
+		case s.init == initAttn: // its attention layer's, bound by newBlock
+		case s.matrix():
+			p.Half = h
+		default:
+			p.Value, p.Grad = decodeHalf(h), tensor.New(s.shape...)
+		}
+		return p
+	})
+}
+
+// newModel builds the model for cfg (valid, with defaults) from the parameters newParam makes,
+// and, when half is not nil, loads the attention layers from it (see NewModelHalf).
+func newModel(cfg Config, half map[string]*tensor.Half, newParam func(paramSpec) *Param) (*Model, error) {
 	m := &Model{cfg: cfg, r: runner{pool: new(parallel.Pool)}}
 	runtime.AddCleanup(m, (*parallel.Pool).Close, m.r.pool)
-	rng := tensor.NewRNG(cfg.Seed)
 	ps := make(params)
 	for _, s := range cfg.layout() {
-		p := s.newParam(rng)
+		p := newParam(s)
 		m.params = append(m.params, p)
 		ps[p.Name] = p
 	}
 	m.emb = newEmbedding(ps, cfg)
 	for l := range cfg.Layers {
-		b, err := newBlock(ps, cfg, l, mix(cfg.Seed, uint64(l)))
+		b, err := newBlock(ps, cfg, l, mix(cfg.Seed, uint64(l)), half)
 		if err != nil {
 			return nil, err
 		}
@@ -158,24 +221,68 @@ func (m *Model) Config() Config {
 
 // Params returns the model's parameters in a fixed order (PyTorch's named_parameters order).
 // The Params are the model's own: an optimizer updates them in place. A tied output head
-// (Config.TieEmbeddings) has no Param of its own: its weight is tok_emb.weight.
+// (Config.TieEmbeddings) has no Param of its own: its weight is tok_emb.weight. In a model of
+// NewModelHalf the weight matrices and the token embedding are held in half precision (Half set,
+// Value and Grad nil).
 func (m *Model) Params() []*Param { return slices.Clone(m.params) }
+
+// Param returns the parameter called name (a Params name), the model's own, or nil when there is
+// none. Its Float32 reads one parameter where StateDict would convert every half-precision one.
+func (m *Model) Param(name string) *Param {
+	for _, p := range m.params {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
 
 // NumParams returns the number of scalar parameters.
 func (m *Model) NumParams() int {
 	n := 0
 	for _, p := range m.params {
-		n += len(p.Value.Data)
+		c, _ := tensor.NumElements(p.Shape()) // the layout's sizes are valid
+		n += c
 	}
 	return n
 }
 
-// CheckFinite returns a *tensor.NonFiniteError naming the first parameter, in Params order, that
-// holds NaN or ±Inf; nil when every parameter value is finite.
-func (m *Model) CheckFinite() error {
+// ParamBytes returns the bytes the parameters' values occupy: half, those held in half precision
+// (0 in a float32 model), and float, the float32 ones; gradients are not counted. A forward of
+// one token reads every weight matrix once.
+func (m *Model) ParamBytes() (half, float int) {
 	for _, p := range m.params {
-		if err := p.Value.CheckFinite(p.Name); err != nil {
-			return err
+		if p.Half != nil {
+			half += 2 * len(p.Half.Data)
+		} else {
+			float += 4 * len(p.Value.Data)
+		}
+	}
+	return half, float
+}
+
+// finiteChunk is the number of half-precision values CheckFinite decodes at a time.
+const finiteChunk = 1 << 12
+
+// CheckFinite returns a *tensor.NonFiniteError naming the first parameter, in Params order, that
+// holds NaN or ±Inf; nil when every parameter value is finite. Half-precision parameters are
+// decoded a chunk at a time.
+func (m *Model) CheckFinite() error {
+	var buf [finiteChunk]float32
+	for _, p := range m.params {
+		h := p.Half
+		if h == nil {
+			if err := p.Value.CheckFinite(p.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		for i := 0; i < len(h.Data); i += finiteChunk {
+			chunk := buf[:min(finiteChunk, len(h.Data)-i)]
+			kernel.DecodeHalf(chunk, h.Data[i:], h.Format == tensor.BFloat16)
+			if (&tensor.Tensor{Shape: []int{len(chunk)}, Data: chunk}).CheckFinite(p.Name) != nil {
+				return p.Float32().CheckFinite(p.Name) // the whole tensor, for the error's position and count
+			}
 		}
 	}
 	return nil
@@ -374,8 +481,14 @@ func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 
 // LoadStateDict copies sd's tensors into the model's parameters, strictly: every parameter must
 // be present with its exact shape, and no other name may appear. On error, which names the
-// tensor and both shapes, the model is unchanged.
+// tensor and both shapes, the model is unchanged. A model holding half-precision parameters
+// (NewModelHalf) has no float32 storage to copy into: it returns an error.
 func (m *Model) LoadStateDict(sd map[string]*tensor.Tensor) error {
+	for _, p := range m.params {
+		if p.Half != nil {
+			return fmt.Errorf("nn: LoadStateDict into a model holding %s in %v, want a float32 model (NewModel)", p.Name, p.Half.Format)
+		}
+	}
 	shapes := make(map[string][]int, len(sd))
 	for name, t := range sd {
 		if t == nil {
@@ -395,11 +508,12 @@ func (m *Model) LoadStateDict(sd map[string]*tensor.Tensor) error {
 	return nil
 }
 
-// StateDict returns the parameters' values by name. The tensors are the model's own.
+// StateDict returns the parameters' values by name. The float32 tensors are the model's own; a
+// parameter held in half precision comes as a new float32 tensor of its values (Param.Float32).
 func (m *Model) StateDict() map[string]*tensor.Tensor {
 	sd := make(map[string]*tensor.Tensor, len(m.params))
 	for _, p := range m.params {
-		sd[p.Name] = p.Value
+		sd[p.Name] = p.Float32()
 	}
 	return sd
 }

@@ -80,6 +80,9 @@ func NewAdamW(ps []*Param, cfg AdamWConfig) (*AdamW, error) {
 	o := &AdamW{cfg: cfg, params: slices.Clone(ps)}
 	seen := make(map[string]bool, len(ps))
 	for i, p := range ps {
+		if p != nil && p.Half != nil {
+			return nil, fmt.Errorf("nn: AdamW parameter %q is held in %v, without a gradient; want float32 parameters (NewModel)", p.Name, p.Half.Format)
+		}
 		if p == nil || p.Value == nil || p.Grad == nil {
 			return nil, fmt.Errorf("nn: AdamW parameter %d is nil or lacks a Value or Grad", i)
 		}
@@ -245,10 +248,14 @@ func adamMomentFrom(state map[string]*tensor.Tensor, key string, p *Param, nonNe
 // A maxNorm that is ≤ 0 or NaN turns clipping off and only measures the norm (as Hugging Face's
 // Trainer treats max_grad_norm ≤ 0). A total that is not finite (a gradient holds NaN or ±Inf)
 // also leaves the gradients unchanged, where PyTorch would scale them by 0 or NaN: the caller
-// sees it in the result and can skip the step. Every Param and its Grad must be non-nil.
+// sees it in the result and can skip the step. Every Param must be non-nil; those without a Grad
+// (held in half precision) are skipped.
 func ClipGradNorm(ps []*Param, maxNorm float64) (total float64) {
 	var sum float64
 	for _, p := range ps {
+		if p.Grad == nil {
+			continue
+		}
 		for _, g := range p.Grad.Data {
 			sum += float64(g) * float64(g)
 		}
@@ -259,6 +266,9 @@ func ClipGradNorm(ps []*Param, maxNorm float64) (total float64) {
 	}
 	scale := float32(maxNorm / (total + 1e-6))
 	for _, p := range ps {
+		if p.Grad == nil {
+			continue
+		}
 		for i := range p.Grad.Data {
 			p.Grad.Data[i] *= scale
 		}

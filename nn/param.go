@@ -2,23 +2,69 @@
 // backward passes per module in the style of llm.c: no autograd engine, every gradient by hand.
 package nn
 
-import "github.com/mhalab/mha/tensor"
+import (
+	"slices"
+
+	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
+)
 
 // Param is one trainable tensor and its gradient, under a dotted PyTorch-style name such as
 // "blocks.0.attn.in_proj_weight". Value and Grad have the same shape; backward passes add into
 // Grad, ZeroGrads clears it.
+//
+// A parameter held in half precision (a model of NewModelHalf) has Half set and Value and Grad
+// nil: the passes read the halves as they are, and Backward computes no gradient for it (the
+// gradients of the other parameters, of the inputs and of head gates it computes as usual).
 type Param struct {
 	Name  string
 	Value *tensor.Tensor
-	Grad  *tensor.Tensor
+	// Half, when not nil, holds the values in bfloat16 or float16, and Value and Grad are nil.
+	Half *tensor.Half
+	Grad *tensor.Tensor
 	// NoDecay excludes the parameter from AdamW's weight decay: biases, LayerNorm gains and
 	// shifts, and embeddings.
 	NoDecay bool
 }
 
-// ZeroGrads sets the gradient of every parameter to zero.
+// Shape returns the parameter's shape, Value's or Half's (the slice is the parameter's own).
+func (p *Param) Shape() []int {
+	if p.Half != nil {
+		return p.Half.Shape
+	}
+	return p.Value.Shape
+}
+
+// Float32 returns the parameter's values as float32: Value itself, or for a parameter held in
+// half precision a new tensor of Half's values (exact), which the model does not read.
+func (p *Param) Float32() *tensor.Tensor {
+	if p.Half == nil {
+		return p.Value
+	}
+	return decodeHalf(p.Half)
+}
+
+// decodeHalf returns h's values as a new float32 tensor.
+func decodeHalf(h *tensor.Half) *tensor.Tensor {
+	t := &tensor.Tensor{Shape: slices.Clone(h.Shape), Data: make([]float32, len(h.Data))}
+	kernel.DecodeHalf(t.Data, h.Data, h.Format == tensor.BFloat16)
+	return t
+}
+
+// operand returns the parameter's values as the B matrix of a GEMM.
+func (p *Param) operand() operand {
+	if h := p.Half; h != nil {
+		return operand{h: h.Data, bf16: h.Format == tensor.BFloat16}
+	}
+	return operand{f: p.Value.Data}
+}
+
+// ZeroGrads sets the gradient of every parameter to zero; parameters without one (held in half
+// precision) are skipped.
 func ZeroGrads(ps []*Param) {
 	for _, p := range ps {
-		clear(p.Grad.Data)
+		if p.Grad != nil {
+			clear(p.Grad.Data)
+		}
 	}
 }

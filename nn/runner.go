@@ -58,10 +58,19 @@ func (r *runner) scratch(worker, n int) []float32 {
 // Blocks of C that one GEMM task computes.
 const gemmRows, gemmCols = 128, 256
 
+// operand is the B matrix of a GEMM: float32 values f, or the bit patterns h of halves
+// (bfloat16 when bf16 is set, else float16), which the GEMM decodes as it packs them.
+type operand struct {
+	f    []float32
+	h    []uint16
+	bf16 bool
+}
+
 // gemm computes C = op(A)·op(B) + beta·C, then adds bias[j] to column j when bias is not nil, as
 // kernel.Workspace.Sgemm does (row-major, leading dimensions lda, ldb, ldc; op(A) is m×k, op(B)
-// is k×n), in tasks of gemmRows×gemmCols blocks of C.
-func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+// is k×n), in tasks of gemmRows×gemmCols blocks of C. A half-precision B goes through
+// kernel.Workspace.SgemmHalf, bit for bit Sgemm's result on its decoded values.
+func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b operand, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	colBlocks := ceilDiv(n, gemmCols)
 	r.run(ceilDiv(m, gemmRows)*colBlocks, func(worker, task int) {
 		i0, j0 := task/colBlocks*gemmRows, task%colBlocks*gemmCols
@@ -77,7 +86,11 @@ func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b 
 		if bias != nil {
 			bs = bias[j0 : j0+cols]
 		}
-		r.ws[worker].Sgemm(transA, transB, rows, cols, k, 1, a[aOff:], lda, b[bOff:], ldb, beta, c[i0*ldc+j0:], ldc, bs)
+		if b.h != nil {
+			r.ws[worker].SgemmHalf(transA, transB, rows, cols, k, 1, a[aOff:], lda, b.h[bOff:], b.bf16, ldb, beta, c[i0*ldc+j0:], ldc, bs)
+			return
+		}
+		r.ws[worker].Sgemm(transA, transB, rows, cols, k, 1, a[aOff:], lda, b.f[bOff:], ldb, beta, c[i0*ldc+j0:], ldc, bs)
 	})
 }
 
@@ -91,7 +104,7 @@ const accChunks, accRows = 8, 512
 func (r *runner) gemmAcc(m, n, k int, a, b, c []float32) {
 	chunks := min(ceilDiv(k, accRows), accChunks)
 	if ceilDiv(m, gemmRows)*ceilDiv(n, gemmCols) >= accChunks || chunks < 2 {
-		r.gemm(true, false, m, n, k, a, m, b, n, 1, c, n, nil)
+		r.gemm(true, false, m, n, k, a, m, operand{f: b}, n, 1, c, n, nil)
 		return
 	}
 	rows := ceilDiv(k, chunks)

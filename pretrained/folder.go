@@ -61,13 +61,19 @@ type weights struct {
 	where map[string]string            // tensor name → file name
 }
 
-// openWeights reads the folder's safetensors files. Every tensor name must be in one file only,
-// and an index must name files of the folder itself (no paths).
-func openWeights(dir string) (*weights, error) {
+// openWeights opens (maps) the folder's safetensors files; close them when done. Every tensor
+// name must be in one file only, and an index must name files of the folder itself (no paths).
+// On error no file stays open.
+func openWeights(dir string) (_ *weights, err error) {
 	w := &weights{files: map[string]*safetensors.File{}, where: map[string]string{}}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
 	single := filepath.Join(dir, "model.safetensors")
 	if _, err := os.Stat(single); err == nil {
-		f, err := safetensors.ReadFile(single)
+		f, err := safetensors.Open(single)
 		if err != nil {
 			return nil, fmt.Errorf("pretrained: %w", err)
 		}
@@ -96,7 +102,7 @@ func openWeights(dir string) (*weights, error) {
 			return nil, fmt.Errorf("pretrained: %s maps %q to %q, want a file name in the folder", indexName, name, file)
 		}
 		if w.files[file] == nil {
-			f, err := safetensors.ReadFile(filepath.Join(dir, file))
+			f, err := safetensors.Open(filepath.Join(dir, file))
 			if err != nil {
 				return nil, fmt.Errorf("pretrained: shard of %s: %w", indexName, err)
 			}
@@ -116,6 +122,13 @@ func openWeights(dir string) (*weights, error) {
 		}
 	}
 	return w, nil
+}
+
+// close closes the files, releasing their mappings.
+func (w *weights) close() {
+	for _, f := range w.files {
+		_ = f.Close() // only unmapping can fail, and the model holds copies
+	}
 }
 
 // raw returns the stored tensor called name and its file.

@@ -151,7 +151,24 @@ func OpenPath(path string) (*Model, error) {
 // supported (wrapping ErrUnsupported), or a tensor the model needs is missing or has another
 // shape than the config gives (the error names the tensor, its file, and both shapes). It never
 // touches the network.
-func Open(dir string) (*Model, error) {
+func Open(dir string) (*Model, error) { return Options{}.Open(dir) }
+
+// Options are choices of how Open builds the model; the zero value is Open's.
+type Options struct {
+	// Float32 converts half-precision weights to float32, as a model that trains needs (an
+	// optimizer refuses weights held in half precision), at twice the memory.
+	Float32 bool
+}
+
+// Open is the package's Open with the options: it reads the Hugging Face model folder dir.
+//
+// The safetensors files are memory-mapped (safetensors.Open) and each tensor is copied out of
+// the mapping into the model, its pages released behind it, so that the file and the model are
+// not both resident. When every tensor the model reads is BF16, or every one F16, and
+// o.Float32 is false, the model keeps its weight matrices and token embedding as they are
+// stored (nn.NewModelHalf), at half the memory of float32; otherwise every tensor is converted
+// to float32.
+func (o Options) Open(dir string) (*Model, error) {
 	var hc hfConfig
 	if err := readJSON(dir, "config.json", &hc); err != nil {
 		return nil, err
@@ -189,6 +206,7 @@ func Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer w.close()
 	bare := strings.HasSuffix(m.Architecture, "Model") && !strings.HasSuffix(m.Architecture, "LMHeadModel")
 	var lay *layout
 	switch m.Family {
@@ -209,14 +227,8 @@ func Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, filepath.Join(dir, "config.json"))
 	}
-	sd, used, err := lay.load(w)
+	used, err := lay.build(m, w, o.Float32)
 	if err != nil {
-		return nil, err
-	}
-	if m.NN, err = nn.NewModel(lay.cfg); err != nil {
-		return nil, fmt.Errorf("pretrained: %s maps to an invalid model: %w", dir, err)
-	}
-	if err := m.NN.LoadStateDict(sd); err != nil {
 		return nil, fmt.Errorf("pretrained: %s: %w", dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
@@ -263,37 +275,130 @@ type part struct {
 
 func src(name string, shape ...int) part { return part{names: []string{name}, shape: shape} }
 
-// load resolves every binding against w and returns the state dict and the tensor names read.
-func (l *layout) load(w *weights) (map[string]*tensor.Tensor, map[string]bool, error) {
-	sd := make(map[string]*tensor.Tensor, len(l.params))
+// build reads the tensors of every binding from w and makes m.NN: in the one half-precision
+// format they share (unless toFloat32), or in float32. It returns the tensor names read.
+func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, error) {
+	format := l.halfFormat(w)
+	if format == 0 || toFloat32 {
+		sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]float32, error) {
+			t, err := f.Float32(name)
+			if err != nil {
+				return nil, err
+			}
+			return t.Data, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if m.NN, err = nn.NewModel(l.cfg); err != nil {
+			return nil, fmt.Errorf("maps to an invalid model: %w", err)
+		}
+		tensors := make(map[string]*tensor.Tensor, len(sd))
+		for name, v := range sd {
+			tensors[name] = &tensor.Tensor{Shape: v.shape, Data: v.data}
+		}
+		return used, m.NN.LoadStateDict(tensors)
+	}
+	sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]uint16, error) {
+		h, err := f.Half(name)
+		if err != nil {
+			return nil, err
+		}
+		return h.Data, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	halves := make(map[string]*tensor.Half, len(sd))
+	for name, v := range sd {
+		halves[name] = &tensor.Half{Shape: v.shape, Data: v.data, Format: format}
+	}
+	if m.NN, err = nn.NewModelHalf(l.cfg, halves); err != nil {
+		return nil, fmt.Errorf("maps to an invalid model: %w", err)
+	}
+	return used, nil
+}
+
+// halfFormat returns the half-precision format of every tensor the bindings read from w, or 0
+// when they are not all BF16 or all F16.
+func (l *layout) halfFormat(w *weights) tensor.HalfFormat {
+	var dtype safetensors.DType
+	for _, b := range l.params {
+		for _, p := range b.parts {
+			_, t, _, found := l.find(w, p)
+			if !found {
+				continue
+			}
+			if dtype == "" {
+				dtype = t.DType
+			}
+			if t.DType != dtype {
+				return 0
+			}
+		}
+	}
+	switch dtype {
+	case safetensors.BF16:
+		return tensor.BFloat16
+	case safetensors.F16:
+		return tensor.Float16
+	}
+	return 0
+}
+
+// values are one parameter's values and shape.
+type values[T float32 | uint16] struct {
+	shape []int
+	data  []T
+}
+
+// load resolves every binding of l against w, reading each tensor with read (a fresh slice) and
+// releasing its pages from w's mapping, and returns the parameters by name and the tensor names
+// read.
+func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string) ([]T, error)) (map[string]values[T], map[string]bool, error) {
+	sd := make(map[string]values[T], len(l.params))
 	used := map[string]bool{}
 	for _, b := range l.params {
-		var data []float32
 		rows, cols := 0, 0
+		for _, p := range b.parts {
+			if len(p.shape) == 2 {
+				rows, cols = rows+p.shape[0], p.shape[1]
+			} else {
+				rows += p.shape[0]
+			}
+		}
+		n := rows * max(cols, 1)
+		var data []T // one part's slice itself, or all parts copied into one
 		for _, p := range b.parts {
 			name, t, file, found := l.find(w, p)
 			want := p.shape
+			size, _ := tensor.NumElements(want)
 			if !found {
 				if !p.zero {
-					return nil, nil, fmt.Errorf("pretrained: the folder has no tensor %s %v (for %s)", l.fullName(p), want, b.name)
+					return nil, nil, fmt.Errorf("the folder has no tensor %s %v (for %s)", l.fullName(p), want, b.name)
 				}
-				n, _ := tensor.NumElements(want)
-				data = append(data, make([]float32, n)...)
-			} else {
-				used[name] = true
-				if !slices.Equal(t.Shape, want) {
-					return nil, nil, fmt.Errorf("pretrained: %s in %s is %v, want %v", name, file, t.Shape, want)
-				}
-				v, err := w.files[file].Float32(name)
-				if err != nil {
-					return nil, nil, fmt.Errorf("pretrained: %s: %w", file, err)
-				}
-				data = append(data, v.Data...)
+				data = append(data, make([]T, size)...)
+				continue
 			}
-			if len(want) == 2 {
-				rows, cols = rows+want[0], want[1]
+			used[name] = true
+			if !slices.Equal(t.Shape, want) {
+				return nil, nil, fmt.Errorf("%s in %s is %v, want %v", name, file, t.Shape, want)
+			}
+			f := w.files[file]
+			v, err := read(f, name)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", file, err)
+			}
+			if err := f.Release(name); err != nil {
+				return nil, nil, err
+			}
+			if len(b.parts) == 1 {
+				data = v
 			} else {
-				rows += want[0]
+				if data == nil {
+					data = make([]T, 0, n)
+				}
+				data = append(data, v...)
 			}
 		}
 		shape := []int{rows}
@@ -304,7 +409,7 @@ func (l *layout) load(w *weights) (map[string]*tensor.Tensor, map[string]bool, e
 			data = transposed(data, rows, cols)
 			shape = []int{cols, rows}
 		}
-		sd[b.name] = &tensor.Tensor{Shape: shape, Data: data}
+		sd[b.name] = values[T]{shape: shape, data: data}
 	}
 	return sd, used, nil
 }
@@ -344,8 +449,8 @@ func (l *layout) base(name string) string {
 }
 
 // transposed returns x [rows, cols] transposed, [cols, rows].
-func transposed(x []float32, rows, cols int) []float32 {
-	y := make([]float32, len(x))
+func transposed[T any](x []T, rows, cols int) []T {
+	y := make([]T, len(x))
 	for i := range rows {
 		for j := range cols {
 			y[j*rows+i] = x[i*cols+j]

@@ -87,19 +87,19 @@ type File struct {
 	Metadata map[string]string
 
 	tensors map[string]Tensor
-	names   []string // sorted
+	names   []string           // sorted
+	data    []byte             // the whole file, which the tensors' Data alias
+	offs    map[string]int     // where each tensor's Data starts in data
+	unmap   func([]byte) error // releases a mapped data (Open); nil when data is the heap's
+	closed  bool
 }
 
 // ReadFile reads the file at path and parses it with Parse. Errors name the path. A path that is
 // not a regular file (a directory, a device such as /dev/zero, a named pipe) is an error, checked
 // before the file is opened, so that reading can neither block nor run without end.
 func ReadFile(path string) (*File, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("safetensors: %s is not a regular file (mode %v)", path, info.Mode().Type())
+	if _, err := statRegular(path); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -110,6 +110,18 @@ func ReadFile(path string) (*File, error) {
 		return nil, fmt.Errorf("safetensors: %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// statRegular returns the size of the file at path, or an error when it is not a regular file.
+func statRegular(path string) (int64, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("safetensors: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return 0, fmt.Errorf("safetensors: %s is not a regular file (mode %v)", path, info.Mode().Type())
+	}
+	return info.Size(), nil
 }
 
 // Parse decodes a complete .safetensors file held in data. The returned tensors' Data slices
@@ -163,7 +175,7 @@ func parse(data []byte) (*File, error) {
 		return nil, fmt.Errorf("header starts with %q, want '{'", header[0])
 	}
 
-	f := &File{tensors: make(map[string]Tensor)}
+	f := &File{tensors: make(map[string]Tensor), data: data, offs: make(map[string]int)}
 	var entries []entry
 	dec := json.NewDecoder(bytes.NewReader(header))
 	dec.UseNumber()
@@ -199,6 +211,7 @@ func parse(data []byte) (*File, error) {
 		}
 		t.Data = buf[begin:end:end]
 		f.tensors[name] = t
+		f.offs[name] = 8 + int(n) + int(begin)
 		entries = append(entries, entry{name, begin, end})
 	}
 	if _, err := token(dec); err != nil { // the closing '}'
@@ -512,10 +525,14 @@ func (f *File) Has(name string) bool {
 	return ok
 }
 
-// Raw returns the tensor called name as stored. Its Data aliases the slice given to Parse; its
-// Shape is a fresh copy. Raw returns an error, listing the names the file does have, when there
-// is no such tensor.
+// Raw returns the tensor called name as stored. Its Data aliases the slice given to Parse (or
+// the file's mapping, which Close releases); its Shape is a fresh copy. Raw returns an error,
+// listing the names the file does have, when there is no such tensor, and an error when the
+// File is closed.
 func (f *File) Raw(name string) (Tensor, error) {
+	if f.closed {
+		return Tensor{}, fmt.Errorf("safetensors: tensor %q read after Close", name)
+	}
 	t, ok := f.tensors[name]
 	if !ok {
 		return Tensor{}, f.missing(name)

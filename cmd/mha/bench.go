@@ -64,7 +64,10 @@ type benchFlags struct {
 	gqa, window, decode           int
 	cacheDType                    string // the worker's, with --decode
 	sparse                        sparseFlags
-	seqSet                        bool // --seq was given
+	seqSet                        bool   // --seq was given
+	model                         string // --model: time a Hugging Face folder (bench_model.go)
+	steps                         int    // decode steps with --model
+	weights                       string // the worker's weights with --model: stored or f32
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -116,7 +119,7 @@ func (c *benchConfig) pass() string {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json]",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --model DIR [--steps 32] [--torch] [--json]",
 		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
@@ -152,10 +155,21 @@ installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into
 directory) on a torch.onnx export of the same module, checked against PyTorch's output before
 it is timed. Each prints the ratio of mha's speed to theirs per T.
 
+--model DIR times a whole Hugging Face folder instead (bench_model.go): prefill of each T of
+--seq (default 128,512) into an empty KV cache, and --steps greedy decode steps of one token
+after an 8-token prompt, as tokens/s, resident memory after loading and at the peak, and the
+weight bytes a step reads per second against the measured read bandwidth. A bf16 or f16 folder
+runs with its weights as stored ("mha") and converted to float32 ("mha-f32"); --torch adds
+"torch-f32", benchscripts/torch_model.py (the Llama family in plain PyTorch, float32). --json
+then prints {"model":…} first and one object per implementation.
+
 --json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement, whose
 "pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.seqSet = cmd.Flags().Changed("seq")
+			if f.model != "" {
+				return runModelBench(&f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			cfg, err := f.config()
 			if err != nil {
 				return err
@@ -187,7 +201,11 @@ it is timed. Each prints the ratio of mha's speed to theirs per T.
 	f.sparse.register(fl)
 	fl.IntVar(&f.decode, "decode", 0, "time one new token against a KV cache of L tokens, per cache type (f32, bf16, f16), against the read bandwidth")
 	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
+	fl.StringVar(&f.model, "model", "", "time a whole model instead: the Hugging Face folder DIR's prefill (--seq, default 128,512) and decode tokens/s, memory, against the read bandwidth")
+	fl.IntVar(&f.steps, "steps", 32, "timed decode steps with --model")
+	fl.StringVar(&f.weights, "weights", "stored", "the worker's weights with --model: stored or f32 (used by mha bench itself)")
 	_ = fl.MarkHidden("worker")
+	_ = fl.MarkHidden("weights")
 	return cmd
 }
 
@@ -427,9 +445,7 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 			} else {
 				info = append(info, probe.describe(cfg))
 			}
-			if !probe.fastBLAS() {
-				fmt.Fprintf(stderr, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", probe.blasName(), probe.MMGFLOPS)
-			}
+			probe.warnSlowBLAS(stderr)
 			if cfg.sdpa() {
 				impls = append(impls, torchSDPAImpl(f.python, dir, cfg))
 			} else {

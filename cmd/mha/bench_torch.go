@@ -63,6 +63,13 @@ func (p *torchProbe) describe(cfg *benchConfig) string {
 		p.Version, p.blasName(), p.MMGFLOPS, path)
 }
 
+// warnSlowBLAS warns on w when PyTorch's matrix products do not run on an optimised BLAS.
+func (p *torchProbe) warnSlowBLAS(w io.Writer) {
+	if !p.fastBLAS() {
+		fmt.Fprintf(w, "warning: PyTorch's matrix products run on %s at %.0f GFLOP/s (torch.mm 512³), not on OpenBLAS: Debian's python3-torch is then about 20× slower; install OpenBLAS with apt-get install libopenblas0-pthread\n", p.blasName(), p.MMGFLOPS)
+	}
+}
+
 // probeTorch checks that python runs and imports torch, and reports on its BLAS.
 func probeTorch(python, dir string, threads int) (*torchProbe, error) {
 	if _, err := exec.LookPath(python); err != nil {

@@ -94,6 +94,15 @@ func EncodeBF16(dst []uint16, src []float32) { encodeBF16(best, dst, src[:len(ds
 // least as long as dst.
 func DecodeF16(dst []float32, src []uint16) { decodeF16(best, dst, src[:len(dst)]) }
 
+// DecodeHalf is DecodeBF16 when bf16 is set and DecodeF16 otherwise.
+func DecodeHalf(dst []float32, src []uint16, bf16 bool) {
+	if bf16 {
+		DecodeBF16(dst, src)
+	} else {
+		DecodeF16(dst, src)
+	}
+}
+
 // EncodeF16 sets dst[i] to F32ToF16(src[i]) for every i < len(dst); src must be at least as
 // long as dst.
 func EncodeF16(dst []uint16, src []float32) { encodeF16(best, dst, src[:len(dst)]) }

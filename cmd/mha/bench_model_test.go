@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// modelDir is a tiny Hugging Face folder of the pretrained tests.
+func modelDir(name string) string { return filepath.Join("..", "..", "testdata", "pretrained", name) }
+
+// benchModelLines runs mha bench --json --model and returns its header and rows, checking that
+// every number is sensible.
+func benchModelLines(t *testing.T, args ...string) (modelHeader, []modelRow) {
+	t.Helper()
+	code, stdout, stderr := runCLI(append([]string{"bench", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("bench %q: exit %d, stderr %q", args, code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	var head modelHeader
+	dec := json.NewDecoder(strings.NewReader(lines[0]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&head); err != nil || !(head.ReadBWGBps > 0) || head.Params <= 0 || head.Architecture == "" {
+		t.Fatalf("first line %q: %v; want the model, its architecture, params > 0 and read_bw_gbps > 0", lines[0], err)
+	}
+	var rows []modelRow
+	for _, line := range lines[1:] {
+		var r modelRow
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if !(r.DecodeMS > 0 && r.DecodeTokS > 0 && r.ReadBytes > 0 && r.ReadGBps > 0 && r.ReadBWPct > 0 && r.RSSMiB > 0 &&
+			r.PeakRSSMiB >= r.RSSMiB && r.LoadS > 0 && r.Params == head.Params && r.DecodeSteps > 0) {
+			t.Errorf("line %q: want positive times, rates, bytes and memory", line)
+		}
+		for _, p := range r.Prefill {
+			if !(p.MS > 0 && p.TokS > 0) {
+				t.Errorf("line %q: prefill %d: want positive ms and tok_s", line, p.T)
+			}
+		}
+		rows = append(rows, r)
+	}
+	return head, rows
+}
+
+// TestBenchModel runs mha bench --model on a bfloat16 folder, whose weights it times as stored
+// and in float32 (reading twice the bytes per step), as JSON, and on a float32 folder, one row,
+// as a table.
+func TestBenchModel(t *testing.T) {
+	head, rows := benchModelLines(t, "--model", modelDir("llama3-bf16"), "--runs", "1", "--seq", "4,8", "--steps", "3", "--warmup", "0")
+	var impls []string
+	for _, r := range rows {
+		impls = append(impls, r.Impl+"/"+r.Weights)
+		if len(r.Prefill) != 2 || r.Prefill[0].T != 4 || r.Prefill[1].T != 8 || r.DecodeSteps != 3 {
+			t.Errorf("%s: prefill %+v and %d steps, want prefill 4 and 8, and 3 steps", r.Impl, r.Prefill, r.DecodeSteps)
+		}
+	}
+	if want := []string{"mha/bfloat16", "mha-f32/float32"}; head.Architecture != "LlamaForCausalLM" || !slices.Equal(impls, want) {
+		t.Fatalf("bfloat16 folder: %s %q, want LlamaForCausalLM %q", head.Architecture, impls, want)
+	}
+	if rows[1].ReadBytes <= rows[0].ReadBytes*3/2 {
+		t.Errorf("read bytes per step %d in bfloat16 and %d in float32, want about half", rows[0].ReadBytes, rows[1].ReadBytes)
+	}
+
+	code, stdout, stderr := runCLI("bench", "--model", modelDir("llama"), "--runs", "1", "--seq", "8", "--steps", "2")
+	if code != 0 {
+		t.Fatalf("table: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"LlamaForCausalLM", "prefill 8", "decode ms", "% read", "memory read bandwidth", "\nmha         float32"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "mha-f32") {
+		t.Errorf("a float32 folder timed twice:\n%s", stdout)
+	}
+}
+
+// TestBenchModelErrors checks the flags mha bench --model refuses, and a folder it cannot time.
+func TestBenchModelErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--steps", "0"}, "--steps is 0"},
+		{[]string{"--seq", "4,x"}, `"x" is not a positive integer`},
+		{[]string{"--backward"}, "do not apply"},
+		{[]string{"--seq", "100000"}, "more than the model's"},
+	} {
+		code, _, stderr := runCLI(append([]string{"bench", "--model", modelDir("llama"), "--runs", "1"}, tc.args...)...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q, want an error with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	code, _, stderr := runCLI("bench", "--model", t.TempDir(), "--runs", "1")
+	if code == 0 || !strings.Contains(stderr, "config.json") {
+		t.Errorf("empty folder: exit %d, stderr %q, want an error naming config.json", code, stderr)
+	}
+}
+
+// TestBenchModelTorch times the hand-written PyTorch Llama beside mha on a tiny bfloat16 folder;
+// both decode the same greedy tokens.
+func TestBenchModelTorch(t *testing.T) {
+	hasTorch(t)
+	code, stdout, stderr := runCLI("bench", "--json", "--torch", "--model", modelDir("llama3-bf16"), "--runs", "1", "--seq", "8", "--steps", "3", "--warmup", "0")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if strings.Contains(stderr, "greedy tokens") {
+		t.Errorf("PyTorch and mha chose different tokens: %s", stderr)
+	}
+	if !strings.Contains(stdout, `"impl":"torch-f32"`) || !strings.Contains(stdout, `"torch":"PyTorch `) {
+		t.Errorf("no torch-f32 row, or no PyTorch version and BLAS in the header:\n%s", stdout)
+	}
+}

@@ -1,0 +1,191 @@
+package pretrained
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mhalab/mha/safetensors"
+	"github.com/mhalab/mha/tensor"
+)
+
+// llamaSize is the shape of a generated Llama.
+type llamaSize struct {
+	d, layers, heads, kv, ffn, vocab int
+	tied                             bool
+}
+
+// The generated Llamas: about 125M parameters with an untied head, and Llama 3.2 1B's shape
+// (1.24B parameters, tied).
+var (
+	llama125M = llamaSize{d: 768, layers: 12, heads: 12, kv: 4, ffn: 2048, vocab: 32000}
+	llama1B   = llamaSize{d: 2048, layers: 16, heads: 32, kv: 8, ffn: 8192, vocab: 128256, tied: true}
+)
+
+// writeLlama writes a Llama folder of size s in bfloat16 to dir: config.json and
+// model.safetensors, with small pseudo-random weights. It returns the file's size.
+func writeLlama(t *testing.T, dir string, s llamaSize) int64 {
+	t.Helper()
+	d, layers, heads, kv, ffn, vocab := s.d, s.layers, s.heads, s.kv, s.ffn, s.vocab
+	cfg := map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "hidden_size": d,
+		"intermediate_size": ffn, "num_attention_heads": heads, "num_key_value_heads": kv,
+		"num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": 2048,
+		"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": s.tied, "hidden_act": "silu",
+		"torch_dtype": "bfloat16",
+	}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := uint64(1)
+	tensors := map[string]safetensors.Tensor{}
+	add := func(name string, ones bool, shape ...int) {
+		n, _ := tensor.NumElements(shape)
+		h := &tensor.Half{Shape: shape, Data: make([]uint16, n), Format: tensor.BFloat16}
+		for i := range h.Data {
+			if ones {
+				h.Data[i] = 0x3f80 // 1
+				continue
+			}
+			state = state*6364136223846793005 + 1442695040888963407
+			h.Data[i] = uint16(state>>48)&0x807f | 0x3c00 // ±[2⁻⁷, 2⁻⁶)
+		}
+		tensors[name] = safetensors.FromHalf(h)
+	}
+	add("model.embed_tokens.weight", false, vocab, d)
+	for l := range layers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add(p+"input_layernorm.weight", true, d)
+		add(p+"post_attention_layernorm.weight", true, d)
+		add(p+"self_attn.q_proj.weight", false, d, d)
+		add(p+"self_attn.k_proj.weight", false, d/heads*kv, d)
+		add(p+"self_attn.v_proj.weight", false, d/heads*kv, d)
+		add(p+"self_attn.o_proj.weight", false, d, d)
+		add(p+"mlp.gate_proj.weight", false, ffn, d)
+		add(p+"mlp.up_proj.weight", false, ffn, d)
+		add(p+"mlp.down_proj.weight", false, d, ffn)
+	}
+	add("model.norm.weight", true, d)
+	if !s.tied {
+		add("lm_head.weight", false, vocab, d)
+	}
+	path := filepath.Join(dir, "model.safetensors")
+	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
+
+// residentKiB returns VmHWM (the peak resident memory) and VmRSS from /proc/self/status, in KiB.
+func residentKiB() (peak, now int64, err error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && (fields[0] == "VmHWM:" || fields[0] == "VmRSS:") {
+			v, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, 0, err
+			}
+			if fields[0] == "VmHWM:" {
+				peak = v
+			} else {
+				now = v
+			}
+		}
+	}
+	return peak, now, sc.Err()
+}
+
+// memoryDirEnv names, in the child process of TestOpenMemory, the folder to open.
+const memoryDirEnv = "MHA_TEST_OPEN_MEMORY_DIR"
+
+// TestOpenMemory opens a generated bfloat16 Llama of about 125M parameters (250 MB) in a child
+// process and checks its resident memory: the peak must stay well below the file plus a float32
+// model (what reading the whole file and converting would take), near the file's size, which is
+// the model's. Set MHA_KEEP_MODEL_DIR to write the folder there and keep it (for mha bench
+// --model), and MHA_TEST_LLAMA_1B=1 for Llama 3.2 1B's shape instead (a 2.5 GB file; writing
+// it takes about 7 GB). Skipped with -short.
+func TestOpenMemory(t *testing.T) {
+	if dir := os.Getenv(memoryDirEnv); dir != "" {
+		base, _, err := residentKiB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peak, now, err := residentKiB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		debug.FreeOSMemory() // the garbage of building the model (its attention layers' initial float32 weights)
+		_, gc, err := residentKiB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, fb := m.NN.ParamBytes()
+		fmt.Printf("memory: base %d peak %d rss %d gc %d KiB, weights %d half %d float bytes\n", base, peak, now, gc, hb, fb)
+		return
+	}
+	if testing.Short() {
+		t.Skip("writes and opens a 250 MB model")
+	}
+	if _, _, err := residentKiB(); err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	dir := os.Getenv("MHA_KEEP_MODEL_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shape := llama125M
+	if os.Getenv("MHA_TEST_LLAMA_1B") != "" {
+		shape = llama1B
+	}
+	size := writeLlama(t, dir, shape)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenMemory$", "-test.count=1")
+	cmd.Env = append(os.Environ(), memoryDirEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var base, peak, now, gc, hb, fb int64
+	i := strings.Index(string(out), "memory:")
+	if i < 0 {
+		t.Fatalf("child printed no memory line:\n%s", out)
+	}
+	if _, err := fmt.Sscanf(string(out[i:]), "memory: base %d peak %d rss %d gc %d KiB, weights %d half %d float bytes", &base, &peak, &now, &gc, &hb, &fb); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	mib := func(kib int64) float64 { return float64(kib) / 1024 }
+	t.Logf("file %.0f MiB; model %.0f MiB half + %.1f MiB float32; resident before Open %.0f MiB, peak %.0f MiB, after %.0f MiB, after a GC %.0f MiB",
+		float64(size)/(1<<20), float64(hb)/(1<<20), float64(fb)/(1<<20), mib(base), mib(peak), mib(now), mib(gc))
+	if hb < size*9/10 {
+		t.Errorf("%d bytes held in half precision, want about the file's %d", hb, size)
+	}
+	if limit := base + size*3/2/1024; peak > limit {
+		t.Errorf("peak resident memory %.0f MiB, want at most 1.5 × the file (%.0f MiB) over the %.0f MiB before Open", mib(peak), float64(size)/(1<<20), mib(base))
+	}
+}
