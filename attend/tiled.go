@@ -14,10 +14,6 @@ const (
 	BlockK = 256
 )
 
-// edgeK is the width of the key tiles along the edges of a causal mask or window, where the
-// visible keys move with the row: one AVX-512 tile of the GEMM.
-const edgeK = 32
-
 // Scratch is one worker's memory for Tiled. The zero value is ready to use; it grows to the
 // largest block it has seen and then stops allocating. Give each goroutine its own.
 type Scratch struct {
@@ -37,8 +33,8 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // online softmax of FlashAttention-2: it walks the keys in tiles of BlockK, keeping per row the
 // running maximum m and sum l, and rescales the partial output when m grows, so it never holds
 // more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt, not h.K. With b.Causal or b.Window it
-// walks only the keys that some row of the block may see (b.Span of i0 and i1−1), and along the
-// mask's edges only the rows that see them, so a window of W keys costs O(W) per row.
+// walks only the keys that some row of the block may see (b.Span of i0 and i1−1), so a window of
+// W keys costs O(W) per row; with b.Sparse, only the blocks it keeps.
 //
 // When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
 // leaves the rows' attention weights in w, before dropout (apply the same Dropout to them to get
@@ -131,12 +127,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		s.ws.Sgemm(false, false, r1-r0, dv, nc, 1, pv[r0*ld:], ld, h.V[j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
 	}
 
-	// Under the causal mask or a window, the keys of [0, Stride) that no row of the block sees
-	// are skipped. Of the keys [lo, hi) some row sees, those in [all, allHi) are seen by every
-	// row and go in tiles of BlockK; at both ends the visible keys move with the row, and
-	// narrow tiles there each run only the rows that see some of their keys, so the block does
-	// not compute the triangles of scores that the masks would hide. Keys from Stride on are
-	// never masked.
+	// The keys from Stride on are never masked: every row reads them, after the masked ones.
 	from := 0
 	switch {
 	case b.Sparse != nil && w == nil:
@@ -179,32 +170,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		flush()
 		from = b.Stride
 	case b.ranged() && w == nil:
+		// Under the causal mask or a window, the keys of [0, Stride) that no row of the block
+		// sees are skipped. (Narrower tiles along the mask's edges, running only the rows that
+		// see them, computed fewer masked scores but took longer: BENCHMARKS.md, v7.)
 		lo, _ := b.Span(i0)
 		_, hi := b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
-		all, _ := b.Span(i1 - 1)
-		_, allHi := b.Span(i0)
-		all = min(max(all, lo), hi)
-		allHi = min(max(allHi, all), hi)
-		for j0 := lo; j0 < hi; {
-			j1 := min(j0+edgeK, all)
-			switch {
-			case j0 >= allHi:
-				j1 = min(j0+edgeK, hi)
-			case j0 >= all:
-				j1 = min(j0+keys, allHi)
-			}
-			r0, r1 := 0, rows
-			for r0 < rows && !b.sees(i0+r0, j0, j1) {
-				r0++
-			}
-			for r1 > r0 && !b.sees(i0+r1-1, j0, j1) {
-				r1--
-			}
-			if r0 < r1 {
-				tile(j0, j1, r0, r1)
-			}
-			j0 = j1
+		for j0 := lo; j0 < hi; j0 += keys {
+			tile(j0, min(j0+keys, hi), 0, rows)
 		}
 		from = b.Stride
 	}
