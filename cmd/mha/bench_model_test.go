@@ -103,18 +103,20 @@ func TestBenchModelErrors(t *testing.T) {
 	}
 }
 
-// TestBenchModelTorch times the hand-written PyTorch Llama beside mha on a tiny bfloat16 folder;
-// both decode the same greedy tokens.
+// TestBenchModelTorch times the hand-written PyTorch Llama and GPT-2 beside mha on tiny
+// folders (bfloat16 and float32); both decode the same greedy tokens.
 func TestBenchModelTorch(t *testing.T) {
 	hasTorch(t)
-	code, stdout, stderr := runCLI("bench", "--json", "--torch", "--model", modelDir("llama3-bf16"), "--runs", "1", "--seq", "8", "--steps", "3", "--warmup", "0")
-	if code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-	if strings.Contains(stderr, "greedy tokens") {
-		t.Errorf("PyTorch and mha chose different tokens: %s", stderr)
-	}
-	if !strings.Contains(stdout, `"impl":"torch-f32"`) || !strings.Contains(stdout, `"torch":"PyTorch `) {
-		t.Errorf("no torch-f32 row, or no PyTorch version and BLAS in the header:\n%s", stdout)
+	for _, name := range []string{"llama3-bf16", "gpt2"} {
+		code, stdout, stderr := runCLI("bench", "--json", "--torch", "--model", modelDir(name), "--runs", "1", "--seq", "8", "--steps", "3", "--warmup", "0")
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", name, code, stderr)
+		}
+		if strings.Contains(stderr, "greedy tokens") {
+			t.Errorf("%s: PyTorch and mha chose different tokens: %s", name, stderr)
+		}
+		if !strings.Contains(stdout, `"impl":"torch-f32"`) || !strings.Contains(stdout, `"torch":"PyTorch `) {
+			t.Errorf("%s: no torch-f32 row, or no PyTorch version and BLAS in the header:\n%s", name, stdout)
+		}
 	}
 }

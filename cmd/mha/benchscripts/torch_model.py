@@ -1,4 +1,4 @@
-"""Time a Llama-family Hugging Face folder in plain PyTorch for `mha bench --model --torch`.
+"""Time a Llama-family or GPT-2 Hugging Face folder in plain PyTorch for `mha bench --model --torch`.
 
     python3 torch_model.py run --model DIR --seq 128,512 --steps S --threads N --runs R --warmup W
 
@@ -6,7 +6,8 @@ Hugging Face transformers is not used: the script reads config.json and the safe
 itself (model.safetensors, or the shards of model.safetensors.index.json), converts every
 weight to float32, and runs the architecture written out by hand: RMSNorm, rotary positions
 (rotate-half, rope_theta, Llama 3's rope_scaling), grouped K/V heads, SwiGLU, the q/k/v biases
-of Qwen2, a tied or untied head. Its KV cache is one preallocated float32 tensor of keys and one
+of Qwen2, a tied or untied head; for GPT-2, LayerNorm, learned positions, Conv1D weights used
+as stored ([in, out], x·W + b), gelu_new and the tied head. Its KV cache is one preallocated float32 tensor of keys and one
 of values per layer. Everything runs under torch.inference_mode() on --threads threads.
 
 It prints one JSON line with mha's worker's fields: weights, params, read_bytes (what a decode
@@ -53,6 +54,8 @@ def read_safetensors(path, out):
         for name, e in header.items():
             if name == "__metadata__":
                 continue
+            if name.endswith(("attn.bias", "attn.masked_bias")) and e["dtype"] not in ("F32", "F16", "BF16") or e["dtype"] == "BOOL":
+                continue  # GPT-2's mask buffers: the causal mask is built here
             if e["dtype"] not in DTYPES:
                 raise SystemExit(f"{path}: tensor {name} has dtype {e['dtype']}, want F32, F16, BF16 or F64")
             begin, end = e["data_offsets"]
@@ -66,8 +69,8 @@ def load(folder):
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     arch = (cfg.get("architectures") or [cfg.get("model_type", "")])[0]
-    if cfg.get("model_type") not in ("llama", "mistral", "qwen2"):
-        raise SystemExit(f"torch_model.py runs Llama-family folders (llama, mistral, qwen2), got {arch}")
+    if cfg.get("model_type") not in ("llama", "mistral", "qwen2", "gpt2"):
+        raise SystemExit(f"torch_model.py runs Llama-family and GPT-2 folders (llama, mistral, qwen2, gpt2), got {arch}")
     w = {}
     single = os.path.join(folder, "model.safetensors")
     if os.path.exists(single):
@@ -77,7 +80,8 @@ def load(folder):
             files = sorted(set(json.load(f)["weight_map"].values()))
         for name in files:
             read_safetensors(os.path.join(folder, name), w)
-    w = {k[len("model."):] if k.startswith("model.") else k: v for k, v in w.items()}
+    prefix = "transformer." if cfg["model_type"] == "gpt2" else "model."
+    w = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in w.items()}
     return cfg, w
 
 
@@ -179,12 +183,63 @@ class Model:
         return lin(self.norm(x, w["norm.weight"]), self.head)[0]
 
 
+class GPT2:
+    """GPT2LMHeadModel's forward with a KV cache, as modeling_gpt2.py computes it."""
+
+    def __init__(self, cfg, w):
+        self.cfg, self.w = cfg, w
+        self.d, self.h = cfg["n_embd"], cfg["n_head"]
+        self.hd, self.layers = self.d // self.h, cfg["n_layer"]
+        self.eps = cfg.get("layer_norm_epsilon", 1e-5)
+
+    def params(self):
+        return sum(t.numel() for n, t in self.w.items() if not n.endswith(("attn.bias", "attn.masked_bias", "lm_head.weight")))
+
+    def read_bytes(self):
+        """Bytes of weights one decode step reads: all but the other positions' rows."""
+        wpe = self.w["wpe.weight"]
+        return 4 * self.params() - 4 * (wpe.shape[0] - 1) * wpe.shape[1]
+
+    def new_cache(self, capacity):
+        shape = (1, self.h, capacity, self.hd)
+        self.k = [torch.zeros(shape) for _ in range(self.layers)]
+        self.v = [torch.zeros(shape) for _ in range(self.layers)]
+        self.n = 0
+
+    def ln(self, x, name):
+        return torch.nn.functional.layer_norm(x, (self.d,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
+
+    def forward(self, tokens):
+        w, t, start = self.w, len(tokens), self.n
+        x = (w["wte.weight"][torch.tensor(tokens)] + w["wpe.weight"][start:start + t])[None]
+        mask = None
+        if t > 1:
+            mask = torch.full((t, start + t), float("-inf")).triu(start + 1)
+        for l in range(self.layers):
+            p = f"h.{l}."
+            a = self.ln(x, p + "ln_1")
+            q, k, v = (a @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]).split(self.d, dim=-1)
+            q, k, v = (y.view(1, t, self.h, self.hd).transpose(1, 2) for y in (q, k, v))
+            self.k[l][:, :, start:start + t], self.v[l][:, :, start:start + t] = k, v
+            s = q @ self.k[l][:, :, :start + t].transpose(-1, -2) / math.sqrt(self.hd)
+            if mask is not None:
+                s = s + mask
+            o = (torch.softmax(s, -1) @ self.v[l][:, :, :start + t]).transpose(1, 2).reshape(1, t, self.d)
+            x = x + o @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+            m = self.ln(x, p + "ln_2")
+            hdn = m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]
+            hdn = 0.5 * hdn * (1 + torch.tanh(math.sqrt(2 / math.pi) * (hdn + 0.044715 * hdn.pow(3))))
+            x = x + hdn @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+        self.n += t
+        return (self.ln(x, "ln_f") @ w["wte.weight"].T)[0]
+
+
 def run(args):
     torch.set_num_threads(args.threads)
     seqs = [int(s) for s in args.seq.split(",")]
     t0 = time.perf_counter()
     cfg, w = load(args.model)
-    m = Model(cfg, w)
+    m = GPT2(cfg, w) if cfg["model_type"] == "gpt2" else Model(cfg, w)
     res = {"weights": "float32", "params": m.params(), "read_bytes": m.read_bytes(),
            "load_s": time.perf_counter() - t0, "rss_load_kib": rss_kib(), "rss_load_peak_kib": peak_kib()}
     vocab = cfg["vocab_size"]
