@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,8 +228,8 @@ func measureModel(im benchImpl) (*modelResult, error) {
 		return nil, fmt.Errorf("%s failed: %s", im.name, childFailure(err, &stderr))
 	}
 	var r modelResult
-	if err := lastJSONLine(stdout.Bytes(), &r); err != nil || len(r.DecodeMS) == 0 {
-		return nil, fmt.Errorf("%s printed no result (want a JSON line with \"decode_ms\"), got %q", im.name, lastLine(stdout.String()))
+	if err := lastJSONLine(stdout.Bytes(), &r); err != nil || len(r.Prefill) == 0 {
+		return nil, fmt.Errorf("%s printed no result (want a JSON line with \"prefill\"), got %q", im.name, lastLine(stdout.String()))
 	}
 	if peak := rusageMaxRSSKiB(c.ProcessState); peak >= 0 {
 		r.PeakKiB = peak
@@ -244,11 +245,14 @@ func (r *modelResult) row(impl string, f *benchFlags, bw float64) modelRow {
 		}
 		return round(float64(kib)/1024, 1)
 	}
-	step := median(r.DecodeMS)
+	step, fastest := math.NaN(), math.NaN() // a bidirectional model has no decode steps
+	if len(r.DecodeMS) > 0 {
+		step, fastest = median(r.DecodeMS), slices.Min(r.DecodeMS)
+	}
 	rate := float64(r.ReadBytes) / (step / 1e3)
 	row := modelRow{Impl: impl, Weights: r.Weights, Params: r.Params, Threads: f.threads, LoadS: sig4(r.LoadS),
 		RSSMiB: mib(r.RSSKiB), PeakLoadMiB: mib(r.PeakLoadKiB), PeakRSSMiB: mib(r.PeakKiB),
-		DecodeMS: sig4(step), DecodeMSMin: sig4(slices.Min(r.DecodeMS)), DecodeTokS: sig4(1e3 / step), ReadBytes: r.ReadBytes,
+		DecodeMS: sig4(step), DecodeMSMin: sig4(fastest), DecodeTokS: sig4(1e3 / step), ReadBytes: r.ReadBytes,
 		ReadGBps: sig4(rate / 1e9), ReadBWPct: sig4(100 * rate / bw), DecodeSteps: len(r.DecodeMS), DecodePrompt: benchModelPrompt}
 	for _, p := range r.Prefill {
 		ms := median(p.MS)
@@ -300,7 +304,11 @@ func printModelBench(w io.Writer, f *benchFlags, head modelHeader, seqs []int, r
 		for i, p := range r.Prefill {
 			fmt.Fprintf(w, "  prefill %d %.2f×", p.T, float64(p.MS)/float64(rows[0].Prefill[i].MS))
 		}
-		if _, err := fmt.Fprintf(w, "  decode %.2f×\n", float64(r.DecodeMS)/float64(rows[0].DecodeMS)); err != nil {
+		decode := "–"
+		if !math.IsNaN(float64(r.DecodeMS)) {
+			decode = fmt.Sprintf("%.2f×", float64(r.DecodeMS)/float64(rows[0].DecodeMS))
+		}
+		if _, err := fmt.Fprintf(w, "  decode %s\n", decode); err != nil {
 			return err
 		}
 	}
@@ -328,32 +336,49 @@ func modelWorker(f *benchFlags, seqs []int, w io.Writer) error {
 		}
 	}
 	steps := benchModelPrompt + 1 + f.warmup + f.steps
+	if cfg.Bidirectional {
+		steps = 0 // no decoding
+	}
 	capacity := max(slices.Max(seqs), steps)
 	if capacity > cfg.SeqLen {
 		return fmt.Errorf("--seq %s and %d decode steps need %d positions, more than the model's %d", f.seq, f.steps, capacity, cfg.SeqLen)
-	}
-	c, err := m.NewCache(1, capacity, mha.CacheFloat32)
-	if err != nil {
-		return err
 	}
 	opt := &nn.RunOptions{Workers: f.threads}
 	tokens := make([]int, capacity)
 	for i := range tokens {
 		tokens[i] = (7*i + 3) % cfg.Vocab
 	}
+	// A bidirectional model (BERT) has no cache and does not generate: its prefill is a Forward
+	// of the T tokens, and it has no decode steps.
+	var c *nn.Cache
+	if !cfg.Bidirectional {
+		if c, err = m.NewCache(1, capacity, mha.CacheFloat32); err != nil {
+			return err
+		}
+	}
 	for _, t := range seqs {
 		p := prefillResult{T: t}
 		for i := range f.warmup + f.runs {
-			c.Reset()
 			start := time.Now()
-			if _, err := m.ForwardCached(c, tokens[:t], 1, t, opt); err != nil {
-				return err
+			if c == nil {
+				if _, err := m.Forward(tokens[:t], 1, t, opt); err != nil {
+					return err
+				}
+			} else {
+				c.Reset()
+				if _, err := m.ForwardCached(c, tokens[:t], 1, t, opt); err != nil {
+					return err
+				}
 			}
 			if i >= f.warmup {
 				p.MS = append(p.MS, float64(time.Since(start).Nanoseconds())/1e6)
 			}
 		}
 		res.Prefill = append(res.Prefill, p)
+	}
+	if c == nil {
+		res.PeakKiB = procStatusKiB("VmHWM")
+		return json.NewEncoder(w).Encode(res)
 	}
 	// Greedy decoding: the time between two tokens is one step, its forward and its choice.
 	var last time.Time

@@ -120,3 +120,15 @@ func TestBenchModelTorch(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchModelBERT checks that a bidirectional model is timed on its prefill (a Forward) and
+// has no decode steps: null in JSON.
+func TestBenchModelBERT(t *testing.T) {
+	code, stdout, stderr := runCLI("bench", "--json", "--model", modelDir("bert"), "--runs", "1", "--seq", "8", "--warmup", "0")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if !strings.Contains(stdout, `"decode_ms":null`) || !strings.Contains(stdout, `"T":8`) {
+		t.Errorf("want a prefill of 8 and no decode:\n%s", stdout)
+	}
+}

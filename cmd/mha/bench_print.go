@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 
 	"github.com/mhalab/mha/internal/kernel"
@@ -110,6 +111,8 @@ func (p *benchPrinter) ratios() error {
 // fmtMS formats milliseconds with about four significant digits.
 func fmtMS(ms float64) string {
 	switch {
+	case math.IsNaN(ms):
+		return "–"
 	case ms >= 1000:
 		return strconv.FormatFloat(ms, 'f', 0, 64)
 	case ms >= 100:
@@ -122,6 +125,9 @@ func fmtMS(ms float64) string {
 
 // fmtRate formats a rate or a percentage with one decimal, or three significant digits below 1.
 func fmtRate(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
 	if v < 1 {
 		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
