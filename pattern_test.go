@@ -305,30 +305,8 @@ func TestSDPANormalizers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			loss := func() float64 {
-				ref, err := SDPAReference(q, k, v, &opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := 0.0
-				for i, o := range ref.Out {
-					s += o * float64(dOut.Data[i])
-				}
-				return s
-			}
-			const h = 1.0 / 16384
-			diff := func(x []float32) []float64 {
-				d := make([]float64, len(x))
-				for i := range x {
-					x0 := x[i]
-					x[i] = x0 + h
-					up := loss()
-					x[i] = x0 - h
-					d[i] = (up - loss()) / (2 * h)
-					x[i] = x0
-				}
-				return d
-			}
+			loss := func() float64 { return referenceLoss(t, q, k, v, dOut, &opt) }
+			diff := func(x []float32) []float64 { return centralDiff(x, 1.0/16384, loss) }
 			checkRel(t, "dq", g.Q.Data, diff(q.Data), 1e-4)
 			checkRel(t, "dk", g.K.Data, diff(k.Data), 1e-4)
 			checkRel(t, "dv", g.V.Data, diff(v.Data), 1e-4)

@@ -857,30 +857,8 @@ func backwardFiniteDifferences(t *testing.T, dropout float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss := func() float64 {
-		ref, err := SDPAReference(q, k, v, &opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := 0.0
-		for i, o := range ref.Out {
-			s += o * float64(dOut.Data[i])
-		}
-		return s
-	}
-	const h = 1.0 / 1024
-	diff := func(x []float32) []float64 {
-		d := make([]float64, len(x))
-		for i := range x {
-			x0 := x[i]
-			x[i] = x0 + h
-			up := loss()
-			x[i] = x0 - h
-			d[i] = (up - loss()) / (2 * h)
-			x[i] = x0
-		}
-		return d
-	}
+	loss := func() float64 { return referenceLoss(t, q, k, v, dOut, &opt) }
+	diff := func(x []float32) []float64 { return centralDiff(x, 1.0/1024, loss) }
 	checkRel(t, "dq", g.Q.Data, diff(q.Data), 1e-4)
 	checkRel(t, "dk", g.K.Data, diff(k.Data), 1e-4)
 	checkRel(t, "dv", g.V.Data, diff(v.Data), 1e-4)
@@ -958,4 +936,34 @@ func TestSDPADropout(t *testing.T) {
 			t.Errorf("dropout %v: error %v", p, err)
 		}
 	}
+}
+
+// referenceLoss returns Σ SDPAReference(q, k, v, opt).Out · dOut, the loss whose gradients
+// SDPABackward gives for dOut.
+func referenceLoss(t *testing.T, q, k, v, dOut *tensor.Tensor, opt *SDPAOptions) float64 {
+	t.Helper()
+	ref, err := SDPAReference(q, k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := 0.0
+	for i, o := range ref.Out {
+		s += o * float64(dOut.Data[i])
+	}
+	return s
+}
+
+// centralDiff returns the central differences of loss with respect to each value of x, with
+// step h (exactly representable beside x's values, for dyadic inputs).
+func centralDiff(x []float32, h float32, loss func() float64) []float64 {
+	d := make([]float64, len(x))
+	for i := range x {
+		x0 := x[i]
+		x[i] = x0 + h
+		up := loss()
+		x[i] = x0 - h
+		d[i] = (up - loss()) / float64(2*h)
+		x[i] = x0
+	}
+	return d
 }
