@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -95,6 +96,10 @@ func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	denseOut := make([]float64, len(dense.Out.Data))
+	for i, x := range dense.Out.Data {
+		denseOut[i] = float64(x)
+	}
 	patterns := []string{"local:8", "local:32", "local:128", "strided:16", "strided:64", "bigbird:16,2,2,1", "bigbird:64,4,4,1"}
 	for _, frac := range []int{64, 16, 4, 2, 1} {
 		patterns = append(patterns, fmt.Sprintf("random:1/%d", frac))
@@ -120,7 +125,7 @@ func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		run := SparseRun{Pattern: spec, Time: jsonnum.Number(tm / denseTime)}
-		run.Error = jsonnum.Number(relErr(out.Out.Data, dense.Out.Data))
+		run.Error = jsonnum.Number(tensor.RelError(out.Out.Data, denseOut))
 		run.Density, run.Dropped, run.DroppedByDistance = dropped(q, k, v, ps, t)
 		data.Random = append(data.Random, run)
 		res.Table.Rows = append(res.Table.Rows, []string{"random inputs", spec, fmt.Sprintf("%.3f", float64(run.Density)),
@@ -158,7 +163,7 @@ func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 	if e := float64(data.Exponent); e < 0.8 || e > 1.3 {
 		holds = "does not hold"
 	}
-	worst := slices.MaxFunc(data.Random, func(a, b SparseRun) int { return cmpFloat(float64(a.Error), float64(b.Error)) })
+	worst := slices.MaxFunc(data.Random, func(a, b SparseRun) int { return cmp.Compare(a.Error, b.Error) })
 	res.Summary = fmt.Sprintf("On random inputs (T = %d, %d heads, d = %d) the error falls as the density grows, to 0 at density 1; the worst is %s (density %.3f, error %.3g, %.2f of the attention mass dropped). "+
 		"Time grows with T as T^%.2f for local:64 (dense: T^%.2f), so chapter 002's O(T·s·d) %s. The dropped mass sits at the long distances the patterns leave out (dropped_by_distance in the data).",
 		t, heads, d, worst.Pattern, float64(worst.Density), float64(worst.Error), float64(worst.Dropped), float64(data.Exponent), float64(data.DenseExponent), holds)
@@ -245,27 +250,6 @@ func abs(x int) int {
 		return -x
 	}
 	return x
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// relErr returns ‖a − b‖ / ‖b‖.
-func relErr(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i] - b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // slope returns the least-squares slope of y against x.

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/nn"
@@ -196,7 +198,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	d := e / heads
 	ekv := kv * d
-	qwen := hc.ModelType == "qwen2" || hasPrefix(hc.Architectures, "Qwen2")
+	qwen := hc.ModelType == "qwen2" || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, "Qwen2") })
 	qkvBias := hc.AttentionBias || qwen
 	tied := orBool(hc.TieEmbeddings, false)
 	seq := nn.MaxSeqLen
@@ -252,13 +254,4 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
 	}
 	return l, nil
-}
-
-func hasPrefix(names []string, prefix string) bool {
-	for _, n := range names {
-		if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
-			return true
-		}
-	}
-	return false
 }

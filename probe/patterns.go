@@ -69,13 +69,22 @@ func PrefixMatching(w []float32, tokens []int, b, h, t int) (scores []float64, q
 	if len(tokens) != b*t {
 		return nil, 0, fmt.Errorf("probe: tokens have %d values, want B·T = %d·%d = %d", len(tokens), b, t, b*t)
 	}
+	scores, queries = copyScores(w, tokens, b, h, t, 1)
+	return scores, queries, nil
+}
+
+// copyScores is PrefixMatching (shift 1) and DuplicateToken (shift 0): each head's mean weight,
+// over the queries q that have one, on the keys j whose token shift positions earlier,
+// tokens[j − shift], equals tokens[q], among the earlier copies (j − shift < q); and the number
+// of such queries. w and tokens are checked.
+func copyScores(w []float32, tokens []int, b, h, t, shift int) (scores []float64, queries int) {
 	scores = make([]float64, h)
 	for bi := range b {
 		seq := tokens[bi*t:][:t]
-		for q := 2; q < t; q++ {
+		for q := 1; q < t; q++ {
 			matched := false
-			for j := 1; j < q; j++ {
-				if seq[j-1] != seq[q] {
+			for j := shift; j < q; j++ {
+				if seq[j-shift] != seq[q] {
 					continue
 				}
 				matched = true
@@ -93,7 +102,7 @@ func PrefixMatching(w []float32, tokens []int, b, h, t int) (scores []float64, q
 			scores[hi] /= float64(queries)
 		}
 	}
-	return scores, queries, nil
+	return scores, queries
 }
 
 // GroundTruth returns, for each of the h heads, how much of its attention falls where a known

@@ -58,30 +58,7 @@ func DuplicateToken(w []float32, tokens []int, b, h, t int) (scores []float64, q
 	if len(tokens) != b*t {
 		return nil, 0, fmt.Errorf("probe: tokens have %d values, want B·T = %d·%d = %d", len(tokens), b, t, b*t)
 	}
-	scores = make([]float64, h)
-	for bi := range b {
-		seq := tokens[bi*t:][:t]
-		for q := 1; q < t; q++ {
-			matched := false
-			for j := range q {
-				if seq[j] != seq[q] {
-					continue
-				}
-				matched = true
-				for hi := range h {
-					scores[hi] += float64(w[((bi*h+hi)*t+q)*t+j])
-				}
-			}
-			if matched {
-				queries++
-			}
-		}
-	}
-	if queries > 0 {
-		for hi := range scores {
-			scores[hi] /= float64(queries)
-		}
-	}
+	scores, queries = copyScores(w, tokens, b, h, t, 0)
 	return scores, queries, nil
 }
 
