@@ -43,17 +43,24 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 	switch n.Kind {
 	case Sparsemax:
 		// τ ≥ max − 1, so only the scores above that can be in the support: sort those alone.
-		tau := sparsemaxThreshold(candidates(kept, slices.Max(kept)-1))
+		// Scores are shifted by their maximum first, so that max − 1 is not max when it is large.
+		top := slices.Max(kept)
+		for i := range kept {
+			kept[i] -= top
+		}
+		tau := sparsemaxThreshold(candidates(kept, -1))
 		for j, x := range row {
-			row[j] = max(x-tau, 0) // −Inf gives 0
+			row[j] = max(x-top-tau, 0) // −Inf gives 0
 		}
 	case Entmax:
-		a := n.Alpha - 1
+		// z = (α − 1)(s − max s) ≤ 0 with 0 at the top, which neither overflows for a large α
+		// nor loses the −1 below; entmax is the same for scores shifted by a constant.
+		a, top := n.Alpha-1, slices.Max(kept)
 		for i := range kept {
-			kept[i] *= a
+			kept[i] = a * (kept[i] - top)
 		}
-		// As for sparsemax, τ ≥ max − 1 (the top score alone takes weight 1 at τ = max − 1).
-		kept = candidates(kept, slices.Max(kept)-1)
+		// As for sparsemax, τ ≥ −1 (the top score alone takes weight 1 at τ = −1).
+		kept = candidates(kept, -1)
 		var tau float64
 		if n.Alpha == 1.5 {
 			tau = entmax15Threshold(kept)
@@ -63,7 +70,7 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 		sum := 0.0
 		for j, x := range row {
 			v := 0.0
-			if d := a*x - tau; d > 0 {
+			if d := a*(x-top) - tau; d > 0 {
 				if n.Alpha == 1.5 {
 					v = d * d
 				} else {
@@ -77,6 +84,7 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 			row[j] /= sum
 		}
 	case TopK:
+		top := slices.Max(kept)
 		cut := kthLargest(kept, min(n.K, len(kept)))
 		// Ties at the cut: keep the first keys, so that exactly min(K, kept) are kept.
 		above := 0
@@ -86,7 +94,6 @@ func (n *Normalizer) normalize(row []float64, z []float64) bool {
 			}
 		}
 		room := min(n.K, len(kept)) - above
-		top := kept[len(kept)-1]
 		sum := 0.0
 		for j, x := range row {
 			keep := x > cut || (x == cut && room > 0)
@@ -207,12 +214,11 @@ func threshold15(sum, sq float64, k int) float64 {
 	return mean - math.Sqrt(max((1-(sq/n-mean*mean)*n)/n, 0))
 }
 
-// entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1,
-// by bisection between the bounds the largest z gives.
+// entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1
+// and shifted to a maximum of 0, by bisection between the bounds that maximum gives.
 func entmaxBisect(z []float64, alpha float64) float64 {
 	inv := 1 / (alpha - 1)
-	top := slices.Max(z)
-	lo, hi := top-1, top-math.Pow(1/float64(len(z)), alpha-1)
+	lo, hi := -1.0, -math.Pow(1/float64(len(z)), alpha-1)
 	for range 100 {
 		mid := (lo + hi) / 2
 		sum := 0.0

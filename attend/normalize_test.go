@@ -66,9 +66,10 @@ func TestNormalizers(t *testing.T) {
 		e2, _ := normalized(&Normalizer{Kind: Entmax, Alpha: 2}, z)
 		e15, _ := normalized(&Normalizer{Kind: Entmax, Alpha: 1.5}, z)
 		var kept []float64
+		top := slices.Max(z)
 		for _, x := range z {
 			if !math.IsInf(x, -1) {
-				kept = append(kept, x/2)
+				kept = append(kept, (x-top)/2)
 			}
 		}
 		tauB := entmaxBisect(kept, 1.5)
@@ -80,7 +81,7 @@ func TestNormalizers(t *testing.T) {
 			}
 			want := 0.0
 			if !math.IsInf(z[i], -1) {
-				if d := z[i]/2 - tauB; d > 0 {
+				if d := (z[i]-top)/2 - tauB; d > 0 {
 					want = d * d
 				}
 			}
@@ -104,6 +105,52 @@ func TestNormalizers(t *testing.T) {
 }
 
 // TestNormalizerBackward checks each normalizer's backward against central differences of its
+// TestNormalizersExtreme feeds scores far from 0 or far apart, and α far from 1.5: weights
+// stay on the simplex, the top score keeps the most weight, and the result does not depend on
+// a shift of every score.
+func TestNormalizersExtreme(t *testing.T) {
+	rows := [][]float64{
+		{1e17, 1e17 + 64, 1e17 - 64, math.Inf(-1)},
+		{1e300, -1e300, 0, 5e299},
+		{1000, 0, -1000, 999.5},
+		{3e38, 3e38, -3e38, 1},
+	}
+	norms := []*Normalizer{{Kind: Softmax}, {Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1 + 1e-9},
+		{Kind: Entmax, Alpha: 1.2}, {Kind: Entmax, Alpha: 40}, {Kind: Entmax, Alpha: 1e72}, {Kind: TopK, K: 2}, {Kind: TopK, K: 9}}
+	for _, z := range rows {
+		for _, norm := range norms {
+			p, ok := normalized(norm, z)
+			if !ok {
+				t.Fatalf("%s on %v: no key kept", norm, z)
+			}
+			sum, top := 0.0, slices.Index(z, slices.Max(z))
+			for _, x := range p {
+				if !(x >= 0 && x <= p[top]) {
+					t.Fatalf("%s on %v: weights %v", norm, z, p)
+				}
+				sum += x
+			}
+			if math.Abs(sum-1) > 1e-12 {
+				t.Fatalf("%s on %v: weights %v sum to %v", norm, z, p, sum)
+			}
+		}
+	}
+	z := []float64{0.3, -1.2, 2.5, 0.9}
+	for _, norm := range norms {
+		p, _ := normalized(norm, z)
+		shifted := slices.Clone(z)
+		for i := range shifted {
+			shifted[i] += 1e6
+		}
+		q, _ := normalized(norm, shifted)
+		for i := range p {
+			if math.Abs(p[i]-q[i]) > 1e-8 {
+				t.Fatalf("%s: %v for %v, %v shifted by 10⁶", norm, p, z, q)
+			}
+		}
+	}
+}
+
 // forward, away from the points where the support changes.
 func TestNormalizerBackward(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
