@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // ortVersion is the onnxruntime-node version package.json pins.
@@ -39,8 +40,9 @@ func prepareORT(python, dir string, cfg *benchConfig, stderr io.Writer) (benchIm
 		return benchImpl{}, "", fmt.Errorf("--ort needs npm to install onnxruntime-node, but npm was not found in PATH; install it with apt-get install npm")
 	}
 	version := ortVersion()
+	// The marker holds the version installed: another version in package.json installs anew.
 	marker := filepath.Join(dir, "node_modules", ".mha-installed")
-	if _, err := os.Stat(marker); err != nil {
+	if b, err := os.ReadFile(marker); err != nil || strings.TrimSpace(string(b)) != version {
 		fmt.Fprintf(stderr, "note: installing onnxruntime-node %s into %s (once)\n", version, dir)
 		// The CPU binaries ship in the package; its install script only fetches CUDA ones.
 		c := exec.Command(npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund")
