@@ -19,8 +19,13 @@ const (
 type Scratch struct {
 	s, o, m, l []float32
 	z, r       []float64 // a row for a Normalizer
+	kt, v      []float32 // the keys [D, n] and values [n, Dv] of a gathered tile
+	spans      []span    // the key ranges of the tile being gathered
 	ws         kernel.Workspace
 }
+
+// span is the keys [j0, j1).
+type span struct{ j0, j1 int }
 
 func (s *Scratch) grow(rows, keys, dv int) {
 	s.s = kernel.Grow(s.s, rows*keys)
@@ -66,8 +71,29 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 
 	q := h.Q[i0*h.LdQ:]
-	tile := func(j0, j1, r0, r1 int) {
-		nc := j1 - j0
+	// tile runs rows [r0, r1) against the keys of spans, one range of keys read in place or
+	// several gathered into s.kt and s.v.
+	tile := func(spans []span, r0, r1 int) {
+		j0, nc := spans[0].j0, 0
+		for _, sp := range spans {
+			nc += sp.j1 - sp.j0
+		}
+		kt, ldkt, v, ldv := h.Kt[j0:], h.LdKt, h.V[j0*h.LdV:], h.LdV
+		if len(spans) > 1 {
+			s.kt, s.v = kernel.Grow(s.kt, h.D*nc), kernel.Grow(s.v, nc*dv)
+			c := 0
+			for _, sp := range spans {
+				n := sp.j1 - sp.j0
+				for d := range h.D {
+					copy(s.kt[d*nc+c:d*nc+c+n], h.Kt[d*h.LdKt+sp.j0:])
+				}
+				for j := range n {
+					copy(s.v[(c+j)*dv:(c+j+1)*dv], h.V[(sp.j0+j)*h.LdV:])
+				}
+				c += n
+			}
+			kt, ldkt, v, ldv = s.kt, nc, s.v, dv
+		}
 		ld := nc
 		sc, pv := s.s, s.s // the scores, then the weights the PV product reads
 		if w != nil {
@@ -77,10 +103,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				pv = s.s // w keeps the weights before dropout
 			}
 		}
-		s.ws.Sgemm(false, false, r1-r0, nc, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[j0:], h.LdKt, 0, sc[r0*ld:], ld, nil)
+		s.ws.Sgemm(false, false, r1-r0, nc, h.D, scale, q[r0*h.LdQ:], h.LdQ, kt, ldkt, 0, sc[r0*ld:], ld, nil)
 		for r := r0; r < r1; r++ {
 			row := sc[r*ld : r*ld+nc]
-			Apply(b, i0+r, j0, row)
+			c := 0
+			for _, sp := range spans {
+				Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
+				c += sp.j1 - sp.j0
+			}
 			if b.normalized() {
 				// The whole row is here (w is given): its weights directly, summing to 1.
 				s.z, s.r = slices.Grow(s.z[:0], nc)[:nc], slices.Grow(s.r[:0], nc)[:nc]
@@ -121,10 +151,19 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			if drop != nil {
 				dst := pv[r*ld : r*ld+nc]
 				copy(dst, row)
-				apply(*drop, i0+r, j0, dst)
+				c := 0
+				for _, sp := range spans {
+					apply(*drop, i0+r, sp.j0, dst[c:c+sp.j1-sp.j0])
+					c += sp.j1 - sp.j0
+				}
 			}
 		}
-		s.ws.Sgemm(false, false, r1-r0, dv, nc, 1, pv[r0*ld:], ld, h.V[j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+		s.ws.Sgemm(false, false, r1-r0, dv, nc, 1, pv[r0*ld:], ld, v, ldv, 1, o[r0*dv:], dv, nil)
+	}
+	var one [1]span
+	contiguous := func(j0, j1, r0, r1 int) {
+		one[0] = span{j0, j1}
+		tile(one[:], r0, r1)
 	}
 
 	// The keys from Stride on are never masked: every row reads them, after the masked ones.
@@ -139,13 +178,29 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			_, hi = b.Span(i1 - 1)
 			hi = max(min(hi, b.Stride), lo)
 		}
-		// Neighbouring key blocks that the same rows need join one run, cut into tiles as
-		// tileWidth says.
+		// Neighbouring key blocks that the same rows need join one run. A long run is cut into
+		// tiles as tileWidth says; short runs of the same rows are gathered into one tile of up
+		// to BlockK keys, so that scattered blocks cost what as many keys in a row cost.
 		sp := b.Sparse
-		var pj0, pj1, pr0, pr1 int // the run being gathered
+		var pj0, pj1, pr0, pr1 int // the run being joined
+		spans, gn, gr0, gr1 := s.spans[:0], 0, 0, 0
+		gather := func() {
+			if len(spans) > 0 {
+				tile(spans, gr0, gr1)
+			}
+			spans, gn = spans[:0], 0
+		}
 		flush := func() {
-			for j, width := pj0, tileWidth(pj1-pj0, keys); j < pj1; j += width {
-				tile(j, min(j+width, pj1), pr0, pr1)
+			switch n := pj1 - pj0; {
+			case n >= keys/2:
+				for j, width := pj0, tileWidth(n, keys); j < pj1; j += width {
+					contiguous(j, min(j+width, pj1), pr0, pr1)
+				}
+			case n > 0:
+				if len(spans) > 0 && (pr0 != gr0 || pr1 != gr1 || gn+n > keys) {
+					gather()
+				}
+				spans, gn, gr0, gr1 = append(spans, span{pj0, pj1}), gn+n, pr0, pr1
 			}
 			pj0, pj1 = 0, 0
 		}
@@ -169,6 +224,8 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 		}
 		flush()
+		gather()
+		s.spans = spans
 		from = b.Stride
 	case b.ranged() && w == nil:
 		// Under the causal mask or a window, the keys of [0, Stride) that no row of the block
@@ -178,12 +235,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		_, hi := b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
 		for j0, width := lo, tileWidth(hi-lo, keys); j0 < hi; j0 += width {
-			tile(j0, min(j0+width, hi), 0, rows)
+			contiguous(j0, min(j0+width, hi), 0, rows)
 		}
 		from = b.Stride
 	}
 	for j0, width := from, tileWidth(h.Tk-from, keys); j0 < h.Tk; j0 += width {
-		tile(j0, min(j0+width, h.Tk), 0, rows)
+		contiguous(j0, min(j0+width, h.Tk), 0, rows)
 	}
 
 	for r := range rows {
