@@ -76,7 +76,7 @@ func (l *Layer) getWork() *work {
 
 func (l *Layer) putWork(w *work) {
 	// Drop the references to the caller's tensors and to a Saved.
-	w.p, w.g, w.wg, w.a, w.s = plan{}, gemm{}, wgrad{}, nil, nil
+	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, gemm{}, wgrad{}, nil, nil
 	w.wh, w.rw, w.out, w.dy, w.gr = nil, nil, nil, nil, nil
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -165,6 +165,7 @@ type plan struct {
 	slopes      []float64       // ALiBi's slopes per head, or nil
 	sinks       []float32       // the layer's sinks per head, or nil
 	sparse      []attend.Sparse // the patterns' layouts: one per head, or one for all
+	layouts     layoutCache     // kept across calls
 	hideWeights bool            // NeedWeights was set for a Normalizer, not by the caller
 }
 
@@ -186,7 +187,7 @@ func (p *plan) denseElements(heads int, traced bool) int64 {
 // keeps every head's attention matrices (Reference does).
 func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, traced bool) error {
 	c := l.cfg
-	*p = plan{}
+	*p = plan{layouts: p.layouts}
 	if opt != nil {
 		p.opt = *opt
 	}
@@ -346,7 +347,7 @@ func (p *plan) checkSparsity(heads int) error {
 			return err
 		}
 	}
-	p.sparse = layouts(p.sparse, o.Patterns, heads, p.tq, p.tk, bq, bk)
+	p.sparse = p.layouts.get(o.Patterns, heads, p.tq, p.tk, bq, bk)
 	return nil
 }
 

@@ -140,33 +140,85 @@ func (p *Pattern) check(hq, tq, tk, bq, bk int) error {
 	return nil
 }
 
-// layouts compiles the union of patterns for query head h (or all heads when no pattern is per
-// head) of a call of tq queries and tk keys, in blocks of bq × bk, into dst.
-func layouts(dst []attend.Sparse, patterns []Pattern, hq, tq, tk, bq, bk int) []attend.Sparse {
+// layoutCache compiles the union of a call's patterns into its sparse layouts and keeps them
+// with what they were compiled from, so that a call with equal patterns and sizes reuses them:
+// compiling evaluates every pair of the partial blocks. It lives in a plan across calls; its
+// copies of the patterns are its own, so that the caller may change theirs.
+type layoutCache struct {
+	sparse   []attend.Sparse
+	patterns []Pattern // deep copies of the patterns compiled
+	sizes    [5]int    // hq, tq, tk, bq, bk
+	random   []bool    // the BigBird patterns' random blocks, [len(patterns), ⌈Tq/bq⌉, ⌈Tk/bk⌉]
+	perm     []int
+}
+
+// get returns the layouts of patterns for a call of hq query heads, tq queries and tk keys in
+// blocks of bq × bk: one per query head when a block map is per head, else one for all.
+func (c *layoutCache) get(patterns []Pattern, hq, tq, tk, bq, bk int) []attend.Sparse {
+	sizes := [5]int{hq, tq, tk, bq, bk}
+	if sizes == c.sizes && slices.EqualFunc(patterns, c.patterns, samePattern) {
+		return c.sparse
+	}
+	c.sizes = sizes
+	c.patterns = c.patterns[:0]
+	for _, p := range patterns {
+		p.Positions = slices.Clone(p.Positions)
+		if p.Blocks != nil {
+			p.Blocks = &tensor.Bool{Shape: slices.Clone(p.Blocks.Shape), Data: slices.Clone(p.Blocks.Data)}
+		}
+		c.patterns = append(c.patterns, p)
+	}
+	c.compile()
+	return c.sparse
+}
+
+// samePattern reports whether a and b are the same pattern, their block maps compared by value.
+func samePattern(a, b Pattern) bool {
+	if a.Kind != b.Kind || a.Width != b.Width || a.Dilation != b.Dilation || a.Stride != b.Stride ||
+		a.Globals != b.Globals || a.Random != b.Random || a.Seed != b.Seed || !slices.Equal(a.Positions, b.Positions) {
+		return false
+	}
+	if a.Blocks == nil || b.Blocks == nil {
+		return a.Blocks == b.Blocks
+	}
+	return slices.Equal(a.Blocks.Shape, b.Blocks.Shape) && slices.Equal(a.Blocks.Data, b.Blocks.Data)
+}
+
+// compile builds c.sparse from c.patterns and c.sizes.
+func (c *layoutCache) compile() {
+	patterns := c.patterns
+	hq, tq, tk, bq, bk := c.sizes[0], c.sizes[1], c.sizes[2], c.sizes[3], c.sizes[4]
 	perHead := slices.ContainsFunc(patterns, func(p Pattern) bool { return p.Kind == PatternBlocks && len(p.Blocks.Shape) == 3 })
 	n := 1
 	if perHead {
 		n = hq
 	}
-	dst = slices.Grow(dst[:0], n)[:n]
+	c.sparse = slices.Grow(c.sparse[:0], n)[:n]
 	nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
 	delta := tk - tq
 	// The random blocks of each BigBird pattern, per (query block, key block), shared by the
-	// heads: each query block draws its own from the pattern's seed.
+	// heads: each query block draws its own from the pattern's seed, as rand.Perm would.
+	c.random = slices.Grow(c.random[:0], len(patterns)*nbq*nbk)[:len(patterns)*nbq*nbk]
+	clear(c.random)
 	random := make([][]bool, len(patterns))
 	for i, p := range patterns {
 		if p.Kind == PatternBigBird && p.Random > 0 {
-			random[i] = make([]bool, nbq*nbk)
+			random[i] = c.random[i*nbq*nbk : (i+1)*nbq*nbk]
 			for qb := range nbq {
 				rng := rand.New(rand.NewPCG(p.Seed, uint64(qb)))
-				for _, kb := range rng.Perm(nbk)[:min(p.Random, nbk)] {
+				c.perm = slices.Grow(c.perm[:0], nbk)[:nbk]
+				for j := range c.perm {
+					c.perm[j] = j
+				}
+				rng.Shuffle(nbk, func(a, b int) { c.perm[a], c.perm[b] = c.perm[b], c.perm[a] })
+				for _, kb := range c.perm[:min(p.Random, nbk)] {
 					random[i][qb*nbk+kb] = true
 				}
 			}
 		}
 	}
 	for h := range n {
-		s := &dst[h]
+		s := &c.sparse[h]
 		s.BQ, s.BK, s.NBK = bq, bk, nbk
 		s.Kinds = slices.Grow(s.Kinds[:0], nbq*nbk)[:nbq*nbk]
 		for qb := range nbq {
@@ -194,7 +246,6 @@ func layouts(dst []attend.Sparse, patterns []Pattern, hq, tq, tk, bq, bk int) []
 		}
 		s.Precompute(tq, tk)
 	}
-	return dst
 }
 
 // keeps reports whether p keeps query position pi (= i + Tk − Tq) and key j of head h, in

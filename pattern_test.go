@@ -179,6 +179,41 @@ func TestPatternDensityOne(t *testing.T) {
 	}
 }
 
+// TestLayoutCache checks that a context reuses a compiled layout only for equal patterns and
+// sizes: a block map changed in place, another pattern or another length gives what a fresh
+// context gives.
+func TestLayoutCache(t *testing.T) {
+	q, k, v := sdpaRand(1, 1, 1, 2, 70, 8), sdpaRand(2, 1, 1, 2, 70, 8), sdpaRand(3, 1, 1, 2, 70, 8)
+	blocks := tensor.NewBool(5, 5)
+	blocks.Data[0], blocks.Data[6] = true, true
+	opt := &SDPAOptions{Patterns: []Pattern{{Kind: PatternBlocks, Blocks: blocks}, {Kind: PatternLocal, Width: 3}}, Block: [2]int{16, 16}}
+	shared := NewSDPAContext()
+	check := func(what string, q, k, v *tensor.Tensor) {
+		t.Helper()
+		var got, want SDPAResult
+		if err := shared.SDPAInto(&got, q, k, v, opt); err != nil {
+			t.Fatal(err)
+		}
+		if err := NewSDPAContext().SDPAInto(&want, q, k, v, opt); err != nil {
+			t.Fatal(err)
+		}
+		if !bitsEqual(got.Out.Data, want.Out.Data) {
+			t.Errorf("%s: the shared context gives other bits than a fresh one", what)
+		}
+	}
+	check("first call", q, k, v)
+	blocks.Data[3] = true
+	check("block map changed in place", q, k, v)
+	opt.Patterns[1].Width = 9
+	check("wider local pattern", q, k, v)
+	opt.Patterns = append(opt.Patterns, Pattern{Kind: PatternGlobal, Positions: []int{40}})
+	check("a global pattern added", q, k, v)
+	opt.Patterns[2].Positions[0] = 41
+	check("a global position changed in place", q, k, v)
+	q2, k2, v2 := sdpaRand(4, 1, 1, 2, 66, 8), sdpaRand(5, 1, 1, 2, 66, 8), sdpaRand(6, 1, 1, 2, 66, 8)
+	check("shorter sequences", q2, k2, v2)
+}
+
 // TestParsePattern checks the CLI's pattern syntax and its errors.
 func TestParsePattern(t *testing.T) {
 	for s, want := range map[string]Pattern{
@@ -230,7 +265,8 @@ func TestPatternBlocks(t *testing.T) {
 			{Kind: PatternBigBird, Width: 1, Globals: 3, Random: 1, Seed: 2}, {Kind: PatternBigBird, Width: 0, Globals: 0, Random: 2, Seed: 5},
 			{Kind: PatternBlocks, Blocks: shared},
 		} {
-			s := layouts(nil, []Pattern{p}, 1, tq, tk, bq, bk)[0]
+			var c layoutCache
+			s := c.get([]Pattern{p}, 1, tq, tk, bq, bk)[0]
 			for qb := range nbq {
 				for kb := range nbk {
 					kept, total := 0, 0

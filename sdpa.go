@@ -259,7 +259,7 @@ func (c *SDPAContext) startPool() {
 }
 
 func (c *SDPAContext) put(w *sdpaWork) {
-	w.p, w.r, w.q, w.g, w.dOut = sdpaPlan{}, nil, nil, nil, nil // drop the references to the caller's tensors
+	w.p, w.r, w.q, w.g, w.dOut = sdpaPlan{layouts: w.p.layouts}, nil, nil, nil, nil // drop the references to the caller's tensors
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.free) < keepWork {
@@ -281,13 +281,14 @@ type sdpaPlan struct {
 	maskPerHead        bool
 	biasPerHead        bool
 	sparse             []attend.Sparse // the patterns' layouts: one per query head, or one for all
+	layouts            layoutCache     // kept across calls
 }
 
 // check validates a call and fills p.
 //
 // slopes is where the default ALiBi slopes are kept between calls.
 func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]float64) error {
-	*p = sdpaPlan{}
+	*p = sdpaPlan{layouts: p.layouts}
 	if opt != nil {
 		p.opt = *opt
 	}
@@ -377,7 +378,7 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 				return err
 			}
 		}
-		p.sparse = layouts(p.sparse, o.Patterns, p.hq, p.tq, p.tk, bq, bk)
+		p.sparse = p.layouts.get(o.Patterns, p.hq, p.tq, p.tk, bq, bk)
 	}
 	if m := o.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {

@@ -535,6 +535,18 @@ func TestSDPAAllocs(t *testing.T) {
 			t.Errorf("weights %v: %v allocations per call, want 0", weights, n)
 		}
 	}
+	// A sparse layout whose scattered random blocks Tiled gathers into tiles.
+	opt.NeedWeights, opt.Patterns, opt.Block = false, []Pattern{{Kind: PatternBigBird, Width: 8, Globals: 1, Random: 3, Seed: 5}}, [2]int{16, 16}
+	var r SDPAResult
+	call := func() {
+		if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	if n := testing.AllocsPerRun(20, call); n != 0 {
+		t.Errorf("sparse: %v allocations per call, want 0", n)
+	}
 }
 
 // TestSDPAErrors checks that every bad shape or option is an error wrapping ErrShape, from both
