@@ -98,11 +98,12 @@ func sparseTraining(ctx context.Context, cfg Config, data *SparseData, res *Resu
 	}
 	base := data.Trained[0]
 	for _, st := range data.Trained {
-		top := slices.Index(st.Zeros, slices.Max(st.Zeros))
+		zeros := "zeros 0"
+		if top := slices.Index(st.Zeros, slices.Max(st.Zeros)); st.Zeros[top] > 0 {
+			zeros = fmt.Sprintf("zeros %.2f (most: head %s, %.2f)", meanOf(st.Zeros), headName(st.Config, top), float64(st.Zeros[top]))
+		}
 		res.Table.Rows = append(res.Table.Rows, []string{"trained on " + data.TrainTask, st.Variant, fmt.Sprintf("%.3f", float64(st.Density)),
-			fmt.Sprintf("accuracy %.3f, loss %.3f", float64(st.Accuracy), float64(st.Loss)),
-			fmt.Sprintf("zeros %.2f (head %s: %.2f)", meanOf(st.Zeros), headName(st.Config, top), float64(st.Zeros[top])),
-			fmt.Sprintf("%.2f", float64(st.Seconds/base.Seconds))})
+			fmt.Sprintf("accuracy %.3f, loss %.3f", float64(st.Accuracy), float64(st.Loss)), zeros, fmt.Sprintf("%.2f", float64(st.Seconds/base.Seconds))})
 	}
 	return nil
 }
@@ -192,14 +193,16 @@ func trainedSummary(data *SparseData) string {
 			continue
 		}
 		var layers []string
-		heads := st.Config.Heads
 		for l := range st.Config.Layers {
-			layers = append(layers, fmt.Sprintf("layer %d %s", l, pct(meanOf(st.Zeros[l*heads:(l+1)*heads]))))
+			layers = append(layers, fmt.Sprintf("layer %d %s", l, pct(meanOf(st.Zeros[l*st.Config.Heads:(l+1)*st.Config.Heads]))))
 		}
 		lo := slices.Index(st.Zeros, slices.Min(st.Zeros))
 		hi := slices.Index(st.Zeros, slices.Max(st.Zeros))
-		sparse = append(sparse, fmt.Sprintf("%s %s (%s; heads from %s %s to %s %s)", st.Variant, pct(meanOf(st.Zeros)), strings.Join(layers, ", "),
-			headName(st.Config, lo), pct(st.Zeros[lo]), headName(st.Config, hi), pct(st.Zeros[hi])))
+		heads := "the same on every head"
+		if st.Zeros[lo] != st.Zeros[hi] {
+			heads = fmt.Sprintf("heads from %s %s to %s %s", headName(st.Config, lo), pct(st.Zeros[lo]), headName(st.Config, hi), pct(st.Zeros[hi]))
+		}
+		sparse = append(sparse, fmt.Sprintf("%s %s (%s; %s)", st.Variant, pct(meanOf(st.Zeros)), strings.Join(layers, ", "), heads))
 	}
 	s := fmt.Sprintf(" Trained for %d steps on %s from the same seed (2 layers × 4 heads, d_model 64, attention only), the held-out accuracy is %s.",
 		len(base.Curve.Loss), data.TrainTask, strings.Join(accs, ", "))
