@@ -71,7 +71,7 @@ var experiments = []struct {
 	{"mi-penalty", "chapter 002: training with a penalty on the heads' mutual information", MIPenalty},
 	{"routing", "chapter 002: d_model = 4, two heads that each route one feature", Routing},
 	{"scaling", "chapter 002: heads of d_k = 32 and 128 under three logit scales", Scaling},
-	{"sparse", "chapters 002 and 004: sparse patterns' error, dropped mass and time against density; O(T·s·d)", Sparse},
+	{"sparse", "chapters 002 and 004: sparse patterns' error, dropped mass and time against density; O(T·s·d); a model trained with each normalizer and pattern", Sparse},
 	{"specialisation", "chapters 000 and 004: each head's role and the ρ_ij between heads, on the shipped models or --model", Specialisation},
 }
 

@@ -33,6 +33,10 @@ type SparseData struct {
 	Exponent      jsonnum.Number `json:"exponent"`
 	DenseExponent jsonnum.Number `json:"dense_exponent"`
 	Models        []SparseModel  `json:"models"`
+	// TrainTask is the task the training comparison trains on, and Trained its models, one per
+	// normalizer and pattern, the softmax without patterns first.
+	TrainTask string          `json:"train_task"`
+	Trained   []SparseTrained `json:"trained"`
 }
 
 // SparseRun is one pattern on random inputs.
@@ -71,7 +75,10 @@ type SparseModel struct {
 // the output's error against dense attention, the attention mass the pattern drops (and at which
 // distances), and the time against dense; the fit of time against T at fixed window (O(T·s·d)
 // against O(T²·d)); and on the shipped models (or cfg.Model), the task's loss and accuracy with
-// each pattern against dense, and the mass each head loses.
+// each pattern against dense, and the mass each head loses. It then trains one small model per
+// normalizer (softmax, sparsemax, 1.5-entmax, top-k) and per pattern, as `mha train --normalizer
+// … --pattern …` does, from the same seed and batches, and compares their held-out accuracy and
+// which of their heads put weights of exactly 0 on the pairs they see.
 func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 	t, heads, d := 1024, 4, 32
 	if cfg.Quick {
@@ -158,7 +165,10 @@ func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 	if err := sparseModels(ctx, cfg, data, res); err != nil {
 		return nil, err
 	}
-	res.Pictures = sparsePictures(data)
+	if err := sparseTraining(ctx, cfg, data, res); err != nil {
+		return nil, err
+	}
+	res.Pictures = append(sparsePictures(data), trainedPictures(data)...)
 	holds := "holds"
 	if e := float64(data.Exponent); e < 0.8 || e > 1.3 {
 		holds = "does not hold"
@@ -166,7 +176,8 @@ func Sparse(ctx context.Context, cfg Config) (*Result, error) {
 	worst := slices.MaxFunc(data.Random, func(a, b SparseRun) int { return cmp.Compare(a.Error, b.Error) })
 	res.Summary = fmt.Sprintf("On random inputs (T = %d, %d heads, d = %d) the error falls as the density grows, to 0 at density 1; the worst is %s (density %.3f, error %.3g, %.2f of the attention mass dropped). "+
 		"Time grows with T as T^%.2f for local:64 (dense: T^%.2f), so chapter 002's O(T·s·d) %s. The dropped mass sits at the long distances the patterns leave out (dropped_by_distance in the data).",
-		t, heads, d, worst.Pattern, float64(worst.Density), float64(worst.Error), float64(worst.Dropped), float64(data.Exponent), float64(data.DenseExponent), holds)
+		t, heads, d, worst.Pattern, float64(worst.Density), float64(worst.Error), float64(worst.Dropped), float64(data.Exponent), float64(data.DenseExponent), holds) +
+		trainedSummary(data)
 	return res, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/probe"
@@ -51,9 +52,10 @@ func evalSettings(cfg Config) probe.EvalConfig {
 
 // trained is a model after one training run, with what the run recorded and its evaluation.
 type trained struct {
-	model  *nn.Model
-	curve  Curve
-	report *probe.Report
+	model   *nn.Model
+	curve   Curve
+	report  *probe.Report
+	elapsed time.Duration // the training's wall time, the evaluation left out
 }
 
 // penaltyFunc is train.Hooks.Penalty.
@@ -75,9 +77,11 @@ func trainModel(ctx context.Context, cfg Config, mc nn.Config, task tasks.Task, 
 			t.curve.Penalty = append(t.curve.Penalty, s.Penalty)
 		}
 	}}
+	start := time.Now()
 	if _, err := train.Run(ctx, m, task, tc, hooks); err != nil {
 		return nil, err
 	}
+	t.elapsed = time.Since(start)
 	if t.report, err = probe.Evaluate(m, task, evalSettings(cfg)); err != nil {
 		return nil, err
 	}
