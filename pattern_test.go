@@ -126,8 +126,14 @@ func TestSDPAPatterns(t *testing.T) {
 				pad.Data[3], pad.Data[c.tk+c.tk/2] = true, true
 				sparse.KeyPaddingMask, masked.KeyPaddingMask = pad, pad
 			}
-			for _, weights := range []bool{false, true} {
+			for _, run := range []struct {
+				weights bool
+				dropout float64
+			}{{false, 0}, {true, 0}, {false, 0.25}} {
+				weights := run.weights
 				sparse.NeedWeights, masked.NeedWeights = weights, weights
+				sparse.Dropout, masked.Dropout = run.dropout, run.dropout
+				sparse.DropoutSeed, masked.DropoutSeed = 11, 11
 				got, err := SDPA(q, k, v, &sparse)
 				if err != nil {
 					t.Fatal(err)
@@ -136,7 +142,7 @@ func TestSDPAPatterns(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkRel(t, fmt.Sprintf("out (weights %v)", weights), got.Out.Data, as[float64](want.Out.Data), 1e-6)
+				checkRel(t, fmt.Sprintf("out (weights %v, dropout %v)", weights, run.dropout), got.Out.Data, as[float64](want.Out.Data), 1e-6)
 				checkLSE(t, "lse", got.LSE.Data, as[float64](want.LSE.Data), 1e-6)
 				gg, err := SDPABackward(q, k, v, got, dy, &sparse)
 				if err != nil {
