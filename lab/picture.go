@@ -253,7 +253,7 @@ func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -265,7 +265,7 @@ func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.
 
 // gridPicture draws every head's attention on the sequence, layers down and heads across.
 func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -303,7 +303,7 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 	where := "this sequence"
 	switch scope := q.Get("scope"); scope {
 	case "", "sequence":
-		c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+		c, err := in.record(ctx, in.ablate, s.opt.Workers)
 		if err != nil {
 			return nil, "", err
 		}
@@ -372,7 +372,7 @@ func (in *input) causal() bool { return !in.m.cfg.Bidirectional }
 
 // rolloutPicture draws the attention rollout of the sequence (probe.Rollout).
 func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -398,7 +398,7 @@ func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (v
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
