@@ -843,6 +843,10 @@ func FuzzRunRequest(f *testing.F) {
 		`{"model": "prev-token", "tokens": [-1]}`,
 		`{"model": "induction", "seed": 18446744073709551615}`,
 		`{}`, `null`, `"x"`, `{"model": 1}`, `{"ablate": null, "model": "sort", "seed": 0}`,
+		`{"model": "induction", "seed": 1, "patterns": ["local:2", "global:0"], "block": [4, 4], "normalizer": "sparsemax"}`,
+		`{"model": "sort", "tokens": [1, 2], "patterns": ["bigbird:1,1,2,9", "dilated:2,2"], "block": [1, 3], "normalizer": "topk:1"}`,
+		`{"model": "modadd", "seed": 3, "patterns": [], "normalizer": "entmax:1.2", "ablate": [{"layer": 0, "head": 0, "mode": "mean"}]}`,
+		`{"model": "brackets", "seed": 3, "patterns": ["strided:0"], "block": [0, 9]}`,
 	} {
 		f.Add(seed)
 	}
@@ -872,6 +876,9 @@ func FuzzPictureQuery(f *testing.F) {
 		"model=induction&seed=1&kind=head&layer=9&head=-1&format=png",
 		"ablate=1..zero&kind=grid", "%zz", "a=1&a=2", "",
 		"model=induction&seed=1&%zz=1&kind=grid&format=png", "model=induction;seed=1&kind=grid&format=png",
+		"model=induction&seed=1&kind=head&layer=1&head=0&patterns=local:2+global:0&block=4,4&normalizer=sparsemax&format=svg",
+		"model=sort&seed=2&kind=grid&patterns=&normalizer=entmax15&format=png",
+		"model=sort&seed=2&kind=rollout&patterns=strided:2&block=2,x&format=png",
 	} {
 		f.Add(seed)
 	}

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tensor"
+	"github.com/mhalab/mha/viz"
 )
 
 // Bounds on a request's sparse attention, so that compiling it stays cheap: the patterns are
@@ -181,6 +183,36 @@ func (sp *sparsity) info(cfg nn.Config, weights []*tensor.Tensor) *sparsityInfo 
 	}
 	return out
 }
+
+// blockKinds are attend's block kinds as viz draws them.
+var blockKinds = map[attend.BlockKind]viz.BlockKind{attend.Empty: viz.BlockEmpty, attend.Partial: viz.BlockPartial, attend.Full: viz.BlockFull}
+
+// overlay returns h, the heatmap of one head's weights w [T, T], with the pairs outside visible
+// [T, T] masked, the patterns' block map over it, and for a normalizer other than softmax a mark
+// on each visible weight that is exactly 0.
+func (sp *sparsity) overlay(h viz.Heatmap, w []float32, visible []bool) viz.Heatmap {
+	for i, v := range visible {
+		if !v {
+			h.Values[i] = math.NaN()
+		}
+	}
+	if s := sp.layout; s != nil {
+		h.Blocks = &viz.BlockMap{Size: sp.block}
+		for _, k := range s.Kinds {
+			h.Blocks.Kinds = append(h.Blocks.Kinds, blockKinds[k])
+		}
+	}
+	if sp.adaptive() {
+		h.Marks = make([]bool, len(w))
+		for i, v := range visible {
+			h.Marks[i] = v && w[i] == 0
+		}
+	}
+	return h
+}
+
+// percent prints a fraction as a whole percentage.
+func percent(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
 
 // note describes sp for a picture's title, or "" for dense softmax attention.
 func (sp *sparsity) note() string {

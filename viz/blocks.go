@@ -15,7 +15,8 @@ const (
 // BlockMap is a block layout drawn over a heatmap's cells (a sparse attention pattern's, rows =
 // queries, columns = keys): white lines between the blocks of Size[0] rows × Size[1] columns
 // and each block marked after its kind. Lines, hatching and borders are left out where the
-// blocks are too small on screen to hold them; an empty block's fill stays.
+// blocks are too small on screen to hold them (under 4 pixels, 20 for a border); an empty
+// block's fill stays.
 type BlockMap struct {
 	Size  [2]int      // rows and columns of a block, ≥ 1 each
 	Kinds []BlockKind // [⌈Rows/Size[0]⌉, ⌈Cols/Size[1]⌉], row-major
@@ -48,13 +49,15 @@ var (
 	markColor  = rgb{0xff, 0x4f, 0x2e} // a marked cell's dot: no colour of viridis or RdBu is this red
 )
 
-// Sizes of the overlay, in pixels: below minBlockPx a block gets no lines, hatching or border;
-// below minDotPx a marked cell is filled with markColor instead of dotted.
+// Sizes of the overlay, in pixels: below minBlockPx a block gets no lines or hatching, below
+// minDashedPx a partial block no border; below minDotPx a marked cell gets a square of half its
+// size instead of a dot.
 const (
-	minBlockPx = 4
-	hatchStep  = 5
-	dashPx     = 3
-	minDotPx   = 4
+	minBlockPx  = 4
+	minDashedPx = 20
+	hatchStep   = 5
+	dashPx      = 3
+	minDotPx    = 4
 )
 
 // drawOverlay draws h's block map and marks over its cells, cw × ch each from (x, y).
@@ -73,7 +76,7 @@ func drawOverlay(s *scene, x, y, cw, ch float64, h *Heatmap) {
 			}
 			cx, cy := x+float64(j)*cw, y+float64(i)*ch
 			if min(cw, ch) < minDotPx {
-				s.rect(cx, cy, cw, ch, markColor)
+				s.rect(cx+cw/4, cy+ch/4, cw/2, ch/2, markColor)
 			} else {
 				s.circle(cx+cw/2, cy+ch/2, r, markColor)
 			}
@@ -97,7 +100,7 @@ func drawBlocks(s *scene, x, y, cw, ch float64, rows, cols int, b *BlockMap) {
 					hatch(s, bx, by, bw, bh)
 				}
 			case BlockPartial:
-				if big && bw > 2*dashPx && bh > 2*dashPx {
+				if bw >= minDashedPx && bh >= minDashedPx {
 					dashed(s, bx+1.5, by+1.5, bw-3, bh-3)
 				}
 			}

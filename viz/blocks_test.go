@@ -75,7 +75,7 @@ func TestBlockOverlay(t *testing.T) {
 }
 
 // TestBlockOverlayInGrid checks that a grid draws its panels' overlays, and that blocks and
-// cells too small for lines keep the empty fill and fill marked cells red.
+// cells too small for lines keep the empty fill and mark cells with a red square.
 func TestBlockOverlayInGrid(t *testing.T) {
 	h := blockHeatmap()
 	elems := renderSVG(t, Grid{Rows: 1, Cols: 1, Cells: []Heatmap{h}})
@@ -100,7 +100,12 @@ func TestBlockOverlayInGrid(t *testing.T) {
 	for _, e := range renderSVG(t, big) {
 		lines += btoi(e.name == "polyline" && (e.attr["stroke"] == hatchColor.hex() || e.attr["stroke"] == blockLine.hex()))
 		fills += btoi(e.name == "rect" && e.attr["fill"] == emptyFill.hex())
-		red += btoi(e.name == "rect" && e.attr["fill"] == markColor.hex())
+		if e.name == "rect" && e.attr["fill"] == markColor.hex() {
+			red++
+			if e.num(t, "width") != 1.5 || e.num(t, "height") != 1.5 {
+				t.Errorf("the mark of a 3-pixel cell is %s × %s, want 1.5 × 1.5", e.attr["width"], e.attr["height"])
+			}
+		}
 	}
 	if lines != 0 || fills != 1 || red != 1 {
 		t.Errorf("3-pixel cells in 1×1 blocks: %d lines, %d empty fills and %d red cells, want none, 1 and 1", lines, fills, red)

@@ -27,7 +27,7 @@ type Heatmap struct {
 	Scale      Scale     // nil: Sequential{}, viridis over the range of the data
 	Annotate   bool      // write each cell's value in it (2 decimals below 10), where the cells hold the text at 7 pixels or more
 	Blocks     *BlockMap // nil, or a block layout drawn over the cells
-	Marks      []bool    // nil, or [Rows, Cols]: a red dot on each marked cell (filled red when cells are under 4 pixels)
+	Marks      []bool    // nil, or [Rows, Cols]: a red dot on each marked cell (a square under 4 pixels)
 }
 
 // PNG writes h as a PNG. It returns an error when Rows or Cols is outside 1…MaxCells, when
