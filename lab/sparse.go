@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strconv"
@@ -26,30 +27,16 @@ const (
 // against the sequence.
 type sparsity struct {
 	patterns   []string       // as mha.ParsePattern reads them; empty for dense attention
-	block      [2]int         // [BQ, BK]
+	block      [2]int         // [BQ, BK]: mha's 64 × 64 unless the request or model sets it
 	normalizer string         // as mha.ParseNormalizer reads it
 	run        *nn.Sparsity   // the same, parsed, for the model's runs
 	layout     *attend.Sparse // the patterns' layout (shared by the heads), nil without patterns
 }
 
-// sparsityOf checks a request's patterns, block and normalizer (nil: the model's own) for m on
-// a sequence of t tokens and returns the sparse attention to run with, or a bad-request error
-// saying what is wrong.
+// sparsityOf checks a request's patterns, block and normalizer for m on a sequence of t tokens
+// and returns the sparse attention to run with, each left out (nil) the model's own, or a
+// bad-request error saying what is wrong.
 func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t int) (*sparsity, error) {
-	if patterns == nil {
-		patterns = m.cfg.Patterns
-	}
-	if block == nil {
-		block = m.cfg.Block
-	}
-	norm := m.cfg.Normalizer
-	if normalizer != nil {
-		norm = *normalizer
-	}
-	sp := &sparsity{patterns: patterns, normalizer: norm, block: [2]int{64, 64}, run: new(nn.Sparsity)}
-	if norm == "" {
-		sp.normalizer = "softmax"
-	}
 	if len(patterns) > maxPatterns {
 		return nil, badRequest("patterns: %d of them, want at most %d", len(patterns), maxPatterns)
 	}
@@ -57,6 +44,22 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 		if len(s) > maxPatternLength {
 			return nil, badRequest("patterns[%d] is %d characters long, want at most %d", i, len(s), maxPatternLength)
 		}
+	}
+	if block != nil && (len(block) != 2 || block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock) {
+		return nil, badRequest("block is %v, want [BQ, BK], two sizes from 1 to %d", block, maxBlock)
+	}
+	if patterns == nil {
+		patterns = m.cfg.Patterns
+	}
+	if block == nil {
+		block = m.cfg.Block // valid, as nn.Config.Validate checked
+	}
+	norm := m.cfg.Normalizer
+	if normalizer != nil {
+		norm = *normalizer
+	}
+	sp := &sparsity{patterns: patterns, normalizer: cmp.Or(norm, "softmax"), block: [2]int{64, 64}, run: new(nn.Sparsity)}
+	for i, s := range patterns {
 		p, err := mha.ParsePattern(s)
 		if err != nil {
 			return nil, badRequest("patterns[%d]: %v", i, err)
@@ -64,20 +67,15 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 		sp.run.Patterns = append(sp.run.Patterns, p)
 	}
 	if block != nil {
-		if len(block) != 2 || block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock {
-			return nil, badRequest("block is %v, want [BQ, BK], two sizes from 1 to %d", block, maxBlock)
-		}
 		sp.block = [2]int{block[0], block[1]}
 	}
 	sp.run.Block = sp.block
-	if norm != "" {
-		n, err := mha.ParseNormalizer(norm)
-		if err != nil {
-			return nil, badRequest("normalizer: %v", err)
-		}
-		if n.Kind != mha.Softmax {
-			sp.run.Normalizer = n
-		}
+	n, err := mha.ParseNormalizer(sp.normalizer)
+	if err != nil {
+		return nil, badRequest("normalizer: %v", err)
+	}
+	if n.Kind != mha.Softmax {
+		sp.run.Normalizer = n
 	}
 	if len(sp.run.Patterns) > 0 {
 		// The patterns parsed from text are shared by the heads: one layout.
@@ -90,7 +88,8 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 	return sp, nil
 }
 
-// adaptive reports whether the normalizer can give weights of exactly 0 (any but softmax).
+// adaptive reports whether the normalizer gives weights of exactly 0: sparsemax, entmax or
+// top-k, not softmax.
 func (sp *sparsity) adaptive() bool { return sp.run.Normalizer != nil }
 
 // visible returns which pairs (query, key) of a sequence of t tokens the model's attention may
