@@ -404,7 +404,7 @@ func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, st
 	if err != nil {
 		return nil, "", err
 	}
-	title := fmt.Sprintf("%s · attention rollout through %d layers%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate))
+	title := fmt.Sprintf("%s · attention rollout through %d layers%s%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate), in.sparsity.note())
 	pic := attention(title, r.Data, in.labels(), in.causal())
 	pic.XLabel, pic.ValueLabel = "input token", "share flowing from the input token"
 	return pic, in.m.name + "-rollout", nil
@@ -440,7 +440,7 @@ func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (v
 		x[i] = float64(i - (t - 1))
 	}
 	chart := viz.Chart{
-		Title:   fmt.Sprintf("%s · layer %d, head %d · attention by offset%s", in.m.name, layer, head, ablatedNote(in.ablate)),
+		Title:   fmt.Sprintf("%s · layer %d, head %d · attention by offset%s%s", in.m.name, layer, head, ablatedNote(in.ablate), in.sparsity.note()),
 		XLabel:  "key position − query position",
 		YLabel:  "mean attention weight",
 		Series:  []viz.Series{{X: x, Y: y}},
