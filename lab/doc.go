@@ -64,8 +64,9 @@
 //	"normalizer": "sparsemax"               as mha.ParseNormalizer reads it (softmax,
 //	                                        sparsemax, entmax15, entmax:ALPHA, topk:K)
 //
-// A value that does not parse is a 400 with the parser's message. They apply to the sequence's
-// runs only: the task's measures, scores and importance are the model's own.
+// A value that does not parse is a 400 with the parser's message. They apply to the runs on
+// the sequence (weights, predictions, its score and measures, pictures); the task's measures
+// and scores, and the importance on the text of a model without a task, are the model's own.
 //
 //	GET  /api/models
 //	     [{name, describe, vocab, seq_len, layers, heads, d_model, head_dims, attn_only, norm,
