@@ -773,13 +773,22 @@ func TestConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, want := serve(s, "POST", "/api/run", `{"model": "brackets", "seed": 11}`)
+	// Dense and sparse requests on one model: each request's attention is its own.
+	bodies := []string{`{"model": "brackets", "seed": 11}`,
+		`{"model": "brackets", "seed": 11, "patterns": ["local:1", "global:0"], "block": [2, 2], "normalizer": "sparsemax"}`}
+	want := make([][]byte, len(bodies))
+	for i, b := range bodies {
+		_, want[i] = serve(s, "POST", "/api/run", b)
+	}
+	if bytes.Equal(want[0], want[1]) {
+		t.Fatal("the sparse answer is the dense one")
+	}
 	var wg sync.WaitGroup
-	for range 8 {
+	for i := range 8 {
 		wg.Go(func() {
-			status, body := serve(s, "POST", "/api/run", `{"model": "brackets", "seed": 11}`)
-			if status != http.StatusOK || !bytes.Equal(body, want) {
-				t.Errorf("status %d, answer differs from a lone request's", status)
+			status, body := serve(s, "POST", "/api/run", bodies[i%2])
+			if status != http.StatusOK || !bytes.Equal(body, want[i%2]) {
+				t.Errorf("%s: status %d, answer differs from a lone request's", bodies[i%2], status)
 			}
 		})
 	}

@@ -52,17 +52,19 @@ func parsed(t *testing.T, block [2]int, normalizer string, patterns ...string) *
 }
 
 // checkSparse checks a run's answer against net run directly under sp: the same weights, the
-// block map of mha.SparseLayouts, the visible pairs of its layout and the causal mask, and, for
-// a normalizer, each head's fraction of exact zeros among them counted in the weights.
-func checkSparse(t *testing.T, got *sparseAnswer, net *nn.Model, sp *nn.Sparsity, heads int, causal bool) {
+// block map of mha.SparseLayouts, the visible pairs of its layout, the causal mask and the
+// window, and, for a normalizer, each head's fraction of exact zeros among them counted in the
+// weights.
+func checkSparse(t *testing.T, got *sparseAnswer, net *nn.Model, sp *nn.Sparsity) {
 	t.Helper()
+	cfg := net.Config()
 	T := len(got.Tokens)
 	if _, err := net.Forward(got.Tokens, 1, T, &nn.RunOptions{KeepWeights: true, Sparsity: sp}); err != nil {
 		t.Fatal(err)
 	}
 	var layout *attend.Sparse
 	if len(sp.Patterns) > 0 {
-		layouts, err := mha.SparseLayouts(sp.Patterns, sp.Block, heads, T, T)
+		layouts, err := mha.SparseLayouts(sp.Patterns, sp.Block, cfg.Heads, T, T)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +96,7 @@ func checkSparse(t *testing.T, got *sparseAnswer, net *nn.Model, sp *nn.Sparsity
 					if layer[h][q][k] != a {
 						t.Fatalf("layer %d head %d (%d, %d): weight %v, the model's %v", l, h, q, k, layer[h][q][k], a)
 					}
-					vis := (layout == nil || layout.Keep(q, k)) && (!causal || k <= q)
+					vis := (layout == nil || layout.Keep(q, k)) && (cfg.Bidirectional || k <= q) && (cfg.Window == 0 || q-k < cfg.Window)
 					if got.Sparsity.Visible[q][k] != "01"[btoi(vis)] {
 						t.Fatalf("visible[%d][%d] is %c, want %v", q, k, got.Sparsity.Visible[q][k], vis)
 					}
@@ -144,48 +146,58 @@ func TestRunSparse(t *testing.T) {
 		var got sparseAnswer
 		decodeOK(t, status, body, &got)
 		net, _ := shipped(t, c.model)
-		checkSparse(t, &got, net, c.sp, net.Config().Heads, true)
+		checkSparse(t, &got, net, c.sp)
 		if c.sp.Normalizer != nil && !slices.ContainsFunc(got.Sparsity.Zeros, func(z []float64) bool { return slices.ContainsFunc(z, func(f float64) bool { return f > 0 }) }) {
 			t.Errorf("%s %s: no exact zero at all", c.model, c.body)
 		}
 	}
 }
 
-// TestSparseCheckpoint opens a checkpoint trained sparse: its patterns and normalizer are the
-// default, and a request replaces them, dense softmax included.
+// TestSparseCheckpoint opens checkpoints: one trained sparse, with a sliding window, whose
+// patterns and normalizer are the default and a request replaces them, dense softmax included;
+// and a bidirectional one viewed under patterns.
 func TestSparseCheckpoint(t *testing.T) {
-	cfg := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 3,
+	cfg := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 3, Window: 5,
 		Patterns: []string{"local:1", "global:0"}, Block: []int{4, 4}, Normalizer: "sparsemax"}
-	net, err := nn.NewModel(cfg)
-	if err != nil {
-		t.Fatal(err)
+	bidi := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 1, Norm: nn.PostNorm, Positions: nn.Learned, Seed: 4, Bidirectional: true}
+	dir := t.TempDir()
+	nets := map[string]*nn.Model{}
+	for name, c := range map[string]nn.Config{"sparse": cfg, "bidi": bidi} {
+		net, err := nn.NewModel(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nn.Save(filepath.Join(dir, name+".safetensors"), net, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		nets[name] = net
 	}
-	path := filepath.Join(t.TempDir(), "sparse.safetensors")
-	if err := nn.Save(path, net, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Workers: 1, Models: []string{path}})
+	s, err := New(Options{Workers: 1, Models: []string{filepath.Join(dir, "sparse.safetensors"), filepath.Join(dir, "bidi.safetensors")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := `"tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]`
 	for _, c := range []struct {
-		body       string
-		patterns   []string
-		normalizer string
-		sp         *nn.Sparsity
+		model, body string
+		patterns    []string
+		block       [2]int
+		normalizer  string
+		sp          *nn.Sparsity
 	}{
-		{"", cfg.Patterns, "sparsemax", parsed(t, [2]int{4, 4}, "sparsemax", cfg.Patterns...)},
-		{`, "patterns": ["local:3"]`, []string{"local:3"}, "sparsemax", parsed(t, [2]int{4, 4}, "sparsemax", "local:3")},
-		{`, "patterns": [], "normalizer": "softmax"`, []string{}, "softmax", parsed(t, [2]int{4, 4}, "")},
+		{"sparse", "", cfg.Patterns, [2]int{4, 4}, "sparsemax", parsed(t, [2]int{4, 4}, "sparsemax", cfg.Patterns...)},
+		{"sparse", `, "patterns": ["local:3"]`, []string{"local:3"}, [2]int{4, 4}, "sparsemax", parsed(t, [2]int{4, 4}, "sparsemax", "local:3")},
+		{"sparse", `, "patterns": [], "normalizer": "softmax"`, []string{}, [2]int{4, 4}, "softmax", parsed(t, [2]int{4, 4}, "")},
+		{"bidi", `, "patterns": ["local:1", "global:3"], "block": [3, 2], "normalizer": "entmax:1.5"`, []string{"local:1", "global:3"}, [2]int{3, 2}, "entmax:1.5",
+			parsed(t, [2]int{3, 2}, "entmax15", "local:1", "global:3")},
+		{"bidi", "", []string{}, [2]int{64, 64}, "softmax", parsed(t, [2]int{}, "")},
 	} {
-		status, body := serve(s, "POST", "/api/run", `{"model": "sparse", `+tokens+c.body+`}`)
+		status, body := serve(s, "POST", "/api/run", `{"model": "`+c.model+`", `+tokens+c.body+`}`)
 		var got sparseAnswer
 		decodeOK(t, status, body, &got)
-		if !slices.Equal(got.Sparsity.Patterns, c.patterns) || got.Sparsity.Normalizer != c.normalizer || got.Sparsity.Block != [2]int{4, 4} {
-			t.Errorf("%q: patterns %q, block %v, normalizer %q; want %q, [4 4], %q", c.body, got.Sparsity.Patterns, got.Sparsity.Block, got.Sparsity.Normalizer, c.patterns, c.normalizer)
+		if !slices.Equal(got.Sparsity.Patterns, c.patterns) || got.Sparsity.Normalizer != c.normalizer || got.Sparsity.Block != c.block {
+			t.Errorf("%s%s: patterns %q, block %v, normalizer %q; want %q, %v, %q", c.model, c.body, got.Sparsity.Patterns, got.Sparsity.Block, got.Sparsity.Normalizer, c.patterns, c.block, c.normalizer)
 		}
-		checkSparse(t, &got, net, c.sp, cfg.Heads, true)
+		checkSparse(t, &got, nets[c.model], c.sp)
 	}
 }
 
