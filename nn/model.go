@@ -78,10 +78,11 @@ type RunOptions struct {
 	// attention_mask 0), which no position attends to. Their own outputs are computed as any
 	// other's; a caller ignores them.
 	Padding []bool
-	// Sparsity, when not nil, replaces the config's Patterns, Block and Normalizer in this call:
-	// the attention runs, and its weights are kept, as if the model had been built with them (to
-	// view a model under another pattern or normalizer). Its zero value is dense softmax
-	// attention. A pattern or block size that does not fit the call is an error of Forward.
+	// Sparsity, when not nil, replaces the config's Patterns, Block and Normalizer in this
+	// Forward: the attention runs, and its weights are kept, as if the model had been built with
+	// them (to view a model under another pattern or normalizer). Its zero value is dense
+	// softmax attention. A pattern or block size that does not fit the call is an error of
+	// Forward.
 	Sparsity *Sparsity
 }
 
