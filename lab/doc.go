@@ -17,9 +17,9 @@
 // of every prediction and of loss and accuracy; every picture as PNG or SVG; and the chapters'
 // experiments (package experiment) with their tables and pictures.
 //
-// Sparse attention: the sequence's fields take patterns, a block size and a normalizer (the
-// model trained with `mha train --pattern … --normalizer …` starts from its own). The model then
-// runs under them, and the model view draws each head's block map over its heatmap (white lines
+// Sparse attention: below the sequence, fields for patterns, a block size and a normalizer, each
+// left empty the model's own (a model trained with `mha train --pattern … --normalizer …` shows
+// its own). The model runs under them, and the model view draws each head's block map over its heatmap (white lines
 // between blocks, empty blocks — never computed — hatched on a pale fill, partial ones dashed,
 // the pairs a query cannot see grey) and, for a normalizer other than softmax, a red dot on each
 // visible weight that is exactly 0, with the head's share of them in its title.
