@@ -332,23 +332,9 @@ func (p *plan) checkSparsity(heads int) error {
 			}
 		}
 	}
-	if o.Block[0] < 0 || o.Block[1] < 0 || (o.Block[0] == 0) != (o.Block[1] == 0) {
-		return fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, o.Block[0], o.Block[1])
-	}
-	if len(o.Patterns) == 0 {
-		return nil
-	}
-	bq, bk := o.Block[0], o.Block[1]
-	if bq == 0 {
-		bq, bk = 64, 64
-	}
-	for i := range o.Patterns {
-		if err := o.Patterns[i].check(heads, p.tq, p.tk, bq, bk); err != nil {
-			return err
-		}
-	}
-	p.sparse = p.layouts.get(o.Patterns, heads, p.tq, p.tk, bq, bk)
-	return nil
+	var err error
+	p.sparse, err = p.layouts.compileSparse(o.Patterns, o.Block, heads, p.tq, p.tk)
+	return err
 }
 
 // checkHeads checks Options.Heads against the layer and the call.

@@ -52,7 +52,9 @@ type Pattern struct {
 
 // ParsePattern reads a pattern as mha sdpa's --pattern writes it: local:W, dilated:W,D,
 // strided:S, global:I,J,… or bigbird:W,G,R,SEED. (A block map comes from a file: the CLI reads
-// blocks:FILE itself and gives a PatternBlocks.) It returns an error naming what was expected.
+// blocks:FILE itself and gives a PatternBlocks.) It returns an error wrapping ErrShape, naming
+// what was expected, for another form or a value the pattern does not take (a dilation or
+// stride of 0).
 func ParsePattern(s string) (Pattern, error) {
 	name, args, _ := strings.Cut(s, ":")
 	var nums []int
@@ -71,34 +73,41 @@ func ParsePattern(s string) (Pattern, error) {
 		}
 		return nil
 	}
+	var p Pattern
 	switch name {
 	case "local":
 		if err := want(1, "local:W"); err != nil {
 			return Pattern{}, err
 		}
-		return Pattern{Kind: PatternLocal, Width: nums[0]}, nil
+		p = Pattern{Kind: PatternLocal, Width: nums[0]}
 	case "dilated":
 		if err := want(2, "dilated:W,D"); err != nil {
 			return Pattern{}, err
 		}
-		return Pattern{Kind: PatternDilated, Width: nums[0], Dilation: nums[1]}, nil
+		p = Pattern{Kind: PatternDilated, Width: nums[0], Dilation: nums[1]}
 	case "strided":
 		if err := want(1, "strided:S"); err != nil {
 			return Pattern{}, err
 		}
-		return Pattern{Kind: PatternStrided, Stride: nums[0]}, nil
+		p = Pattern{Kind: PatternStrided, Stride: nums[0]}
 	case "global":
 		if len(nums) == 0 {
 			return Pattern{}, fmt.Errorf("%w: pattern %q, want global:I,J,… with at least one position", ErrShape, s)
 		}
-		return Pattern{Kind: PatternGlobal, Positions: nums}, nil
+		p = Pattern{Kind: PatternGlobal, Positions: nums}
 	case "bigbird":
 		if err := want(4, "bigbird:W,G,R,SEED"); err != nil {
 			return Pattern{}, err
 		}
-		return Pattern{Kind: PatternBigBird, Width: nums[0], Globals: nums[1], Random: nums[2], Seed: uint64(nums[3])}, nil
+		p = Pattern{Kind: PatternBigBird, Width: nums[0], Globals: nums[1], Random: nums[2], Seed: uint64(nums[3])}
+	default:
+		return Pattern{}, fmt.Errorf("%w: pattern %q, want local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE", ErrShape, s)
 	}
-	return Pattern{}, fmt.Errorf("%w: pattern %q, want local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE", ErrShape, s)
+	// The sizes matter to a block map only, which is not written this way.
+	if err := p.check(1, 1, 1, 1, 1); err != nil {
+		return Pattern{}, fmt.Errorf("%w, in pattern %q", err, s)
+	}
+	return p, nil
 }
 
 // check validates p for a call of hq query heads, tq queries and tk keys in blocks of bq × bk.
@@ -140,6 +149,24 @@ func (p *Pattern) check(hq, tq, tk, bq, bk int) error {
 	return nil
 }
 
+// SparseLayouts compiles patterns, as SDPA and Layer.Forward do, for a call of hq query heads,
+// tq queries and tk keys in blocks of block[0] queries × block[1] keys (both 0: 64 × 64): one
+// layout per query head when a block pattern has one map per head, else one that all heads
+// share. Each layout's Kinds [⌈tq/BQ⌉, ⌈tk/BK⌉] say which blocks the kernels skip (attend.Empty),
+// test pair by pair (attend.Partial) or take whole (attend.Full), and Keep(i, j) whether the
+// patterns keep query i < tq and key j < tk: the patterns alone, before a causal mask, a window
+// or padding. It returns an error wrapping ErrShape when there is no pattern, a size is not
+// positive, the blocks are not both positive or both 0, or a pattern is invalid for the call.
+func SparseLayouts(patterns []Pattern, block [2]int, hq, tq, tk int) ([]attend.Sparse, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("%w: no pattern to lay out", ErrShape)
+	}
+	if hq < 1 || tq < 1 || tk < 1 {
+		return nil, fmt.Errorf("%w: %d heads, %d queries and %d keys, want all ≥ 1", ErrShape, hq, tq, tk)
+	}
+	return new(layoutCache).compileSparse(patterns, block, hq, tq, tk)
+}
+
 // layoutCache compiles the union of a call's patterns into its sparse layouts and keeps them
 // with what they were compiled from, so that a call with equal patterns and sizes reuses them:
 // compiling evaluates every pair of the partial blocks. It lives in a plan across calls; its
@@ -150,6 +177,27 @@ type layoutCache struct {
 	sizes    [5]int    // hq, tq, tk, bq, bk
 	random   []bool    // the BigBird patterns' random blocks, [len(patterns), ⌈Tq/bq⌉, ⌈Tk/bk⌉]
 	perm     []int
+}
+
+// compileSparse checks block and patterns for a call of hq query heads, tq queries and tk keys
+// and returns the patterns' layouts (none without patterns), compiled or kept from the last call.
+func (c *layoutCache) compileSparse(patterns []Pattern, block [2]int, hq, tq, tk int) ([]attend.Sparse, error) {
+	bq, bk := block[0], block[1]
+	if bq < 0 || bk < 0 || (bq == 0) != (bk == 0) {
+		return nil, fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, bq, bk)
+	}
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	if bq == 0 {
+		bq, bk = 64, 64
+	}
+	for i := range patterns {
+		if err := patterns[i].check(hq, tq, tk, bq, bk); err != nil {
+			return nil, err
+		}
+	}
+	return c.get(patterns, hq, tq, tk, bq, bk), nil
 }
 
 // get returns the layouts of patterns for a call of hq query heads, tq queries and tk keys in

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
@@ -235,7 +236,7 @@ func TestParsePattern(t *testing.T) {
 			t.Errorf("ParsePattern(%q) = %+v, %v, want %+v", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "local", "local:", "local:-1", "local:1,2", "dilated:3", "strided:x", "global:", "bigbird:1,2,3", "ring:4"} {
+	for _, s := range []string{"", "local", "local:", "local:-1", "local:1,2", "dilated:3", "strided:x", "global:", "bigbird:1,2,3", "ring:4", "dilated:3,0", "strided:0"} {
 		if _, err := ParsePattern(s); !errors.Is(err, ErrShape) {
 			t.Errorf("ParsePattern(%q): %v, want ErrShape", s, err)
 		}
@@ -248,6 +249,74 @@ func TestParsePattern(t *testing.T) {
 	}
 	if _, err := SDPA(q, q, q, &SDPAOptions{Patterns: []Pattern{{Kind: PatternLocal}}, Block: [2]int{2, 0}}); !errors.Is(err, ErrShape) {
 		t.Errorf("block 2 × 0: %v, want ErrShape", err)
+	}
+}
+
+// TestSparseLayouts checks the exported layouts against SDPA: a pair is kept exactly where
+// SDPA's weights are not zero, each block's kind agrees with its pairs, and bad calls are errors.
+func TestSparseLayouts(t *testing.T) {
+	const hq, tq, tk = 2, 11, 13
+	q, k := sdpaRand(1, 1, 1, hq, tq, 4), sdpaRand(2, 1, 1, hq, tk, 4)
+	for _, specs := range [][]string{{"local:2"}, {"dilated:2,3", "global:0,7"}, {"strided:4"}, {"bigbird:1,1,1,5"}} {
+		var ps []Pattern
+		for _, s := range specs {
+			p, err := ParsePattern(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		block := [2]int{3, 4}
+		got, err := SparseLayouts(ps, block, hq, tq, tk)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("%v: %d layouts, %v, want 1", specs, len(got), err)
+		}
+		s := got[0]
+		nbq, nbk := ceilDiv(tq, 3), ceilDiv(tk, 4)
+		if s.BQ != 3 || s.BK != 4 || s.NBK != nbk || len(s.Kinds) != nbq*nbk {
+			t.Fatalf("%v: blocks %d × %d, %d kinds of %d columns, want 3 × 4, %d of %d", specs, s.BQ, s.BK, len(s.Kinds), s.NBK, nbq*nbk, nbk)
+		}
+		r, err := SDPA(q, k, k, &SDPAOptions{Patterns: ps, Block: block, NeedWeights: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := make([]int, len(s.Kinds)) // per block
+		for i := range tq {
+			for j := range tk {
+				b := i/3*nbk + j/4
+				if s.Keep(i, j) {
+					kept[b]++
+				}
+				if w := r.Weights.Data[i*tk+j]; s.Keep(i, j) != (w != 0) {
+					t.Errorf("%v: pair (%d, %d): Keep %v, SDPA's weight %v", specs, i, j, s.Keep(i, j), w)
+				}
+			}
+		}
+		for b, kind := range s.Kinds {
+			size := (min(b/nbk*3+3, tq) - b/nbk*3) * (min(b%nbk*4+4, tk) - b%nbk*4)
+			if want := kept[b] == size; kind == attend.Full && !want || kind == attend.Empty && kept[b] > 0 {
+				t.Errorf("%v: block %d is %v with %d of %d pairs kept", specs, b, kind, kept[b], size)
+			}
+		}
+	}
+	perHead := Pattern{Kind: PatternBlocks, Blocks: tensor.NewBool(hq, 1, 1)}
+	perHead.Blocks.Data[1] = true
+	if got, err := SparseLayouts([]Pattern{perHead}, [2]int{}, hq, tq, tk); err != nil || len(got) != hq || got[0].Kinds[0] != attend.Empty || got[1].Kinds[0] != attend.Full {
+		t.Errorf("per-head blocks: %d layouts, %v, want head 0 empty and head 1 full", len(got), err)
+	}
+	local := []Pattern{{Kind: PatternLocal, Width: 1}}
+	for name, call := range map[string]func() ([]attend.Sparse, error){
+		"no pattern":   func() ([]attend.Sparse, error) { return SparseLayouts(nil, [2]int{}, 1, 4, 4) },
+		"no query":     func() ([]attend.Sparse, error) { return SparseLayouts(local, [2]int{}, 1, 0, 4) },
+		"half a block": func() ([]attend.Sparse, error) { return SparseLayouts(local, [2]int{4, 0}, 1, 4, 4) },
+		"stride 0": func() ([]attend.Sparse, error) {
+			return SparseLayouts([]Pattern{{Kind: PatternStrided}}, [2]int{}, 1, 4, 4)
+		},
+		"map's shape": func() ([]attend.Sparse, error) { return SparseLayouts([]Pattern{perHead}, [2]int{2, 2}, hq, tq, tk) },
+	} {
+		if _, err := call(); !errors.Is(err, ErrShape) {
+			t.Errorf("%s: %v, want ErrShape", name, err)
+		}
 	}
 }
 

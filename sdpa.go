@@ -353,8 +353,6 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return fmt.Errorf("%w: the %s normalizer takes no sinks or dropout", ErrShape, o.Normalizer)
 	case o.Normalizer != nil && !o.Normalizer.Valid():
 		return fmt.Errorf("%w: normalizer %s, want softmax, sparsemax, entmax with α > 1 finite, or top-k with K ≥ 1", ErrShape, o.Normalizer)
-	case o.Block[0] < 0 || o.Block[1] < 0 || (o.Block[0] == 0) != (o.Block[1] == 0):
-		return fmt.Errorf("%w: blocks of %d × %d, want both > 0 (or both 0 for 64 × 64)", ErrShape, o.Block[0], o.Block[1])
 	case !(o.Dropout >= 0 && o.Dropout < 1):
 		return fmt.Errorf("%w: dropout is %v, want a probability in [0, 1)", ErrShape, o.Dropout)
 	}
@@ -368,17 +366,9 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return fmt.Errorf("%w: sink of head %d is %v, want a finite number or −Inf", ErrShape, h, s)
 		}
 	}
-	if len(o.Patterns) > 0 {
-		bq, bk := o.Block[0], o.Block[1]
-		if bq == 0 {
-			bq, bk = 64, 64
-		}
-		for i := range o.Patterns {
-			if err := o.Patterns[i].check(p.hq, p.tq, p.tk, bq, bk); err != nil {
-				return err
-			}
-		}
-		p.sparse = p.layouts.get(o.Patterns, p.hq, p.tq, p.tk, bq, bk)
+	var err error
+	if p.sparse, err = p.layouts.compileSparse(o.Patterns, o.Block, p.hq, p.tq, p.tk); err != nil {
+		return err
 	}
 	if m := o.KeyPaddingMask; m != nil {
 		if err := checkData("key_padding_mask", m.Shape, len(m.Data)); err != nil {
@@ -388,7 +378,6 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return fmt.Errorf("%w: key_padding_mask is %v, want [%d %d] (B Tk)", ErrShape, m.Shape, p.b, p.tk)
 		}
 	}
-	var err error
 	if m := o.AttnMask; m != nil {
 		if p.maskPerHead, err = p.checkMask("attn_mask", m.Shape, len(m.Data)); err != nil {
 			return err

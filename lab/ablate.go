@@ -109,11 +109,11 @@ func (s *Server) ablate(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("model %s (%s) has no language-model head, so no predictions to compare; /api/run with ablate shows the ablated attention", in.m.name, in.m.user.arch)
 	}
 	ctx := r.Context()
-	base, err := in.m.record(ctx, in.tokens, nil, s.opt.Workers)
+	base, err := in.record(ctx, nil, s.opt.Workers)
 	if err != nil {
 		return err
 	}
-	ablated, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	ablated, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return err
 	}

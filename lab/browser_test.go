@@ -540,6 +540,58 @@ func TestBrowser(t *testing.T) {
 	})()`)
 	b.screenshot("lab-pruning", "#heads .pruning")
 
+	// Sparse attention: run the sequence under patterns and sparsemax. The enlarged head shows
+	// its share of exact zeros, a red dot on each, and the empty blocks hatched on their fill;
+	// its picture's link carries the same fields.
+	b.do("sparse attention", chromedp.SetValue("#patterns", "local:2 global:0"), chromedp.SetValue("#block", "4,4"),
+		chromedp.SetValue("#normalizer", "sparsemax"), chromedp.Click("#run"))
+	b.wait("the sparse run", `!document.querySelector('#modelview .mv-sparsity').hidden`)
+	var sparse sparseAnswer
+	b.apiCall("/api/run", `{"model": "induction", "seed": 3, "patterns": ["local:2", "global:0"], "block": [4, 4], "normalizer": "sparsemax"}`, &sparse)
+	var sel struct{ Layer, Head int }
+	b.eval("the enlarged head", `({layer: +document.querySelector('#modelview .mv-detail').dataset.layer, head: +document.querySelector('#modelview .mv-detail').dataset.head})`, &sel)
+	title := fmt.Sprintf("Layer %d · head %d · %.0f%% of the visible weights exactly 0", sel.Layer, sel.Head, 100*sparse.Sparsity.Zeros[sel.Layer][sel.Head])
+	b.wait("its share of zeros", fmt.Sprintf(`document.querySelector('#modelview .mv-title').textContent === %q`, title))
+	zq, zk, eq, ek := -1, -1, -1, -1
+	for q, row := range sparse.Weights[sel.Layer][sel.Head] {
+		for k, a := range row {
+			if zq < 0 && a == 0 && sparse.Sparsity.Visible[q][k] == '1' {
+				zq, zk = q, k
+			}
+			if eq < 0 && sparse.Sparsity.Blocks[q/4][k/4] == "empty" {
+				eq, ek = q/4*4, k/4*4
+			}
+		}
+	}
+	if zq < 0 || eq < 0 {
+		t.Fatalf("no visible zero (%d) or no empty block (%d) to look at", zq, eq)
+	}
+	var px struct {
+		Zero       []int
+		Fill, Size int
+	}
+	b.eval("the overlay's pixels", fmt.Sprintf(`(() => {
+		const c = document.querySelector('#modelview .mv-detail canvas'), d = c.dataset;
+		const r = c.width / c.getBoundingClientRect().width, ctx = c.getContext('2d');
+		const at = (q, k, f) => [Math.round((+d.x0 + (k + f) * +d.cell) * r), Math.round((+d.y0 + (q + f) * +d.cell) * r)];
+		const [zx, zy] = at(%d, %d, 0.5);
+		const [x0, y0] = at(%d, %d, 0), [x1, y1] = at(%[3]d + 4, %[4]d + 4, 0);
+		const img = ctx.getImageData(x0, y0, x1 - x0, y1 - y0).data;
+		let fill = 0;
+		for (let i = 0; i < img.length; i += 4) if (img[i] === 243 && img[i + 1] === 238 && img[i + 2] === 227) fill++;
+		return {zero: [...ctx.getImageData(zx, zy, 1, 1).data.slice(0, 3)], fill, size: img.length / 4};
+	})()`, zq, zk, eq, ek), &px)
+	if !slices.Equal(px.Zero, []int{255, 79, 46}) || px.Fill < px.Size/3 {
+		t.Fatalf("the zero at (%d, %d) is drawn %v, want the red mark; the empty block at (%d, %d) has %d of %d pixels in its fill, want a third or more",
+			zq, zk, px.Zero, eq, ek, px.Fill, px.Size)
+	}
+	var href string
+	b.eval("the head's picture", `document.querySelector('#modelview .head-downloads a[data-format=png]').href`, &href)
+	if !strings.Contains(href, "patterns=local%3A2+global%3A0&block=4%2C4&normalizer=sparsemax") {
+		t.Fatalf("the head's picture %s lacks the sparse attention", href)
+	}
+	b.screenshot("lab-modelview-sparse", "#modelview")
+
 	// A typed sequence with an unknown symbol: the error banner says which.
 	b.do("type a bad sequence", chromedp.SetValue("#seq", "BOS 1 cat"), chromedp.Click("#run"))
 	b.wait("the error banner", `!document.querySelector('#banner').hidden`)

@@ -17,6 +17,13 @@
 // of every prediction and of loss and accuracy; every picture as PNG or SVG; and the chapters'
 // experiments (package experiment) with their tables and pictures.
 //
+// Sparse attention: below the sequence, fields for patterns, a block size and a normalizer, each
+// left empty the model's own (a model trained with `mha train --pattern … --normalizer …` shows
+// its own). The model runs under them, and the model view draws each head's block map over its heatmap (white lines
+// between blocks, empty blocks — never computed — hatched on a pale fill, partial ones dashed,
+// the pairs a query cannot see grey) and, for a normalizer other than softmax, a red dot on each
+// visible weight that is exactly 0, with the head's share of them in its title.
+//
 // A user's model without a task takes text, encoded with its tokenizer: the tiles show the
 // tokenizer's pieces as they read, the predictions are the next token (the masked token at
 // [MASK] for BERT), and the metrics are those that need no task, on the text and on repeated
@@ -47,17 +54,32 @@
 // "zero"|"mean"|"uniform"}] (probe.Ablation); mean ablation uses the head's mean output over
 // the positions of the sequence it runs on (over the task's sequences for task scores).
 //
+// The sequence may run under sparse attention (nn.RunOptions.Sparsity), each field left out
+// being the model's own (nn.Config's: dense softmax in 64 × 64 blocks for most):
+//
+//	"patterns":   ["local:4", "global:0"]   at most 8, as mha.ParsePattern reads them (local:W,
+//	                                        dilated:W,D, strided:S, global:I,J,…,
+//	                                        bigbird:W,G,R,SEED); [] for dense attention
+//	"block":      [4, 4]                    [BQ, BK], each 1 to 1024
+//	"normalizer": "sparsemax"               as mha.ParseNormalizer reads it (softmax,
+//	                                        sparsemax, entmax15, entmax:ALPHA, topk:K)
+//
+// A value that does not parse is a 400 with the parser's message. They apply to the runs on
+// the sequence (weights, predictions, its score and measures, pictures); the task's measures
+// and scores, and the importance on the text of a model without a task, are the model's own.
+//
 //	GET  /api/models
 //	     [{name, describe, vocab, seq_len, layers, heads, d_model, head_dims, attn_only, norm,
 //	       params, symbols, command, task, max_tokens, user, path?, architecture?, family?,
-//	       tokenizer, causal, predicts}]: the shipped models, then the user's in the order
+//	       tokenizer, causal, predicts, patterns?, block?, normalizer?}]: the shipped models, then the user's in the order
 //	     given (named after the path's last element, -2, -3 … after a name taken);
 //	     symbols[id] prints token id (null without a task); task says whether there are
 //	     seeds, task scores and pruning; family is pretrained's (gpt2, bert, llama) or mha for a
 //	     checkpoint; causal is false for a bidirectional model; predicts is next, masked (BERT)
-//	     or none (a model without its language-model head).
+//	     or none (a model without its language-model head); patterns, block and normalizer are
+//	     the model's own sparse attention (nn.Config's), absent for dense softmax.
 //
-//	POST /api/run  {model, text|tokens|seed, ablate?}
+//	POST /api/run  {model, text|tokens|seed, ablate?, patterns?, block?, normalizer?}
 //	     {model, tokens, symbols, pieces?, offsets?, seed?, causal,
 //	      weights: [layer][head][query][key] α (after any ablation),
 //	      predicts, predictions: [{top: [{token, symbol, piece?, p}] ×3, masked?,
@@ -66,7 +88,11 @@
 //	                                          of a causal language model's text),
 //	      rollout: [query][key] (probe.Rollout),
 //	      measures: {sequences, about, heads, layers} (below) on this sequence,
-//	      ablate}
+//	      ablate,
+//	      sparsity: {patterns, block: [BQ, BK], normalizer,
+//	                 blocks?: [⌈T/BQ⌉][⌈T/BK⌉] "empty"|"partial"|"full",
+//	                 visible: [T] strings of T "0"|"1",
+//	                 zeros?: [layer][head] fraction}}
 //	     symbols are the task's symbols, or the tokenizer's pieces (Ġ, ▁, ## as it spells them;
 //	     "#id" without a tokenizer); pieces are what they read as (Ġ and ▁ as a space, byte
 //	     tokens as their character) and offsets their byte offsets [start, end) into the text
@@ -75,6 +101,11 @@
 //	     at each position and masked marks the [MASK] positions; predictions are absent when
 //	     predicts is none. A model without a task gets the heads' importance against its own
 //	     next-token loss on the text (probe.ImportanceOn, without the ablation).
+//	     sparsity is the attention the model ran with: blocks the patterns' block map
+//	     (mha.SparseLayouts; absent without patterns), visible[q][k] whether query q may see
+//	     key k (kept by the patterns, not after q in a causal model, within a sliding window),
+//	     and, for a normalizer other than softmax, zeros the share of each head's visible
+//	     weights that are exactly 0.
 //
 //	POST /api/heads  {model}
 //	     measures on 64 sequences of the model's task, with importance and the pruning curve
@@ -98,7 +129,7 @@
 //	     zero-ablated in order of importance, least important first; last is the head removed
 //	     last. The answer is computed once per model and kept.
 //
-//	POST /api/ablate  {model, text|tokens|seed, ablate}
+//	POST /api/ablate  {model, text|tokens|seed, ablate, patterns?, block?, normalizer?}
 //	     {model, tokens, symbols, pieces?, ablate,
 //	      positions: [{before, after: {token, symbol, piece?, p}, reference: {token, symbol,
 //	                   piece?, before, after}, target?: {…}, changed, kl}],
@@ -108,7 +139,8 @@
 //	     sequence is on a seed's targets or a causal language model's next tokens; task is
 //	     absent for a model without a task; a model without a language-model head gets 400.
 //
-//	GET  /api/picture?model=M&(text=…|tokens=1,2,3|seed=N)[&ablate=L.H.MODE,…]&kind=K&format=png|svg
+//	GET  /api/picture?model=M&(text=…|tokens=1,2,3|seed=N)[&ablate=L.H.MODE,…]
+//	     [&patterns=P+P…][&block=BQ,BK][&normalizer=N]&kind=K&format=png|svg
 //	     kind=head&layer=L&head=H: one head's attention, tokens on both axes;
 //	     kind=grid: every layer × head;
 //	     kind=similarity&layer=L&metric=rho|js|nmi[&scope=sequence|task]: a layer's head pairs
@@ -116,6 +148,10 @@
 //	     kind=rollout: the attention rollout;
 //	     kind=offsets&layer=L&head=H: one head's mean attention by key − query offset.
 //	     The tokens are labelled with their symbols, or with what their pieces read as.
+//	     patterns are separated by spaces (empty for dense attention); with them, head and grid
+//	     draw the block map over each head, and with a normalizer other than softmax a red dot
+//	     on each visible weight that is exactly 0 (the share in the title), e.g.
+//	     /api/picture?model=induction&seed=3&kind=head&layer=1&head=2&patterns=local:2+global:0&block=4,4&normalizer=sparsemax&format=png
 //	GET  /api/picture?model=M&kind=K&format=png|svg
 //	     on the task, as /api/heads measures it, with no sequence and no ablate:
 //	     kind=pruning[&metric=accuracy|loss]: the pruning curve (accuracy when no metric);

@@ -200,27 +200,35 @@ type modelInfo struct {
 	// Predicts is "next" (the next token), "masked" (the token at each position, BERT's
 	// masked-LM head) or "none" (a model without its language-model head).
 	Predicts string `json:"predicts"`
+	// Patterns, Block and Normalizer are the sparse attention the model was built with
+	// (nn.Config's), absent for dense softmax attention in 64 × 64 blocks.
+	Patterns   []string `json:"patterns,omitempty"`
+	Block      []int    `json:"block,omitempty"`
+	Normalizer string   `json:"normalizer,omitempty"`
 }
 
 // info describes m for /api/models.
 func (m *model) info() modelInfo {
 	out := modelInfo{
-		Name:      m.name,
-		Vocab:     m.cfg.Vocab,
-		SeqLen:    m.cfg.SeqLen,
-		Layers:    m.cfg.Layers,
-		Heads:     m.cfg.Heads,
-		DModel:    m.cfg.DModel,
-		HeadDims:  m.dims(),
-		AttnOnly:  m.cfg.AttnOnly,
-		Norm:      m.cfg.Norm,
-		Params:    m.params,
-		Symbols:   m.symbols,
-		Command:   m.command,
-		Task:      m.task != nil,
-		MaxTokens: m.maxLen(),
-		Causal:    !m.cfg.Bidirectional,
-		Predicts:  m.predicts(),
+		Name:       m.name,
+		Vocab:      m.cfg.Vocab,
+		SeqLen:     m.cfg.SeqLen,
+		Layers:     m.cfg.Layers,
+		Heads:      m.cfg.Heads,
+		DModel:     m.cfg.DModel,
+		HeadDims:   m.dims(),
+		AttnOnly:   m.cfg.AttnOnly,
+		Norm:       m.cfg.Norm,
+		Params:     m.params,
+		Symbols:    m.symbols,
+		Command:    m.command,
+		Task:       m.task != nil,
+		MaxTokens:  m.maxLen(),
+		Causal:     !m.cfg.Bidirectional,
+		Predicts:   m.predicts(),
+		Patterns:   m.cfg.Patterns,
+		Block:      m.cfg.Block,
+		Normalizer: m.cfg.Normalizer,
 	}
 	if m.task != nil {
 		out.Describe = m.task.Describe()

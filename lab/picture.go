@@ -19,8 +19,8 @@ import (
 // pictureParams are the query parameters /api/picture accepts; sequenceParams name the sequence
 // a picture is drawn from and the heads ablated on it.
 var (
-	pictureParams  = []string{"model", "text", "tokens", "seed", "ablate", "kind", "layer", "head", "metric", "scope", "format"}
-	sequenceParams = []string{"text", "tokens", "seed", "ablate"}
+	pictureParams  = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope", "format"}
+	sequenceParams = []string{"text", "tokens", "seed", "ablate", "patterns", "block", "normalizer"}
 )
 
 // pictureKind is a kind of picture: its name, whether it is drawn from a sequence (then it takes
@@ -63,8 +63,9 @@ func (s *Server) picture(w http.ResponseWriter, r *http.Request) error {
 // documentation for the parameters, each given once), and returns it with the name it is
 // downloaded as, without the extension. The query's format, png or svg, is checked, but writing
 // the picture in it is the caller's part. The pictures of a sequence take it as text, as tokens
-// (comma-separated ids) or as a seed, with ablate as comma-separated LAYER.HEAD.MODE items; those
-// of the task (pruning, importance) take no sequence. ctx stops the work between model runs.
+// (comma-separated ids) or as a seed, with ablate as comma-separated LAYER.HEAD.MODE items, and
+// may run the model under sparse attention: patterns separated by spaces (empty for none), block
+// as BQ,BK and a normalizer; those of the task (pruning, importance) take no sequence. ctx stops the work between model runs.
 // An error's message says what is wrong with the query, in words fit to show the user.
 func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture, name string, err error) {
 	kind, err := pictureKindOf(query)
@@ -204,6 +205,19 @@ func queryRequest(q url.Values) (*runRequest, error) {
 			req.Ablate = append(req.Ablate, abl)
 		}
 	}
+	if q.Has("patterns") {
+		req.Patterns = append([]string{}, strings.Fields(q.Get("patterns"))...)
+	}
+	if q.Has("block") {
+		var err error
+		if req.Block, err = queryBlock(q.Get("block")); err != nil {
+			return nil, err
+		}
+	}
+	if q.Has("normalizer") {
+		n := q.Get("normalizer")
+		req.Normalizer = &n
+	}
 	return req, nil
 }
 
@@ -253,26 +267,31 @@ func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
 	t := len(in.tokens)
 	w := c.Weights[layer].Data[head*t*t:][:t*t]
-	title := fmt.Sprintf("%s · layer %d, head %d%s", in.m.name, layer, head, ablatedNote(in.ablate))
-	return attention(title, w, in.labels(), in.causal()), fmt.Sprintf("%s-L%dH%d", in.m.name, layer, head), nil
+	visible := in.sparsity.visible(in.m.cfg, t)
+	title := fmt.Sprintf("%s · layer %d, head %d%s%s", in.m.name, layer, head, ablatedNote(in.ablate), in.sparsity.note())
+	if in.sparsity.adaptive() {
+		title += fmt.Sprintf(" · %s of the visible weights exactly 0 (red dots)", percent(zeroFraction(w, visible)))
+	}
+	return in.sparsity.overlay(attention(title, w, in.labels(), in.causal()), w, visible), fmt.Sprintf("%s-L%dH%d", in.m.name, layer, head), nil
 }
 
 // gridPicture draws every head's attention on the sequence, layers down and heads across.
 func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
 	L, H, t := in.m.cfg.Layers, in.m.cfg.Heads, len(in.tokens)
 	symbols, causal := in.labels(), in.causal()
+	visible := in.sparsity.visible(in.m.cfg, t)
 	g := viz.Grid{
-		Title: fmt.Sprintf("%s · attention of every head%s", in.m.name, ablatedNote(in.ablate)),
+		Title: fmt.Sprintf("%s · attention of every head%s%s", in.m.name, ablatedNote(in.ablate), in.sparsity.note()),
 		Rows:  L,
 		Cols:  H,
 		Scale: viz.Sequential{Min: 0, Max: 1},
@@ -280,7 +299,12 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 	for l := range L {
 		g.RowTitles = append(g.RowTitles, fmt.Sprintf("layer %d", l))
 		for h := range H {
-			g.Cells = append(g.Cells, attention(fmt.Sprintf("L%d H%d", l, h), c.Weights[l].Data[h*t*t:][:t*t], symbols, causal))
+			w := c.Weights[l].Data[h*t*t:][:t*t]
+			title := fmt.Sprintf("L%d H%d", l, h)
+			if in.sparsity.adaptive() {
+				title += fmt.Sprintf(" · %s 0", percent(zeroFraction(w, visible)))
+			}
+			g.Cells = append(g.Cells, in.sparsity.overlay(attention(title, w, symbols, causal), w, visible))
 		}
 	}
 	for h := range H {
@@ -303,7 +327,7 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 	where := "this sequence"
 	switch scope := q.Get("scope"); scope {
 	case "", "sequence":
-		c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+		c, err := in.record(ctx, in.ablate, s.opt.Workers)
 		if err != nil {
 			return nil, "", err
 		}
@@ -372,7 +396,7 @@ func (in *input) causal() bool { return !in.m.cfg.Bidirectional }
 
 // rolloutPicture draws the attention rollout of the sequence (probe.Rollout).
 func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, string, error) {
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -380,7 +404,7 @@ func (s *Server) rolloutPicture(ctx context.Context, in *input) (viz.Picture, st
 	if err != nil {
 		return nil, "", err
 	}
-	title := fmt.Sprintf("%s · attention rollout through %d layers%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate))
+	title := fmt.Sprintf("%s · attention rollout through %d layers%s%s", in.m.name, in.m.cfg.Layers, ablatedNote(in.ablate), in.sparsity.note())
 	pic := attention(title, r.Data, in.labels(), in.causal())
 	pic.XLabel, pic.ValueLabel = "input token", "share flowing from the input token"
 	return pic, in.m.name + "-rollout", nil
@@ -398,7 +422,7 @@ func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (v
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := in.m.record(ctx, in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(ctx, in.ablate, s.opt.Workers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -416,7 +440,7 @@ func (s *Server) offsetsPicture(ctx context.Context, in *input, q url.Values) (v
 		x[i] = float64(i - (t - 1))
 	}
 	chart := viz.Chart{
-		Title:   fmt.Sprintf("%s · layer %d, head %d · attention by offset%s", in.m.name, layer, head, ablatedNote(in.ablate)),
+		Title:   fmt.Sprintf("%s · layer %d, head %d · attention by offset%s%s", in.m.name, layer, head, ablatedNote(in.ablate), in.sparsity.note()),
 		XLabel:  "key position − query position",
 		YLabel:  "mean attention weight",
 		Series:  []viz.Series{{X: x, Y: y}},

@@ -26,19 +26,25 @@ type runRequest struct {
 	Seed *uint64 `json:"seed"`
 	// Ablate lists the heads to ablate and how.
 	Ablate []probe.Ablation `json:"ablate"`
+	// Patterns, Block ([BQ, BK]) and Normalizer run the model under sparse attention, in the
+	// forms of mha.ParsePattern and mha.ParseNormalizer; each left out is the model's own.
+	Patterns   []string `json:"patterns"`
+	Block      []int    `json:"block"`
+	Normalizer *string  `json:"normalizer"`
 }
 
 // input is a checked runRequest: the model, the tokens [T] and their targets: for a sequence
 // drawn from the task, the task's batch of one (targets, scored positions, ground-truth
 // attention); for a causal language model without a task, the next token at each position.
 type input struct {
-	m       *model
-	tokens  []int
-	task    *tasks.Batch // nil without targets: a typed sequence of a task, a masked-LM text
-	seed    *uint64
-	ablate  []probe.Ablation
-	text    string   // the text a model without a task read
-	offsets [][2]int // the tokens' byte offsets into text, for a model without a task
+	m        *model
+	tokens   []int
+	task     *tasks.Batch // nil without targets: a typed sequence of a task, a masked-LM text
+	seed     *uint64
+	ablate   []probe.Ablation
+	text     string    // the text a model without a task read
+	offsets  [][2]int  // the tokens' byte offsets into text, for a model without a task
+	sparsity *sparsity // the attention the model runs with
 }
 
 // input checks req and returns the sequence it names, or a bad-request error saying what is
@@ -79,7 +85,10 @@ func (s *Server) input(req *runRequest) (*input, error) {
 	if m.task == nil && m.predicts() == "next" {
 		in.task = nextTokens(in.tokens)
 	}
-	in.ablate, err = m.ablations(req.Ablate)
+	if in.ablate, err = m.ablations(req.Ablate); err != nil {
+		return nil, err
+	}
+	in.sparsity, err = sparsityOf(m, req.Patterns, req.Block, req.Normalizer, len(in.tokens))
 	return in, err
 }
 
@@ -92,14 +101,16 @@ func (s *Server) model(name string) (*model, error) {
 	return m, nil
 }
 
-// record runs the model on tokens [T] with the ablations, holding the model's lock.
-func (m *model) record(ctx context.Context, tokens []int, ablate []probe.Ablation, workers int) (*probe.Capture, error) {
+// record runs in's model on its tokens [T] with its sparsity and the ablations, holding the
+// model's lock.
+func (in *input) record(ctx context.Context, ablate []probe.Ablation, workers int) (*probe.Capture, error) {
+	m := in.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return probe.Record(m.net, tokens, 1, len(tokens), &probe.RecordOptions{Ablate: ablate, Workers: workers})
+	return probe.Record(m.net, in.tokens, 1, len(in.tokens), &probe.RecordOptions{Ablate: ablate, Workers: workers, Sparsity: in.sparsity.run})
 }
 
 // runResponse is the answer of /api/run.
@@ -132,6 +143,9 @@ type runResponse struct {
 	// Measures are the head metrics on this sequence.
 	Measures *measurement     `json:"measures"`
 	Ablate   []probe.Ablation `json:"ablate"`
+	// Sparsity is the attention the model ran with: its patterns' block map, the pairs each
+	// query may see, and the exact zeros of a normalizer other than softmax.
+	Sparsity *sparsityInfo `json:"sparsity"`
 }
 
 // prediction is the model's output at one position.
@@ -175,7 +189,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	c, err := in.m.record(r.Context(), in.tokens, in.ablate, s.opt.Workers)
+	c, err := in.record(r.Context(), in.ablate, s.opt.Workers)
 	if err != nil {
 		return err
 	}
@@ -201,6 +215,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		Rollout:  rows(rollout.Data, len(in.tokens)),
 		Measures: meas,
 		Ablate:   in.ablate,
+		Sparsity: in.sparsity.info(in.m.cfg, c.Weights),
 	}
 	if resp.Predicts != "none" {
 		resp.Predictions = in.m.predictions(c.Logits.Data, in.tokens, in.task)

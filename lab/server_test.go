@@ -773,13 +773,22 @@ func TestConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, want := serve(s, "POST", "/api/run", `{"model": "brackets", "seed": 11}`)
+	// Dense and sparse requests on one model: each request's attention is its own.
+	bodies := []string{`{"model": "brackets", "seed": 11}`,
+		`{"model": "brackets", "seed": 11, "patterns": ["local:1", "global:0"], "block": [2, 2], "normalizer": "sparsemax"}`}
+	want := make([][]byte, len(bodies))
+	for i, b := range bodies {
+		_, want[i] = serve(s, "POST", "/api/run", b)
+	}
+	if bytes.Equal(want[0], want[1]) {
+		t.Fatal("the sparse answer is the dense one")
+	}
 	var wg sync.WaitGroup
-	for range 8 {
+	for i := range 8 {
 		wg.Go(func() {
-			status, body := serve(s, "POST", "/api/run", `{"model": "brackets", "seed": 11}`)
-			if status != http.StatusOK || !bytes.Equal(body, want) {
-				t.Errorf("status %d, answer differs from a lone request's", status)
+			status, body := serve(s, "POST", "/api/run", bodies[i%2])
+			if status != http.StatusOK || !bytes.Equal(body, want[i%2]) {
+				t.Errorf("%s: status %d, answer differs from a lone request's", bodies[i%2], status)
 			}
 		})
 	}
@@ -843,6 +852,10 @@ func FuzzRunRequest(f *testing.F) {
 		`{"model": "prev-token", "tokens": [-1]}`,
 		`{"model": "induction", "seed": 18446744073709551615}`,
 		`{}`, `null`, `"x"`, `{"model": 1}`, `{"ablate": null, "model": "sort", "seed": 0}`,
+		`{"model": "induction", "seed": 1, "patterns": ["local:2", "global:0"], "block": [4, 4], "normalizer": "sparsemax"}`,
+		`{"model": "sort", "tokens": [1, 2], "patterns": ["bigbird:1,1,2,9", "dilated:2,2"], "block": [1, 3], "normalizer": "topk:1"}`,
+		`{"model": "modadd", "seed": 3, "patterns": [], "normalizer": "entmax:1.2", "ablate": [{"layer": 0, "head": 0, "mode": "mean"}]}`,
+		`{"model": "brackets", "seed": 3, "patterns": ["strided:0"], "block": [0, 9]}`,
 	} {
 		f.Add(seed)
 	}
@@ -872,6 +885,9 @@ func FuzzPictureQuery(f *testing.F) {
 		"model=induction&seed=1&kind=head&layer=9&head=-1&format=png",
 		"ablate=1..zero&kind=grid", "%zz", "a=1&a=2", "",
 		"model=induction&seed=1&%zz=1&kind=grid&format=png", "model=induction;seed=1&kind=grid&format=png",
+		"model=induction&seed=1&kind=head&layer=1&head=0&patterns=local:2+global:0&block=4,4&normalizer=sparsemax&format=svg",
+		"model=sort&seed=2&kind=grid&patterns=&normalizer=entmax15&format=png",
+		"model=sort&seed=2&kind=rollout&patterns=strided:2&block=2,x&format=png",
 	} {
 		f.Add(seed)
 	}

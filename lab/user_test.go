@@ -609,6 +609,8 @@ func FuzzUserRequest(f *testing.F) {
 		`{"model": "llama", "tokens": [0, 294]}`,
 		`{"model": "bert", "seed": 1}`,
 		`{"model": "gpt2", "text": ""}`,
+		`{"model": "bert", "text": "the [MASK] sat", "patterns": ["global:0", "local:1"], "block": [2, 2], "normalizer": "entmax15"}`,
+		`{"model": "llama", "tokens": [1, 2, 3], "patterns": ["bigbird:1,1,1,2"], "normalizer": "topk:1"}`,
 	} {
 		f.Add(seed)
 	}

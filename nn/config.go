@@ -260,11 +260,16 @@ func (c Config) sparsity() ([]mha.Pattern, *mha.Normalizer, error) {
 }
 
 // attnOptions returns the options of every block's attention for a forward of opt: causal
-// unless Bidirectional, with the sliding window.
+// unless Bidirectional, with the sliding window, and the config's sparsity unless opt replaces
+// it.
 func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers}
 	if c.Window > 0 {
 		mo.Window = &mha.Window{Left: c.Window - 1, Right: 0}
+	}
+	if s := opt.Sparsity; s != nil {
+		mo.Patterns, mo.Block, mo.Normalizer = s.Patterns, s.Block, s.Normalizer
+		return mo
 	}
 	mo.Patterns, mo.Normalizer, _ = c.sparsity() // Validate checked them
 	if c.Block != nil {

@@ -78,6 +78,20 @@ type RunOptions struct {
 	// attention_mask 0), which no position attends to. Their own outputs are computed as any
 	// other's; a caller ignores them.
 	Padding []bool
+	// Sparsity, when not nil, replaces the config's Patterns, Block and Normalizer in this
+	// Forward: the attention runs, and its weights are kept, as if the model had been built with
+	// them (to view a model under another pattern or normalizer). Its zero value is dense
+	// softmax attention. A pattern or block size that does not fit the call is an error of
+	// Forward.
+	Sparsity *Sparsity
+}
+
+// Sparsity is a sparse attention setting for RunOptions: the union of Patterns in blocks of
+// Block (both 0: 64 × 64) and a Normalizer (nil: softmax), as mha.Options takes them.
+type Sparsity struct {
+	Patterns   []mha.Pattern
+	Block      [2]int
+	Normalizer *mha.Normalizer
 }
 
 // NewModel returns a model for cfg with parameters initialised as PyTorch initialises the

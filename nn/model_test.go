@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -386,5 +387,54 @@ func TestTrainingIsDeterministic(t *testing.T) {
 				t.Errorf("%s: %s did not change in training", norm, p.Name)
 			}
 		}
+	}
+}
+
+// TestRunSparsity checks that RunOptions.Sparsity replaces the config's sparsity: a dense model
+// run with a model's patterns and normalizer gives that model's logits and weights, bit for bit,
+// and the sparse model run with the zero Sparsity gives the dense model's.
+func TestRunSparsity(t *testing.T) {
+	dense := testConfig()
+	sparse := dense
+	sparse.Patterns, sparse.Block, sparse.Normalizer = []string{"local:1", "global:0"}, []int{2, 4}, "sparsemax"
+	tokens := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	run := func(cfg Config, s *Sparsity) ([]float32, []float32) {
+		t.Helper()
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := m.Forward(tokens, 1, len(tokens), &RunOptions{KeepWeights: true, Sparsity: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logits.Data, m.Weights(1).Data
+	}
+	local, err := mha.ParsePattern("local:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	global, err := mha.ParsePattern("global:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := &Sparsity{Patterns: []mha.Pattern{local, global}, Block: [2]int{2, 4}, Normalizer: &mha.Normalizer{Kind: mha.Sparsemax}}
+	for _, c := range []struct {
+		name       string
+		cfg, other Config
+		s          *Sparsity
+	}{
+		{"dense as sparse", dense, sparse, over},
+		{"sparse as dense", sparse, dense, &Sparsity{}},
+	} {
+		gl, gw := run(c.cfg, c.s)
+		wl, ww := run(c.other, nil)
+		if !slices.Equal(gl, wl) || !slices.Equal(gw, ww) {
+			t.Errorf("%s: logits or weights differ from the model built so", c.name)
+		}
+	}
+	_, dw := run(dense, nil)
+	if _, sw := run(dense, over); slices.Equal(dw, sw) {
+		t.Error("the sparse weights are the dense ones: the test tells nothing")
 	}
 }

@@ -62,6 +62,9 @@ type RecordOptions struct {
 	Ablate []Ablation
 	// Workers bounds the goroutines; 0 means GOMAXPROCS.
 	Workers int
+	// Sparsity, when not nil, replaces the model's sparse attention in the runs (see
+	// nn.RunOptions).
+	Sparsity *nn.Sparsity
 }
 
 // Record runs m in evaluation mode on tokens [B, T] (row-major, len b·t) and returns every
@@ -80,7 +83,7 @@ func Record(m *nn.Model, tokens []int, b, t int, opt *RecordOptions) (*Capture, 
 	}
 	var means [][]float32
 	if needsMeans(opt.Ablate) {
-		if _, err := m.Forward(tokens, b, t, &nn.RunOptions{KeepHeads: true, Workers: opt.Workers}); err != nil {
+		if _, err := m.Forward(tokens, b, t, &nn.RunOptions{KeepHeads: true, Workers: opt.Workers, Sparsity: opt.Sparsity}); err != nil {
 			return nil, err
 		}
 		means = make([][]float32, mc.Layers)
@@ -89,7 +92,7 @@ func Record(m *nn.Model, tokens []int, b, t int, opt *RecordOptions) (*Capture, 
 			addMeans(means[l], m.Heads(l), 1)
 		}
 	}
-	run := &nn.RunOptions{KeepWeights: true, KeepHeads: true, Workers: opt.Workers, Heads: interventions(mc, opt.Ablate, means, b)}
+	run := &nn.RunOptions{KeepWeights: true, KeepHeads: true, Workers: opt.Workers, Heads: interventions(mc, opt.Ablate, means, b), Sparsity: opt.Sparsity}
 	logits, err := m.Forward(tokens, b, t, run)
 	if err != nil {
 		return nil, err

@@ -16,8 +16,10 @@
 //
 // Colours: sequential values use matplotlib's viridis, perceptually uniform and readable in grey
 // and by colour-blind readers; signed values (Diverging) use ColorBrewer's RdBu, blue for
-// negative, white at 0, red for positive; masked cells (NaN) are light grey. Curves use Okabe and
-// Ito's colour-blind-safe palette.
+// negative, white at 0, red for positive; masked cells (NaN) are light grey. A heatmap's optional
+// overlay draws a sparse attention block map (BlockMap: white lines between blocks, empty blocks
+// hatched on a pale fill, partial ones with a dashed border) and red dots on marked cells, such
+// as weights that are exactly 0. Curves use Okabe and Ito's colour-blind-safe palette.
 //
 // Every input is checked before anything is written: a wrong length, an invalid scale or a size
 // beyond the bounds (MaxCells, MaxGrid, MaxGridCells, MaxSeries, MaxPoints, MaxBars, MaxSize) is an

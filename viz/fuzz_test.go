@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// FuzzHeatmap draws heatmaps of any size, values, labels and scale: it must never panic, and
+// FuzzHeatmap draws heatmaps of any size, values, labels, scale and overlay: it must never panic, and
 // whatever it accepts must come out as a PNG and as well-formed SVG.
 func FuzzHeatmap(f *testing.F) {
 	bits := func(vs ...float64) []byte {
@@ -25,6 +25,8 @@ func FuzzHeatmap(f *testing.F) {
 	f.Add(int8(0), int8(5), []byte{}, "x", false, uint8(2), 3.0, 0.0)
 	f.Add(int8(40), int8(40), []byte("not floats at all"), "a very long token label indeed", true, uint8(1), 0.0, 0.0)
 	f.Add(int8(-3), int8(2), bits(1), "", true, uint8(3), 0.0, 0.0)
+	f.Add(int8(8), int8(8), []byte{0, 1, 2, 1, 0, 2, 3, 1, 5}, "blocks", false, uint8(1), 0.0, 1.0)
+	f.Add(int8(30), int8(30), []byte{4, 2, 1, 0, 1, 2, 2, 0}, "", false, uint8(0), 0.0, 0.0)
 	f.Fuzz(func(t *testing.T, rows, cols int8, data []byte, label string, annotate bool, scale uint8, a, b float64) {
 		h := Heatmap{Title: label, Rows: int(rows % 40), Cols: int(cols % 40), XLabel: label, YLabel: label, ValueLabel: label, Annotate: annotate}
 		n := max(0, h.Rows) * max(0, h.Cols)
@@ -46,6 +48,24 @@ func FuzzHeatmap(f *testing.F) {
 			}
 			for range max(0, h.Cols) + len(label)%2 { // sometimes one label too many
 				h.ColLabels = append(h.ColLabels, label)
+			}
+		}
+		// An overlay from the data's bytes: a block map of blocks up to 5 × 4 (kinds past
+		// BlockFull, a kind too many sometimes) and marks where a byte is odd.
+		if len(data) > 0 && data[0]%3 != 2 {
+			m := &BlockMap{Size: [2]int{int(data[0] % 6), len(data) % 5}}
+			if m.Size[0] > 0 && m.Size[1] > 0 {
+				nk := ceilDiv(max(0, h.Rows), m.Size[0])*ceilDiv(max(0, h.Cols), m.Size[1]) + int(data[0]%7)/6
+				for i := range max(0, nk) {
+					m.Kinds = append(m.Kinds, BlockKind(data[i%len(data)]%4))
+				}
+			}
+			h.Blocks = m
+		}
+		if len(data) > 0 && data[0]%2 == 0 {
+			h.Marks = make([]bool, n)
+			for i := range h.Marks {
+				h.Marks[i] = data[i%len(data)]%2 == 1
 			}
 		}
 		switch scale % 4 {

@@ -16,7 +16,7 @@ import (
 type Grid struct {
 	Title      string
 	Rows, Cols int       // panels down and across, 1…MaxGrid each
-	Cells      []Heatmap // the panels, row-major: len Rows·Cols, each a valid Heatmap
+	Cells      []Heatmap // the panels, row-major: len Rows·Cols, each a valid Heatmap, its overlay drawn too
 	RowTitles  []string  // nil or one per row, left of it ("layer 0")
 	ColTitles  []string  // nil or one per column, above it ("head 3")
 	ValueLabel string    // beside the colour bar
@@ -141,6 +141,7 @@ func (g Grid) scene() (*scene, error) {
 		}
 		cw, ch := cell*float64(c.Cols), cell*float64(c.Rows)
 		drawCells(s, x, y+headH, cell, cell, c.Rows, c.Cols, c.Values, cs)
+		drawOverlay(s, x, y+headH, cell, cell, &c)
 		s.frame(x, y+headH, cw, ch, axisColor)
 	}
 	capH := s.capHeight(labelStyle)

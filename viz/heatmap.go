@@ -26,11 +26,14 @@ type Heatmap struct {
 	ValueLabel string    // beside the colour bar, e.g. "attention weight"
 	Scale      Scale     // nil: Sequential{}, viridis over the range of the data
 	Annotate   bool      // write each cell's value in it (2 decimals below 10), where the cells hold the text at 7 pixels or more
+	Blocks     *BlockMap // nil, or a block layout drawn over the cells
+	Marks      []bool    // nil, or [Rows, Cols]: a red dot on each marked cell (a square under 4 pixels)
 }
 
 // PNG writes h as a PNG. It returns an error when Rows or Cols is outside 1…MaxCells, when
-// len(Values) ≠ Rows·Cols, when RowLabels or ColLabels is given with the wrong length, for an
-// invalid Scale, or from w.
+// len(Values) ≠ Rows·Cols, when RowLabels, ColLabels or Marks is given with the wrong length, for
+// a block map whose sizes are not ≥ 1, whose Kinds do not cover the cells or hold an unknown kind,
+// for an invalid Scale, or from w.
 func (h Heatmap) PNG(w io.Writer) error {
 	return render(h.scene, w, false)
 }
@@ -53,6 +56,12 @@ func (h Heatmap) check(kind string) error {
 	}
 	if h.ColLabels != nil && len(h.ColLabels) != h.Cols {
 		return fmt.Errorf("viz: %s has %d column labels for %d columns", name, len(h.ColLabels), h.Cols)
+	}
+	if h.Marks != nil && len(h.Marks) != h.Rows*h.Cols {
+		return fmt.Errorf("viz: %s has %d marks, want Rows·Cols = %d", name, len(h.Marks), h.Rows*h.Cols)
+	}
+	if h.Blocks != nil {
+		return h.Blocks.check(name, h.Rows, h.Cols)
 	}
 	return nil
 }
@@ -104,6 +113,7 @@ func (h Heatmap) scene() (*scene, error) {
 	}
 
 	colors := drawCells(s, x0, y0, cw, ch, h.Rows, h.Cols, h.Values, cs)
+	drawOverlay(s, x0, y0, cw, ch, &h)
 	if h.Annotate {
 		annotate(s, x0, y0, cw, ch, h.Rows, h.Cols, h.Values, colors)
 	}

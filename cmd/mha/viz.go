@@ -20,12 +20,12 @@ import (
 )
 
 // pictureFlags are the flags of `mha viz` that are /api/picture's parameters of the same name.
-var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "kind", "layer", "head", "metric", "scope"}
+var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope"}
 
 func newVizCmd() *cobra.Command {
 	var out, format string
 	cmd := &cobra.Command{
-		Use:   "viz --model NAME|DIR --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
+		Use:   "viz --model NAME|DIR --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--patterns \"P …\" --block BQ,BK --normalizer N] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
 		Short: "Draw a picture of a model's heads as PNG or SVG, as the lab draws it",
 		Long: `Viz draws one of the lab's pictures of a shipped model (see 'mha lab') and writes it to --out, as
 PNG or SVG after the file's extension (--format, if given, must agree). Without --out it writes
@@ -39,7 +39,9 @@ unless the checkpoint records its task.
 
 Pictures of a sequence, given by exactly one of --text (symbols separated by spaces), --tokens
 (comma-separated ids) or --seed (the task's sequence drawn from the seed, with its targets), with
-the heads of --ablate (LAYER.HEAD.MODE, MODE zero, mean or uniform) ablated:
+the heads of --ablate (LAYER.HEAD.MODE, MODE zero, mean or uniform) ablated, and the model run
+under --patterns, --block and --normalizer (sparse attention; each left out is the model's own;
+head and grid then draw the block map and mark the weights that are exactly 0):
 
   --kind head --layer L --head H               one head's attention, tokens on both axes
   --kind grid                                  every layer × head
@@ -89,6 +91,9 @@ Pictures of the model's task (64 sequences; no sequence flags):
 	fl.String("tokens", "", "the sequence as token `IDS`, comma-separated")
 	fl.String("seed", "", "draw the sequence from the task with seed `N`")
 	fl.StringSlice("ablate", nil, "heads to ablate, each `L.H.MODE` (MODE zero, mean or uniform), comma-separated; repeat the flag to add more")
+	fl.String("patterns", "", "run the model under sparse attention `PATTERNS` separated by spaces (local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED; empty for dense); default the model's own")
+	fl.String("block", "", "the patterns' blocks, `BQ,BK` (default the model's own, or 64,64)")
+	fl.String("normalizer", "", "replace the softmax by `N`: sparsemax, entmax15, entmax:ALPHA or topk:K (softmax for none); default the model's own")
 	fl.String("layer", "", "the layer `L` of kind head, offsets or similarity")
 	fl.String("head", "", "the head `H` of kind head or offsets")
 	fl.String("metric", "", "rho, js or nmi for kind similarity; accuracy (the default) or loss for kind pruning")

@@ -35,13 +35,17 @@ export async function api(path, body) {
 
 /**
  * pictureURL is the address of a picture, without its format: of a sequence when source is
- * {model, seed}, {model, text} or {model, tokens}, of the model's task when it is {model}.
+ * {model, seed}, {model, text} or {model, tokens}, with its sparse attention when it has
+ * patterns, block or normalizer; of the model's task when it is {model}.
  */
 export function pictureURL(source, params) {
   const q = new URLSearchParams({ model: source.model });
   if (source.seed !== undefined) q.set('seed', String(source.seed));
   else if (source.text !== undefined) q.set('text', source.text);
   else if (source.tokens !== undefined) q.set('tokens', source.tokens.join(','));
+  if (source.patterns !== undefined) q.set('patterns', source.patterns.join(' '));
+  if (source.block !== undefined) q.set('block', source.block.join(','));
+  if (source.normalizer !== undefined) q.set('normalizer', source.normalizer);
   for (const [k, v] of Object.entries(params)) q.set(k, String(v));
   return `/api/picture?${q}`;
 }

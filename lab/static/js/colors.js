@@ -18,6 +18,13 @@ const HEADS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948',
 /** The grey of a cell a query cannot attend (a later key) or an undefined value. */
 export const MASKED = [226, 228, 232];
 
+/** The overlay of a sparse attention map, as package viz draws it: an empty block's fill and
+ * hatching, the lines between blocks and a partial block's dashes, a weight of exactly 0. */
+export const EMPTY_FILL = [243, 238, 227];
+export const HATCH = [168, 159, 140];
+export const BLOCK_LINE = [255, 255, 255];
+export const ZERO_MARK = [255, 79, 46];
+
 function ramp(stops, t) {
   if (!Number.isFinite(t)) return MASKED;
   const x = Math.min(1, Math.max(0, t)) * (stops.length - 1);

@@ -86,6 +86,13 @@ async function chooseModel(name) {
     masked: 'Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the [MASK] positions, highlighted.',
     none: 'This model has no language-model head (only its hidden states mean something): no predictions.',
   }[m.predicts];
+  // The sparse attention fields start empty: the model's own, which the placeholders show.
+  $('#patterns').value = '';
+  $('#block').value = '';
+  $('#normalizer').value = '';
+  $('#patterns').placeholder = m.patterns ? `${m.patterns.join(' ')} (the model’s own)` : 'none (the model’s own: dense)';
+  $('#block').placeholder = (m.block || [64, 64]).join(',');
+  $('#normalizer').placeholder = `${m.normalizer || 'softmax'} (the model’s own)`;
   $('#seed-field').hidden = !m.task;
   $('#generate').hidden = !m.task;
   $('#scope-task').textContent = m.task ? 'Task' : 'Repeated tokens';
@@ -113,13 +120,30 @@ async function chooseModel(name) {
   await runTyped();
 }
 
+/**
+ * sparsity returns the request's sparse attention fields from the form, each left empty the
+ * model's own: patterns separated by spaces ("none" for dense attention), block as BQ,BK and a
+ * normalizer. The server checks them.
+ */
+function sparsity() {
+  const out = {};
+  const patterns = $('#patterns').value.trim();
+  if (patterns === 'none') out.patterns = [];
+  else if (patterns !== '') out.patterns = patterns.split(/\s+/);
+  const block = $('#block').value.trim();
+  if (block !== '') out.block = block.split(/[\s,×x]+/).map(Number);
+  const normalizer = $('#normalizer').value.trim();
+  if (normalizer !== '') out.normalizer = normalizer;
+  return out;
+}
+
 async function generate() {
   const seed = Number($('#seed').value);
   if (!Number.isInteger(seed) || seed < 0) {
     showError(`Seed must be a whole number ≥ 0, got “${$('#seed').value}”.`);
     return;
   }
-  await run({ model: state.model.name, seed });
+  await run({ model: state.model.name, seed, ...sparsity() });
 }
 
 async function runTyped() {
@@ -127,7 +151,7 @@ async function runTyped() {
   if (!m.task) {
     const typed = $('#seq').value;
     if (m.tokenizer) {
-      await run({ model: m.name, text: typed });
+      await run({ model: m.name, text: typed, ...sparsity() });
       return;
     }
     const ids = typed.trim().split(/[\s,]+/).filter((x) => x !== '').map(Number);
@@ -135,15 +159,15 @@ async function runTyped() {
       showError(`Model ${m.name} has no tokenizer: type token ids (whole numbers from 0 to ${m.vocab - 1}) separated by spaces, got “${typed}”.`);
       return;
     }
-    await run({ model: m.name, tokens: ids });
+    await run({ model: m.name, tokens: ids, ...sparsity() });
     return;
   }
   const text = $('#seq').value.trim();
   if (state.generated && text === state.generated.text) {
-    await run({ model: state.model.name, seed: state.generated.seed });
+    await run({ model: state.model.name, seed: state.generated.seed, ...sparsity() });
     return;
   }
-  await run({ model: state.model.name, text });
+  await run({ model: state.model.name, text, ...sparsity() });
 }
 
 async function run(source) {
