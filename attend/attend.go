@@ -234,17 +234,10 @@ func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 		steps.Scaled(w)
 	}
 	if b.normalized() {
-		z, r := make([]float64, tk), make([]float64, tk)
+		var s normScratch
 		for i := range h.Tq {
-			row := w[i*tk : (i+1)*tk]
-			for j, x := range row {
-				r[j] = float64(x)
-			}
-			if !b.Normalizer.normalize(r, z) {
+			if row := w[i*tk : (i+1)*tk]; !normalize(b.Normalizer, row, rowMax(row), &s) {
 				fullyMasked++
-			}
-			for j, x := range r {
-				row[j] = F(x)
 			}
 			if lse != nil {
 				lse[i] = F(math.NaN())

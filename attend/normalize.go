@@ -27,101 +27,136 @@ type Normalizer struct {
 	K     int
 }
 
-// normalize turns row, a query's scores (−Inf where masked), into its weights in place and
-// reports whether it kept any key. z is scratch of at least len(row) values.
-func (n *Normalizer) normalize(row []float64, z []float64) bool {
-	kept := z[:0]
-	for _, x := range row {
-		if !math.IsInf(x, -1) {
-			kept = append(kept, x)
-		}
-	}
-	if len(kept) == 0 {
+// normScratch is normalize's memory for a row: the keys that may keep weight, and their values.
+// The zero value is ready to use; it grows to the longest row and then stops allocating.
+type normScratch struct {
+	keys      []int
+	z, sorted []float64
+}
+
+// normalize turns row, a query's scores (−Inf where masked), into n's weights in place and
+// reports whether it kept any key; top is the row's maximum (kernel.Smax or rowMax). The weights
+// are computed in float64 whatever F is.
+func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) bool {
+	if math.IsInf(top, -1) {
 		clear(row)
 		return false
 	}
+	t := top
+	s.keys, s.z = s.keys[:0], s.z[:0]
 	switch n.Kind {
-	case Sparsemax:
-		// τ ≥ max − 1, so only the scores above that can be in the support: sort those alone.
-		// Scores are shifted by their maximum first, so that max − 1 is not max when it is large.
-		top := slices.Max(kept)
-		for i := range kept {
-			kept[i] -= top
+	case Sparsemax, Entmax:
+		// z = (α − 1)(s − max s) ≤ 0 (α − 1 = 1 for sparsemax), 0 at the top: scores shifted by
+		// their maximum neither overflow for a large α nor lose the −1 below, and the weights
+		// are the same for scores shifted by a constant. τ ≥ −1 (the top score alone takes
+		// weight 1 at τ = −1), so only the keys with z > −1 can keep weight: the threshold is
+		// found among these few, and every other key gets exactly 0. lo, below t − 1/a by more
+		// than its rounding to F, rules out most keys in F before the exact test.
+		a := 1.0
+		if n.Kind == Entmax {
+			a = n.Alpha - 1
 		}
-		tau := sparsemaxThreshold(candidates(kept, -1))
+		lo := F(t - (1/a)*(1+1e-6) - math.Abs(t)*1e-6)
 		for j, x := range row {
-			row[j] = max(x-top-tau, 0) // −Inf gives 0
+			if x <= lo { // −Inf included
+				continue
+			}
+			if z := a * (float64(x) - t); z > -1 {
+				s.keys = append(s.keys, j)
+				s.z = append(s.z, z)
+			}
 		}
-	case Entmax:
-		// z = (α − 1)(s − max s) ≤ 0 with 0 at the top, which neither overflows for a large α
-		// nor loses the −1 below; entmax is the same for scores shifted by a constant.
-		a, top := n.Alpha-1, slices.Max(kept)
-		for i := range kept {
-			kept[i] = a * (kept[i] - top)
-		}
-		// As for sparsemax, τ ≥ −1 (the top score alone takes weight 1 at τ = −1).
-		kept = candidates(kept, -1)
+		s.sorted = append(s.sorted[:0], s.z...)
 		var tau float64
-		if n.Alpha == 1.5 {
-			tau = entmax15Threshold(kept)
-		} else {
-			tau = entmaxBisect(kept, n.Alpha)
+		switch {
+		case n.Kind == Sparsemax:
+			tau = sparsemaxThreshold(s.sorted)
+		case n.Alpha == 1.5:
+			tau = entmax15Threshold(s.sorted)
+		default:
+			tau = entmaxBisect(s.sorted, n.Alpha)
 		}
 		sum := 0.0
-		for j, x := range row {
+		for i, z := range s.z {
 			v := 0.0
-			if d := a*(x-top) - tau; d > 0 {
-				if n.Alpha == 1.5 {
+			if d := z - tau; d > 0 {
+				switch {
+				case n.Kind == Sparsemax:
+					v = d
+				case n.Alpha == 1.5:
 					v = d * d
-				} else {
+				default:
 					v = math.Pow(d, 1/a)
 				}
 			}
-			row[j] = v
+			s.z[i] = v
 			sum += v
 		}
-		for j := range row { // exact for 1.5 up to rounding; bisection's last error
-			row[j] /= sum
+		if n.Kind == Sparsemax {
+			sum = 1 // exact by construction: the threshold makes them sum to 1
 		}
+		scatter(row, s, sum) // for entmax, exact for 1.5 up to rounding; bisection's last error
 	case TopK:
-		top := slices.Max(kept)
-		cut := kthLargest(kept, min(n.K, len(kept)))
-		// Ties at the cut: keep the first keys, so that exactly min(K, kept) are kept.
-		above := 0
+		kept := s.sorted[:0]
+		for _, x := range row {
+			if !math.IsInf(float64(x), -1) {
+				kept = append(kept, float64(x))
+			}
+		}
+		s.sorted = kept
+		k := min(n.K, len(kept))
+		cut := kthLargest(kept, k)
+		// Ties at the cut: keep the first keys, so that exactly k are kept.
+		room := k
 		for _, x := range kept {
 			if x > cut {
-				above++
-			}
-		}
-		room := min(n.K, len(kept)) - above
-		sum := 0.0
-		for j, x := range row {
-			keep := x > cut || (x == cut && room > 0)
-			if x == cut && room > 0 {
 				room--
 			}
-			v := 0.0
-			if keep {
-				v = math.Exp(x - top)
-			}
-			row[j] = v
-			sum += v
 		}
-		for j := range row {
-			row[j] /= sum
-		}
-	default:
-		top := slices.Max(kept)
 		sum := 0.0
 		for j, x := range row {
-			row[j] = math.Exp(x - top)
-			sum += row[j]
+			if x := float64(x); x > cut || (x == cut && room > 0) {
+				if x == cut {
+					room--
+				}
+				v := math.Exp(x - t)
+				s.keys = append(s.keys, j)
+				s.z = append(s.z, v)
+				sum += v
+			}
 		}
-		for j := range row {
-			row[j] /= sum
+		scatter(row, s, sum)
+	default:
+		sum := 0.0
+		for j, x := range row {
+			v := math.Exp(float64(x) - t)
+			row[j] = F(v)
+			sum += v
+		}
+		for j, x := range row {
+			row[j] = F(float64(x) / sum)
 		}
 	}
 	return true
+}
+
+// rowMax returns the largest value of row, −Inf when it is empty or all −Inf.
+func rowMax[F Float](row []F) float64 {
+	m := math.Inf(-1)
+	for _, x := range row {
+		if float64(x) > m {
+			m = float64(x)
+		}
+	}
+	return m
+}
+
+// scatter writes the weights s.z / sum to the keys s.keys of row and 0 to the others.
+func scatter[F Float](row []F, s *normScratch, sum float64) {
+	clear(row)
+	for i, j := range s.keys {
+		row[j] = F(s.z[i] / sum)
+	}
 }
 
 // kthLargest returns the k-th largest value of z (1 ≤ k ≤ len(z)), reordering z: a
@@ -154,18 +189,6 @@ func kthLargest(z []float64, k int) float64 {
 		}
 	}
 	return z[want]
-}
-
-// candidates keeps, in place, the values of z above lo, the only ones a threshold τ ≥ lo can
-// leave in the support.
-func candidates(z []float64, lo float64) []float64 {
-	c := z[:0]
-	for _, x := range z {
-		if x > lo {
-			c = append(c, x)
-		}
-	}
-	return c
 }
 
 // sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1, by sorting (z is reordered).
