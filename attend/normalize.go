@@ -56,16 +56,26 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 		if n.Kind == Entmax {
 			a = n.Alpha - 1
 		}
+		// (Both passes are written without branches, which random scores would mispredict.)
 		lo := F(t - (1/a)*(1+1e-6) - math.Abs(t)*1e-6)
+		s.keys = slices.Grow(s.keys, len(row))[:len(row)]
+		k := 0
 		for j, x := range row {
-			if x <= lo { // −Inf included
-				continue
-			}
-			if z := a * (float64(x) - t); z > -1 {
-				s.keys = append(s.keys, j)
-				s.z = append(s.z, z)
+			s.keys[k] = j
+			if x > lo { // not −Inf
+				k++
 			}
 		}
+		s.z = slices.Grow(s.z, k)[:k]
+		c := 0
+		for _, j := range s.keys[:k] {
+			z := a * (float64(row[j]) - t)
+			s.keys[c], s.z[c] = j, z
+			if z > -1 {
+				c++
+			}
+		}
+		s.keys, s.z = s.keys[:c], s.z[:c]
 		s.sorted = append(s.sorted[:0], s.z...)
 		var tau float64
 		switch {
@@ -191,8 +201,54 @@ func kthLargest(z []float64, k int) float64 {
 	return z[want]
 }
 
-// sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1, by sorting (z is reordered).
+// narrow returns the values of z, shifted to a maximum of 0, that the support of the threshold τ
+// of Σ [z − τ]₊^q = 1 (q = 1: sparsemax, q = 2: 1.5-entmax) may hold, moved to its front. It takes
+// Newton steps on that sum from τ = −1: the sum is convex and decreasing in τ, so each step stays
+// at or below the root, and the values not above it (less a margin for rounding) cannot be in the
+// support. Sorting then needs only the few left, where random scores of unit variance leave
+// hundreds above −1 for 1.5-entmax.
+func narrow(z []float64, q int) []float64 {
+	tau := -1.0
+	for range 8 {
+		var g, dg float64
+		for _, x := range z {
+			if d := x - tau; d > 0 {
+				if q == 1 {
+					g, dg = g+d, dg+1
+				} else {
+					g, dg = g+d*d, dg+2*d
+				}
+			}
+		}
+		if !(g > 1 && dg > 0) {
+			break // at the root, or no value above τ
+		}
+		tau += (g - 1) / dg
+		n := len(z)
+		z = above(z, tau-1e-9)
+		if len(z) == n {
+			break
+		}
+	}
+	return z
+}
+
+// above keeps, in place at z's front, the values of z above lo.
+func above(z []float64, lo float64) []float64 {
+	n := 0
+	for _, x := range z {
+		z[n] = x
+		if x > lo {
+			n++
+		}
+	}
+	return z[:n]
+}
+
+// sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1 for z shifted to a maximum of 0, by
+// sorting the values narrow leaves (z is reordered).
 func sparsemaxThreshold(z []float64) float64 {
+	z = narrow(z, 1)
 	slices.Sort(z)
 	slices.Reverse(z)
 	sum, tau := 0.0, 0.0
@@ -208,8 +264,10 @@ func sparsemaxThreshold(z []float64) float64 {
 }
 
 // entmax15Threshold returns τ such that Σ [z − τ]₊² = 1 for z already multiplied by α − 1 = ½,
-// exactly by sorting (Peters et al. 2019, Algorithm 2; z is reordered).
+// shifted to a maximum of 0, exactly by sorting the values narrow leaves (Peters et al. 2019,
+// Algorithm 2; z is reordered).
 func entmax15Threshold(z []float64) float64 {
+	z = narrow(z, 2)
 	slices.Sort(z)
 	slices.Reverse(z)
 	// τ_k solves Σ_{j≤k} (z_j − τ)² = 1; the support is the k with τ_k ≤ z_k, and τ that of
