@@ -56,19 +56,11 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 		if n.Kind == Entmax {
 			a = n.Alpha - 1
 		}
-		// (Both passes are written without branches, which random scores would mispredict.)
-		lo := F(t - (1/a)*(1+1e-6) - math.Abs(t)*1e-6)
-		s.keys = slices.Grow(s.keys, len(row))[:len(row)]
-		k := 0
-		for j, x := range row {
-			s.keys[k] = j
-			if x > lo { // not −Inf
-				k++
-			}
-		}
+		s.keys = atLeast(row, F(t-(1/a)*(1+1e-6)-math.Abs(t)*1e-6), s.keys)
+		k := len(s.keys)
 		s.z = slices.Grow(s.z, k)[:k]
 		c := 0
-		for _, j := range s.keys[:k] {
+		for _, j := range s.keys {
 			z := a * (float64(row[j]) - t)
 			s.keys[c], s.z[c] = j, z
 			if z > -1 {
@@ -107,14 +99,29 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 		}
 		scatter(row, s, sum) // for entmax, exact for 1.5 up to rounding; bisection's last error
 	case TopK:
-		kept := s.sorted[:0]
-		for _, x := range row {
-			if !math.IsInf(float64(x), -1) {
-				kept = append(kept, float64(x))
+		// The K-th largest score is at least the least of the maxima of K disjoint chunks of
+		// the row (K distinct scores), so the quickselect needs only the scores from there on,
+		// or every kept one when a chunk is all masked.
+		lo := math.Inf(-1)
+		if c := len(row) / n.K; c > 0 {
+			lo = math.Inf(1)
+			for i := range n.K {
+				lo = min(lo, rowMax(row[i*c:(i+1)*c]))
 			}
 		}
+		s.keys = atLeast(row, F(lo), s.keys)
+		kept := slices.Grow(s.sorted[:0], len(s.keys))[:len(s.keys)]
+		m := 0
+		for _, j := range s.keys {
+			x := float64(row[j])
+			s.keys[m], kept[m] = j, x
+			if !math.IsInf(x, -1) {
+				m++
+			}
+		}
+		keys, kept := s.keys[:m], kept[:m]
 		s.sorted = kept
-		k := min(n.K, len(kept))
+		k := min(n.K, m)
 		cut := kthLargest(kept, k)
 		// Ties at the cut: keep the first keys, so that exactly k are kept.
 		room := k
@@ -123,18 +130,21 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 				room--
 			}
 		}
-		sum := 0.0
-		for j, x := range row {
-			if x := float64(x); x > cut || (x == cut && room > 0) {
+		// In the keys' order, which the candidates keep; the others are below the cut.
+		sum, c := 0.0, 0
+		for _, j := range keys {
+			if x := float64(row[j]); x > cut || (x == cut && room > 0) {
 				if x == cut {
 					room--
 				}
 				v := math.Exp(x - t)
-				s.keys = append(s.keys, j)
+				s.keys[c] = j
 				s.z = append(s.z, v)
+				c++
 				sum += v
 			}
 		}
+		s.keys = s.keys[:c]
 		scatter(row, s, sum)
 	default:
 		sum := 0.0
@@ -150,15 +160,29 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 	return true
 }
 
-// rowMax returns the largest value of row, −Inf when it is empty or all −Inf.
-func rowMax[F Float](row []F) float64 {
-	m := math.Inf(-1)
-	for _, x := range row {
-		if float64(x) > m {
-			m = float64(x)
+// atLeast returns the indices of the values of row not below lo, in keys' storage. It has no
+// branch on the values, which random scores would mispredict.
+func atLeast[F Float](row []F, lo F, keys []int) []int {
+	keys = slices.Grow(keys[:0], len(row))[:len(row)]
+	k := 0
+	for j, x := range row {
+		keys[k] = j
+		if x >= lo {
+			k++
 		}
 	}
-	return m
+	return keys[:k]
+}
+
+// rowMax returns the largest value of row, −Inf when it is empty or all −Inf.
+func rowMax[F Float](row []F) float64 {
+	m := F(math.Inf(-1))
+	for _, x := range row {
+		if x > m {
+			m = x
+		}
+	}
+	return float64(m)
 }
 
 // scatter writes the weights s.z / sum to the keys s.keys of row and 0 to the others.
