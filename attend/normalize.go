@@ -43,7 +43,11 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 		return false
 	}
 	t := top
-	s.keys, s.z = s.keys[:0], s.z[:0]
+	// Room for every key at once, so that a row with more candidates than the last allocates
+	// nothing.
+	s.keys = slices.Grow(s.keys[:0], len(row))
+	s.z = slices.Grow(s.z[:0], len(row))
+	s.sorted = slices.Grow(s.sorted[:0], len(row))
 	switch n.Kind {
 	case Sparsemax, Entmax:
 		// z = (α − 1)(s − max s) ≤ 0 (α − 1 = 1 for sparsemax), 0 at the top: scores shifted by
@@ -58,7 +62,7 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 		}
 		s.keys = atLeast(row, F(t-(1/a)*(1+1e-6)-math.Abs(t)*1e-6), s.keys)
 		k := len(s.keys)
-		s.z = slices.Grow(s.z, k)[:k]
+		s.z = s.z[:k]
 		c := 0
 		for _, j := range s.keys {
 			z := a * (float64(row[j]) - t)
@@ -110,7 +114,7 @@ func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) boo
 			}
 		}
 		s.keys = atLeast(row, F(lo), s.keys)
-		kept := slices.Grow(s.sorted[:0], len(s.keys))[:len(s.keys)]
+		kept := s.sorted[:len(s.keys)]
 		m := 0
 		for _, j := range s.keys {
 			x := float64(row[j])
@@ -226,21 +230,25 @@ func kthLargest(z []float64, k int) float64 {
 }
 
 // narrow returns the values of z, shifted to a maximum of 0, that the support of the threshold τ
-// of Σ [z − τ]₊^q = 1 (q = 1: sparsemax, q = 2: 1.5-entmax) may hold, moved to its front. It takes
-// Newton steps on that sum from τ = −1: the sum is convex and decreasing in τ, so each step stays
-// at or below the root, and the values not above it (less a margin for rounding) cannot be in the
-// support. Sorting then needs only the few left, where random scores of unit variance leave
-// hundreds above −1 for 1.5-entmax.
-func narrow(z []float64, q int) []float64 {
+// of Σ [z − τ]₊^q = 1 (q = 1/(α − 1) ≥ 1: 1 for sparsemax, 2 for 1.5-entmax) may hold, moved to
+// its front. It takes Newton steps on that sum from τ = −1: the sum is convex and decreasing in τ,
+// so each step stays at or below the root, and the values not above it (less a margin for
+// rounding) cannot be in the support. Sorting or bisection then needs only the few left, where
+// random scores of unit variance leave hundreds above −1 for 1.5-entmax.
+func narrow(z []float64, q float64) []float64 {
 	tau := -1.0
 	for range 8 {
 		var g, dg float64
 		for _, x := range z {
 			if d := x - tau; d > 0 {
-				if q == 1 {
+				switch q {
+				case 1:
 					g, dg = g+d, dg+1
-				} else {
+				case 2:
 					g, dg = g+d*d, dg+2*d
+				default:
+					v := math.Pow(d, q)
+					g, dg = g+v, dg+q*v/d
 				}
 			}
 		}
@@ -320,12 +328,19 @@ func threshold15(sum, sq float64, k int) float64 {
 }
 
 // entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1
-// and shifted to a maximum of 0, by bisection between the bounds that maximum gives.
+// and shifted to a maximum of 0, by bisection between the bounds that maximum gives, on the
+// values narrow leaves when α ≤ 2 (z is reordered), until the bounds are adjacent.
 func entmaxBisect(z []float64, alpha float64) float64 {
 	inv := 1 / (alpha - 1)
+	if inv >= 1 {
+		z = narrow(z, inv)
+	}
 	lo, hi := -1.0, -math.Pow(1/float64(len(z)), alpha-1)
 	for range 100 {
 		mid := (lo + hi) / 2
+		if mid == lo || mid == hi {
+			break // adjacent: more steps would change nothing
+		}
 		sum := 0.0
 		for _, x := range z {
 			if d := x - mid; d > 0 {
