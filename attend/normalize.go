@@ -35,14 +35,13 @@ type normScratch struct {
 }
 
 // normalize turns row, a query's scores (−Inf where masked), into n's weights in place and
-// reports whether it kept any key; top is the row's maximum (kernel.Smax or rowMax). The weights
+// reports whether it kept any key; t is the row's maximum (kernel.Smax or rowMax). The weights
 // are computed in float64 whatever F is.
-func normalize[F Float](n *Normalizer, row []F, top float64, s *normScratch) bool {
-	if math.IsInf(top, -1) {
+func normalize[F Float](n *Normalizer, row []F, t float64, s *normScratch) bool {
+	if math.IsInf(t, -1) {
 		clear(row)
 		return false
 	}
-	t := top
 	// Room for every key at once, so that a row with more candidates than the last allocates
 	// nothing.
 	s.keys = slices.Grow(s.keys[:0], len(row))
