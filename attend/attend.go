@@ -236,7 +236,7 @@ func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 	if b.normalized() {
 		var s normScratch
 		for i := range h.Tq {
-			if row := w[i*tk : (i+1)*tk]; !normalize(b.Normalizer, row, rowMax(row), &s) {
+			if !normalize(b.Normalizer, w[i*tk:(i+1)*tk], &s) {
 				fullyMasked++
 			}
 			if lse != nil {

@@ -130,7 +130,7 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 			row := pt[r*ldp : r*ldp+nc]
 			Apply(b, i0+r, j0, row)
 			if b.normalized() {
-				normalize(b.Normalizer, row, float64(kernel.Smax(row)), &s.norm)
+				normalize(b.Normalizer, row, &s.norm)
 			} else {
 				kernel.Sexp(row, lse[i0+r])
 			}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/mhalab/mha/internal/kernel"
 )
 
 // NormKind names what turns a row of scores into weights.
@@ -35,9 +37,9 @@ type normScratch struct {
 }
 
 // normalize turns row, a query's scores (−Inf where masked), into n's weights in place and
-// reports whether it kept any key; t is the row's maximum (kernel.Smax or rowMax). The weights
-// are computed in float64 whatever F is.
-func normalize[F Float](n *Normalizer, row []F, t float64, s *normScratch) bool {
+// reports whether it kept any key. The weights are computed in float64 whatever F is.
+func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
+	t := rowMax(row)
 	if math.IsInf(t, -1) {
 		clear(row)
 		return false
@@ -177,8 +179,12 @@ func atLeast[F Float](row []F, lo F, keys []int) []int {
 	return keys[:k]
 }
 
-// rowMax returns the largest value of row, −Inf when it is empty or all −Inf.
+// rowMax returns the largest value of row, −Inf when it is empty or all −Inf: kernel.Smax's
+// vector code for float32.
 func rowMax[F Float](row []F) float64 {
+	if r, ok := any(row).([]float32); ok {
+		return float64(kernel.Smax(r))
+	}
 	m := F(math.Inf(-1))
 	for _, x := range row {
 		if x > m {

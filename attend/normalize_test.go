@@ -10,7 +10,7 @@ import (
 // normalized returns n applied to a copy of z.
 func normalized(n *Normalizer, z []float64) ([]float64, bool) {
 	row := slices.Clone(z)
-	ok := normalize(n, row, rowMax(row), new(normScratch))
+	ok := normalize(n, row, new(normScratch))
 	return row, ok
 }
 

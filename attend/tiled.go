@@ -85,7 +85,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			if b.normalized() {
 				// The whole row is here: its weights directly, summing to 1.
 				m[r], l[r] = 0, 0
-				if normalize(b.Normalizer, row, float64(kernel.Smax(row)), &s.norm) {
+				if normalize(b.Normalizer, row, &s.norm) {
 					l[r] = 1
 				}
 				if drop != nil {
