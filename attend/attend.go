@@ -65,8 +65,9 @@ type Bias struct {
 
 	// Sparse, when not nil, is a sparse layout: the pairs it does not keep are masked too.
 	Sparse *Sparse
-	// Normalizer, when not nil and not Softmax, replaces the softmax of each row. Tiled then
-	// needs the whole row (a w to fill), Backward the forward's weights, and lse is NaN.
+	// Normalizer, when not nil and not Softmax, replaces the softmax of each row. Tiled and
+	// Backward then take each row whole (all keys in one tile), Backward reads the forward's
+	// weights when given them and recomputes them otherwise, and lse is NaN.
 	Normalizer *Normalizer
 }
 
