@@ -91,3 +91,30 @@ func BenchmarkSDPA(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSDPANormalizer times SDPA with each normalizer in issue 14's shape (H = 12, D = 64,
+// T = 2048, random unit-variance inputs), against softmax: mha bench --gqa 12 --normalizer.
+func BenchmarkSDPANormalizer(b *testing.B) {
+	const h, t, d = 12, 2048, 64
+	rng := tensor.NewRNG(3)
+	q, k, v := tensor.New(1, h, t, d), tensor.New(1, h, t, d), tensor.New(1, h, t, d)
+	rng.Normal(q, 1)
+	rng.Normal(k, 1)
+	rng.Normal(v, 1)
+	for _, name := range []string{"softmax", "sparsemax", "entmax15", "entmax:1.3", "topk:32"} {
+		b.Run(name, func(b *testing.B) {
+			n, err := ParseNormalizer(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opt := SDPAOptions{Normalizer: n}
+			var c SDPAContext
+			var r SDPAResult
+			for b.Loop() {
+				if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

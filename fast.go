@@ -41,7 +41,7 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 		w.a = &s.a
 	}
 	w.forward(l, r, s)
-	if !p.opt.NeedWeights || p.hideWeights {
+	if !p.opt.NeedWeights {
 		r.Weights = nil
 	}
 	if p.unbatched {
@@ -381,7 +381,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		case s != nil:
 			s.probs = kernel.Grow(s.probs, n)
 			w.wh = s.probs
-		case p.opt.PerHeadWeights && !p.hideWeights:
+		case p.opt.PerHeadWeights:
 			r.Weights = reuse(r.Weights, n, p.b, heads, p.tq, tkx)
 			w.wh = r.Weights.Data
 		default:
@@ -391,7 +391,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	}
 	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
 	w.run(phaseAttend, p.b*heads*w.qBlocks)
-	if p.opt.NeedWeights && !p.hideWeights { // a normalizer's weights are the kernel's, not a result
+	if p.opt.NeedWeights {
 		if p.opt.PerHeadWeights {
 			r.Weights = reuse(r.Weights, p.b*heads*p.tq*tkx, p.b, heads, p.tq, tkx)
 		} else {

@@ -41,8 +41,8 @@ type Options struct {
 	Slopes []float64
 	// Patterns, Block and Normalizer make the attention sparse, as SDPAOptions' do (the
 	// patterns' distances counted as there, r = i + Tk − Tq − j). A Normalizer other than
-	// softmax needs whole rows: the layer builds every head's weights, as with NeedWeights, and
-	// takes no sinks.
+	// softmax needs whole rows: each worker holds its block's rows of scores (64 × Tk, not
+	// every head's weights), and the backward recomputes them; it takes no sinks.
 	Patterns   []Pattern
 	Block      [2]int
 	Normalizer *Normalizer
@@ -166,7 +166,6 @@ type plan struct {
 	sinks       []float32       // the layer's sinks per head, or nil
 	sparse      []attend.Sparse // the patterns' layouts: one per head, or one for all
 	layouts     layoutCache     // kept across calls
-	hideWeights bool            // NeedWeights was set for a Normalizer, not by the caller
 }
 
 // MaxDenseElements bounds the [Tq, Tk] attention matrices a call may build: those of all B·H
@@ -315,8 +314,8 @@ func (p *plan) checkBiases(heads int) error {
 	return nil
 }
 
-// checkSparsity checks Options.Patterns, Block and Normalizer, compiles the patterns into
-// p.sparse, and sets NeedWeights for a Normalizer.
+// checkSparsity checks Options.Patterns, Block and Normalizer, and compiles the patterns into
+// p.sparse.
 func (p *plan) checkSparsity(heads int) error {
 	o := &p.opt
 	if n := o.Normalizer; n != nil {
@@ -325,11 +324,6 @@ func (p *plan) checkSparsity(heads int) error {
 			return fmt.Errorf("%w: normalizer %s, want softmax, sparsemax, entmax with α > 1 finite, or top-k with K ≥ 1", ErrShape, n)
 		case n.Kind != Softmax && p.sinks != nil:
 			return fmt.Errorf("%w: the %s normalizer takes no sinks", ErrShape, n)
-		case n.Kind != Softmax && !o.NeedWeights:
-			o.NeedWeights, p.hideWeights = true, true
-			if e := p.denseElements(heads, false); e > MaxDenseElements {
-				return fmt.Errorf("%w: the %s normalizer needs every head's weights, %d values, more than the %d allowed", ErrShape, n, e, MaxDenseElements)
-			}
 		}
 	}
 	var err error

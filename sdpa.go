@@ -62,8 +62,10 @@ type SDPAOptions struct {
 	Block    [2]int
 	// Normalizer, when not nil, replaces the softmax of each row's kept scores: sparsemax,
 	// α-entmax or top-k softmax, whose weights are exactly 0 on the keys they drop. A row
-	// that keeps nothing gives weights and output 0. It needs the whole rows, so Weights are
-	// always returned (and SDPABackward reads them); LSE is NaN; it takes no sinks or dropout.
+	// that keeps nothing gives weights and output 0. It needs each row whole: a worker holds
+	// its block's rows of scores (64 × Tk), not every head's weights, which are returned only
+	// with NeedWeights (SDPABackward reads them when given, or recomputes them block by block).
+	// LSE is NaN; it takes no sinks or dropout.
 	Normalizer *Normalizer
 	// ALiBi subtracts slope_h·|i + δ − j| from the logits of head h: Slopes[h] when Slopes is not
 	// nil (len Hq, finite), else the standard geometric slopes of AlibiSlopes(Hq).
@@ -209,7 +211,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	} else {
 		r.LSE = nil
 	}
-	if p.opt.NeedWeights || p.normalized() {
+	if p.opt.NeedWeights {
 		r.Weights = reuse(r.Weights, p.b*p.hq*p.tq*p.tk, p.b, p.hq, p.tq, p.tk)
 	} else {
 		r.Weights = nil
@@ -388,7 +390,7 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return err
 		}
 	}
-	if (o.NeedWeights || p.normalized()) && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+	if o.NeedWeights && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
 		return fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
 	}
 	p.scale = o.Scale

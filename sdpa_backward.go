@@ -29,7 +29,9 @@ type SDPAGrads struct {
 // [B, Hq, Tq, Dv], the loss's gradient with respect to the output. q, k, v and opt must be the
 // forward's, and r its result, run with NeedLSE: the backward recomputes the weights tile by tile
 // from r.LSE (FlashAttention-2), or reads r.Weights when the forward returned them (and had no
-// dropout: the weights it returns are after dropout, the backward needs them before). A row whose
+// dropout: the weights it returns are after dropout, the backward needs them before). With a
+// Normalizer, r.LSE is not needed: without r.Weights the backward recomputes the normalized
+// rows, a block of 64 queries at a time. A row whose
 // keys were all masked adds nothing. It returns an error wrapping ErrShape when a tensor or
 // option does not fit the others or r lacks Out or LSE.
 func SDPABackward(q, k, v *tensor.Tensor, r *SDPAResult, dOut *tensor.Tensor, opt *SDPAOptions) (*SDPAGrads, error) {
@@ -115,7 +117,7 @@ func (p *sdpaPlan) checkBackward(r *SDPAResult, dOut *tensor.Tensor) error {
 	switch {
 	case r == nil || r.Out == nil:
 		return fmt.Errorf("%w: the forward's result has no Out, want the SDPAResult of the same call", ErrShape)
-	case r.LSE == nil && !(p.normalized() && r.Weights != nil):
+	case r.LSE == nil && !p.normalized():
 		return fmt.Errorf("%w: the forward's result has no LSE: run SDPA with NeedLSE for the backward", ErrShape)
 	case dOut == nil:
 		return fmt.Errorf("%w: dOut is nil, want a tensor [%d %d %d %d]", ErrShape, p.b, p.hq, p.tq, p.dv)
@@ -133,9 +135,6 @@ func (p *sdpaPlan) checkBackward(r *SDPAResult, dOut *tensor.Tensor) error {
 	}
 	if r.Weights != nil {
 		return checkShape("the forward's Weights", r.Weights, p.b, p.hq, p.tq, p.tk)
-	}
-	if p.normalized() {
-		return fmt.Errorf("%w: the backward of the %s normalizer needs the forward's Weights", ErrShape, p.opt.Normalizer)
 	}
 	return nil
 }
@@ -185,7 +184,7 @@ func (w *sdpaWork) backward(worker, task int) {
 		if w.r.Weights != nil && drop == nil {
 			pw = w.r.Weights.Data[bh*p.tq*p.tk : (bh+1)*p.tq*p.tk]
 		}
-		var lse []float32 // not read with a normalizer, whose backward reads the weights
+		var lse []float32 // not read with a normalizer, whose weights are read or recomputed
 		if w.r.LSE != nil {
 			lse = w.r.LSE.Data[bh*p.tq : (bh+1)*p.tq]
 		}

@@ -549,6 +549,43 @@ func TestSDPAAllocs(t *testing.T) {
 	}
 }
 
+// TestSDPANormalizerAllocs checks that SDPAInto with a normalizer, with weights or without, and
+// the backward that then recomputes the weights, make no heap allocation in steady state.
+func TestSDPANormalizerAllocs(t *testing.T) {
+	q, k, v, opt := propertyCase(CausalBottomRight)
+	// One worker: with more, one that happened to get no task until a later call would grow its
+	// scratch then, which is the first use of its memory, not a steady-state allocation.
+	opt.Workers = 1
+	c := new(SDPAContext)
+	for _, norm := range []*Normalizer{{Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1.3}, {Kind: TopK, K: 5}} {
+		opt.Normalizer = norm
+		for _, weights := range []bool{false, true} {
+			opt.NeedWeights = weights
+			var r SDPAResult
+			var g SDPAGrads
+			var dOut *tensor.Tensor
+			forward := func() {
+				if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backward := func() {
+				if err := c.SDPABackwardInto(&g, q, k, v, &r, dOut, &opt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			forward()
+			dOut = sdpaRand(5, 1, r.Out.Shape...)
+			backward()
+			for name, call := range map[string]func(){"forward": forward, "backward": backward} {
+				if n := testing.AllocsPerRun(10, call); n != 0 {
+					t.Errorf("%s, weights %v: %v allocations per %s, want 0", norm, weights, n, name)
+				}
+			}
+		}
+	}
+}
+
 // TestSDPAErrors checks that every bad shape or option is an error wrapping ErrShape, from both
 // SDPA and SDPAReference.
 func TestSDPAErrors(t *testing.T) {

@@ -65,8 +65,9 @@ type Bias struct {
 
 	// Sparse, when not nil, is a sparse layout: the pairs it does not keep are masked too.
 	Sparse *Sparse
-	// Normalizer, when not nil and not Softmax, replaces the softmax of each row. Tiled then
-	// needs the whole row (a w to fill), Backward the forward's weights, and lse is NaN.
+	// Normalizer, when not nil and not Softmax, replaces the softmax of each row. Tiled and
+	// Backward then take each row whole (all keys in one tile), Backward reads the forward's
+	// weights when given them and recomputes them otherwise, and lse is NaN.
 	Normalizer *Normalizer
 }
 
@@ -234,17 +235,10 @@ func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 		steps.Scaled(w)
 	}
 	if b.normalized() {
-		z, r := make([]float64, tk), make([]float64, tk)
+		var s normScratch
 		for i := range h.Tq {
-			row := w[i*tk : (i+1)*tk]
-			for j, x := range row {
-				r[j] = float64(x)
-			}
-			if !b.Normalizer.normalize(r, z) {
+			if !normalize(b.Normalizer, w[i*tk:(i+1)*tk], &s) {
 				fullyMasked++
-			}
-			for j, x := range r {
-				row[j] = F(x)
 			}
 			if lse != nil {
 				lse[i] = F(math.NaN())

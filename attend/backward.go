@@ -32,7 +32,8 @@ type Grad struct {
 // goroutine its own.
 type BackScratch struct {
 	p, dp, delta, raw []float32
-	pr, dr            []float64 // a row of weights and its gradient, for a Normalizer
+	pr, dr            []float64   // a row of weights and its gradient, for a Normalizer
+	norm              normScratch // a row's keys, when a Normalizer's weights are recomputed
 	ws                kernel.Workspace
 }
 
@@ -44,7 +45,8 @@ type BackScratch struct {
 // scores and lse, the per-row log-sum-exp that Tiled returned, walking key blocks of BlockK
 // outside and query blocks of BlockQ inside, so it holds no more than BlockQ·BlockK weights at
 // once. With p the forward's weights before dropout, [Tq, Tk] row-major (Tiled's w), it reads
-// them instead: the dense backward. Either way, with
+// them instead: the dense backward. With a Normalizer and p nil, it recomputes the weights of each
+// query block's whole rows (BlockQ·Tk of them) and does not read lse. Either way, with
 //
 //	P the weights, Z the dropout's scaled keep mask (1 without dropout), D_i = dOut_i·Out_i:
 //	dV = (P∘Z)ᵀ·dOut,  dS = P∘((dOut·Vᵀ)∘Z − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
@@ -58,9 +60,6 @@ type BackScratch struct {
 // A row whose keys were all masked has P = 0 and adds nothing. Backward panics when a view is
 // too short for the sizes in h.
 func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch) {
-	if b.normalized() && p == nil {
-		panic("attend: Backward with a Normalizer needs the forward's weights p")
-	}
 	if drop != nil && drop.P == 0 {
 		drop = nil
 	}
@@ -68,8 +67,9 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	for i := range h.Tq {
 		s.delta[i] = kernel.Dot(dOut[i*ldDOut:i*ldDOut+h.Dv], h.Out[i*h.LdOut:i*h.LdOut+h.Dv])
 	}
+	whole := p != nil || b.normalized() // one tile of all keys
 	keys := BlockK
-	if p != nil {
+	if whole {
 		keys = max(h.Tk, 1)
 	} else if b.Sparse != nil {
 		keys = b.Sparse.BK // so that a tile is one key block of the layout, skipped when empty
@@ -83,7 +83,7 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	// Key blocks do not straddle b.Stride, so that a block's causal keys are all below it.
 	for j0 := 0; j0 < h.Tk; {
 		end := h.Tk
-		if j0 < b.Stride && p == nil {
+		if j0 < b.Stride && !whole {
 			end = b.Stride
 		}
 		j1 := min(j0+keys, end)
@@ -111,7 +111,8 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 	rows, nc, d, dv := i1-i0, j1-j0, h.D, h.Dv
 	q, do := h.Q[i0*h.LdQ:], dOut[i0*ldDOut:]
 
-	// P, the weights before dropout: read, or recomputed as exp(scale·Q·Kᵀ + bias − lse).
+	// P, the weights before dropout: read, or recomputed as exp(scale·Q·Kᵀ + bias − lse) or
+	// the Normalizer's weights of the whole rows.
 	// With a soft cap, the raw scaled scores are kept for the cap's derivative.
 	pt, ldp := s.p, nc
 	if b.Softcap > 0 {
@@ -128,7 +129,11 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 		for r := range rows {
 			row := pt[r*ldp : r*ldp+nc]
 			Apply(b, i0+r, j0, row)
-			kernel.Sexp(row, lse[i0+r])
+			if b.normalized() {
+				normalize(b.Normalizer, row, &s.norm)
+			} else {
+				kernel.Sexp(row, lse[i0+r])
+			}
 		}
 	}
 

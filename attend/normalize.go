@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/mhalab/mha/internal/kernel"
 )
 
 // NormKind names what turns a row of scores into weights.
@@ -27,101 +29,197 @@ type Normalizer struct {
 	K     int
 }
 
-// normalize turns row, a query's scores (−Inf where masked), into its weights in place and
-// reports whether it kept any key. z is scratch of at least len(row) values.
-func (n *Normalizer) normalize(row []float64, z []float64) bool {
-	kept := z[:0]
-	for _, x := range row {
-		if !math.IsInf(x, -1) {
-			kept = append(kept, x)
-		}
-	}
-	if len(kept) == 0 {
+// normScratch is normalize's memory for a row: the keys that may keep weight, and their values.
+// The zero value is ready to use; it grows to the longest row and then stops allocating.
+type normScratch struct {
+	keys      []int
+	z, sorted []float64
+}
+
+// normalize turns row, a query's scores (−Inf where masked), into n's weights in place and
+// reports whether it kept any key. The weights are computed in float64 whatever F is.
+func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
+	t := rowMax(row)
+	if math.IsInf(t, -1) {
 		clear(row)
 		return false
 	}
+	// Room for every key at once, so that a row with more candidates than the last allocates
+	// nothing.
+	s.keys = slices.Grow(s.keys[:0], len(row))
+	s.z = slices.Grow(s.z[:0], len(row))
+	s.sorted = slices.Grow(s.sorted[:0], len(row))
 	switch n.Kind {
-	case Sparsemax:
-		// τ ≥ max − 1, so only the scores above that can be in the support: sort those alone.
-		// Scores are shifted by their maximum first, so that max − 1 is not max when it is large.
-		top := slices.Max(kept)
-		for i := range kept {
-			kept[i] -= top
+	case Sparsemax, Entmax:
+		// z = (α − 1)(s − max s) ≤ 0 (α − 1 = 1 for sparsemax), 0 at the top: scores shifted by
+		// their maximum neither overflow for a large α nor lose the −1 below, and the weights
+		// are the same for scores shifted by a constant. τ ≥ −1 (the top score alone takes
+		// weight 1 at τ = −1), so only the keys with z > −1 can keep weight: the threshold is
+		// found among these few, and every other key gets exactly 0. lo, below t − 1/a by more
+		// than its rounding to F, rules out most keys in F before the exact test.
+		a := 1.0
+		if n.Kind == Entmax {
+			a = n.Alpha - 1
 		}
-		tau := sparsemaxThreshold(candidates(kept, -1))
-		for j, x := range row {
-			row[j] = max(x-top-tau, 0) // −Inf gives 0
+		s.keys = atLeast(row, F(t-(1/a)*(1+1e-6)-math.Abs(t)*1e-6), s.keys)
+		k := len(s.keys)
+		s.z = s.z[:k]
+		c := 0
+		for _, j := range s.keys {
+			z := a * (float64(row[j]) - t)
+			s.keys[c], s.z[c] = j, z
+			if z > -1 {
+				c++
+			}
 		}
-	case Entmax:
-		// z = (α − 1)(s − max s) ≤ 0 with 0 at the top, which neither overflows for a large α
-		// nor loses the −1 below; entmax is the same for scores shifted by a constant.
-		a, top := n.Alpha-1, slices.Max(kept)
-		for i := range kept {
-			kept[i] = a * (kept[i] - top)
-		}
-		// As for sparsemax, τ ≥ −1 (the top score alone takes weight 1 at τ = −1).
-		kept = candidates(kept, -1)
+		s.keys, s.z = s.keys[:c], s.z[:c]
+		s.sorted = append(s.sorted[:0], s.z...)
 		var tau float64
-		if n.Alpha == 1.5 {
-			tau = entmax15Threshold(kept)
-		} else {
-			tau = entmaxBisect(kept, n.Alpha)
+		switch {
+		case n.Kind == Sparsemax:
+			tau = sparsemaxThreshold(s.sorted)
+		case n.Alpha == 1.5:
+			tau = entmax15Threshold(s.sorted)
+		default:
+			tau = entmaxBisect(s.sorted, n.Alpha)
 		}
 		sum := 0.0
-		for j, x := range row {
+		for i, z := range s.z {
 			v := 0.0
-			if d := a*(x-top) - tau; d > 0 {
-				if n.Alpha == 1.5 {
+			if d := z - tau; d > 0 {
+				switch {
+				case n.Kind == Sparsemax:
+					v = d
+				case n.Alpha == 1.5:
 					v = d * d
-				} else {
+				default:
 					v = math.Pow(d, 1/a)
 				}
 			}
-			row[j] = v
+			s.z[i] = v
 			sum += v
 		}
-		for j := range row { // exact for 1.5 up to rounding; bisection's last error
-			row[j] /= sum
+		if n.Kind == Sparsemax {
+			sum = 1 // exact by construction: the threshold makes them sum to 1
 		}
+		scatter(row, s, sum) // for entmax, exact for 1.5 up to rounding; bisection's last error
 	case TopK:
-		top := slices.Max(kept)
-		cut := kthLargest(kept, min(n.K, len(kept)))
-		// Ties at the cut: keep the first keys, so that exactly min(K, kept) are kept.
-		above := 0
+		// The K-th largest score is at least the least of the maxima of K disjoint chunks of
+		// the row (K distinct scores), so the quickselect needs only the scores from there on,
+		// or every kept one when a chunk is all masked.
+		lo := math.Inf(-1)
+		if c := len(row) / n.K; c > 0 {
+			lo = math.Inf(1)
+			for i := range n.K {
+				lo = min(lo, rowMax(row[i*c:(i+1)*c]))
+			}
+		}
+		s.keys = atLeast(row, F(lo), s.keys)
+		kept := s.sorted[:len(s.keys)]
+		m := 0
+		for _, j := range s.keys {
+			x := float64(row[j])
+			s.keys[m], kept[m] = j, x
+			if !math.IsInf(x, -1) {
+				m++
+			}
+		}
+		keys, kept := s.keys[:m], kept[:m]
+		s.sorted = kept
+		k := min(n.K, m)
+		cut := kthLargest(kept, k)
+		// Ties at the cut: keep the first keys, so that exactly k are kept.
+		room := k
 		for _, x := range kept {
 			if x > cut {
-				above++
-			}
-		}
-		room := min(n.K, len(kept)) - above
-		sum := 0.0
-		for j, x := range row {
-			keep := x > cut || (x == cut && room > 0)
-			if x == cut && room > 0 {
 				room--
 			}
-			v := 0.0
-			if keep {
-				v = math.Exp(x - top)
+		}
+		// In the keys' order, which the candidates keep; the others are below the cut.
+		sum, c := 0.0, 0
+		for _, j := range keys {
+			if x := float64(row[j]); x > cut || (x == cut && room > 0) {
+				if x == cut {
+					room--
+				}
+				v := math.Exp(x - t)
+				s.keys[c] = j
+				s.z = append(s.z, v)
+				c++
+				sum += v
 			}
-			row[j] = v
-			sum += v
 		}
-		for j := range row {
-			row[j] /= sum
-		}
+		s.keys = s.keys[:c]
+		scatter(row, s, sum)
 	default:
-		top := slices.Max(kept)
 		sum := 0.0
 		for j, x := range row {
-			row[j] = math.Exp(x - top)
-			sum += row[j]
+			v := math.Exp(float64(x) - t)
+			row[j] = F(v)
+			sum += v
 		}
-		for j := range row {
-			row[j] /= sum
+		for j, x := range row {
+			row[j] = F(float64(x) / sum)
 		}
 	}
 	return true
+}
+
+// atLeast returns the indices of the values of row not below lo, in keys' storage. It has no
+// branch on the values, which random scores would mispredict, and takes four at a time (25%
+// faster than one: the loop's own work is much of the cost).
+func atLeast[F Float](row []F, lo F, keys []int) []int {
+	keys = slices.Grow(keys[:0], len(row))[:len(row)]
+	k, j := 0, 0
+	for ; j+4 <= len(row); j += 4 {
+		r := row[j : j+4 : j+4]
+		keys[k] = j
+		if r[0] >= lo {
+			k++
+		}
+		keys[k] = j + 1
+		if r[1] >= lo {
+			k++
+		}
+		keys[k] = j + 2
+		if r[2] >= lo {
+			k++
+		}
+		keys[k] = j + 3
+		if r[3] >= lo {
+			k++
+		}
+	}
+	for ; j < len(row); j++ {
+		keys[k] = j
+		if row[j] >= lo {
+			k++
+		}
+	}
+	return keys[:k]
+}
+
+// rowMax returns the largest value of row, −Inf when it is empty or all −Inf: kernel.Smax's
+// vector code for float32.
+func rowMax[F Float](row []F) float64 {
+	if r, ok := any(row).([]float32); ok {
+		return float64(kernel.Smax(r))
+	}
+	m := F(math.Inf(-1))
+	for _, x := range row {
+		if x > m {
+			m = x
+		}
+	}
+	return float64(m)
+}
+
+// scatter writes the weights s.z / sum to the keys s.keys of row and 0 to the others.
+func scatter[F Float](row []F, s *normScratch, sum float64) {
+	clear(row)
+	for i, j := range s.keys {
+		row[j] = F(s.z[i] / sum)
+	}
 }
 
 // kthLargest returns the k-th largest value of z (1 ≤ k ≤ len(z)), reordering z: a
@@ -156,20 +254,58 @@ func kthLargest(z []float64, k int) float64 {
 	return z[want]
 }
 
-// candidates keeps, in place, the values of z above lo, the only ones a threshold τ ≥ lo can
-// leave in the support.
-func candidates(z []float64, lo float64) []float64 {
-	c := z[:0]
-	for _, x := range z {
-		if x > lo {
-			c = append(c, x)
+// narrow returns the values of z, shifted to a maximum of 0, that the support of the threshold τ
+// of Σ [z − τ]₊^q = 1 (q = 1/(α − 1) ≥ 1: 1 for sparsemax, 2 for 1.5-entmax) may hold, moved to
+// its front. It takes Newton steps on that sum from τ = −1: the sum is convex and decreasing in τ,
+// so each step stays at or below the root, and the values not above it (less a margin for
+// rounding) cannot be in the support. Sorting or bisection then needs only the few left, where
+// random scores of unit variance leave hundreds above −1 for 1.5-entmax.
+func narrow(z []float64, q float64) []float64 {
+	tau := -1.0
+	for range 8 {
+		var g, dg float64
+		for _, x := range z {
+			if d := x - tau; d > 0 {
+				switch q {
+				case 1:
+					g, dg = g+d, dg+1
+				case 2:
+					g, dg = g+d*d, dg+2*d
+				default:
+					v := math.Pow(d, q)
+					g, dg = g+v, dg+q*v/d
+				}
+			}
+		}
+		if !(g > 1 && dg > 0) {
+			break // at the root, or no value above τ
+		}
+		tau += (g - 1) / dg
+		n := len(z)
+		z = above(z, tau-1e-9)
+		if len(z) == n {
+			break
 		}
 	}
-	return c
+	return z
 }
 
-// sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1, by sorting (z is reordered).
+// above keeps, in place at z's front, the values of z above lo.
+func above(z []float64, lo float64) []float64 {
+	n := 0
+	for _, x := range z {
+		z[n] = x
+		if x > lo {
+			n++
+		}
+	}
+	return z[:n]
+}
+
+// sparsemaxThreshold returns τ such that Σ max(z − τ, 0) = 1 for z shifted to a maximum of 0, by
+// sorting the values narrow leaves (z is reordered).
 func sparsemaxThreshold(z []float64) float64 {
+	z = narrow(z, 1)
 	slices.Sort(z)
 	slices.Reverse(z)
 	sum, tau := 0.0, 0.0
@@ -185,8 +321,10 @@ func sparsemaxThreshold(z []float64) float64 {
 }
 
 // entmax15Threshold returns τ such that Σ [z − τ]₊² = 1 for z already multiplied by α − 1 = ½,
-// exactly by sorting (Peters et al. 2019, Algorithm 2; z is reordered).
+// shifted to a maximum of 0, exactly by sorting the values narrow leaves (Peters et al. 2019,
+// Algorithm 2; z is reordered).
 func entmax15Threshold(z []float64) float64 {
+	z = narrow(z, 2)
 	slices.Sort(z)
 	slices.Reverse(z)
 	// τ_k solves Σ_{j≤k} (z_j − τ)² = 1; the support is the k with τ_k ≤ z_k, and τ that of
@@ -215,12 +353,19 @@ func threshold15(sum, sq float64, k int) float64 {
 }
 
 // entmaxBisect returns τ such that Σ [z − τ]₊^(1/(α−1)) = 1 for z already multiplied by α − 1
-// and shifted to a maximum of 0, by bisection between the bounds that maximum gives.
+// and shifted to a maximum of 0, by bisection between the bounds that maximum gives, on the
+// values narrow leaves when α ≤ 2 (z is reordered), until the bounds are adjacent.
 func entmaxBisect(z []float64, alpha float64) float64 {
 	inv := 1 / (alpha - 1)
+	if inv >= 1 {
+		z = narrow(z, inv)
+	}
 	lo, hi := -1.0, -math.Pow(1/float64(len(z)), alpha-1)
 	for range 100 {
 		mid := (lo + hi) / 2
+		if mid == lo || mid == hi {
+			break // adjacent: more steps would change nothing
+		}
 		sum := 0.0
 		for _, x := range z {
 			if d := x - mid; d > 0 {

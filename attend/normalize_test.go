@@ -10,7 +10,7 @@ import (
 // normalized returns n applied to a copy of z.
 func normalized(n *Normalizer, z []float64) ([]float64, bool) {
 	row := slices.Clone(z)
-	ok := n.normalize(row, make([]float64, len(z)))
+	ok := normalize(n, row, new(normScratch))
 	return row, ok
 }
 

@@ -2,7 +2,6 @@ package attend
 
 import (
 	"math"
-	"slices"
 
 	"github.com/mhalab/mha/internal/kernel"
 )
@@ -18,9 +17,9 @@ const (
 // largest block it has seen and then stops allocating. Give each goroutine its own.
 type Scratch struct {
 	s, o, m, l []float32
-	z, r       []float64 // a row for a Normalizer
-	kt, v      []float32 // the keys [D, n] and values [n, Dv] of a gathered tile
-	spans      []span    // the key ranges of the tile being gathered
+	norm       normScratch // a row's keys for a Normalizer
+	kt, v      []float32   // the keys [D, n] and values [n, Dv] of a gathered tile
+	spans      []span      // the key ranges of the tile being gathered
 	ws         kernel.Workspace
 }
 
@@ -47,17 +46,19 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // scaled, biased scores, which Backward needs to recompute the weights; it is +Inf for a row
 // whose keys are all masked, so that exp(s − lse) is 0 there.
 //
+// With b.Normalizer (other than Softmax) Tiled also treats all keys as one tile, holding the
+// rows' scores in w, or in s when w is nil ((i1−i0)·h.Tk values either way), and lse is NaN.
+//
 // A query whose keys are all masked gets weights 0 and output 0; Tiled returns how many such rows
 // it met. drop may be nil. With b.HasSink the sink's exp(Sink) joins every row's sum l, so the
 // weights of a row sum to less than 1, lse includes it, and a row whose keys are all masked gets
 // lse = Sink. Tiled panics when a view is too short for the sizes in h.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
-	if b.normalized() && w == nil {
-		panic("attend: Tiled with a Normalizer needs the whole rows: give w")
-	}
 	rows, dv := i1-i0, h.Dv
+	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
+	whole := w != nil || b.normalized()
 	keys := BlockK
-	if w != nil {
+	if whole {
 		keys = max(h.Tk, 1)
 	}
 	s.grow(rows, keys, dv)
@@ -112,17 +113,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				c += sp.j1 - sp.j0
 			}
 			if b.normalized() {
-				// The whole row is here (w is given): its weights directly, summing to 1.
-				s.z, s.r = slices.Grow(s.z[:0], nc)[:nc], slices.Grow(s.r[:0], nc)[:nc]
-				for j, x := range row {
-					s.r[j] = float64(x)
-				}
+				// The whole row is here: its weights directly, summing to 1.
 				m[r], l[r] = 0, 0
-				if b.Normalizer.normalize(s.r, s.z) {
+				if normalize(b.Normalizer, row, &s.norm) {
 					l[r] = 1
-				}
-				for j, x := range s.r {
-					row[j] = float32(x)
 				}
 				if drop != nil {
 					dst := pv[r*ld : r*ld+nc]
@@ -169,7 +163,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	// The keys from Stride on are never masked: every row reads them, after the masked ones.
 	from := 0
 	switch {
-	case b.Sparse != nil && w == nil:
+	case b.Sparse != nil && !whole:
 		// Key block by key block, within the span the causal mask and window leave, each
 		// with the rows whose blocks are not empty.
 		lo, hi := 0, b.Stride
@@ -227,7 +221,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		gather()
 		s.spans = spans
 		from = b.Stride
-	case b.ranged() && w == nil:
+	case b.ranged() && !whole:
 		// Under the causal mask or a window, the keys of [0, Stride) that no row of the block
 		// sees are skipped. (Narrower tiles along the mask's edges, running only the rows that
 		// see them, computed fewer masked scores but took longer: BENCHMARKS.md, v7.)
@@ -276,7 +270,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		for c, v := range o[r*dv : (r+1)*dv] {
 			out[c] = v * inv
 		}
-		if w != nil {
+		if w != nil && !b.normalized() {
 			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])
 		}
 	}

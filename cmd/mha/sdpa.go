@@ -57,8 +57,8 @@ kept pairs are then masked by causal, window, padding and masks as usual. Blocks
 
 --normalizer replaces the softmax of each row's kept scores: sparsemax (Martins & Astudillo), entmax15
 or entmax:ALPHA (α-entmax, Peters et al.; 1.5 exact by sorting, other α by bisection) or topk:K (a
-softmax over the K largest). Their weights are exactly 0 on the keys they drop; weights are then
-always written, and lse is NaN.
+softmax over the K largest). Their weights are exactly 0 on the keys they drop (written with
+--need-weights, as softmax's), and lse is NaN.
 
 With --backward the input also holds grad_out [B,Hq,Tq,Dv], the gradient of a loss with respect to
 out, and --out also gets grad.q, grad.k and grad.v (with respect to the q, k and v given, before

@@ -343,8 +343,8 @@ func TestSDPAPattern(t *testing.T) {
 	}
 }
 
-// TestSDPANormalizer checks that mha sdpa --normalizer writes the library's output and weights,
-// with their exact zeros, and NaN as lse.
+// TestSDPANormalizer checks that mha sdpa --normalizer --need-weights writes the library's output
+// and weights, with their exact zeros, and NaN as lse.
 func TestSDPANormalizer(t *testing.T) {
 	rng := tensor.NewRNG(6)
 	x := func(shape ...int) *tensor.Tensor {
@@ -356,7 +356,7 @@ func TestSDPANormalizer(t *testing.T) {
 	input := writeFile(t, map[string]safetensors.Tensor{"q": safetensors.FromFloat32(q), "k": safetensors.FromFloat32(k), "v": safetensors.FromFloat32(v)})
 	for _, name := range []string{"sparsemax", "entmax15", "entmax:1.8", "topk:2"} {
 		out := filepath.Join(t.TempDir(), "o.safetensors")
-		if code, _, stderr := runCLI("sdpa", "--input", input, "--out", out, "--normalizer", name, "--causal", "bottom-right"); code != 0 {
+		if code, _, stderr := runCLI("sdpa", "--input", input, "--out", out, "--normalizer", name, "--causal", "bottom-right", "--need-weights"); code != 0 {
 			t.Fatalf("%s: exit %d, %s", name, code, stderr)
 		}
 		f, err := safetensors.ReadFile(out)
@@ -364,7 +364,7 @@ func TestSDPANormalizer(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, _ := mha.ParseNormalizer(name)
-		want, err := mha.SDPA(q, k, v, &mha.SDPAOptions{Normalizer: n, Causal: mha.CausalBottomRight})
+		want, err := mha.SDPA(q, k, v, &mha.SDPAOptions{Normalizer: n, Causal: mha.CausalBottomRight, NeedWeights: true})
 		if err != nil {
 			t.Fatal(err)
 		}
