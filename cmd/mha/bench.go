@@ -120,7 +120,7 @@ func (c *benchConfig) pass() string {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --model DIR [--steps 32] [--torch] [--json]",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --gqa Hkv|--decode L [--ggml DIR] | bench --model DIR [--steps 32] [--torch] [--json]",
 		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
@@ -155,6 +155,12 @@ in 1.13); "torch-jemalloc" "torch" with libjemalloc preloaded (when Debian's lib
 installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
 directory) on a torch.onnx export of the same module, checked against PyTorch's output before
 it is timed. Each prints the ratio of mha's speed to theirs per T.
+
+--ggml DIR, with --gqa or --decode, adds ggml's FLASH_ATTN_EXT on its CPU backend ("ggml-f16",
+"ggml-f32": the K/V type), timed by ggml's test-backend-ops perf on a --test-file case of the same
+shape; DIR is ggml's build directory or that binary (benchscripts/build_ggml.sh builds it from a
+ggml or llama.cpp source directory). Its time is the mean of the runs it chooses; it has no
+causal flag (its mask is random) and no thread flag (OMP_THREAD_LIMIT caps an OpenMP build).
 
 --model DIR times a whole Hugging Face folder instead (bench_model.go): prefill of each T of
 --seq (default 128,512) into an empty KV cache, and --steps greedy decode steps of one token

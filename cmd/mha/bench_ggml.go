@@ -42,6 +42,7 @@ type ggmlShape struct {
 	Mask                  bool
 }
 
+// String names the shape as the errors about it say it.
 func (s ggmlShape) String() string {
 	mask := "no mask"
 	if s.Mask {
@@ -51,8 +52,9 @@ func (s ggmlShape) String() string {
 }
 
 // ggmlShapeFor is the FLASH_ATTN_EXT of cfg's core at sequence (or cache) length t. Causal
-// attention gets a mask, as in llama.cpp, but test-backend-ops fills it at random (about a tenth
-// of its 128×64 blocks -inf), not causally; full attention gets none.
+// attention and a decode step get a mask, as in llama.cpp, but test-backend-ops fills it at
+// random, not causally (values in [-1, 1] and random 64×128 blocks of -inf, about a tenth of
+// it); full attention gets none.
 func ggmlShapeFor(cfg *benchConfig, t int, kvType string) ggmlShape {
 	s := ggmlShape{D: cfg.headDim(), Hq: cfg.heads, Hkv: cfg.kvHeads, KV: t, NQ: t, B: cfg.batch, KVType: kvType, Mask: cfg.causal}
 	if cfg.decode {
@@ -61,12 +63,18 @@ func ggmlShapeFor(cfg *benchConfig, t int, kvType string) ggmlShape {
 	return s
 }
 
-// testFileLine is s as a line of test-backend-ops's --test-file: the op and the result's type
-// and shape, the op parameters (scale, max_bias, logit_softcap, precision), then each source's
-// type, shape and strides (0: contiguous), then a name ("-": none). Shapes are ggml's, innermost
-// first: q [D, nq, Hq, B], k and v [D, kv, Hkv, B], mask [kv, nq, 1, 1] (shared by the batch),
-// result [D, Hq, nq, B].
-func (s ggmlShape) testFileLine(op, kvType int) string {
+// testFileLine is s as a line of test-backend-ops's --test-file, op being FLASH_ATTN_EXT's
+// number: the op and the result's type and shape, the op parameters (scale, max_bias,
+// logit_softcap, precision), then each source's type, shape and strides (0: contiguous), then a
+// name ("-": none). Shapes are ggml's, innermost first: q [D, nq, Hq, B], k and v
+// [D, kv, Hkv, B], mask [kv, nq, 1, 1] (shared by the batch), result [D, Hq, nq, B].
+func (s ggmlShape) testFileLine(op int) string {
+	var kvType int
+	for _, ty := range ggmlKVTypes {
+		if ty.name == s.KVType {
+			kvType = ty.id
+		}
+	}
 	scale := int32(math.Float32bits(float32(1 / math.Sqrt(float64(s.D)))))
 	srcs := [][5]int{{0, s.D, s.NQ, s.Hq, s.B}, {kvType, s.D, s.KV, s.Hkv, s.B}, {kvType, s.D, s.KV, s.Hkv, s.B}}
 	if s.Mask {
@@ -84,7 +92,6 @@ func (s ggmlShape) testFileLine(op, kvType int) string {
 // ggmlPerf is one perf line of test-backend-ops: the shape it ran, and the mean time of its runs.
 type ggmlPerf struct {
 	shape ggmlShape
-	runs  int
 	us    float64 // per run
 }
 
@@ -132,7 +139,7 @@ func parseGGMLPerf(out string) ([]ggmlPerf, error) {
 		if err != nil {
 			return nil, fmt.Errorf("test-backend-ops printed %q: %v", line, err)
 		}
-		perfs = append(perfs, ggmlPerf{shape: shape, runs: runs, us: us})
+		perfs = append(perfs, ggmlPerf{shape: shape, us: us})
 	}
 	return perfs, sc.Err()
 }
@@ -333,7 +340,7 @@ func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchI
 			command: func(t int) *exec.Cmd {
 				file := filepath.Join(tmp, fmt.Sprintf("flash_attn_ext_%s_%d.txt", ty.name, t))
 				// A file that cannot be written shows as test-backend-ops's failure to read it.
-				_ = os.WriteFile(file, []byte(ggmlShapeFor(cfg, t, ty.name).testFileLine(op, ty.id)), 0o644)
+				_ = os.WriteFile(file, []byte(ggmlShapeFor(cfg, t, ty.name).testFileLine(op)), 0o644)
 				c := exec.Command(bin, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU", "--test-file", file)
 				c.Env = append(os.Environ(), "OMP_THREAD_LIMIT="+strconv.Itoa(cfg.threads))
 				return c

@@ -23,9 +23,9 @@ func TestParseGGMLPerf(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ggmlPerf{
-		{ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 4096, NQ: 1, B: 1, KVType: "f16", Mask: true}, 511, 16802.69},
-		{ggmlShape{D: 128, Hq: 8, Hkv: 2, KV: 2048, NQ: 64, B: 1, KVType: "f16", Mask: true}, 2979, 21028.51},
-		{ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 512, B: 1, KVType: "f32"}, 410, 190652.62},
+		{ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 4096, NQ: 1, B: 1, KVType: "f16", Mask: true}, 16802.69},
+		{ggmlShape{D: 128, Hq: 8, Hkv: 2, KV: 2048, NQ: 64, B: 1, KVType: "f16", Mask: true}, 21028.51},
+		{ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 512, B: 1, KVType: "f32"}, 190652.62},
 	}
 	if len(perfs) != len(want) {
 		t.Fatalf("%d perf lines %+v, want %d", len(perfs), perfs, len(want))
@@ -84,7 +84,7 @@ func TestGGMLShapes(t *testing.T) {
 	}
 	decode := ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 4096, NQ: 1, B: 1, KVType: "f16", Mask: true}
 	const line = "74 0 128 32 1 1 4 1035273459 0 0 10 4 0 128 1 32 1 0 0 0 0 1 128 4096 8 1 0 0 0 0 1 128 4096 8 1 0 0 0 0 1 4096 1 1 1 0 0 0 0 -\n"
-	if got := decode.testFileLine(74, 1); got != line {
+	if got := decode.testFileLine(74); got != line {
 		t.Errorf("test file line\n%q, want\n%q", got, line)
 	}
 	b, err := os.ReadFile(filepath.Join("testdata", "ggml_perf.txt"))
