@@ -52,13 +52,14 @@ func (s ggmlShape) String() string {
 }
 
 // ggmlShapeFor is the FLASH_ATTN_EXT of cfg's core at sequence (or cache) length t. Causal
-// attention and a decode step get a mask, as in llama.cpp, but test-backend-ops fills it at
-// random, not causally (values in [-1, 1] and random 64×128 blocks of -inf, about a tenth of
-// it); full attention gets none.
+// prefill gets a mask, as in llama.cpp, but test-backend-ops fills it at random, not causally
+// (values in [-1, 1] and random 64×128 blocks of -inf, about a tenth of it). Full attention and
+// a decode step get none: ggml then reads every key, as mha does (a random mask would let it
+// skip a tenth of the cache).
 func ggmlShapeFor(cfg *benchConfig, t int, kvType string) ggmlShape {
-	s := ggmlShape{D: cfg.headDim(), Hq: cfg.heads, Hkv: cfg.kvHeads, KV: t, NQ: t, B: cfg.batch, KVType: kvType, Mask: cfg.causal}
+	s := ggmlShape{D: cfg.headDim(), Hq: cfg.heads, Hkv: cfg.kvHeads, KV: t, NQ: t, B: cfg.batch, KVType: kvType, Mask: cfg.causal && !cfg.decode}
 	if cfg.decode {
-		s.NQ, s.Mask = 1, true
+		s.NQ = 1
 	}
 	return s
 }
@@ -294,7 +295,8 @@ func ggmlOpNumber(h io.Reader, name string) (int, error) {
 
 // prepareGGML checks the binary of --ggml, finds FLASH_ATTN_EXT's op number in the sources it
 // was built from, and returns an implementation per K/V type, with the human output's line about
-// ggml. The test files are written into a new temporary directory that cleanup removes.
+// ggml. The test files, one per length and K/V type, are written into a new temporary directory
+// that cleanup removes.
 func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchImpl, info string, cleanup func(), err error) {
 	bin, err := findGGMLBinary(dir)
 	if err != nil {
@@ -307,7 +309,7 @@ func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchI
 		return nil, "", nil, fmt.Errorf("--ggml: cannot run %s: %v", bin, err)
 	}
 	if !strings.Contains(usage.String(), "--test-file") {
-		return nil, "", nil, fmt.Errorf("--ggml: %s has no --test-file option (its usage: %q), want a test-backend-ops of 2026 or later, which times any FLASH_ATTN_EXT shape; %s", bin, lastLine(usage.String()), ggmlBuildHint)
+		return nil, "", nil, fmt.Errorf("--ggml: %s has no --test-file option (its usage: %q), want a newer test-backend-ops (ggml's master has it), which times any FLASH_ATTN_EXT shape; %s", bin, lastLine(usage.String()), ggmlBuildHint)
 	}
 	build, err := readGGMLBuild(bin)
 	if err != nil {
@@ -326,6 +328,18 @@ func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchI
 	if err != nil {
 		return nil, "", nil, err
 	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	file := func(t int, kvType string) string {
+		return filepath.Join(tmp, fmt.Sprintf("flash_attn_ext_%s_%d.txt", kvType, t))
+	}
+	for _, t := range cfg.seqs {
+		for _, ty := range ggmlKVTypes {
+			if err := os.WriteFile(file(t, ty.name), []byte(ggmlShapeFor(cfg, t, ty.name).testFileLine(op)), 0o644); err != nil {
+				cleanup()
+				return nil, "", nil, fmt.Errorf("--ggml: cannot write the test file: %v", err)
+			}
+		}
+	}
 	// test-backend-ops takes no thread count: it asks for std::thread::hardware_concurrency().
 	// With OpenMP, ggml runs on as many as OpenMP gives it, which OMP_THREAD_LIMIT caps.
 	threads, how := cfg.threads, "OMP_THREAD_LIMIT"
@@ -338,10 +352,7 @@ func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchI
 	for _, ty := range ggmlKVTypes {
 		impls = append(impls, benchImpl{name: "ggml-" + ty.name,
 			command: func(t int) *exec.Cmd {
-				file := filepath.Join(tmp, fmt.Sprintf("flash_attn_ext_%s_%d.txt", ty.name, t))
-				// A file that cannot be written shows as test-backend-ops's failure to read it.
-				_ = os.WriteFile(file, []byte(ggmlShapeFor(cfg, t, ty.name).testFileLine(op)), 0o644)
-				c := exec.Command(bin, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU", "--test-file", file)
+				c := exec.Command(bin, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU", "--test-file", file(t, ty.name))
 				c.Env = append(os.Environ(), "OMP_THREAD_LIMIT="+strconv.Itoa(cfg.threads))
 				return c
 			},
@@ -354,7 +365,7 @@ func prepareGGML(dir string, cfg *benchConfig, stderr io.Writer) (impls []benchI
 	if cfg.causal && !cfg.decode {
 		info += "; ggml has no causal flag: its mask is test-backend-ops' random one, not causal, so it computes nearly all T² pairs where mha skips the masked half"
 	}
-	return impls, info, func() { os.RemoveAll(tmp) }, nil
+	return impls, info, cleanup, nil
 }
 
 // ggmlMeasurement reads the one perf line of a test-backend-ops run that was given the case

@@ -75,7 +75,8 @@ func TestGGMLShapes(t *testing.T) {
 	}{
 		{false, false, ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 512, B: 1, KVType: "f32"}},
 		{true, false, ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 512, B: 1, KVType: "f32", Mask: true}},
-		{false, true, ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 1, B: 1, KVType: "f32", Mask: true}},
+		{false, true, ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 1, B: 1, KVType: "f32"}},
+		{true, true, ggmlShape{D: 128, Hq: 32, Hkv: 8, KV: 512, NQ: 1, B: 1, KVType: "f32"}},
 	} {
 		cfg.causal, cfg.decode = tc.causal, tc.decode
 		if got := ggmlShapeFor(cfg, 512, "f32"); got != tc.want {
