@@ -61,6 +61,7 @@ type benchFlags struct {
 	causal, needWeights, backward bool
 	json, torch, ort, worker      bool
 	python                        string
+	ggml                          string // --ggml: ggml's build directory or test-backend-ops
 	gqa, window, decode           int
 	cacheDType                    string // the worker's, with --decode
 	sparse                        sparseFlags
@@ -119,7 +120,7 @@ func (c *benchConfig) pass() string {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --model DIR [--steps 32] [--torch] [--json]",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --gqa Hkv|--decode L [--ggml DIR] | bench --model DIR [--steps 32] [--torch] [--json]",
 		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
@@ -154,6 +155,12 @@ in 1.13); "torch-jemalloc" "torch" with libjemalloc preloaded (when Debian's lib
 installed). --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
 directory) on a torch.onnx export of the same module, checked against PyTorch's output before
 it is timed. Each prints the ratio of mha's speed to theirs per T.
+
+--ggml DIR, with --gqa or --decode, adds ggml's FLASH_ATTN_EXT on its CPU backend ("ggml-f16",
+"ggml-f32": the K/V type), timed by ggml's test-backend-ops perf on a --test-file case of the same
+shape; DIR is ggml's build directory or that binary (benchscripts/build_ggml.sh builds it from a
+ggml or llama.cpp source directory). Its time is the mean of the runs it chooses; it has no
+causal flag (its mask is random) and no thread flag (OMP_THREAD_LIMIT caps an OpenMP build).
 
 --model DIR times a whole Hugging Face folder instead (bench_model.go): prefill of each T of
 --seq (default 128,512) into an empty KV cache, and --steps greedy decode steps of one token
@@ -195,6 +202,7 @@ then prints {"model":…} first and one object per implementation.
 	fl.BoolVar(&f.torch, "torch", false, "also time PyTorch: torch, torch-sdpa, torch-jemalloc")
 	fl.BoolVar(&f.ort, "ort", false, "also time ONNX Runtime (onnxruntime-node, through node and npm)")
 	fl.StringVar(&f.python, "python", defaultPython, "Python with PyTorch, for --torch and --ort")
+	fl.StringVar(&f.ggml, "ggml", "", "with --gqa or --decode, also time ggml's FLASH_ATTN_EXT (CPU) by its test-backend-ops: DIR is ggml's build directory or the binary (benchscripts/build_ggml.sh)")
 	fl.BoolVar(&f.worker, "worker", false, "time mha at the one T of --seq in this process and print the raw result (used by mha bench itself)")
 	fl.IntVar(&f.gqa, "gqa", 0, "time the attention core (mha.SDPA, no projections) with this many K/V heads shared by the --heads query heads")
 	fl.IntVar(&f.window, "window", 0, "time the attention core with a causal sliding window of W keys before each query")
@@ -250,6 +258,9 @@ func (f *benchFlags) config() (*benchConfig, error) {
 		if err := f.sdpaConfig(cfg); err != nil {
 			return nil, err
 		}
+	}
+	if f.ggml != "" && (!cfg.sdpa() || cfg.window > 0 || len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax") {
+		return nil, errors.New("--ggml times ggml's FLASH_ATTN_EXT, dense attention with grouped K/V heads: want it with --gqa Hkv (prefill, causal or not) or --decode L, without --window, --pattern and --normalizer")
 	}
 	if (f.torch || f.ort) && f.python == "" {
 		return nil, fmt.Errorf("--python is empty, want the Python that has PyTorch (such as %s)", defaultPython)
@@ -373,10 +384,12 @@ func procStatusKiB(key string) int64 {
 }
 
 // benchImpl is one implementation under test: a name and the child process that times it at
-// sequence length t.
+// sequence length t, and how to read what the child printed: parse, or where parse is nil a
+// workerResult JSON line.
 type benchImpl struct {
 	name    string
 	command func(t int) *exec.Cmd
+	parse   func(t int, stdout []byte) (*measurement, error)
 }
 
 // benchRow is one measurement, as --json prints it.
@@ -425,7 +438,7 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 		return c
 	}
-	impls := []benchImpl{{"mha", func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+	impls := []benchImpl{{name: "mha", command: func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
 	if cfg.sdpa() {
 		impls = sdpaImpls(cfg, worker)
 	}
@@ -460,6 +473,15 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 			info = append(info, line)
 			impls = append(impls, im)
 		}
+	}
+	if f.ggml != "" {
+		im, line, cleanup, err := prepareGGML(f.ggml, cfg, stderr)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		info = append(info, line)
+		impls = append(impls, im...)
 	}
 
 	if busy, ok := busyCPUs(200 * time.Millisecond); ok && busy >= 0.2 {
@@ -584,6 +606,7 @@ func (c *benchConfig) scriptArgs(t int) []string {
 type measurement struct {
 	ms                []float64
 	peakKiB, extraKiB int64 // -1 if unknown
+	threads           int   // the child's threads where they are not --threads; 0: --threads
 }
 
 // measure runs im's child at sequence length t and collects its result.
@@ -593,6 +616,14 @@ func measure(im benchImpl, t int) (*measurement, error) {
 	c.Stdout, c.Stderr = &stdout, &stderr
 	if err := c.Run(); err != nil {
 		return nil, fmt.Errorf("%s at T=%d failed: %s", im.name, t, childFailure(err, &stderr))
+	}
+	if im.parse != nil {
+		m, err := im.parse(t, stdout.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("%s at T=%d: %v", im.name, t, err)
+		}
+		m.peakKiB = rusageMaxRSSKiB(c.ProcessState)
+		return m, nil
 	}
 	var r workerResult
 	if err := lastJSONLine(stdout.Bytes(), &r); err != nil || len(r.MS) == 0 {
@@ -622,10 +653,13 @@ func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benc
 		NeedWeights: c.needWeights, Threads: c.threads, MS: sig4(med), MSMin: sig4(fastest),
 		GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
 		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB), KVHeads: c.kvHeads, Window: c.window, Decode: c.decode}
+	if m.threads > 0 {
+		r.Threads = m.threads
+	}
 	if c.decode {
-		dtype := mha.CacheFloat32 // torch-eager's cache, and mha-f32's
+		dtype := mha.CacheFloat32 // torch-eager's cache, and mha-f32's and ggml-f32's
 		for _, d := range cacheDTypes {
-			if impl == "mha-"+d.name {
+			if impl == "mha-"+d.name || impl == "ggml-"+d.name {
 				dtype = d.dtype
 			}
 		}

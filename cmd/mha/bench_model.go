@@ -148,7 +148,7 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 		if weights == "f32" {
 			name = "mha-f32"
 		}
-		return benchImpl{name, func(int) *exec.Cmd {
+		return benchImpl{name: name, command: func(int) *exec.Cmd {
 			c := exec.Command(exe, append([]string{"bench", "--worker", "--weights", weights}, modelBenchArgs(f, seqs)...)...)
 			c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 			return c
@@ -170,7 +170,7 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 		}
 		probe.warnSlowBLAS(stderr)
 		torchInfo = fmt.Sprintf("PyTorch %s, BLAS %s (torch.mm 512³ at %.0f GFLOP/s)", probe.Version, probe.blasName(), probe.MMGFLOPS)
-		torch = &benchImpl{"torch-f32", func(int) *exec.Cmd {
+		torch = &benchImpl{name: "torch-f32", command: func(int) *exec.Cmd {
 			c := exec.Command(f.python, append([]string{filepath.Join(dir, "torch_model.py"), "run"}, modelBenchArgs(f, seqs)...)...)
 			c.Env = torchEnv(f.threads)
 			return c

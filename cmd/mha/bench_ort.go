@@ -103,7 +103,7 @@ func prepareORT(python, dir string, cfg *benchConfig, stderr io.Writer) (benchIm
 	}
 	line := fmt.Sprintf("ONNX Runtime: onnxruntime-node %s, CPU, %d intra-op threads; its output matches PyTorch's (relative error %.1e)",
 		version, cfg.threads, res.RelErr)
-	im := benchImpl{"ort", func(t int) *exec.Cmd {
+	im := benchImpl{name: "ort", command: func(t int) *exec.Cmd {
 		c := exec.Command(node, append([]string{filepath.Join(dir, "ort_bench.js"), "run", "--model", model,
 			"--seed", strconv.Itoa(benchInputSeed)}, cfg.scriptArgs(t)...)...)
 		c.Dir = dir

@@ -134,11 +134,11 @@ func (c *benchConfig) sdpaArgs() []string {
 // sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
 func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
 	if !cfg.decode {
-		return []benchImpl{{"mha", func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+		return []benchImpl{{name: "mha", command: func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
 	}
 	var impls []benchImpl
 	for _, d := range cacheDTypes {
-		impls = append(impls, benchImpl{"mha-" + d.name, func(t int) *exec.Cmd {
+		impls = append(impls, benchImpl{name: "mha-" + d.name, command: func(t int) *exec.Cmd {
 			return worker(append(cfg.workerArgs(t), "--decode", strconv.Itoa(t), "--cache-dtype", d.name)...)
 		}})
 	}
@@ -149,7 +149,7 @@ func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchI
 // K and V repeated per query head (repeat_interleave), then softmax(q·kᵀ/√D + mask)·v in float32,
 // with the window as an explicit mask and a decode step as one query against the whole cache.
 func torchSDPAImpl(python, dir string, cfg *benchConfig) benchImpl {
-	return benchImpl{"torch-eager", func(t int) *exec.Cmd {
+	return benchImpl{name: "torch-eager", command: func(t int) *exec.Cmd {
 		args := append([]string{filepath.Join(dir, "torch_sdpa.py"), "--H", strconv.Itoa(cfg.heads),
 			"--Hkv", strconv.Itoa(cfg.kvHeads), "--window", strconv.Itoa(cfg.window)}, cfg.scriptArgs(t)...)
 		if cfg.causal {

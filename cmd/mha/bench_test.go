@@ -189,7 +189,7 @@ func TestBenchChildFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := benchImpl{"broken", func(int) *exec.Cmd {
+	im := benchImpl{name: "broken", command: func(int) *exec.Cmd {
 		c := exec.Command(exe, "bench", "--worker", "--seq", "8,16")
 		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 		return c

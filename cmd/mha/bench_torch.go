@@ -101,7 +101,7 @@ func torchEnv(threads int) []string {
 // torch-jemalloc.
 func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchImpl {
 	variant := func(name, v, preload string) benchImpl {
-		return benchImpl{name, func(t int) *exec.Cmd {
+		return benchImpl{name: name, command: func(t int) *exec.Cmd {
 			args := append([]string{filepath.Join(dir, "torch_mha.py"), "run", "--variant", v,
 				"--H", strconv.Itoa(cfg.heads), "--seed", strconv.Itoa(benchLayerSeed)}, cfg.scriptArgs(t)...)
 			c := exec.Command(python, append(args, cfg.modeArgs()...)...)
