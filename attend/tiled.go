@@ -18,7 +18,6 @@ const (
 type Scratch struct {
 	s, o, m, l []float32
 	norm       normScratch // a row's keys for a Normalizer
-	kt, v      []float32   // the keys [D, n] and values [n, Dv] of a gathered tile
 	spans      []span      // the key ranges of the tile being gathered
 	ws         kernel.Workspace
 }
@@ -72,28 +71,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 
 	q := h.Q[i0*h.LdQ:]
-	// tile runs rows [r0, r1) against the keys of spans, one range of keys read in place or
-	// several gathered into s.kt and s.v.
+	// tile runs rows [r0, r1) against the keys of spans, read in place: one product per span
+	// into its columns of the tile's scores, one softmax step over them all, and one product per
+	// span adding its weights times its values.
 	tile := func(spans []span, r0, r1 int) {
 		j0, nc := spans[0].j0, 0
 		for _, sp := range spans {
 			nc += sp.j1 - sp.j0
-		}
-		kt, ldkt, v, ldv := h.Kt[j0:], h.LdKt, h.V[j0*h.LdV:], h.LdV
-		if len(spans) > 1 {
-			s.kt, s.v = kernel.Grow(s.kt, h.D*nc), kernel.Grow(s.v, nc*dv)
-			c := 0
-			for _, sp := range spans {
-				n := sp.j1 - sp.j0
-				for d := range h.D {
-					copy(s.kt[d*nc+c:d*nc+c+n], h.Kt[d*h.LdKt+sp.j0:])
-				}
-				for j := range n {
-					copy(s.v[(c+j)*dv:(c+j+1)*dv], h.V[(sp.j0+j)*h.LdV:])
-				}
-				c += n
-			}
-			kt, ldkt, v, ldv = s.kt, nc, s.v, dv
 		}
 		ld := nc
 		sc, pv := s.s, s.s // the scores, then the weights the PV product reads
@@ -104,7 +88,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				pv = s.s // w keeps the weights before dropout
 			}
 		}
-		s.ws.Sgemm(false, false, r1-r0, nc, h.D, scale, q[r0*h.LdQ:], h.LdQ, kt, ldkt, 0, sc[r0*ld:], ld, nil)
+		c := 0
+		for _, sp := range spans {
+			s.ws.Sgemm(false, false, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[sp.j0:], h.LdKt, 0, sc[r0*ld+c:], ld, nil)
+			c += sp.j1 - sp.j0
+		}
 		for r := r0; r < r1; r++ {
 			row := sc[r*ld : r*ld+nc]
 			c := 0
@@ -152,7 +140,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				}
 			}
 		}
-		s.ws.Sgemm(false, false, r1-r0, dv, nc, 1, pv[r0*ld:], ld, v, ldv, 1, o[r0*dv:], dv, nil)
+		c = 0
+		for _, sp := range spans {
+			s.ws.Sgemm(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.V[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+			c += sp.j1 - sp.j0
+		}
 	}
 	var one [1]span
 	contiguous := func(j0, j1, r0, r1 int) {
@@ -173,7 +165,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			hi = max(min(hi, b.Stride), lo)
 		}
 		// Neighbouring key blocks that the same rows need join one run. A long run is cut into
-		// tiles as tileWidth says; short runs of the same rows are gathered into one tile of up
+		// tiles of BlockK keys; short runs of the same rows are gathered into one tile of up
 		// to BlockK keys, so that scattered blocks cost what as many keys in a row cost.
 		sp := b.Sparse
 		var pj0, pj1, pr0, pr1 int // the run being joined
@@ -187,8 +179,8 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		flush := func() {
 			switch n := pj1 - pj0; {
 			case n >= keys/2:
-				for j, width := pj0, tileWidth(n, keys); j < pj1; j += width {
-					contiguous(j, min(j+width, pj1), pr0, pr1)
+				for j := pj0; j < pj1; j += keys {
+					contiguous(j, min(j+keys, pj1), pr0, pr1)
 				}
 			case n > 0:
 				if len(spans) > 0 && (pr0 != gr0 || pr1 != gr1 || gn+n > keys) {
@@ -228,13 +220,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		lo, _ := b.Span(i0)
 		_, hi := b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
-		for j0, width := lo, tileWidth(hi-lo, keys); j0 < hi; j0 += width {
-			contiguous(j0, min(j0+width, hi), 0, rows)
+		for j0 := lo; j0 < hi; j0 += keys {
+			contiguous(j0, min(j0+keys, hi), 0, rows)
 		}
 		from = b.Stride
 	}
-	for j0, width := from, tileWidth(h.Tk-from, keys); j0 < h.Tk; j0 += width {
-		contiguous(j0, min(j0+width, h.Tk), 0, rows)
+	for j0 := from; j0 < h.Tk; j0 += keys {
+		contiguous(j0, min(j0+keys, h.Tk), 0, rows)
 	}
 
 	for r := range rows {
@@ -275,15 +267,4 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 	}
 	return fullyMasked
-}
-
-// tileWidth returns the width of the tiles that cut n keys into as few tiles of at most keys as
-// possible, of even widths rounded up to a multiple of 16: a window's 320 keys run as 2 × 160,
-// not as 256 and a short, poorly amortised 64.
-func tileWidth(n, keys int) int {
-	if n <= keys {
-		return keys
-	}
-	tiles := (n + keys - 1) / keys
-	return min(keys, ((n+tiles-1)/tiles+15)/16*16)
 }
