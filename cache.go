@@ -149,18 +149,11 @@ func (c *KVCache) appendKV(k, v []float32, tn int) {
 	c.n += tn
 }
 
-// keys returns keys j0 … j0+n−1 of (batch·K/V head) bh, within one block of cacheTile (j0 mod
-// cacheTile + n ≤ cacheTile), as float32 [D, n] with leading dimension ld: a view of the
-// storage (ld = cacheTile) for CacheFloat32, else converted into buf (ld = n).
-func (c *KVCache) keys(bh, j0, n int, buf []float32) (kt []float32, ld int) {
-	off := (bh*c.rows+j0/cacheTile*cacheTile)*c.d + j0%cacheTile
-	if c.dtype == CacheFloat32 {
-		return c.k32[off:], cacheTile
-	}
-	for i := range c.d {
-		c.load(nil, c.k16, off+i*cacheTile, n, buf[i*n:])
-	}
-	return buf[:c.d*n], n
+// keys returns the block of keys from position j0 (a multiple of cacheTile) of (batch·K/V head)
+// bh as float32, [D, cacheTile] row-major: a view of the storage for CacheFloat32, else
+// converted into buf.
+func (c *KVCache) keys(bh, j0 int, buf []float32) []float32 {
+	return c.load(c.k32, c.k16, (bh*c.rows+j0)*c.d, c.d*cacheTile, buf)
 }
 
 // values returns n values from position j0 of (batch·K/V head) bh as float32, [n, Dv]
@@ -185,11 +178,9 @@ func (c *KVCache) load(d32 []float32, d16 []uint16, off, n int, buf []float32) [
 
 // Work sizes of AttendCache, fixed so that results do not depend on the worker count.
 const (
-	// cacheTile is the keys scored at once, and the block of keys stored transposed.
+	// cacheTile is the keys converted and scored at once, and the block of keys stored
+	// transposed: with D = Dv = 128 its float32 keys and values take 128 KiB, which stays in L2.
 	cacheTile = 128
-	// cacheHalfKeys is the keys of a float16 or bfloat16 cache converted at once: 32 KiB of
-	// float32 with D = 128, which stays in L1 between the conversion and the product.
-	cacheHalfKeys = 64
 	// cacheChunk is the keys of one flash-decoding task (a multiple of cacheTile).
 	cacheChunk = 4 * cacheTile
 	// cacheVRows is the values converted and multiplied at once: 16 KiB in float32 with Dv =
@@ -318,7 +309,7 @@ type cacheWork struct {
 // cacheScratch is one worker's memory.
 type cacheScratch struct {
 	ws     kernel.Workspace
-	kt, vt []float32 // keys [D, cacheHalfKeys] and values [cacheVRows, Dv] converted to float32
+	kt, vt []float32 // a tile of keys [cacheTile, D] and values [cacheTile, Dv] in float32
 	s      []float32 // scores [cacheRows, cacheTile]
 	m, l   []float32 // running maximum and sum per row [cacheRows]
 	acc    []float32 // unnormalised output [cacheRows, Dv]
@@ -496,15 +487,11 @@ func (w *cacheWork) partial(worker, task int) {
 	clear(acc)
 	q := w.q[row0*w.d : (row0+nr)*w.d]
 	kv := w.kv
-	step := cacheTile
-	if kv.dtype != CacheFloat32 {
-		step = cacheHalfKeys
-	}
-	for t0 := lo / step * step; t0 < hi; t0 += step {
-		nt := min(step, hi-t0)
-		kt, ld := kv.keys(bkv, t0, nt, sc.kt)
+	for t0 := lo / cacheTile * cacheTile; t0 < hi; t0 += cacheTile {
+		nt := min(cacheTile, hi-t0)
+		kt := kv.keys(bkv, t0, sc.kt)
 		s := sc.s[:nr*nt]
-		sc.ws.Sgemm(false, false, nr, nt, w.d, w.scale, q, w.d, kt, ld, 0, s, nt, nil)
+		sc.ws.Sgemm(false, false, nr, nt, w.d, w.scale, q, w.d, kt, cacheTile, 0, s, nt, nil)
 		for r := range nr {
 			h := kvh*w.g + (r0+r)/w.tq
 			bias := w.bias(h)
@@ -606,7 +593,7 @@ func (w *cacheWork) finish(worker, row, h int, m, l float32, acc []float32) {
 
 // grow sizes a worker's scratch for head sizes d and dv.
 func (sc *cacheScratch) grow(d, dv int) {
-	sc.kt = kernel.Grow(sc.kt, cacheHalfKeys*d)
+	sc.kt = kernel.Grow(sc.kt, cacheTile*d)
 	sc.vt = kernel.Grow(sc.vt, cacheVRows*dv)
 	sc.s = kernel.Grow(sc.s, cacheRows*cacheTile)
 	sc.m = kernel.Grow(sc.m, cacheRows)
