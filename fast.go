@@ -2,6 +2,7 @@ package mha
 
 import (
 	"runtime"
+	"slices"
 
 	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/internal/kernel"
@@ -173,8 +174,10 @@ type work struct {
 	rope    ropeTable   // with Config.Rotary: the call's sines and cosines
 	ropeK0  int         // the rows of rope that key 0 and query 0 sit at
 	ropeQ0  int
-	masked  []int     // fully masked rows, per worker
-	lse     []float32 // where the row log-sum-exps go: Saved.lse or nil
+	masked  []int // fully masked rows, per worker
+	// With a normalizer, the visible pairs and the zero weights of each attention task.
+	visible, zero []int
+	lse           []float32 // where the row log-sum-exps go: Saved.lse or nil
 
 	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
@@ -390,7 +393,11 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		}
 	}
 	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
-	w.run(phaseAttend, p.b*heads*w.qBlocks)
+	nt := p.b * heads * w.qBlocks
+	if p.normalized() {
+		w.visible, w.zero = slices.Grow(w.visible[:0], nt)[:nt], slices.Grow(w.zero[:0], nt)[:nt]
+	}
+	w.run(phaseAttend, nt)
 	if p.opt.NeedWeights {
 		if p.opt.PerHeadWeights {
 			r.Weights = reuse(r.Weights, p.b*heads*p.tq*tkx, p.b, heads, p.tq, tkx)
@@ -431,6 +438,11 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	r.FullyMasked = 0
 	for _, m := range w.masked {
 		r.FullyMasked += m
+	}
+	if p.normalized() {
+		r.ZeroFraction = zeroFractions(r.ZeroFraction, w.visible, w.zero, p.b, heads)
+	} else {
+		r.ZeroFraction = nil
 	}
 }
 
@@ -519,7 +531,11 @@ func (w *work) attend(worker, task int) {
 	if w.lse != nil {
 		lse = w.lse[bh*p.tq+i0 : bh*p.tq+i1]
 	}
-	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, &w.scratch[worker])
+	sc := &w.scratch[worker]
+	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, sc)
+	if p.normalized() {
+		w.visible[task], w.zero[task], sc.Visible, sc.Zero = sc.Visible, sc.Zero, 0, 0
+	}
 }
 
 // finishWeights writes one (batch, query) row of the returned weights from the per-head

@@ -99,6 +99,10 @@ type Result struct {
 	// out_proj.bias when every head masks it; PyTorch returns NaN for masked rows (and
 	// out_proj.bias, like mha, when there is no key).
 	FullyMasked int
+	// ZeroFraction is nil unless Options.Normalizer is other than softmax: per head [H], over the
+	// batch and the queries, the fraction of the pairs that the masks, window and patterns leave
+	// visible whose weight the normalizer set to exactly 0 (0 for a head with no visible pair).
+	ZeroFraction []float64
 }
 
 // Trace is every intermediate of one float64 Reference computation, laid out as in the
@@ -312,6 +316,11 @@ func (p *plan) checkBiases(heads int) error {
 		}
 	}
 	return nil
+}
+
+// normalized reports whether the call replaces the softmax.
+func (p *plan) normalized() bool {
+	return p.opt.Normalizer != nil && p.opt.Normalizer.Kind != Softmax
 }
 
 // checkSparsity checks Options.Patterns, Block and Normalizer, and compiles the patterns into

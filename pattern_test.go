@@ -412,6 +412,37 @@ func TestSDPANormalizers(t *testing.T) {
 			if norm.Kind != Softmax && zeros == 0 {
 				t.Errorf("%s left no weight exactly 0", norm)
 			}
+			// The fraction of zeros per head, among the pairs the softmax weights (all the
+			// visible ones: these scores are far from exp's underflow).
+			soft := opt
+			soft.Normalizer = nil
+			visible, err := SDPAReference(q, k, v, &soft)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if norm.Kind == Softmax {
+				if r.ZeroFraction != nil {
+					t.Errorf("softmax gave ZeroFraction %v, want nil", r.ZeroFraction)
+				}
+			} else {
+				for h := range 4 {
+					seen, zero := 0, 0
+					for b := range 2 {
+						for i := range 7 * 9 {
+							x := ((b*4+h)*7*9 + i)
+							if visible.Weights[x] > 0 {
+								seen++
+								if r.Weights.Data[x] == 0 {
+									zero++
+								}
+							}
+						}
+					}
+					if want := float64(zero) / float64(seen); r.ZeroFraction[h] != want {
+						t.Errorf("head %d: ZeroFraction %v, want %d of %d visible = %v", h, r.ZeroFraction[h], zero, seen, want)
+					}
+				}
+			}
 			g, err := SDPABackward(q, k, v, r, dOut, &opt)
 			if err != nil {
 				t.Fatal(err)
@@ -497,6 +528,35 @@ func TestLayerSparse(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkRel(t, fmt.Sprintf("%v reference", norm), a.Output.Data, tr.Output, 1e-5)
+				// The fraction of exact zeros per head, against the weights counted over the
+				// pairs the patterns and the causal mask leave visible.
+				withWeights := *sparse
+				withWeights.NeedWeights, withWeights.PerHeadWeights = true, true
+				c := forward(t, l, x, nil, nil, &withWeights)
+				switch {
+				case norm == nil && c.ZeroFraction != nil:
+					t.Errorf("softmax: ZeroFraction %v, want nil", c.ZeroFraction)
+				case norm != nil && len(c.ZeroFraction) != 4:
+					t.Errorf("%v: ZeroFraction %v, want one per head", norm, c.ZeroFraction)
+				}
+				for h := range len(c.ZeroFraction) {
+					seen, zero := 0, 0
+					for b := range 2 {
+						for i := range 40 {
+							for j := range i + 1 {
+								if !mask.Data[i*40+j] {
+									seen++
+									if c.Weights.Data[((b*4+h)*40+i)*40+j] == 0 {
+										zero++
+									}
+								}
+							}
+						}
+					}
+					if want := float64(zero) / float64(seen); c.ZeroFraction[h] != want || zero == 0 {
+						t.Errorf("%v head %d: ZeroFraction %v, want %d of %d visible = %v", norm, h, c.ZeroFraction[h], zero, seen, want)
+					}
+				}
 			}
 			ga, gb := backward(t, l, x, nil, nil, sparse, dy), backward(t, l, x, nil, nil, masked, dy)
 			for name, g := range ga {

@@ -122,6 +122,11 @@ type SDPAResult struct {
 	Weights *tensor.Tensor
 	// FullyMasked counts the (batch, head, query) rows whose keys were all masked (or Tk = 0).
 	FullyMasked int
+	// ZeroFraction is nil unless SDPAOptions.Normalizer is other than softmax: per query head
+	// [Hq], over the batch and the queries, the fraction of the pairs that the masks, window and
+	// patterns leave visible whose weight the normalizer set to exactly 0 (0 for a head with no
+	// visible pair).
+	ZeroFraction []float64
 }
 
 // SDPATrace is what SDPAReference returns, in float64: Out [B, Hq, Tq, Dv], LSE [B, Hq, Tq] and
@@ -232,12 +237,42 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, query block).
 	w.prepare(pool, n, false)
 	w.phase = 1
-	pool.Run(&w.loop, n, p.b*p.hq*w.qBlocks, w)
+	tasks := p.b * p.hq * w.qBlocks
+	if p.normalized() {
+		w.visible, w.zero = slices.Grow(w.visible[:0], tasks)[:tasks], slices.Grow(w.zero[:0], tasks)[:tasks]
+	}
+	pool.Run(&w.loop, n, tasks, w)
 	r.FullyMasked = 0
 	for _, m := range w.masked[:n] {
 		r.FullyMasked += m
 	}
+	if p.normalized() {
+		r.ZeroFraction = zeroFractions(r.ZeroFraction, w.visible, w.zero, p.b, p.hq)
+	} else {
+		r.ZeroFraction = nil
+	}
 	return nil
+}
+
+// zeroFractions returns, in dst's storage, the fraction of zeros per head [hq] from the visible
+// and zero pairs counted per task, [b, hq, tasks per head].
+func zeroFractions(dst []float64, visible, zero []int, b, hq int) []float64 {
+	dst = slices.Grow(dst[:0], hq)[:hq]
+	per := len(visible) / (b * hq)
+	for h := range hq {
+		var v, z int
+		for bb := range b {
+			i := (bb*hq + h) * per
+			for t := i; t < i+per; t++ {
+				v, z = v+visible[t], z+zero[t]
+			}
+		}
+		dst[h] = 0
+		if v > 0 {
+			dst[h] = float64(z) / float64(v)
+		}
+	}
+	return dst
 }
 
 func (c *SDPAContext) get() (*sdpaWork, *parallel.Pool) {
@@ -532,6 +567,8 @@ type sdpaWork struct {
 	qBlocks int
 	scratch []attend.Scratch
 	masked  []int
+	// With a normalizer, the visible pairs and the zero weights of each task.
+	visible, zero []int
 
 	// With rotary: the table, the rotated Q [B, Hq, Tq, D], each worker's block of rotated keys,
 	// and in the backward the rotated K [B, Hkv, Tk, D] (krot, in kbuf's storage).
@@ -625,7 +662,11 @@ func (w *sdpaWork) attend(worker, task int) {
 	}
 	var d attend.Dropout
 	drop := p.dropout(&d, b, h)
-	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), drop, i0, i1, wts, lse, &w.scratch[worker])
+	sc := &w.scratch[worker]
+	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), drop, i0, i1, wts, lse, sc)
+	if p.normalized() {
+		w.visible[task], w.zero[task], sc.Visible, sc.Zero = sc.Visible, sc.Zero, 0, 0
+	}
 	if wts != nil && drop != nil { // Tiled leaves the weights before dropout
 		for r := range i1 - i0 {
 			drop.Apply(i0+r, 0, wts[r*p.tk:(r+1)*p.tk])

@@ -237,7 +237,7 @@ func dense[F Float](h *Head[F], b *Bias, scale F, drop *Dropout, w []F, steps *S
 	if b.normalized() {
 		var s normScratch
 		for i := range h.Tq {
-			if !normalize(b.Normalizer, w[i*tk:(i+1)*tk], &s) {
+			if visible, _ := normalize(b.Normalizer, w[i*tk:(i+1)*tk], &s); visible == 0 {
 				fullyMasked++
 			}
 			if lse != nil {

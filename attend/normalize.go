@@ -37,12 +37,13 @@ type normScratch struct {
 }
 
 // normalize turns row, a query's scores (−Inf where masked), into n's weights in place and
-// reports whether it kept any key. The weights are computed in float64 whatever F is.
-func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
+// returns how many keys were visible (not −Inf) and how many of them kept a weight that is not
+// exactly 0 (none when no key was visible). The weights are computed in float64 whatever F is.
+func normalize[F Float](n *Normalizer, row []F, s *normScratch) (visible, kept int) {
 	t := rowMax(row)
 	if math.IsInf(t, -1) {
 		clear(row)
-		return false
+		return 0, 0
 	}
 	// Room for every key at once, so that a row with more candidates than the last allocates
 	// nothing.
@@ -61,7 +62,7 @@ func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
 		if n.Kind == Entmax {
 			a = n.Alpha - 1
 		}
-		s.keys = atLeast(row, F(t-(1/a)*(1+1e-6)-math.Abs(t)*1e-6), s.keys)
+		s.keys, visible = atLeast(row, F(t-(1/a)*(1+1e-6)-math.Abs(t)*1e-6), s.keys)
 		k := len(s.keys)
 		s.z = s.z[:k]
 		c := 0
@@ -102,7 +103,7 @@ func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
 		if n.Kind == Sparsemax {
 			sum = 1 // exact by construction: the threshold makes them sum to 1
 		}
-		scatter(row, s, sum) // for entmax, exact for 1.5 up to rounding; bisection's last error
+		kept = scatter(row, s, sum) // for entmax, exact for 1.5 up to rounding; bisection's last error
 	case TopK:
 		// The K-th largest score is at least the least of the maxima of K disjoint chunks of
 		// the row (K distinct scores), so the quickselect needs only the scores from there on,
@@ -114,23 +115,23 @@ func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
 				lo = min(lo, rowMax(row[i*c:(i+1)*c]))
 			}
 		}
-		s.keys = atLeast(row, F(lo), s.keys)
-		kept := s.sorted[:len(s.keys)]
+		s.keys, visible = atLeast(row, F(lo), s.keys)
+		scores := s.sorted[:len(s.keys)]
 		m := 0
 		for _, j := range s.keys {
 			x := float64(row[j])
-			s.keys[m], kept[m] = j, x
+			s.keys[m], scores[m] = j, x
 			if !math.IsInf(x, -1) {
 				m++
 			}
 		}
-		keys, kept := s.keys[:m], kept[:m]
-		s.sorted = kept
+		keys, scores := s.keys[:m], scores[:m]
+		s.sorted = scores
 		k := min(n.K, m)
-		cut := kthLargest(kept, k)
+		cut := kthLargest(scores, k)
 		// Ties at the cut: keep the first keys, so that exactly k are kept.
 		room := k
-		for _, x := range kept {
+		for _, x := range scores {
 			if x > cut {
 				room--
 			}
@@ -150,27 +151,34 @@ func normalize[F Float](n *Normalizer, row []F, s *normScratch) bool {
 			}
 		}
 		s.keys = s.keys[:c]
-		scatter(row, s, sum)
+		kept = scatter(row, s, sum)
 	default:
 		sum := 0.0
 		for j, x := range row {
+			if !math.IsInf(float64(x), -1) {
+				visible++
+			}
 			v := math.Exp(float64(x) - t)
 			row[j] = F(v)
 			sum += v
 		}
 		for j, x := range row {
 			row[j] = F(float64(x) / sum)
+			if row[j] != 0 {
+				kept++
+			}
 		}
 	}
-	return true
+	return visible, kept
 }
 
-// atLeast returns the indices of the values of row not below lo, in keys' storage. It has no
-// branch on the values, which random scores would mispredict, and takes four at a time (25%
-// faster than one: the loop's own work is much of the cost).
-func atLeast[F Float](row []F, lo F, keys []int) []int {
+// atLeast returns the indices of the values of row not below lo, in keys' storage, and how many
+// values are not −Inf. It has no branch on the values, which random scores would mispredict,
+// and takes four at a time (25% faster than one: the loop's own work is much of the cost).
+func atLeast[F Float](row []F, lo F, keys []int) ([]int, int) {
 	keys = slices.Grow(keys[:0], len(row))[:len(row)]
-	k, j := 0, 0
+	negInf := F(math.Inf(-1))
+	k, j, masked := 0, 0, 0
 	for ; j+4 <= len(row); j += 4 {
 		r := row[j : j+4 : j+4]
 		keys[k] = j
@@ -189,14 +197,26 @@ func atLeast[F Float](row []F, lo F, keys []int) []int {
 		if r[3] >= lo {
 			k++
 		}
+		if r[0] == negInf || r[1] == negInf || r[2] == negInf || r[3] == negInf {
+			masked += b2i(r[0] == negInf) + b2i(r[1] == negInf) + b2i(r[2] == negInf) + b2i(r[3] == negInf)
+		}
 	}
 	for ; j < len(row); j++ {
 		keys[k] = j
 		if row[j] >= lo {
 			k++
 		}
+		masked += b2i(row[j] == negInf)
 	}
-	return keys[:k]
+	return keys[:k], len(row) - masked
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // rowMax returns the largest value of row, −Inf when it is empty or all −Inf: kernel.Smax's
@@ -214,12 +234,15 @@ func rowMax[F Float](row []F) float64 {
 	return float64(m)
 }
 
-// scatter writes the weights s.z / sum to the keys s.keys of row and 0 to the others.
-func scatter[F Float](row []F, s *normScratch, sum float64) {
+// scatter writes the weights s.z / sum to the keys s.keys of row and 0 to the others, and
+// returns how many of the weights written are not exactly 0.
+func scatter[F Float](row []F, s *normScratch, sum float64) (kept int) {
 	clear(row)
 	for i, j := range s.keys {
 		row[j] = F(s.z[i] / sum)
+		kept += b2i(row[j] != 0)
 	}
+	return kept
 }
 
 // kthLargest returns the k-th largest value of z (1 ≤ k ≤ len(z)), reordering z: a

@@ -10,7 +10,8 @@ import (
 // normalized returns n applied to a copy of z.
 func normalized(n *Normalizer, z []float64) ([]float64, bool) {
 	row := slices.Clone(z)
-	ok := normalize(n, row, new(normScratch))
+	visible, _ := normalize(n, row, new(normScratch))
+	ok := visible > 0
 	return row, ok
 }
 
@@ -105,6 +106,37 @@ func TestNormalizers(t *testing.T) {
 }
 
 // TestNormalizerBackward checks each normalizer's backward against central differences of its
+// TestNormalizeCounts checks the counts normalize returns: the keys that are not −Inf, and the
+// weights that are not exactly 0.
+func TestNormalizeCounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		z := make([]float32, 1+rng.IntN(40))
+		for i := range z {
+			z[i] = float32(rng.NormFloat64() * 3)
+			if rng.IntN(4) == 0 {
+				z[i] = float32(math.Inf(-1))
+			}
+		}
+		for _, n := range []*Normalizer{{Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: Entmax, Alpha: 1.3}, {Kind: TopK, K: 3}, {Kind: Softmax}} {
+			row := slices.Clone(z)
+			visible, kept := normalize(n, row, new(normScratch))
+			wantVisible, wantKept := 0, 0
+			for i, x := range z {
+				if !math.IsInf(float64(x), -1) {
+					wantVisible++
+				}
+				if row[i] != 0 {
+					wantKept++
+				}
+			}
+			if visible != wantVisible || kept != wantKept {
+				t.Fatalf("trial %d, %s on %v: visible %d, kept %d; want %d, %d (weights %v)", trial, n, z, visible, kept, wantVisible, wantKept, row)
+			}
+		}
+	}
+}
+
 // TestNormalizersExtreme feeds scores far from 0 or far apart, and α far from 1.5: weights
 // stay on the simplex, the top score keeps the most weight, and the result does not depend on
 // a shift of every score.

@@ -20,6 +20,11 @@ type Scratch struct {
 	norm       normScratch // a row's keys for a Normalizer
 	spans      []span      // the key ranges of the tile being gathered
 	ws         kernel.Workspace
+
+	// Visible and Zero count, over the rows Tiled has normalised with a Normalizer other than
+	// Softmax, the pairs that their masks, window and layout leave visible and those of them
+	// whose weight came out exactly 0. Tiled adds to them; the caller resets them.
+	Visible, Zero int
 }
 
 // span is the keys [j0, j1).
@@ -103,9 +108,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			if b.normalized() {
 				// The whole row is here: its weights directly, summing to 1.
 				m[r], l[r] = 0, 0
-				if normalize(b.Normalizer, row, &s.norm) {
+				visible, kept := normalize(b.Normalizer, row, &s.norm)
+				if visible > 0 {
 					l[r] = 1
 				}
+				s.Visible += visible
+				s.Zero += visible - kept
 				if drop != nil {
 					dst := pv[r*ld : r*ld+nc]
 					copy(dst, row)

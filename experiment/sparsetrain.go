@@ -110,13 +110,24 @@ func sparseTraining(ctx context.Context, cfg Config, data *SparseData, res *Resu
 
 // attentionZeros runs m on tokens [b, t] and returns, layer by layer and head by head, the
 // fraction of the visible pairs — those m's causal mask, window and patterns keep — whose weight
-// is exactly 0, and the density of the visible pairs: their number over the number that m's
-// config without patterns sees. It finds them with maskModel.
+// is exactly 0 (the layers' Result.ZeroFraction, 0 under the softmax), and the density of the
+// visible pairs: their number over the number that m's config without patterns sees, which
+// maskModel finds.
 func attentionZeros(m *nn.Model, tokens []int, b, t, workers int) (zeros []float64, density float64, err error) {
-	if _, err := m.Forward(tokens, b, t, &nn.RunOptions{KeepWeights: true, Workers: workers}); err != nil {
+	if _, err := m.Forward(tokens, b, t, &nn.RunOptions{Workers: workers}); err != nil {
 		return nil, 0, err
 	}
 	c := m.Config()
+	for l := range c.Layers {
+		zf := m.ZeroFraction(l)
+		for h := range c.Heads {
+			z := 0.0
+			if zf != nil {
+				z = zf[h]
+			}
+			zeros = append(zeros, z)
+		}
+	}
 	visible, err := maskModel(c, tokens, b, t, workers)
 	if err != nil {
 		return nil, 0, err
@@ -128,25 +139,14 @@ func attentionZeros(m *nn.Model, tokens []int, b, t, workers int) (zeros []float
 	}
 	kept, all := 0, 0
 	for l := range c.Layers {
-		w, vis, den := m.Weights(l).Data, visible.Weights(l).Data, dense.Weights(l).Data
-		for h := range c.Heads {
-			seen, zero := 0, 0
-			for s := range b {
-				off := (s*c.Heads + h) * t * t
-				for x := off; x < off+t*t; x++ {
-					if den[x] > 0 {
-						all++
-					}
-					if vis[x] > 0 {
-						seen++
-						if w[x] == 0 {
-							zero++
-						}
-					}
-				}
+		den := dense.Weights(l).Data
+		for x, v := range visible.Weights(l).Data {
+			if v > 0 {
+				kept++
 			}
-			kept += seen
-			zeros = append(zeros, float64(zero)/float64(seen))
+			if den[x] > 0 {
+				all++
+			}
 		}
 	}
 	return zeros, float64(kept) / float64(all), nil

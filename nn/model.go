@@ -393,6 +393,17 @@ func (m *Model) Weights(layer int) *tensor.Tensor {
 	return m.blocks[layer].res.Weights
 }
 
+// ZeroFraction returns, per head [H], the fraction of the visible pairs (those the causal mask,
+// window and patterns leave) whose weight the normalizer set to exactly 0 in block layer during
+// the last Forward, or nil when that Forward ran the softmax or there is no such layer. The
+// storage is the model's, overwritten by the next Forward.
+func (m *Model) ZeroFraction(layer int) []float64 {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	return m.blocks[layer].res.ZeroFraction
+}
+
 // Heads returns the head outputs of block layer from the last Forward, [B, T, DModel] with head
 // h in columns HeadOffset(h) … + HeadDim(h) of the block's attention config (before any gate or
 // shift), or nil when that Forward did not keep them or there is no such layer. The storage is

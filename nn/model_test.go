@@ -437,4 +437,34 @@ func TestRunSparsity(t *testing.T) {
 	if _, sw := run(dense, over); slices.Equal(dw, sw) {
 		t.Error("the sparse weights are the dense ones: the test tells nothing")
 	}
+	// ZeroFraction: each layer's, per head, under sparsemax; none under the softmax.
+	for _, c := range []struct {
+		cfg  Config
+		want bool
+	}{{sparse, true}, {dense, false}} {
+		m, err := NewModel(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ZeroFraction(0) != nil {
+			t.Error("ZeroFraction before any Forward")
+		}
+		if _, err := m.Forward(tokens, 1, len(tokens), nil); err != nil {
+			t.Fatal(err)
+		}
+		for l := range c.cfg.Layers {
+			zf := m.ZeroFraction(l)
+			if got := zf != nil; got != c.want || (c.want && len(zf) != c.cfg.Heads) {
+				t.Errorf("normalizer %q, layer %d: ZeroFraction %v", c.cfg.Normalizer, l, zf)
+			}
+			for _, z := range zf {
+				if !(z >= 0 && z < 1) {
+					t.Errorf("layer %d: ZeroFraction %v, want fractions", l, zf)
+				}
+			}
+		}
+		if m.ZeroFraction(c.cfg.Layers) != nil || m.ZeroFraction(-1) != nil {
+			t.Error("ZeroFraction of a layer the model lacks")
+		}
+	}
 }

@@ -493,6 +493,10 @@ func TestRunSparse(t *testing.T) {
 	if !slices.Equal(got.Data, want.Output.Data) {
 		t.Error("mha run --pattern --normalizer differs from the layer's Forward")
 	}
+	zf, err := res.Float32("zero_fraction")
+	if err != nil || len(zf.Data) != 2 || float64(zf.Data[0]) != float64(float32(want.ZeroFraction[0])) || float64(zf.Data[1]) != float64(float32(want.ZeroFraction[1])) {
+		t.Errorf("zero_fraction %v (%v), want the layer's %v", zf, err, want.ZeroFraction)
+	}
 	if code, _, stderr := runCLI("run", "--weights", weights, "--input", input, "--heads", "2", "--out", out, "--backward", "--normalizer", "topk:0"); code != 1 || !strings.Contains(stderr, "topk:0") {
 		t.Errorf("--normalizer topk:0: exit %d, %s", code, stderr)
 	}

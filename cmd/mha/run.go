@@ -70,6 +70,7 @@ warning); inputs that do are used, with a warning on stderr.`,
 			if r.Weights != nil {
 				tensors["attn_weights"] = safetensors.FromFloat32(r.Weights)
 			}
+			addZeroFraction(tensors, r.ZeroFraction)
 			grads0 := len(tensors)
 			if backward {
 				for name, g := range map[string]*tensor.Tensor{"query": grads.Query, "key": grads.Key, "value": grads.Value} {
@@ -89,10 +90,14 @@ warning); inputs that do are used, with a warning on stderr.`,
 			if r.Weights != nil {
 				fmt.Fprintf(cmd.OutOrStdout(), ", attn_weights %v", r.Weights.Shape)
 			}
+			if r.ZeroFraction != nil {
+				fmt.Fprint(cmd.OutOrStdout(), ", zero_fraction")
+			}
 			if backward {
 				fmt.Fprintf(cmd.OutOrStdout(), ", %d gradients", len(tensors)-grads0)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			printZeroFraction(cmd.OutOrStdout(), r.ZeroFraction)
 			j.printWarnings(cmd.ErrOrStderr())
 			if r.FullyMasked > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; those heads give weights 0 and output 0 there, so the output is out_proj.bias (PyTorch gives NaN where keys exist but are all masked)\n", r.FullyMasked)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +59,9 @@ kept pairs are then masked by causal, window, padding and masks as usual. Blocks
 --normalizer replaces the softmax of each row's kept scores: sparsemax (Martins & Astudillo), entmax15
 or entmax:ALPHA (α-entmax, Peters et al.; 1.5 exact by sorting, other α by bisection) or topk:K (a
 softmax over the K largest). Their weights are exactly 0 on the keys they drop (written with
---need-weights, as softmax's), and lse is NaN.
+--need-weights, as softmax's), and lse is NaN. --out also gets zero_fraction [Hq], each head's fraction
+of the visible pairs (those the masks, window and patterns leave) whose weight is exactly 0, and
+the command prints it.
 
 With --backward the input also holds grad_out [B,Hq,Tq,Dv], the gradient of a loss with respect to
 out, and --out also gets grad.q, grad.k and grad.v (with respect to the q, k and v given, before
@@ -247,6 +250,7 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 			tensors["grad.sinks"] = safetensors.FromFloat32(&tensor.Tensor{Shape: []int{len(g.Sinks)}, Data: g.Sinks})
 		}
 	}
+	addZeroFraction(tensors, r.ZeroFraction)
 	meta := map[string]string{"fully_masked_rows": fmt.Sprint(r.FullyMasked)}
 	if err := safetensors.WriteFile(f.out, tensors, meta); err != nil {
 		return err
@@ -256,6 +260,9 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 	if r.Weights != nil {
 		fmt.Fprintf(w, ", weights %v", r.Weights.Shape)
 	}
+	if r.ZeroFraction != nil {
+		fmt.Fprint(w, ", zero_fraction")
+	}
 	if f.backward {
 		fmt.Fprint(w, ", grad.q, grad.k, grad.v")
 		if _, ok := tensors["grad.sinks"]; ok {
@@ -263,6 +270,7 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	fmt.Fprintln(w)
+	printZeroFraction(w, r.ZeroFraction)
 	for _, line := range in.warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), line)
 	}
@@ -270,6 +278,31 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; their output is 0\n", r.FullyMasked)
 	}
 	return nil
+}
+
+// addZeroFraction adds zero_fraction [H], a normalizer's fraction of exact zeros per head, to
+// tensors when there is one.
+func addZeroFraction(tensors map[string]safetensors.Tensor, zf []float64) {
+	if zf == nil {
+		return
+	}
+	t := tensor.New(len(zf))
+	for h, x := range zf {
+		t.Data[h] = float32(x)
+	}
+	tensors["zero_fraction"] = safetensors.FromFloat32(t)
+}
+
+// printZeroFraction prints a normalizer's fraction of exact zeros per head, when there is one.
+func printZeroFraction(w io.Writer, zf []float64) {
+	if zf == nil {
+		return
+	}
+	parts := make([]string, len(zf))
+	for h, x := range zf {
+		parts[h] = fmt.Sprintf("%d: %.1f%%", h, 100*x)
+	}
+	fmt.Fprintf(w, "weights exactly 0 among the visible pairs, per head: %s\n", strings.Join(parts, ", "))
 }
 
 // sdpaInput is what an input file of mha sdpa holds besides the options.

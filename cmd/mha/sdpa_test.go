@@ -356,7 +356,8 @@ func TestSDPANormalizer(t *testing.T) {
 	input := writeFile(t, map[string]safetensors.Tensor{"q": safetensors.FromFloat32(q), "k": safetensors.FromFloat32(k), "v": safetensors.FromFloat32(v)})
 	for _, name := range []string{"sparsemax", "entmax15", "entmax:1.8", "topk:2"} {
 		out := filepath.Join(t.TempDir(), "o.safetensors")
-		if code, _, stderr := runCLI("sdpa", "--input", input, "--out", out, "--normalizer", name, "--causal", "bottom-right", "--need-weights"); code != 0 {
+		code, stdout, stderr := runCLI("sdpa", "--input", input, "--out", out, "--normalizer", name, "--causal", "bottom-right", "--need-weights")
+		if code != 0 {
 			t.Fatalf("%s: exit %d, %s", name, code, stderr)
 		}
 		f, err := safetensors.ReadFile(out)
@@ -377,6 +378,15 @@ func TestSDPANormalizer(t *testing.T) {
 		lse, _ := f.Float32("lse")
 		if !math.IsNaN(float64(lse.Data[0])) {
 			t.Errorf("%s: lse %v, want NaN", name, lse.Data[0])
+		}
+		zf, err := f.Float32("zero_fraction")
+		if err != nil || len(zf.Data) != 2 {
+			t.Fatalf("%s: zero_fraction %v (%v), want [2]", name, zf, err)
+		}
+		for h, z := range want.ZeroFraction {
+			if zf.Data[h] != float32(z) || !strings.Contains(stdout, fmt.Sprintf("%d: %.1f%%", h, 100*z)) {
+				t.Errorf("%s: head %d: zero_fraction %v and %q, want %v", name, h, zf.Data[h], stdout, z)
+			}
 		}
 	}
 }
