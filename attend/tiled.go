@@ -51,7 +51,8 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // whose keys are all masked, so that exp(s − lse) is 0 there.
 //
 // With b.Normalizer (other than Softmax) Tiled also treats all keys as one tile, holding the
-// rows' scores in w, or in s when w is nil ((i1−i0)·h.Tk values either way), and lse is NaN.
+// rows' scores in w, or in s when w is nil ((i1−i0)·h.Tk values either way), sums each row's
+// output over the keys the normalizer kept (without dropout), and lse is NaN.
 //
 // A query whose keys are all masked gets weights 0 and output 0; Tiled returns how many such rows
 // it met. drop may be nil. With b.HasSink the sink's exp(Sink) joins every row's sum l, so the
@@ -118,6 +119,20 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 					dst := pv[r*ld : r*ld+nc]
 					copy(dst, row)
 					apply(*drop, i0+r, j0, dst)
+					continue
+				}
+				// The weights are 0 but on the keys normalize kept (s.norm.keys holds them,
+				// with some zeros): the row's output is the sum over those alone, where the
+				// product over the tile would multiply every key's value by 0.
+				if kept > 0 {
+					acc := o[r*dv : (r+1)*dv]
+					for _, j := range s.norm.keys {
+						if p := row[j]; p != 0 {
+							for c, x := range h.V[(j0+j)*h.LdV:][:dv] {
+								acc[c] += p * x
+							}
+						}
+					}
 				}
 				continue
 			}
@@ -147,6 +162,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 					c += sp.j1 - sp.j0
 				}
 			}
+		}
+		if b.normalized() && drop == nil {
+			return // the rows' outputs are summed above
 		}
 		c = 0
 		for _, sp := range spans {
