@@ -250,3 +250,25 @@ func TestBenchGGMLErrors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGGMLOutput feeds the readers of ggml's files any text: test-backend-ops's perf output and
+// ggml.h's enum ggml_op. Each gives an error or values it checked, never a panic.
+func FuzzGGMLOutput(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join("testdata", "ggml_perf.txt")); err == nil {
+		f.Add(string(b))
+	}
+	f.Add("FLASH_ATTN_EXT(type=f32,ne=[128,32,1,1],sources=f32[128,1,32,1],f16[128,4096,8,1],f16[128,4096,8,1]):   64 runs -   16802.69 us/run")
+	f.Add("enum ggml_op {\n GGML_OP_NONE = 0,\n GGML_OP_DUP,\n GGML_OP_FLASH_ATTN_EXT, // x\n};")
+	f.Add("FLASH_ATTN_EXT(sources=f32[0,1,1,1]): not supported")
+	f.Fuzz(func(t *testing.T, text string) {
+		perfs, err := parseGGMLPerf(text)
+		for _, p := range perfs {
+			if err == nil && (!(p.us > 0) || p.shape.D <= 0 || p.shape.Hkv <= 0 || p.shape.Hq%p.shape.Hkv != 0) {
+				t.Fatalf("parseGGMLPerf(%q) gave %+v", text, p)
+			}
+		}
+		if n, err := ggmlOpNumber(strings.NewReader(text), "FLASH_ATTN_EXT"); err == nil && n < 0 {
+			t.Fatalf("ggmlOpNumber(%q) = %d", text, n)
+		}
+	})
+}
