@@ -582,20 +582,7 @@ func TestSparseGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			get := func(name string) *tensor.Tensor {
-				x, err := f.Float32(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return x
-			}
-			want := func(name string) []float64 {
-				x, _, err := f.Float64(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return x
-			}
+			get, want := goldenReaders(t, f)
 			opt := SDPAOptions{NeedWeights: true, NeedLSE: true}
 			if f.Metadata["causal"] == "bottom_right" {
 				opt.Causal = CausalBottomRight

@@ -35,20 +35,7 @@ func loadSDPAGolden(t *testing.T, path string) *sdpaGolden {
 		t.Fatal(err)
 	}
 	g := &sdpaGolden{name: strings.TrimSuffix(filepath.Base(path), ".safetensors")}
-	f32 := func(name string) *tensor.Tensor {
-		x, err := f.Float32(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	f64 := func(name string) []float64 {
-		x, _, err := f.Float64(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	f32, f64 := goldenReaders(t, f)
 	g.q, g.k, g.v = f32("q"), f32("k"), f32("v")
 	g.out, g.lse = f64("out"), f64("lse")
 	if f.Has("weights") {
@@ -1015,4 +1002,24 @@ func centralDiff(x []float32, h float32, loss func() float64) []float64 {
 		x[i] = x0
 	}
 	return d
+}
+
+// goldenReaders returns readers of a golden file's tensors, as float32 tensors and as float64
+// values, that fail the test when a tensor is missing or of another kind.
+func goldenReaders(t *testing.T, f *safetensors.File) (f32 func(string) *tensor.Tensor, f64 func(string) []float64) {
+	f32 = func(name string) *tensor.Tensor {
+		x, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	f64 = func(name string) []float64 {
+		x, _, err := f.Float64(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	return f32, f64
 }
