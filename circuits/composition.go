@@ -54,8 +54,9 @@ type LayerPair struct {
 //
 // with W_A the OV circuit W_V·W_O of the earlier head and W_B the later head's QK circuit W_Q·W_Kᵀ
 // (Q-composition), its transpose W_K·W_Qᵀ (K-composition) or its OV circuit (V-composition). A
-// score is 0 when either circuit is 0. By Cauchy–Schwarz on the singular values a score is at
-// most 1, reached when W_B reads exactly the subspace W_A writes, with matching spectra.
+// score is 0 when either circuit is 0, and at most 1 (‖XY‖_F ≤ ‖X‖_2‖Y‖_F ≤ ‖X‖_F‖Y‖_F); 1 needs
+// rank-1 circuits, and a head that reads exactly the subspace another writes, both with flat
+// spectra over d_head directions, scores 1/√d_head. Compare scores with Baseline.
 type CompositionScores struct {
 	Layers int `json:"layers"`
 	Heads  int `json:"heads"`
