@@ -72,7 +72,7 @@ type CompositionScores struct {
 }
 
 // BaselineSamples is the number of random draws behind CompositionScores.Baseline.
-const BaselineSamples = 200
+const BaselineSamples = 100
 
 // Composition computes the composition scores of every pair of heads of m in different layers,
 // from the weights alone, through the [d_model, d_head] factors: each pair costs
