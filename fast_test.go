@@ -17,7 +17,7 @@ type maskCase struct {
 	causal, pad, mask, bias  bool
 	perHeadMask, perHeadBias bool
 	training                 bool
-	probe                    bool // gate, shift and keep the heads, the last one uniform
+	probe                    bool // gate, shift, add to and keep the heads, the last one uniform
 }
 
 func (c maskCase) options(rng *tensor.RNG) Options {
@@ -67,7 +67,8 @@ func (c maskCase) options(rng *tensor.RNG) Options {
 		}
 		uniform := make([]bool, heads)
 		uniform[heads-1] = true
-		opt.Heads = HeadOptions{Keep: true, Gate: g, Shift: shift, Uniform: uniform}
+		add := randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
+		opt.Heads = HeadOptions{Keep: true, Gate: g, Shift: shift, Add: add, Uniform: uniform}
 	}
 	return opt
 }

@@ -65,11 +65,12 @@ type Options struct {
 // HeadOptions record and intervene on single heads. With head_h the output of head h (the
 // columns o_h … o_h + d_h of the concatenation), the output projection reads
 //
-//	Concat'[b, t, o_h + i] = Gate[b, h] · head_h[b, t, i] + Shift[o_h + i]
+//	Concat'[b, t, o_h + i] = Gate[b, h] · head_h[b, t, i] + Shift[o_h + i] + Add[b, t, o_h + i]
 //
 // instead of Concat. Gate is Michel et al.'s (2019) ξ_h: Backward returns dL/dGate, whose
 // magnitude is the head's importance. Gate 0 with Shift the head's mean output is mean
-// ablation; Uniform is uniform ablation. The zero value changes nothing.
+// ablation; Uniform is uniform ablation; Gate 0 with Add holding the head's output from another
+// run is activation patching. The zero value changes nothing.
 type HeadOptions struct {
 	// Keep returns every head's output, before Gate and Shift, in Result.Heads.
 	Keep bool
@@ -77,6 +78,9 @@ type HeadOptions struct {
 	Gate *tensor.Tensor
 	// Shift is [E]; nil means 0.
 	Shift []float32
+	// Add is [B, Tq, E] ([Tq, E] for unbatched inputs); nil means 0. It is a constant:
+	// Backward gives it no gradient.
+	Add *tensor.Tensor
 	// Uniform is [H]; a head marked true scores every key 0, so it attends uniformly over the
 	// keys its masks let it see (AttnBias is still added).
 	Uniform []bool
@@ -360,6 +364,18 @@ func (p *plan) checkHeads(c Config) error {
 			}
 		}
 	}
+	if a := ho.Add; a != nil {
+		if err := checkData("head add", a.Shape, len(a.Data)); err != nil {
+			return err
+		}
+		want := []int{p.b, p.tq, c.EmbedDim}
+		if p.unbatched {
+			want = want[1:]
+		}
+		if !slices.Equal(a.Shape, want) {
+			return fmt.Errorf("%w: head add is %v, want %v (B Tq E)", ErrShape, a.Shape, want)
+		}
+	}
 	if ho.Shift != nil && len(ho.Shift) != c.EmbedDim {
 		return fmt.Errorf("%w: head shift has %d values, want E = %d", ErrShape, len(ho.Shift), c.EmbedDim)
 	}
@@ -370,7 +386,10 @@ func (p *plan) checkHeads(c Config) error {
 }
 
 // gated reports whether the call gates or shifts the heads before the output projection.
-func (p *plan) gated() bool { return p.opt.Heads.Gate != nil || p.opt.Heads.Shift != nil }
+func (p *plan) gated() bool {
+	ho := &p.opt.Heads
+	return ho.Gate != nil || ho.Shift != nil || ho.Add != nil
+}
 
 // gate returns Gate[b, h], 1 without a gate.
 func (p *plan) gate(b, h, heads int) float32 {
@@ -388,12 +407,12 @@ func (p *plan) scale(c Config, h int) float64 {
 	return c.HeadScale(h)
 }
 
-// applyGate writes dst = Gate·src + Shift for the concatenated heads of every batch, src and dst
+// applyGate writes dst = Gate·src + Shift + Add for the concatenated heads of every batch, src and dst
 // [B, rows, E] with row strides lds and ldd and rows per batch rs and rd; the first tq rows of
 // each batch count. Head h owns columns offs[h] … offs[h+1].
 func applyGate[F kernel.Float](p *plan, offs []int, src []F, lds, rs int, dst []F, ldd, rd int) {
 	heads := len(offs) - 1
-	e, shift := offs[heads], p.opt.Heads.Shift
+	e, shift, add := offs[heads], p.opt.Heads.Shift, p.opt.Heads.Add
 	for b := range p.b {
 		for t := range p.tq {
 			in, out := src[(b*rs+t)*lds:][:e], dst[(b*rd+t)*ldd:][:e]
@@ -406,6 +425,11 @@ func applyGate[F kernel.Float](p *plan, offs []int, src []F, lds, rs int, dst []
 			if shift != nil {
 				for j := range out {
 					out[j] += F(shift[j])
+				}
+			}
+			if add != nil {
+				for j, v := range add.Data[(b*p.tq+t)*e:][:e] {
+					out[j] += F(v)
 				}
 			}
 		}

@@ -158,6 +158,8 @@ func TestHeadOptionErrors(t *testing.T) {
 		"gate shape":  {Gate: tensor.New(4)},
 		"gate NaN":    {Gate: nan},
 		"shift size":  {Shift: make([]float32, 7)},
+		"add shape":   {Add: tensor.New(2, 4, 8)},
+		"add data":    {Add: &tensor.Tensor{Shape: []int{2, 3, 8}, Data: make([]float32, 5)}},
 		"uniform len": {Uniform: make([]bool, 3)},
 	} {
 		if _, err := l.Forward(x, nil, nil, &Options{Heads: ho}); err == nil {

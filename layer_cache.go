@@ -44,7 +44,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	case x == nil:
 		return nil, fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
 	case o.KeyPaddingMask != nil || o.AttnMask != nil || o.AttnBias != nil || o.NeedWeights || o.Training ||
-		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Uniform != nil:
+		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Add != nil || o.Heads.Uniform != nil:
 		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi and Workers; masks, weights, dropout and head options need Forward", ErrShape)
 	case c.AddBiasKV || c.AddZeroAttn:
 		return nil, fmt.Errorf("%w: appended keys (add_bias_kv, add_zero_attn) have no position in a KV cache", ErrConfig)

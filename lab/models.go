@@ -28,6 +28,7 @@ type model struct {
 	symbols []string       // symbols[id] prints token id; nil without a task
 	ids     map[string]int // ids[symbols[id]] = id
 	user    *userModel     // nil for a shipped model
+	whole   bool           // reads sequences up to seq_len, not MaxUserTokens (Open)
 
 	mu   sync.Mutex
 	net  *nn.Model
@@ -130,7 +131,7 @@ func (m *model) vocab() int {
 // maxLen is the longest sequence the lab runs the model on: its seq_len, and at most
 // MaxUserTokens for a model without a task.
 func (m *model) maxLen() int {
-	if m.task != nil {
+	if m.task != nil || m.whole {
 		return m.cfg.SeqLen
 	}
 	return min(m.cfg.SeqLen, MaxUserTokens)

@@ -32,6 +32,8 @@ type block struct {
 	dIn   tensor.Tensor
 	sum1  []float32 // the residual sums: x + MHA(·) and x + FFN(·), [n, d]
 	sum2  []float32
+	x     []float32 // the last forward's input and the stream after its attention, [n, d]
+	mid   []float32
 }
 
 // newBlock builds block l of a model for c from its parameters, with its attention layer, whose
@@ -111,6 +113,7 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	n := batch * t
 	d := b.ln1.d
 	b.sum1 = kernel.Grow(b.sum1, n*d)
+	b.x = x
 	in := x
 	if b.pre {
 		in = b.ln1.forward(r, x, n)
@@ -125,6 +128,7 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	if !b.pre {
 		x = b.ln1.forward(r, x, n)
 	}
+	b.mid = x
 	if b.ffn == nil {
 		return x, nil
 	}

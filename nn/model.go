@@ -34,7 +34,9 @@ type Model struct {
 	tokens  []int       // a copy of its tokens
 	types   []int       // and of its token types, when given
 	padding tensor.Bool // a copy of its padding mask, when given
+	out     []float32   // the last block's output [B·T, d] (a block's buffer)
 	hidden  []float32   // the final hidden states [B·T, d] (a module's buffer)
+	patched bool        // the last forward patched the residual stream
 	logits  []float32   // [B·T, Vocab]
 	dlogits []float32   // dL/dlogits of the last Loss
 	kept    bool        // the last forward kept the attention weights
@@ -78,12 +80,24 @@ type RunOptions struct {
 	// attention_mask 0), which no position attends to. Their own outputs are computed as any
 	// other's; a caller ignores them.
 	Padding []bool
+	// Patches, when not nil, overwrite the residual stream (activation patching): each
+	// replaces it at one position of one sequence where it enters one block. A Forward with
+	// patches may be followed by Loss but not by Backward.
+	Patches []ResidualPatch
 	// Sparsity, when not nil, replaces the config's Patterns, Block and Normalizer in this
 	// Forward: the attention runs, and its weights are kept, as if the model had been built with
 	// them (to view a model under another pattern or normalizer). Its zero value is dense
 	// softmax attention. A pattern or block size that does not fit the call is an error of
 	// Forward.
 	Sparsity *Sparsity
+}
+
+// ResidualPatch sets the residual stream entering block Layer (Layer = Layers: the last block's
+// output, before the final normalisation) at sequence Batch, position Pos to Value [DModel],
+// which Model.Residual(Layer) then returns there.
+type ResidualPatch struct {
+	Layer, Batch, Pos int
+	Value             []float32
 }
 
 // Sparsity is a sparse attention setting for RunOptions: the union of Patterns in blocks of
@@ -333,6 +347,16 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if opt.Padding != nil && len(opt.Padding) != b*t {
 		return nil, fmt.Errorf("nn: padding mask of %d values for batch %d × length %d, want %d", len(opt.Padding), b, t, b*t)
 	}
+	for i, p := range opt.Patches {
+		switch {
+		case p.Layer < 0 || p.Layer > c.Layers:
+			return nil, fmt.Errorf("nn: patch %d is at layer %d, want 0 to %d (the layers' inputs and the last output)", i, p.Layer, c.Layers)
+		case p.Batch < 0 || p.Batch >= b || p.Pos < 0 || p.Pos >= t:
+			return nil, fmt.Errorf("nn: patch %d is at sequence %d, position %d, outside batch %d × length %d", i, p.Batch, p.Pos, b, t)
+		case len(p.Value) != c.DModel:
+			return nil, fmt.Errorf("nn: patch %d has %d values, want d_model = %d", i, len(p.Value), c.DModel)
+		}
+	}
 	m.r.setWorkers(opt.Workers)
 	m.b, m.t = b, t
 	m.tokens = append(m.tokens[:0], tokens...)
@@ -354,11 +378,14 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 			mo.Heads = opt.Heads[l]
 		}
 		mo.Heads.Keep = mo.Heads.Keep || opt.KeepHeads
+		m.patch(x, l, t, opt.Patches)
 		var err error
 		if x, err = blk.forward(&m.r, x, b, t, &mo); err != nil {
 			return nil, fmt.Errorf("nn: block %d: %w", l, err)
 		}
 	}
+	m.patch(x, len(m.blocks), t, opt.Patches)
+	m.out = x
 	if m.lnF != nil {
 		x = m.lnF.forward(&m.r, x, b*t)
 	}
@@ -368,8 +395,61 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	}
 	m.logits = m.head.forward(&m.r, x, b*t)
 	m.kept = opt.KeepWeights
+	m.patched = len(opt.Patches) > 0
 	m.state = stateForward
 	return &tensor.Tensor{Shape: []int{b, t, c.Vocab}, Data: m.logits}, nil
+}
+
+// patch applies the patches at layer to x, the residual stream [B·T, d] of sequences of length t
+// entering that block (or leaving the last).
+func (m *Model) patch(x []float32, layer, t int, patches []ResidualPatch) {
+	d := m.cfg.DModel
+	for _, p := range patches {
+		if p.Layer == layer {
+			copy(x[(p.Batch*t+p.Pos)*d:][:d], p.Value)
+		}
+	}
+}
+
+// Residual returns the residual stream of the last Forward entering block layer, [B, T, DModel]
+// (the embeddings for layer 0), or for layer = Layers the last block's output, before the
+// final normalisation; nil before a Forward or for a layer outside 0 … Layers. With
+// RunOptions.Patches it holds the patched values. The storage is the model's, overwritten by
+// the next Forward.
+func (m *Model) Residual(layer int) *tensor.Tensor {
+	if m.state == stateFresh || layer < 0 || layer > len(m.blocks) {
+		return nil
+	}
+	x := m.out
+	if layer < len(m.blocks) {
+		x = m.blocks[layer].x
+	}
+	return &tensor.Tensor{Shape: []int{m.b, m.t, m.cfg.DModel}, Data: x}
+}
+
+// ResidualMid returns the residual stream of the last Forward between the attention and the
+// feed-forward network of block layer, [B, T, DModel]: x + MHA(·), after the block's first
+// normalisation in a post-norm model. In a pre-norm model Residual(layer) plus the attention's
+// output is ResidualMid(layer), and ResidualMid(layer) plus the FFN's output is
+// Residual(layer+1). It is nil before a Forward or for a layer outside 0 … Layers−1; the
+// storage is the model's, overwritten by the next Forward.
+func (m *Model) ResidualMid(layer int) *tensor.Tensor {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	return &tensor.Tensor{Shape: []int{m.b, m.t, m.cfg.DModel}, Data: m.blocks[layer].mid}
+}
+
+// AttnInput returns the input of block layer's attention in the last Forward, [B, T, DModel]:
+// Residual(layer) after the block's first normalisation in a pre-norm model, Residual(layer)
+// itself in a post-norm one; nil before a Forward or for a layer outside 0 … Layers−1. The
+// storage is the model's, overwritten by the next Forward.
+func (m *Model) AttnInput(layer int) *tensor.Tensor {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	in := m.blocks[layer].in
+	return &tensor.Tensor{Shape: []int{m.b, m.t, m.cfg.DModel}, Data: in.Data}
 }
 
 // Hidden returns the final hidden states of the last Forward, [B, T, DModel]: the output of the
@@ -468,6 +548,9 @@ func (m *Model) Backward() error { return m.BackwardHeads(nil) }
 func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 	if m.state != stateLoss {
 		return errors.New("nn: Backward needs a Forward and a Loss first")
+	}
+	if m.patched {
+		return errors.New("nn: Backward after a Forward with residual patches, which have no gradient; run Forward without RunOptions.Patches")
 	}
 	if len(dHeads) > len(m.blocks) {
 		return fmt.Errorf("nn: %d head gradients for %d layers", len(dHeads), len(m.blocks))
