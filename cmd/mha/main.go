@@ -13,6 +13,7 @@
 //	mha viz      --model NAME --kind head|grid|similarity|pruning|importance [--out FILE.png|FILE.svg]
 //	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
 //	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
+//	mha composition --model NAME|DIR [--top N] [--raw] [--json]
 //
 // Without --out, train, viz and experiment write into the folder mha-out, which they create if
 // missing: train to mha-out/TASK.safetensors, viz to mha-out/MODEL-KIND.png (.svg with --format
@@ -54,7 +55,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newCompositionCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
