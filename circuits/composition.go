@@ -42,9 +42,11 @@ const (
 // later layer To. Q[i][j], K[i][j] and V[i][j] are the scores of head i of From (the writer) with
 // head j of To (the reader), each in [0, 1]: [Heads][Heads].
 type LayerPair struct {
-	From    int         `json:"from"`
-	To      int         `json:"to"`
-	Q, K, V [][]float64 `json:"-"`
+	From int         `json:"from"`
+	To   int         `json:"to"`
+	Q    [][]float64 `json:"q"`
+	K    [][]float64 `json:"k"`
+	V    [][]float64 `json:"v"`
 }
 
 // CompositionScores are the Q-, K- and V-composition scores of every pair of heads (l1, h1),
@@ -62,7 +64,7 @@ type CompositionScores struct {
 	Heads  int `json:"heads"`
 	DModel int `json:"d_model"`
 	// Pairs lists every layer pair (From, To), From < To, ordered by From, then To.
-	Pairs []LayerPair `json:"-"`
+	Pairs []LayerPair `json:"pairs"`
 	// Baseline is the mean score of random matrices of the same shapes (Gaussian factors
 	// [d_model, d_head] and [d_head, d_model], RandomCompositionBaseline), for the heads of the
 	// first head's size: a score near it is what unrelated heads give.

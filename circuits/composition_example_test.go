@@ -3,6 +3,9 @@ package circuits_test
 import (
 	"fmt"
 	"log"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/mhalab/mha/circuits"
 	"github.com/mhalab/mha/models"
@@ -76,4 +79,22 @@ func ExampleSubspaces() {
 	// k: neither, mean overlap 0.478 (random 0.250), smallest angle 17.3°
 	// v: neither, mean overlap 0.414 (random 0.250), smallest angle 18.6°
 	// o: neither, mean overlap 0.415 (random 0.250), smallest angle 17.4°
+}
+
+// The principal angles between the plane span(e₀, e₁) and the plane span(e₀, cos θ·e₁ + sin θ·e₂)
+// of R³ are 0 and θ.
+func ExamplePrincipalAngles() {
+	theta := math.Pi / 6
+	a := mat.NewDense(3, 2, []float64{1, 0, 0, 1, 0, 0})
+	b := mat.NewDense(3, 2, []float64{1, 0, 0, math.Cos(theta), 0, math.Sin(theta)})
+	angles, err := circuits.PrincipalAngles(a, b)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, x := range angles {
+		fmt.Printf("%.1f°\n", x*180/math.Pi)
+	}
+	// Output:
+	// 0.0°
+	// 30.0°
 }
