@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strconv"
+	"sync"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/nn"
 )
 
@@ -91,33 +95,87 @@ func Composition(m *nn.Model, opt *Options) (*CompositionScores, error) {
 	res := &CompositionScores{Layers: cfg.Layers, Heads: cfg.Heads, DModel: cfg.DModel, Folded: opt.fold()}
 	for l1 := range cfg.Layers {
 		for l2 := l1 + 1; l2 < cfg.Layers; l2++ {
-			a, b := &w.layers[l1], &w.layers[l2]
-			p := LayerPair{From: l1, To: l2}
-			// G = B_A·A_B for every head pair at once: [Σd, d_model]·[d_model, Σd].
-			gq := mulT(a.oAll, b.qAll) // O₁ᵀ-stacked · Q₂: W_O^h1·W_Q^h2 blocks
-			gk := mulT(a.oAll, b.kAll)
-			gv := mulT(a.oAll, b.vAll)
-			p.Q, p.K, p.V = grid(cfg.Heads), grid(cfg.Heads), grid(cfg.Heads)
-			for i := range cfg.Heads {
-				oi, di := att.HeadOffset(i), att.HeadDim(i)
-				for j := range cfg.Heads {
-					oj, dj := att.HeadOffset(j), att.HeadDim(j)
-					g := att.KVHead(j)
-					ok, dk := b.kvOff[g], b.kvDim[g]
-					ov := a.ov[i]
-					p.Q[i][j] = score(ov, block(gq, oi, di, oj, dj), b.qk[j])
-					p.K[i][j] = score(ov, block(gk, oi, di, ok, dk), b.kq[j])
-					p.V[i][j] = score(ov, block(gv, oi, di, ok, dk), b.ov[j])
-				}
-			}
-			res.Pairs = append(res.Pairs, p)
+			res.Pairs = append(res.Pairs, LayerPair{From: l1, To: l2})
 		}
 	}
+	// The layer pairs on every core, each worker with its own SGEMM workspace; every pair's
+	// numbers come out the same whatever the worker count.
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(res.Pairs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ws kernel.Workspace
+			for i := range work {
+				p := &res.Pairs[i]
+				w.composeLayers(&ws, att, p)
+			}
+		}()
+	}
+	for i := range res.Pairs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 	res.Baseline, err = RandomCompositionBaseline(cfg.DModel, att.HeadDim(0), att.HeadDim(0), BaselineSamples, 1)
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// composeLayers fills p's tables. The cross products of every writer's W_O^h with every
+// reader's W_Q, W_K, W_V, [Σd, d_model]·[d_model, Σd] at once, are the bulk of the work (d_model³
+// per layer pair and mode); they run in float32 SGEMM on the weights rounded to float32 (the
+// weights are float32 or half precision to begin with), the rest in float64.
+func (w *modelWeights) composeLayers(ws *kernel.Workspace, att mha.Config, p *LayerPair) {
+	a, b := &w.layers[p.From], &w.layers[p.To]
+	gq := cross(ws, a.o32, b.q32)
+	gk := cross(ws, a.o32, b.k32)
+	gv := cross(ws, a.o32, b.v32)
+	heads := att.NumHeads
+	p.Q, p.K, p.V = grid(heads), grid(heads), grid(heads)
+	for i := range heads {
+		oi, di := att.HeadOffset(i), att.HeadDim(i)
+		for j := range heads {
+			oj, dj := att.HeadOffset(j), att.HeadDim(j)
+			g := att.KVHead(j)
+			ok, dk := b.kvOff[g], b.kvDim[g]
+			ov := a.ov[i]
+			p.Q[i][j] = score(ov, block(gq, oi, di, oj, dj), b.qk[j])
+			p.K[i][j] = score(ov, block(gk, oi, di, ok, dk), b.kq[j])
+			p.V[i][j] = score(ov, block(gv, oi, di, ok, dk), b.ov[j])
+		}
+	}
+}
+
+// matrix32 is a row-major float32 matrix.
+type matrix32 struct {
+	rows, cols int
+	data       []float32
+}
+
+func toMatrix32(m *mat.Dense) matrix32 {
+	r, c := m.Dims()
+	x := matrix32{rows: r, cols: c, data: make([]float32, r*c)}
+	for i := range r {
+		for j, v := range m.RawRowView(i) {
+			x.data[i*c+j] = float32(v)
+		}
+	}
+	return x
+}
+
+// cross returns x·y in float64, computed in float32.
+func cross(ws *kernel.Workspace, x, y matrix32) *mat.Dense {
+	c := make([]float32, x.rows*y.cols)
+	ws.Sgemm(false, false, x.rows, y.cols, x.cols, 1, x.data, x.cols, y.data, y.cols, 0, c, y.cols, nil)
+	d := make([]float64, len(c))
+	for i, v := range c {
+		d[i] = float64(v)
+	}
+	return mat.NewDense(x.rows, y.cols, d)
 }
 
 // Score returns the score of mode (QComposition, KComposition or VComposition) between head h1
@@ -271,13 +329,6 @@ func elementwise(a, b *mat.Dense) *mat.Dense {
 	return &c
 }
 
-// mulT returns x·y for x [p, n] and y [n, q].
-func mulT(x, y *mat.Dense) *mat.Dense {
-	var c mat.Dense
-	c.Mul(x, y)
-	return &c
-}
-
 // block returns rows r…r+nr and columns c…c+nc of m.
 func block(m *mat.Dense, r, nr, c, nc int) mat.Matrix { return m.Slice(r, r+nr, c, c+nc) }
 
@@ -294,7 +345,9 @@ type layerWeights struct {
 	// qAll [d_model, E]: column block h is W_Q^h; kAll, vAll [d_model, KVDim]: column block g is
 	// W_K^g, W_V^g of K/V head g; oAll [E, d_model]: row block h is W_O^h.
 	qAll, kAll, vAll, oAll *mat.Dense
-	kvOff, kvDim           []int
+	// The same in float32, for the cross products of Composition.
+	q32, k32, v32, o32 matrix32
+	kvOff, kvDim       []int
 	// Per query head: its OV circuit W_V^g·W_O^h, its QK circuit W_Q^h·W_K^gᵀ and the
 	// transpose W_K^g·W_Q^hᵀ.
 	ov, qk, kq []*factored
@@ -340,6 +393,7 @@ func readWeights(m *nn.Model, fold bool) (*modelWeights, error) {
 		if centre {
 			centreRows(lw.oAll)
 		}
+		lw.q32, lw.k32, lw.v32, lw.o32 = toMatrix32(lw.qAll), toMatrix32(lw.kAll), toMatrix32(lw.vAll), toMatrix32(lw.oAll)
 		for g := range att.KVHeads() {
 			if att.KVHeads() == att.NumHeads {
 				lw.kvOff, lw.kvDim = append(lw.kvOff, att.HeadOffset(g)), append(lw.kvDim, att.HeadDim(g))

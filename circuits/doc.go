@@ -52,5 +52,9 @@
 // The normalisation's division by the input's scale is a per-token scalar and is dropped, as in
 // fold_ln. Biases are left out everywhere: the scores and circuits are those of the weights.
 //
-// Half-precision parameters (nn.NewModelHalf) are decoded exactly; all arithmetic is float64.
+// Half-precision parameters (nn.NewModelHalf) are decoded exactly. Arithmetic is float64, except
+// the bulk of Composition, the products of every writer's W_O^h with every reader's W_Q, W_K, W_V
+// (d_model³ per layer pair and mode), which run in float32 SGEMM on all cores (relative error
+// about 1e-6; the PyTorch float64 goldens agree within 1e-4): a 12-layer, 12-head, d_model 768
+// model takes seconds.
 package circuits

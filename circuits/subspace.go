@@ -119,7 +119,7 @@ func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 		s.Dims = append(s.Dims, rank(b))
 	}
 	for i := range ms {
-		for j := range ms {
+		for j := i; j < len(ms); j++ { // both are symmetric
 			cos, err := basisCosines(bases[i], bases[j])
 			if err != nil {
 				return nil, err
@@ -128,6 +128,7 @@ func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 			if len(cos) > 0 {
 				s.MinAngle[i][j] = degrees(math.Acos(cos[0]))
 			}
+			s.Overlap[j][i], s.MinAngle[j][i] = s.Overlap[i][j], s.MinAngle[i][j]
 		}
 	}
 	return s, nil
