@@ -86,7 +86,7 @@ const BaselineSamples = 100
 // package doc says unless opt.NoFold. It returns an error wrapping ErrModel when m is nil or
 // lacks an attention parameter.
 func Composition(m *nn.Model, opt *Options) (*CompositionScores, error) {
-	w, err := readWeights(m, opt.fold())
+	w, err := readWeights(m, opt.fold(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func RandomCompositionBaseline(dModel, dA, dB, samples int, seed uint64) (float6
 }
 
 // factored is a matrix A·B, A [m, d], B [d, n], with the Gram matrices AᵀA [d, d] and B·Bᵀ
-// [d, d] and its Frobenius norm.
+// [d, d] and its squared Frobenius norm; a and b may be dropped (nil) once the Grams are made.
 type factored struct {
 	a, b       *mat.Dense
 	gramA      *mat.Dense
@@ -343,7 +343,7 @@ func grid(n int) [][]float64 {
 // layerWeights are one block's attention weights in the row-vector convention, folded or not.
 type layerWeights struct {
 	// qAll [d_model, E]: column block h is W_Q^h; kAll, vAll [d_model, KVDim]: column block g is
-	// W_K^g, W_V^g of K/V head g; oAll [E, d_model]: row block h is W_O^h.
+	// W_K^g, W_V^g of K/V head g; oAll [E, d_model]: row block h is W_O^h (nil once read).
 	qAll, kAll, vAll, oAll *mat.Dense
 	// The same in float32, for the cross products of Composition.
 	q32, k32, v32, o32 matrix32
@@ -359,7 +359,10 @@ type modelWeights struct {
 }
 
 // readWeights reads m's attention weights in float64, folded as the package doc says when fold.
-func readWeights(m *nn.Model, fold bool) (*modelWeights, error) {
+// With factors (for the token circuits), every head's factored circuits keep their factors; else
+// (for Composition) they keep only their Gram matrices, and the layers their float32 stacked
+// blocks, so that a model's worth of [d_model, d_head] copies is never held.
+func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: nil model", ErrModel)
 	}
@@ -393,7 +396,9 @@ func readWeights(m *nn.Model, fold bool) (*modelWeights, error) {
 		if centre {
 			centreRows(lw.oAll)
 		}
-		lw.q32, lw.k32, lw.v32, lw.o32 = toMatrix32(lw.qAll), toMatrix32(lw.kAll), toMatrix32(lw.vAll), toMatrix32(lw.oAll)
+		if !factors {
+			lw.q32, lw.k32, lw.v32, lw.o32 = toMatrix32(lw.qAll), toMatrix32(lw.kAll), toMatrix32(lw.vAll), toMatrix32(lw.oAll)
+		}
 		for g := range att.KVHeads() {
 			if att.KVHeads() == att.NumHeads {
 				lw.kvOff, lw.kvDim = append(lw.kvOff, att.HeadOffset(g)), append(lw.kvDim, att.HeadDim(g))
@@ -408,10 +413,15 @@ func readWeights(m *nn.Model, fold bool) (*modelWeights, error) {
 			k := cols(lw.kAll, lw.kvOff[g], lw.kvDim[g])
 			v := cols(lw.vAll, lw.kvOff[g], lw.kvDim[g])
 			wo := mat.DenseCopyOf(lw.oAll.Slice(o, o+d, 0, e))
-			lw.ov = append(lw.ov, newFactored(v, wo))
-			lw.qk = append(lw.qk, newFactored(q, mat.DenseCopyOf(k.T())))
-			lw.kq = append(lw.kq, newFactored(k, mat.DenseCopyOf(q.T())))
+			ov, qk, kq := newFactored(v, wo), newFactored(q, mat.DenseCopyOf(k.T())), newFactored(k, mat.DenseCopyOf(q.T()))
+			if !factors {
+				for _, f := range []*factored{ov, qk, kq} {
+					f.a, f.b = nil, nil
+				}
+			}
+			lw.ov, lw.qk, lw.kq = append(lw.ov, ov), append(lw.qk, qk), append(lw.kq, kq)
 		}
+		lw.qAll, lw.kAll, lw.vAll, lw.oAll = nil, nil, nil, nil
 		w.layers = append(w.layers, lw)
 	}
 	return w, nil

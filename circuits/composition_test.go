@@ -347,7 +347,7 @@ func TestRandomCompositionBaseline(t *testing.T) {
 func TestScoreMatchesDenseProduct(t *testing.T) {
 	// The factored score equals the one from the explicit d_model × d_model product.
 	m := newTestModel(t, 16, 4, 2, nil)
-	w, err := readWeights(m, false)
+	w, err := readWeights(m, false, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func newTokenWeights(m *nn.Model, opt *Options) (*tokenWeights, error) {
 	if cfg.Vocab > MaxCircuitVocab {
 		return nil, fmt.Errorf("%w: vocabulary of %d tokens, token circuits take at most %d", ErrArgument, cfg.Vocab, MaxCircuitVocab)
 	}
-	w, err := readWeights(m, opt.fold())
+	w, err := readWeights(m, opt.fold(), true)
 	if err != nil {
 		return nil, err
 	}
