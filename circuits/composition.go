@@ -17,15 +17,15 @@ import (
 	"github.com/mhalab/mha/nn"
 )
 
-// Options are the choices shared by Composition, OVCircuit, QKCircuit and TokenCircuits. The
-// zero value (or nil) folds the normalisations as the package doc describes.
-type Options struct {
+// WeightOptions are the choices shared by Composition, OVCircuit, QKCircuit and TokenCircuits.
+// The zero value (or nil) folds the normalisations as the package doc describes.
+type WeightOptions struct {
 	// NoFold reads the raw weights: no normalisation γ folded into the readers, no centring of
 	// readers, writers or logits.
 	NoFold bool
 }
 
-func (o *Options) fold() bool { return o == nil || !o.NoFold }
+func (o *WeightOptions) fold() bool { return o == nil || !o.NoFold }
 
 // Errors wrapped by this package's errors about composition, circuits and subspaces.
 var (
@@ -73,7 +73,7 @@ type CompositionScores struct {
 	// [d_model, d_head] and [d_head, d_model], RandomCompositionBaseline), for the heads of the
 	// first head's size: a score near it is what unrelated heads give.
 	Baseline float64 `json:"baseline"`
-	// Folded reports whether the normalisations were folded (Options.NoFold unset).
+	// Folded reports whether the normalisations were folded (WeightOptions.NoFold unset).
 	Folded bool `json:"folded"`
 }
 
@@ -85,7 +85,7 @@ const BaselineSamples = 100
 // O(d_head²·d_model), and no [d_model, d_model] matrix is formed. Weights are folded as the
 // package doc says unless opt.NoFold. It returns an error wrapping ErrModel when m is nil or
 // lacks an attention parameter.
-func Composition(m *nn.Model, opt *Options) (*CompositionScores, error) {
+func Composition(m *nn.Model, opt *WeightOptions) (*CompositionScores, error) {
 	w, err := readWeights(m, opt.fold(), false)
 	if err != nil {
 		return nil, err

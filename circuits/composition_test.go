@@ -66,7 +66,7 @@ func TestCompositionGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := golden(t, name)
 			for _, fold := range []bool{true, false} {
-				got, err := Composition(c.m, &Options{NoFold: !fold})
+				got, err := Composition(c.m, &WeightOptions{NoFold: !fold})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -184,7 +184,7 @@ func newTestModel(t testing.TB, dModel, heads, layers int, mutate func(*nn.Confi
 func TestCompositionScoresInUnitInterval(t *testing.T) {
 	for _, kv := range []int{0, 2, 1} {
 		m := newTestModel(t, 16, 4, 3, func(c *nn.Config) { c.KVHeads = kv })
-		for _, opt := range []*Options{nil, {NoFold: true}} {
+		for _, opt := range []*WeightOptions{nil, {NoFold: true}} {
 			c, err := Composition(m, opt)
 			if err != nil {
 				t.Fatal(err)
@@ -260,7 +260,7 @@ func TestCompositionWriteReadIsHigh(t *testing.T) {
 	write := mat.DenseCopyOf(basisBlock(16, 0, one).T())
 	setHead(t, m, 0, 0, nil, nil, basisBlock(16, 4, s), write)
 	setHead(t, m, 1, 0, read, read, read, write)
-	c, err := Composition(m, &Options{NoFold: true})
+	c, err := Composition(m, &WeightOptions{NoFold: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,14 +286,14 @@ func TestCompositionWriteReadIsHigh(t *testing.T) {
 	// With a flat spectrum the perfect composition of rank-4 circuits scores 1/√4.
 	setHead(t, m, 0, 0, nil, nil, basisBlock(16, 4, one), write)
 	setHead(t, m, 1, 0, basisBlock(16, 0, one), basisBlock(16, 0, one), basisBlock(16, 0, one), write)
-	c, _ = Composition(m, &Options{NoFold: true})
+	c, _ = Composition(m, &WeightOptions{NoFold: true})
 	if s, _ := c.Score(QComposition, 0, 0, 1, 0); math.Abs(s-0.5) > 1e-6 {
 		t.Errorf("flat-spectrum perfect Q-composition %v, want 0.5", s)
 	}
 	// A later head that reads only directions the earlier one never writes: 0.
 	other := basisBlock(16, 8, one)
 	setHead(t, m, 1, 1, other, other, other, nil)
-	c, err = Composition(m, &Options{NoFold: true})
+	c, err = Composition(m, &WeightOptions{NoFold: true})
 	if err != nil {
 		t.Fatal(err)
 	}

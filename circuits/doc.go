@@ -29,8 +29,8 @@
 //
 // # Normalisation folding
 //
-// Unless Options.NoFold, the weights are folded as TransformerLens's from_pretrained folds them
-// by default (fold_ln, center_writing_weights, center_unembed):
+// Unless WeightOptions.NoFold, the weights are folded as TransformerLens's from_pretrained folds
+// them by default (fold_ln, center_writing_weights, center_unembed):
 //
 //   - every reader gets the weight γ of the normalisation that produces its input folded in,
 //     W_Q ← diag(γ)·W_Q (and W_K, W_V, and W_U for the unembedding), and, for LayerNorm models,

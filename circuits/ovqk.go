@@ -26,7 +26,7 @@ const MaxCircuitVocab = 4096
 // the final one, and each row is centred (mean over t removed). It returns an error wrapping
 // ErrArgument when layer or head is out of range or the vocabulary exceeds MaxCircuitVocab, and
 // one wrapping ErrModel for a model without the parameters.
-func OVCircuit(m *nn.Model, layer, head int, opt *Options) (*mat.Dense, error) {
+func OVCircuit(m *nn.Model, layer, head int, opt *WeightOptions) (*mat.Dense, error) {
 	t, err := newTokenWeights(m, opt)
 	if err != nil {
 		return nil, err
@@ -41,7 +41,7 @@ func OVCircuit(m *nn.Model, layer, head int, opt *Options) (*mat.Dense, error) {
 // Entry [q, k] is the attention logit (before the head's score scale, 1/√d_head by default, and
 // without positions, rotary or biases) that a query on token q gives a key on token k. Folded
 // (the default), W_Q and W_K get the layer's input normalisation. Errors as OVCircuit's.
-func QKCircuit(m *nn.Model, layer, head int, opt *Options) (*mat.Dense, error) {
+func QKCircuit(m *nn.Model, layer, head int, opt *WeightOptions) (*mat.Dense, error) {
 	t, err := newTokenWeights(m, opt)
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ type HeadCircuits struct {
 // circuits (OVCircuit, QKCircuit), largest first, ties broken by row then column. It returns an
 // error wrapping ErrArgument when top < 1 or the vocabulary exceeds MaxCircuitVocab, and one
 // wrapping ErrModel for a model without the parameters.
-func TokenCircuits(m *nn.Model, top int, opt *Options) ([]HeadCircuits, error) {
+func TokenCircuits(m *nn.Model, top int, opt *WeightOptions) ([]HeadCircuits, error) {
 	if top < 1 {
 		return nil, fmt.Errorf("%w: top is %d, want ≥ 1", ErrArgument, top)
 	}
@@ -106,7 +106,7 @@ type tokenWeights struct {
 	fold bool
 }
 
-func newTokenWeights(m *nn.Model, opt *Options) (*tokenWeights, error) {
+func newTokenWeights(m *nn.Model, opt *WeightOptions) (*tokenWeights, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: nil model", ErrModel)
 	}

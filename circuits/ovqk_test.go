@@ -50,7 +50,7 @@ func denseCircuits(t *testing.T, m *nn.Model, layer, head int) (ov, qk *mat.Dens
 func TestCircuitsMatchDense(t *testing.T) {
 	for _, tie := range []bool{false, true} {
 		m := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.TieEmbeddings = tie })
-		raw := &Options{NoFold: true}
+		raw := &WeightOptions{NoFold: true}
 		for h := range 4 {
 			wantOV, wantQK := denseCircuits(t, m, 0, h)
 			ov, err := OVCircuit(m, 0, h, raw)

@@ -156,7 +156,7 @@ func (f *compositionFlags) run(w io.Writer) error {
 	}
 	m := cm.Net()
 	cfg := m.Config()
-	opt := &circuits.Options{NoFold: f.raw}
+	opt := &circuits.WeightOptions{NoFold: f.raw}
 	comp, err := circuits.Composition(m, opt)
 	if err != nil {
 		return err
