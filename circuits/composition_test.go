@@ -182,8 +182,14 @@ func newTestModel(t testing.TB, dModel, heads, layers int, mutate func(*nn.Confi
 }
 
 func TestCompositionScoresInUnitInterval(t *testing.T) {
-	for _, kv := range []int{0, 2, 1} {
-		m := newTestModel(t, 16, 4, 3, func(c *nn.Config) { c.KVHeads = kv })
+	for _, kv := range []int{0, 2, 1, -1} {
+		m := newTestModel(t, 16, 4, 3, func(c *nn.Config) {
+			if kv < 0 { // heads of different sizes
+				c.HeadDims = []int{2, 6, 4, 4}
+				return
+			}
+			c.KVHeads = kv
+		})
 		for _, opt := range []*WeightOptions{nil, {NoFold: true}} {
 			c, err := Composition(m, opt)
 			if err != nil {

@@ -3,6 +3,7 @@ package circuits
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,6 +135,19 @@ func TestSubspacesErrors(t *testing.T) {
 	for _, l := range []int{-1, 2} {
 		if _, err := Subspaces(m, l); !errors.Is(err, ErrArgument) {
 			t.Errorf("layer %d: %v, want ErrArgument", l, err)
+		}
+	}
+}
+
+func TestSubspacesUnequalHeads(t *testing.T) {
+	m := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.HeadDims = []int{2, 6, 4, 4} })
+	ss, err := Subspaces(m, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if want := []int{2, 6, 4, 4}; !slices.Equal(s.Dims, want) {
+			t.Errorf("%s: dims %v, want %v", s.Kind, s.Dims, want)
 		}
 	}
 }
