@@ -239,8 +239,12 @@ const (
 )
 
 // SubspaceVerdict says, with numbers, whether the heads' subspaces of one layer and kind are
-// orthogonal (chapter 003's "h orthogonal subspaces"), intersecting, or neither, against the
-// random baseline. The statistics are over the pairs i < j.
+// orthogonal (chapter 003's "h orthogonal subspaces"; chapter 002's ideal of "nearly orthogonal
+// subspaces"), intersecting, or neither (chapter 000: they "may intersect or be orthogonal"),
+// against the random baseline. The statistics are over the pairs i < j. (The heads' blocks of
+// d_head coordinates after the projection are disjoint by construction, the reshape of chapter
+// 000; the verdict is about the d_model-dimensional subspaces they read and write, which the
+// projections learn.)
 type SubspaceVerdict struct {
 	Layer int    `json:"layer"`
 	Kind  string `json:"kind"`
