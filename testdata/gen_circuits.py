@@ -28,6 +28,7 @@ It writes testdata/circuits/<name>.safetensors (F64 tensors, I64 indices):
   degrees).
 """
 
+import json
 import os
 import sys
 
@@ -45,7 +46,6 @@ torch.set_num_threads(1)
 
 
 def load(name):
-    import json
     folder = os.path.join(HERE, "pretrained", name)
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
