@@ -13,6 +13,8 @@
 //	mha viz      --model NAME --kind head|grid|similarity|pruning|importance [--out FILE.png|FILE.svg]
 //	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
 //	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
+//	mha attribute --model NAME|DIR --text STR --target TOK --foil TOK [--position P] [--json]
+//	mha lens     --model NAME|DIR --text STR [--top K] [--target TOK] [--json]
 //
 // Without --out, train, viz and experiment write into the folder mha-out, which they create if
 // missing: train to mha-out/TASK.safetensors, viz to mha-out/MODEL-KIND.png (.svg with --format
@@ -54,7 +56,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newAttributeCmd(), newLensCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
