@@ -58,7 +58,8 @@ func (a *Attribution) Sum() float64 {
 var ErrNotDecomposable = errors.New("circuits: the model's logits are not a sum of its components' outputs")
 
 // Attribute computes the direct logit attribution of metric mt on tokens [T], one sequence, run
-// through m on workers goroutines (0: GOMAXPROCS).
+// through m on workers goroutines (0: GOMAXPROCS), with token types 0 and no padding. It runs a
+// Forward of m, replacing m's last forward (an nn.Model is not safe for concurrent use).
 //
 // In a pre-norm model the stream that leaves the last block at position p, x = Residual(Layers),
 // is a sum of what every component wrote there: the embeddings, each head's z_h·W_O,hᵀ, each

@@ -60,8 +60,8 @@ const lensFloats = 1 << 22
 // lensColumns is the number of vocabulary entries one task of the head's product computes.
 const lensColumns = 2048
 
-// LogitLens reads the residual stream of tokens [T], one sequence run through m, as if each
-// block were the last (nostalgebraist's logit lens): for every layer input l = 0 … Layers
+// LogitLens reads the residual stream of tokens [T], one sequence run through m (token types
+// 0, no padding; the Forward replaces m's last one), as if each block were the last (nostalgebraist's logit lens): for every layer input l = 0 … Layers
 // (Residual(l); Layers is the last block's output) and every position, it applies what the model
 // applies to its last stream, with the statistics of the stream it is given (nothing frozen):
 //
