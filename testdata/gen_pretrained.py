@@ -22,6 +22,11 @@ and the attention weights of every layer, attentions.<l> (F64 [B, H, T, T]). Wei
 F16 or BF16 are used by the reference as their rounded values, so the reference is exact for the
 weights as stored. Rotary angles are exact float64 (Hugging Face computes them in float32; the
 difference at these positions is below 1e-6).
+
+Each family's weights (gpt2_weights, bert_weights, llama_weights: the same draws for the same
+folder name) and its forward (gpt2_forward, bert_forward, llama_forward, which can record the
+residual stream in a trace dict) are functions of their own, so that gen_circuits_dla.py runs the
+same forwards on the same weights.
 """
 
 import json
