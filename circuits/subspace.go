@@ -116,7 +116,7 @@ func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 		}
 		bases[i] = b
 		s.DModel, _ = m.Dims()
-		s.Dims = append(s.Dims, rank(b))
+		s.Dims = append(s.Dims, basisRank(b))
 	}
 	for i := range ms {
 		for j := i; j < len(ms); j++ { // both are symmetric
@@ -134,7 +134,7 @@ func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 	return s, nil
 }
 
-func rank(b *mat.Dense) int {
+func basisRank(b *mat.Dense) int {
 	if b == nil {
 		return 0
 	}

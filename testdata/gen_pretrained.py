@@ -22,6 +22,11 @@ and the attention weights of every layer, attentions.<l> (F64 [B, H, T, T]). Wei
 F16 or BF16 are used by the reference as their rounded values, so the reference is exact for the
 weights as stored. Rotary angles are exact float64 (Hugging Face computes them in float32; the
 difference at these positions is below 1e-6).
+
+Each family's weights (gpt2_weights, bert_weights, llama_weights: the same draws for the same
+folder name) and its forward (gpt2_forward, bert_forward, llama_forward, which can record the
+residual stream in a trace dict) are functions of their own, so that gen_circuits_dla.py runs the
+same forwards on the same weights.
 """
 
 import json
@@ -104,7 +109,8 @@ def merge_heads(x):
 # ---------------------------------------------------------------- GPT-2
 
 
-def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
+def gpt2_weights(name, dtype, prefix, buffers, tied_stored):
+    """Draws the GPT-2 folder name's weights: (cfg, Params, weights W, tokenizer)."""
     tok, vocab_size = gpt2_tokenizer()
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size, "n_positions": 16,
            "n_embd": 16, "n_layer": 2, "n_head": 4, "n_inner": None, "activation_function": "gelu_new",
@@ -132,31 +138,64 @@ def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
     lnf = (p.draw(pre + "ln_f.weight", (e,), 0.1, 1.0), p.draw(pre + "ln_f.bias", (e,), 0.1))
     if tied_stored:
         p.stored["lm_head.weight"] = p.stored[pre + "wte.weight"]
+    cfg["eos_token_id"] = cfg["bos_token_id"] = vocab_size - 1
+    return cfg, p, {"wte": wte, "wpe": wpe, "layers": layers, "lnf": lnf}, tok
 
-    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 9)))
+
+def gpt2_forward(cfg, W, ids, trace=None):
+    """GPT2LMHeadModel's forward of ids [B, T]: (logits, hidden, attentions). When trace is a
+    dict, it also records per block the stream entering it (resid_pre), the heads' outputs
+    before c_proj (z [B, T, E]), the stream after the attention (resid_mid) and the MLP's output
+    (mlp_out), and the last block's output (resid_final)."""
+    e, h = cfg["n_embd"], cfg["n_head"]
+    wte, wpe = W["wte"], W["wpe"]
     b, t = ids.shape
     x = wte[ids] + wpe[torch.arange(t)]
     mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
     attns = []
-    for L in layers:
+    for L in W["layers"]:
+        record(trace, "resid_pre", x)
         a = layer_norm(x, *L["ln1"], cfg["layer_norm_epsilon"])
         qkv = a @ L["c_attn"][0] + L["c_attn"][1]  # Conv1D: x·W + b, W [in, out]
         q, k, vv = qkv.split(e, dim=-1)
         o, w = softmax_attention(split_heads(q, h), split_heads(k, h), split_heads(vv, h), mask)
         attns.append(w)
+        record(trace, "z", merge_heads(o))
         x = x + merge_heads(o) @ L["c_proj"][0] + L["c_proj"][1]
+        record(trace, "resid_mid", x)
         m = layer_norm(x, *L["ln2"], cfg["layer_norm_epsilon"])
-        x = x + gelu_new(m @ L["c_fc"][0] + L["c_fc"][1]) @ L["mlp_proj"][0] + L["mlp_proj"][1]
-    hidden = layer_norm(x, *lnf, cfg["layer_norm_epsilon"])
-    logits = hidden @ wte.T
-    cfg["eos_token_id"] = cfg["bos_token_id"] = vocab_size - 1
+        f = gelu_new(m @ L["c_fc"][0] + L["c_fc"][1]) @ L["mlp_proj"][0]
+        record(trace, "mlp_out", f + L["mlp_proj"][1])
+        x = x + f + L["mlp_proj"][1]
+    if trace is not None:
+        trace["resid_final"] = x
+    hidden = gpt2_final_norm(cfg, W, x)
+    return hidden @ W["wte"].T, hidden, attns
+
+
+def gpt2_final_norm(cfg, W, x):
+    """GPT-2's ln_f."""
+    return layer_norm(x, *W["lnf"], cfg["layer_norm_epsilon"])
+
+
+def gpt2(name, dtype, prefix, buffers, tied_stored, shards):
+    cfg, p, W, tok = gpt2_weights(name, dtype, prefix, buffers, tied_stored)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
+    logits, hidden, attns = gpt2_forward(cfg, W, ids)
     write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
+def record(trace, key, x):
+    """Appends x to trace[key] when trace is a dict."""
+    if trace is not None:
+        trace.setdefault(key, []).append(x)
 
 
 # ---------------------------------------------------------------- BERT
 
 
-def bert(name, dtype, old_names):
+def bert_weights(name, dtype, old_names):
+    """Draws the BERT folder name's weights: (cfg, Params, weights W)."""
     cfg = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 40, "hidden_size": 16,
            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24, "hidden_act": "gelu",
            "max_position_embeddings": 16, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
@@ -191,27 +230,51 @@ def bert(name, dtype, old_names):
     # The decoder is tied to the word embeddings; BertForMaskedLM's state dict stores both names.
     p.stored["cls.predictions.decoder.weight"] = p.stored["bert.embeddings.word_embeddings.weight"]
     p.stored["cls.predictions.decoder.bias"] = p.stored["cls.predictions.bias"]
+    return cfg, p, {"word": word, "pos": pos, "typ": typ, "emb_ln": emb_ln, "layers": layers,
+                    "head_dense": head_dense, "head_ln": head_ln, "head_bias": head_bias}
 
-    ids = torch.from_numpy(p.rng.integers(1, v, size=(2, 8)))
-    am = torch.ones(2, 8, dtype=torch.int64)
-    am[1, 5:] = 0
-    ids[1, 5:] = cfg["pad_token_id"]
-    types = torch.zeros(2, 8, dtype=torch.int64)
-    types[0, 4:] = 1
+
+def bert_forward(cfg, W, ids, am, types, trace=None):
+    """BertForMaskedLM's forward of ids [B, T] with attention mask am and token types: (logits,
+    hidden, attentions). When trace is a dict, it also records the stream entering every block
+    (resid_pre) and the last block's output (resid_final)."""
+    h, eps = cfg["num_attention_heads"], cfg["layer_norm_eps"]
     b, t = ids.shape
-    x = layer_norm(word[ids] + pos[torch.arange(t)] + typ[types], *emb_ln, eps)
+    x = layer_norm(W["word"][ids] + W["pos"][torch.arange(t)] + W["typ"][types], *W["emb_ln"], eps)
     mask = am.bool().view(b, 1, 1, t).expand(b, 1, t, t)
     attns = []
-    for L in layers:
+    for L in W["layers"]:
+        record(trace, "resid_pre", x)
+
         def f(name, y):
             return y @ L[name][0].T + L[name][1]
         o, w = softmax_attention(split_heads(f("q", x), h), split_heads(f("k", x), h), split_heads(f("v", x), h), mask)
         attns.append(w)
         x = layer_norm(f("o", merge_heads(o)) + x, *L["ln1"], eps)  # post-norm: LN(X + MultiHead(X))
         x = layer_norm(f("out", gelu(f("i", x))) + x, *L["ln2"], eps)
+    if trace is not None:
+        trace["resid_final"] = x
     hidden = x
-    y = layer_norm(gelu(hidden @ head_dense[0].T + head_dense[1]), *head_ln, eps)
-    logits = y @ word.T + head_bias
+    return bert_head(cfg, W, hidden), hidden, attns
+
+
+def bert_head(cfg, W, x):
+    """BertForMaskedLM's cls.predictions: the transform (dense, GELU, LayerNorm) and the decoder."""
+    hd, eps = W["head_dense"], cfg["layer_norm_eps"]
+    y = layer_norm(gelu(x @ hd[0].T + hd[1]), *W["head_ln"], eps)
+    return y @ W["word"].T + W["head_bias"]
+
+
+def bert(name, dtype, old_names):
+    cfg, p, W = bert_weights(name, dtype, old_names)
+    v = cfg["vocab_size"]
+    ids = torch.from_numpy(p.rng.integers(1, v, size=(2, 8)))
+    am = torch.ones(2, 8, dtype=torch.int64)
+    am[1, 5:] = 0
+    ids[1, 5:] = cfg["pad_token_id"]
+    types = torch.zeros(2, 8, dtype=torch.int64)
+    types[0, 4:] = 1
+    logits, hidden, attns = bert_forward(cfg, W, ids, am, types)
     write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, token_type_ids=types,
                 tokenizer=bert_tokenizer()[0])
 
@@ -219,7 +282,8 @@ def bert(name, dtype, old_names):
 # ---------------------------------------------------------------- Llama family
 
 
-def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False):
+def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None):
+    """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
@@ -234,11 +298,6 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
     p = Params(name, dtype)
     e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     d = e // h
-    eps = cfg["rms_norm_eps"]
-
-    def rms(x, w):
-        return w * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
     for l in range(cfg["num_hidden_layers"]):
@@ -258,8 +317,27 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
         layers.append(L)
     norm = p.draw("model.norm.weight", (e,), 0.1, 1.0)
     head = emb if tied else p.draw("lm_head.weight", (v, e), 0.5)
+    return cfg, p, {"emb": emb, "layers": layers, "norm": norm, "head": head, "qkv_bias": qkv_bias}, tok
 
-    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 10)))
+
+def llama_rms(cfg, x, w):
+    """Llama's RMSNorm."""
+    return w * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"]))
+
+
+def llama_forward(cfg, W, ids, trace=None):
+    """LlamaForCausalLM's forward of ids [B, T] (Qwen2's and Mistral's alike): (logits, hidden,
+    attentions). When trace is a dict, it also records per block the stream entering it
+    (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the stream after the attention
+    (resid_mid) and the MLP's output (mlp_out), and the last block's output (resid_final)."""
+    e, h, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = e // h
+    qkv_bias, window, scaling = W["qkv_bias"], cfg.get("sliding_window"), cfg.get("rope_scaling")
+    emb, layers = W["emb"], W["layers"]
+
+    def rms(x, w):
+        return llama_rms(cfg, x, w)
+
     b, t = ids.shape
     rope = (cfg["rope_theta"], d, "half", 0)
     sc = None if scaling is None else (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
@@ -272,6 +350,7 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
     x = emb[ids]
     attns = []
     for L in layers:
+        record(trace, "resid_pre", x)
         a = rms(x, L["in_norm"])
         q, k, vv = a @ L["q"].T, a @ L["k"].T, a @ L["v"].T
         if qkv_bias:
@@ -282,12 +361,24 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
         o, w = softmax_attention(q, k, vv, mask)
         attns.append(w)
+        record(trace, "z", merge_heads(o))
         x = x + merge_heads(o) @ L["o"].T
+        record(trace, "resid_mid", x)
         m = rms(x, L["post_norm"])
         gate = m @ L["gate"].T
-        x = x + (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
-    hidden = rms(x, norm)
-    logits = hidden @ head.T
+        f = (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
+        record(trace, "mlp_out", f)
+        x = x + f
+    if trace is not None:
+        trace["resid_final"] = x
+    hidden = rms(x, W["norm"])
+    return hidden @ W["head"].T, hidden, attns
+
+
+def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False):
+    cfg, p, W, tok = llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias, window, scaling)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 10)))
+    logits, hidden, attns = llama_forward(cfg, W, ids)
     write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
 
 

@@ -13,6 +13,8 @@
 //	mha viz      --model NAME --kind head|grid|similarity|pruning|importance [--out FILE.png|FILE.svg]
 //	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
 //	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
+//	mha attribute --model NAME|DIR --text STR --target TOK --foil TOK [--position P] [--json]
+//	mha lens     --model NAME|DIR --text STR [--top K] [--target TOK] [--json]
 //	mha composition --model NAME|DIR [--top N] [--raw] [--json]
 //
 // Without --out, train, viz and experiment write into the folder mha-out, which they create if
@@ -55,7 +57,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newCompositionCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newAttributeCmd(), newLensCmd(), newCompositionCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
