@@ -131,11 +131,11 @@ func Composition(m *nn.Model, opt *WeightOptions) (*CompositionScores, error) {
 // weights are float32 or half precision to begin with), the rest in float64.
 func (w *modelWeights) composeLayers(ws *kernel.Workspace, att mha.Config, p *LayerPair) {
 	a, b := &w.layers[p.From], &w.layers[p.To]
-	gq := cross(ws, a.o32, b.q32)
-	gk := cross(ws, a.o32, b.k32)
-	gv := cross(ws, a.o32, b.v32)
+	gq := crossF32(ws, a.o32, b.q32)
+	gk := crossF32(ws, a.o32, b.k32)
+	gv := crossF32(ws, a.o32, b.v32)
 	heads := att.NumHeads
-	p.Q, p.K, p.V = grid(heads), grid(heads), grid(heads)
+	p.Q, p.K, p.V = squareGrid(heads), squareGrid(heads), squareGrid(heads)
 	for i := range heads {
 		oi, di := att.HeadOffset(i), att.HeadDim(i)
 		for j := range heads {
@@ -143,9 +143,9 @@ func (w *modelWeights) composeLayers(ws *kernel.Workspace, att mha.Config, p *La
 			g := att.KVHead(j)
 			ok, dk := b.kvOff[g], b.kvDim[g]
 			ov := a.ov[i]
-			p.Q[i][j] = score(ov, block(gq, oi, di, oj, dj), b.qk[j])
-			p.K[i][j] = score(ov, block(gk, oi, di, ok, dk), b.kq[j])
-			p.V[i][j] = score(ov, block(gv, oi, di, ok, dk), b.ov[j])
+			p.Q[i][j] = compositionScore(ov, subBlock(gq, oi, di, oj, dj), b.qk[j])
+			p.K[i][j] = compositionScore(ov, subBlock(gk, oi, di, ok, dk), b.kq[j])
+			p.V[i][j] = compositionScore(ov, subBlock(gv, oi, di, ok, dk), b.ov[j])
 		}
 	}
 }
@@ -167,8 +167,8 @@ func toMatrix32(m *mat.Dense) matrix32 {
 	return x
 }
 
-// cross returns x·y in float64, computed in float32.
-func cross(ws *kernel.Workspace, x, y matrix32) *mat.Dense {
+// crossF32 returns x·y in float64, computed in float32.
+func crossF32(ws *kernel.Workspace, x, y matrix32) *mat.Dense {
 	c := make([]float32, x.rows*y.cols)
 	ws.Sgemm(false, false, x.rows, y.cols, x.cols, 1, x.data, x.cols, y.data, y.cols, 0, c, y.cols, nil)
 	d := make([]float64, len(c))
@@ -275,7 +275,7 @@ func RandomCompositionBaseline(dModel, dA, dB, samples int, seed uint64) (float6
 		y := newFactored(gauss(dModel, dB), gauss(dB, dModel))
 		var g mat.Dense
 		g.Mul(x.b, y.a)
-		sum += score(x, &g, y)
+		sum += compositionScore(x, &g, y)
 	}
 	return sum / float64(samples), nil
 }
@@ -309,30 +309,30 @@ func traceProduct(x, y mat.Matrix) float64 {
 	return s
 }
 
-// score returns ‖X·Y‖_F/(‖X‖_F‖Y‖_F) for X = A_X·B_X and Y = A_Y·B_Y given g = B_X·A_Y
+// compositionScore returns ‖X·Y‖_F/(‖X‖_F‖Y‖_F) for X = A_X·B_X and Y = A_Y·B_Y given g = B_X·A_Y
 // [d_X, d_Y]: ‖A_X·g·B_Y‖_F² = tr(gᵀ·(A_XᵀA_X)·g·(B_Y·B_Yᵀ)). It is 0 when a norm is 0.
-func score(x *factored, g mat.Matrix, y *factored) float64 {
+func compositionScore(x *factored, g mat.Matrix, y *factored) float64 {
 	if x.frobenius2 <= 0 || y.frobenius2 <= 0 {
 		return 0
 	}
 	var left, right mat.Dense
 	left.Mul(x.gramA, g)  // [d_X, d_Y]
 	right.Mul(g, y.gramB) // [d_X, d_Y]
-	num := mat.Sum(elementwise(&left, &right))
+	num := mat.Sum(mulElem(&left, &right))
 	s := math.Sqrt(math.Max(num, 0) / (x.frobenius2 * y.frobenius2))
 	return math.Min(s, 1) // rounding may push an exact 1 over it
 }
 
-func elementwise(a, b *mat.Dense) *mat.Dense {
+func mulElem(a, b *mat.Dense) *mat.Dense {
 	var c mat.Dense
 	c.MulElem(a, b)
 	return &c
 }
 
-// block returns rows r…r+nr and columns c…c+nc of m.
-func block(m *mat.Dense, r, nr, c, nc int) mat.Matrix { return m.Slice(r, r+nr, c, c+nc) }
+// subBlock returns rows r…r+nr and columns c…c+nc of m.
+func subBlock(m *mat.Dense, r, nr, c, nc int) mat.Matrix { return m.Slice(r, r+nr, c, c+nc) }
 
-func grid(n int) [][]float64 {
+func squareGrid(n int) [][]float64 {
 	g := make([][]float64, n)
 	for i := range g {
 		g[i] = make([]float64, n)
@@ -373,11 +373,11 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 	w := &modelWeights{}
 	for l := range cfg.Layers {
 		p := "blocks." + strconv.Itoa(l) + ".attn."
-		in, err := param(m, p+"in_proj_weight", e+2*kvd, e)
+		in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
 		if err != nil {
 			return nil, err
 		}
-		out, err := param(m, p+"out_proj.weight", e, e)
+		out, err := weightParam(m, p+"out_proj.weight", e, e)
 		if err != nil {
 			return nil, err
 		}
@@ -388,9 +388,9 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 			}
 		}
 		lw := layerWeights{
-			qAll: reader(in, 0, e, gamma, centre),
-			kAll: reader(in, e, kvd, gamma, centre),
-			vAll: reader(in, e+kvd, kvd, gamma, centre),
+			qAll: readerBlock(in, 0, e, gamma, centre),
+			kAll: readerBlock(in, e, kvd, gamma, centre),
+			vAll: readerBlock(in, e+kvd, kvd, gamma, centre),
 			oAll: mat.DenseCopyOf(out.T()),
 		}
 		if centre {
@@ -409,9 +409,9 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 		for h := range cfg.Heads {
 			o, d := att.HeadOffset(h), att.HeadDim(h)
 			g := att.KVHead(h)
-			q := cols(lw.qAll, o, d)
-			k := cols(lw.kAll, lw.kvOff[g], lw.kvDim[g])
-			v := cols(lw.vAll, lw.kvOff[g], lw.kvDim[g])
+			q := columnBlock(lw.qAll, o, d)
+			k := columnBlock(lw.kAll, lw.kvOff[g], lw.kvDim[g])
+			v := columnBlock(lw.vAll, lw.kvOff[g], lw.kvDim[g])
 			wo := mat.DenseCopyOf(lw.oAll.Slice(o, o+d, 0, e))
 			ov, qk, kq := newFactored(v, wo), newFactored(q, mat.DenseCopyOf(k.T())), newFactored(k, mat.DenseCopyOf(q.T()))
 			if !factors {
@@ -427,9 +427,9 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 	return w, nil
 }
 
-// param returns the parameter called name as a float64 [rows, cols] matrix (decoded from half
+// weightParam returns the parameter called name as a float64 [rows, cols] matrix (decoded from half
 // precision if held so), or an error wrapping ErrModel when m has none of that shape.
-func param(m *nn.Model, name string, rows, cols int) (*mat.Dense, error) {
+func weightParam(m *nn.Model, name string, rows, cols int) (*mat.Dense, error) {
 	p := m.Param(name)
 	if p == nil {
 		return nil, fmt.Errorf("%w: no parameter %s", ErrModel, name)
@@ -447,7 +447,7 @@ func param(m *nn.Model, name string, rows, cols int) (*mat.Dense, error) {
 
 // normWeight returns the weight γ [d_model] of the normalisation layer called name.
 func normWeight(m *nn.Model, name string) ([]float64, error) {
-	g, err := param(m, name+".weight", 1, m.Config().DModel)
+	g, err := weightParam(m, name+".weight", 1, m.Config().DModel)
 	if err != nil {
 		return nil, err
 	}
@@ -489,10 +489,10 @@ func readerGamma(m *nn.Model, l int) ([]float64, error) {
 	return normWeight(m, name)
 }
 
-// reader returns rows r…r+n of w [*, d_model] transposed, [d_model, n]: the row-vector
+// readerBlock returns rows r…r+n of w [*, d_model] transposed, [d_model, n]: the row-vector
 // convention's reading matrix, with row i scaled by gamma[i] (when not nil) and, with centre,
 // every column's mean removed.
-func reader(w *mat.Dense, r, n int, gamma []float64, centre bool) *mat.Dense {
+func readerBlock(w *mat.Dense, r, n int, gamma []float64, centre bool) *mat.Dense {
 	x := mat.DenseCopyOf(w.Slice(r, r+n, 0, w.RawMatrix().Cols).T())
 	foldReader(x, gamma, centre)
 	return x
@@ -540,8 +540,8 @@ func centreRows(x *mat.Dense) {
 	}
 }
 
-// cols returns a copy of columns c…c+n of x.
-func cols(x *mat.Dense, c, n int) *mat.Dense {
+// columnBlock returns a copy of columns c…c+n of x.
+func columnBlock(x *mat.Dense, c, n int) *mat.Dense {
 	r, _ := x.Dims()
 	return mat.DenseCopyOf(x.Slice(0, r, c, c+n))
 }

@@ -15,42 +15,42 @@ import (
 	"github.com/mhalab/mha/safetensors"
 )
 
-// goldenModels are the tiny Hugging Face checkpoints that testdata/gen_circuits.py read.
-var goldenModels = []string{"gpt2", "llama", "bert"}
+// compositionGoldenModels are the tiny Hugging Face checkpoints that testdata/gen_circuits.py read.
+var compositionGoldenModels = []string{"gpt2", "llama", "bert"}
 
 var (
-	goldenOnce  sync.Map // name → *goldenCase
-	goldenMutex sync.Mutex
+	compositionGoldens  sync.Map // name → *compositionGoldenCase
+	compositionGoldenMu sync.Mutex
 )
 
-type goldenCase struct {
+type compositionGoldenCase struct {
 	m   *nn.Model
 	exp *safetensors.File
 }
 
-// golden opens testdata/pretrained/name and its goldens testdata/circuits/name.safetensors, once
+// compositionGolden opens testdata/pretrained/name and its goldens testdata/circuits/composition_name.safetensors, once
 // per test binary.
-func golden(t *testing.T, name string) *goldenCase {
+func compositionGolden(t *testing.T, name string) *compositionGoldenCase {
 	t.Helper()
-	goldenMutex.Lock()
-	defer goldenMutex.Unlock()
-	if c, ok := goldenOnce.Load(name); ok {
-		return c.(*goldenCase)
+	compositionGoldenMu.Lock()
+	defer compositionGoldenMu.Unlock()
+	if c, ok := compositionGoldens.Load(name); ok {
+		return c.(*compositionGoldenCase)
 	}
 	pm, err := pretrained.Open(filepath.Join("..", "testdata", "pretrained", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp, err := safetensors.ReadFile(filepath.Join("..", "testdata", "circuits", name+".safetensors"))
+	exp, err := safetensors.ReadFile(filepath.Join("..", "testdata", "circuits", "composition_"+name+".safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &goldenCase{m: pm.NN, exp: exp}
-	goldenOnce.Store(name, c)
+	c := &compositionGoldenCase{m: pm.NN, exp: exp}
+	compositionGoldens.Store(name, c)
 	return c
 }
 
-func (c *goldenCase) f64(t *testing.T, name string) ([]float64, []int) {
+func (c *compositionGoldenCase) f64(t *testing.T, name string) ([]float64, []int) {
 	t.Helper()
 	d, shape, err := c.exp.Float64(name)
 	if err != nil {
@@ -59,12 +59,12 @@ func (c *goldenCase) f64(t *testing.T, name string) ([]float64, []int) {
 	return d, shape
 }
 
-const goldenTol = 1e-4
+const compositionTol = 1e-4
 
 func TestCompositionGolden(t *testing.T) {
-	for _, name := range goldenModels {
+	for _, name := range compositionGoldenModels {
 		t.Run(name, func(t *testing.T) {
-			c := golden(t, name)
+			c := compositionGolden(t, name)
 			for _, fold := range []bool{true, false} {
 				got, err := Composition(c.m, &WeightOptions{NoFold: !fold})
 				if err != nil {
@@ -86,7 +86,7 @@ func TestCompositionGolden(t *testing.T) {
 										t.Fatal(err)
 									}
 									w := want[((l1*h+h1)*nl+l2)*h+h2]
-									if math.Abs(g-w) > goldenTol {
+									if math.Abs(g-w) > compositionTol {
 										t.Errorf("fold %v %s-composition L%dH%d→L%dH%d = %.8f, PyTorch %.8f", fold, mode, l1, h1, l2, h2, g, w)
 									}
 								}
@@ -100,9 +100,9 @@ func TestCompositionGolden(t *testing.T) {
 }
 
 func TestTokenCircuitsGolden(t *testing.T) {
-	for _, name := range goldenModels {
+	for _, name := range compositionGoldenModels {
 		t.Run(name, func(t *testing.T) {
-			c := golden(t, name)
+			c := compositionGolden(t, name)
 			got, err := TokenCircuits(c.m, 5, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -120,7 +120,7 @@ func TestTokenCircuitsGolden(t *testing.T) {
 					for i, p := range pairs {
 						k := (hc.Layer*h+hc.Head)*top + i
 						scale := math.Max(1, math.Abs(vals[k]))
-						if p.Row != int(rows[k]) || p.Col != int(cols[k]) || math.Abs(p.Value-vals[k]) > goldenTol*scale {
+						if p.Row != int(rows[k]) || p.Col != int(cols[k]) || math.Abs(p.Value-vals[k]) > compositionTol*scale {
 							t.Errorf("%s L%dH%d #%d = (%d, %d, %.6f), PyTorch (%v, %v, %.6f)", kind, hc.Layer, hc.Head, i, p.Row, p.Col, p.Value, rows[k], cols[k], vals[k])
 						}
 					}
@@ -131,9 +131,9 @@ func TestTokenCircuitsGolden(t *testing.T) {
 }
 
 func TestSubspacesGolden(t *testing.T) {
-	for _, name := range goldenModels {
+	for _, name := range compositionGoldenModels {
 		t.Run(name, func(t *testing.T) {
-			c := golden(t, name)
+			c := compositionGolden(t, name)
 			for l := range c.m.Config().Layers {
 				ss, err := Subspaces(c.m, l)
 				if err != nil {
@@ -149,11 +149,11 @@ func TestSubspacesGolden(t *testing.T) {
 					for i := range n {
 						for j := range n {
 							k := (l*n+i)*n + j
-							if math.Abs(s.Overlap[i][j]-ov[k]) > goldenTol {
+							if math.Abs(s.Overlap[i][j]-ov[k]) > compositionTol {
 								t.Errorf("layer %d %s overlap[%d][%d] = %.8f, PyTorch %.8f", l, s.Kind, i, j, s.Overlap[i][j], ov[k])
 							}
 							// Angles near 0 are ill-conditioned (arccos at 1); compare their cosines there.
-							if math.Abs(s.MinAngle[i][j]-an[k]) > goldenTol && math.Abs(cosDeg(s.MinAngle[i][j])-cosDeg(an[k])) > 1e-12 {
+							if math.Abs(s.MinAngle[i][j]-an[k]) > compositionTol && math.Abs(cosDeg(s.MinAngle[i][j])-cosDeg(an[k])) > 1e-12 {
 								t.Errorf("layer %d %s angle[%d][%d] = %.8f°, PyTorch %.8f°", l, s.Kind, i, j, s.MinAngle[i][j], an[k])
 							}
 						}
@@ -166,8 +166,8 @@ func TestSubspacesGolden(t *testing.T) {
 
 func cosDeg(a float64) float64 { return math.Cos(a * math.Pi / 180) }
 
-// newTestModel returns an attention-only pre-norm LayerNorm model with the given sizes.
-func newTestModel(t testing.TB, dModel, heads, layers int, mutate func(*nn.Config)) *nn.Model {
+// newWeightTestModel returns an attention-only pre-norm LayerNorm model with the given sizes.
+func newWeightTestModel(t testing.TB, dModel, heads, layers int, mutate func(*nn.Config)) *nn.Model {
 	t.Helper()
 	cfg := nn.Config{Vocab: 12, SeqLen: 8, DModel: dModel, Heads: heads, Layers: layers, Norm: nn.PreNorm,
 		Positions: nn.Learned, AttnOnly: true, Seed: 7}
@@ -183,7 +183,7 @@ func newTestModel(t testing.TB, dModel, heads, layers int, mutate func(*nn.Confi
 
 func TestCompositionScoresInUnitInterval(t *testing.T) {
 	for _, kv := range []int{0, 2, 1, -1} {
-		m := newTestModel(t, 16, 4, 3, func(c *nn.Config) {
+		m := newWeightTestModel(t, 16, 4, 3, func(c *nn.Config) {
 			if kv < 0 { // heads of different sizes
 				c.HeadDims = []int{2, 6, 4, 4}
 				return
@@ -216,10 +216,10 @@ func TestCompositionScoresInUnitInterval(t *testing.T) {
 	}
 }
 
-// setHead writes head h's query, key, value and output blocks of layer l of an attention-only
+// setHeadWeights writes head h's query, key, value and output blocks of layer l of an attention-only
 // model without grouped heads: wq, wk, wv [d_model, d] and wo [d, d_model] in the row-vector
 // convention (nil leaves a block alone).
-func setHead(t testing.TB, m *nn.Model, l, h int, wq, wk, wv, wo *mat.Dense) {
+func setHeadWeights(t testing.TB, m *nn.Model, l, h int, wq, wk, wv, wo *mat.Dense) {
 	t.Helper()
 	cfg := m.Config()
 	e, d := cfg.DModel, cfg.DModel/cfg.Heads
@@ -259,13 +259,13 @@ func TestCompositionWriteReadIsHigh(t *testing.T) {
 	// spectrum 1, 0.1, 0.01, 0.001: the scores of that pair are near 1 (1 needs rank-1 circuits;
 	// a flat spectrum gives 1/√d_head), far above every other pair's and the baseline. Raw
 	// weights, since folding centres the blocks.
-	m := newTestModel(t, 16, 4, 2, nil)
+	m := newWeightTestModel(t, 16, 4, 2, nil)
 	s := []float64{1, 0.1, 0.01, 0.001}
 	one := []float64{1, 1, 1, 1}
 	read := basisBlock(16, 0, s)
 	write := mat.DenseCopyOf(basisBlock(16, 0, one).T())
-	setHead(t, m, 0, 0, nil, nil, basisBlock(16, 4, s), write)
-	setHead(t, m, 1, 0, read, read, read, write)
+	setHeadWeights(t, m, 0, 0, nil, nil, basisBlock(16, 4, s), write)
+	setHeadWeights(t, m, 1, 0, read, read, read, write)
 	c, err := Composition(m, &WeightOptions{NoFold: true})
 	if err != nil {
 		t.Fatal(err)
@@ -290,15 +290,15 @@ func TestCompositionWriteReadIsHigh(t *testing.T) {
 		}
 	}
 	// With a flat spectrum the perfect composition of rank-4 circuits scores 1/√4.
-	setHead(t, m, 0, 0, nil, nil, basisBlock(16, 4, one), write)
-	setHead(t, m, 1, 0, basisBlock(16, 0, one), basisBlock(16, 0, one), basisBlock(16, 0, one), write)
+	setHeadWeights(t, m, 0, 0, nil, nil, basisBlock(16, 4, one), write)
+	setHeadWeights(t, m, 1, 0, basisBlock(16, 0, one), basisBlock(16, 0, one), basisBlock(16, 0, one), write)
 	c, _ = Composition(m, &WeightOptions{NoFold: true})
 	if s, _ := c.Score(QComposition, 0, 0, 1, 0); math.Abs(s-0.5) > 1e-6 {
 		t.Errorf("flat-spectrum perfect Q-composition %v, want 0.5", s)
 	}
 	// A later head that reads only directions the earlier one never writes: 0.
 	other := basisBlock(16, 8, one)
-	setHead(t, m, 1, 1, other, other, other, nil)
+	setHeadWeights(t, m, 1, 1, other, other, other, nil)
 	c, err = Composition(m, &WeightOptions{NoFold: true})
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestCompositionErrors(t *testing.T) {
 	if _, err := Composition(nil, nil); !errors.Is(err, ErrModel) {
 		t.Errorf("nil model: %v, want ErrModel", err)
 	}
-	m := newTestModel(t, 16, 4, 2, nil)
+	m := newWeightTestModel(t, 16, 4, 2, nil)
 	c, err := Composition(m, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +352,7 @@ func TestRandomCompositionBaseline(t *testing.T) {
 
 func TestScoreMatchesDenseProduct(t *testing.T) {
 	// The factored score equals the one from the explicit d_model × d_model product.
-	m := newTestModel(t, 16, 4, 2, nil)
+	m := newWeightTestModel(t, 16, 4, 2, nil)
 	w, err := readWeights(m, false, true)
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +364,7 @@ func TestScoreMatchesDenseProduct(t *testing.T) {
 	by.Mul(y.a, y.b)
 	p.Mul(&ax, &by)
 	want := mat.Norm(&p, 2) / (mat.Norm(&ax, 2) * mat.Norm(&by, 2))
-	if got := score(x, &g, y); math.Abs(got-want) > 1e-12 {
+	if got := compositionScore(x, &g, y); math.Abs(got-want) > 1e-12 {
 		t.Errorf("factored score %v, dense %v", got, want)
 	}
 }

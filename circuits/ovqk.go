@@ -118,7 +118,7 @@ func newTokenWeights(m *nn.Model, opt *WeightOptions) (*tokenWeights, error) {
 	if err != nil {
 		return nil, err
 	}
-	emb, err := param(m, "tok_emb.weight", cfg.Vocab, cfg.DModel)
+	emb, err := weightParam(m, "tok_emb.weight", cfg.Vocab, cfg.DModel)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func newTokenWeights(m *nn.Model, opt *WeightOptions) (*tokenWeights, error) {
 	if cfg.TieEmbeddings {
 		headName = "tok_emb.weight"
 	}
-	hw, err := param(m, headName, cfg.Vocab, cfg.DModel)
+	hw, err := weightParam(m, headName, cfg.Vocab, cfg.DModel)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ func denseCircuits(t *testing.T, m *nn.Model, layer, head int) (ov, qk *mat.Dens
 	cfg := m.Config()
 	e, d, v := cfg.DModel, cfg.DModel/cfg.Heads, cfg.Vocab
 	p := func(name string, r, c int) *mat.Dense {
-		x, err := param(m, name, r, c)
+		x, err := weightParam(m, name, r, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func denseCircuits(t *testing.T, m *nn.Model, layer, head int) (ov, qk *mat.Dens
 
 func TestCircuitsMatchDense(t *testing.T) {
 	for _, tie := range []bool{false, true} {
-		m := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.TieEmbeddings = tie })
+		m := newWeightTestModel(t, 16, 4, 1, func(c *nn.Config) { c.TieEmbeddings = tie })
 		raw := &WeightOptions{NoFold: true}
 		for h := range 4 {
 			wantOV, wantQK := denseCircuits(t, m, 0, h)
@@ -109,7 +109,7 @@ func TestTopPairsTies(t *testing.T) {
 
 func TestCircuitsHalfPrecision(t *testing.T) {
 	// A model held in bfloat16 gives the circuits of its decoded weights.
-	fm := newTestModel(t, 16, 4, 2, nil)
+	fm := newWeightTestModel(t, 16, 4, 2, nil)
 	sd := map[string]*tensor.Half{}
 	for name, v := range fm.StateDict() {
 		h := &tensor.Half{Shape: slices.Clone(v.Shape), Data: make([]uint16, len(v.Data)), Format: tensor.BFloat16}
@@ -132,7 +132,7 @@ func TestCircuitsHalfPrecision(t *testing.T) {
 }
 
 func TestCircuitsErrors(t *testing.T) {
-	m := newTestModel(t, 16, 4, 2, nil)
+	m := newWeightTestModel(t, 16, 4, 2, nil)
 	for _, a := range [][2]int{{-1, 0}, {2, 0}, {0, 4}, {0, -1}} {
 		if _, err := OVCircuit(m, a[0], a[1], nil); !errors.Is(err, ErrArgument) {
 			t.Errorf("OVCircuit%v: %v, want ErrArgument", a, err)
@@ -147,7 +147,7 @@ func TestCircuitsErrors(t *testing.T) {
 	if _, err := TokenCircuits(nil, 1, nil); !errors.Is(err, ErrModel) {
 		t.Errorf("nil model: %v, want ErrModel", err)
 	}
-	big := newTestModel(t, 8, 2, 1, func(c *nn.Config) { c.Vocab = MaxCircuitVocab + 1 })
+	big := newWeightTestModel(t, 8, 2, 1, func(c *nn.Config) { c.Vocab = MaxCircuitVocab + 1 })
 	if _, err := TokenCircuits(big, 1, nil); !errors.Is(err, ErrArgument) {
 		t.Errorf("vocabulary %d: %v, want ErrArgument", MaxCircuitVocab+1, err)
 	}

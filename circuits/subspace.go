@@ -66,27 +66,27 @@ func Subspaces(m *nn.Model, layer int) ([]SubspaceOverlap, error) {
 	att := cfg.Attention()
 	e, kvd := cfg.DModel, att.KVDim()
 	p := "blocks." + strconv.Itoa(layer) + ".attn."
-	in, err := param(m, p+"in_proj_weight", e+2*kvd, e)
+	in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
 	if err != nil {
 		return nil, err
 	}
-	out, err := param(m, p+"out_proj.weight", e, e)
+	out, err := weightParam(m, p+"out_proj.weight", e, e)
 	if err != nil {
 		return nil, err
 	}
 	var q, k, v, o []*mat.Dense
 	for h := range cfg.Heads {
 		off, d := att.HeadOffset(h), att.HeadDim(h)
-		q = append(q, reader(in, off, d, nil, false))
-		o = append(o, cols(out, off, d)) // W_O^h's row space is out_proj.weight's columns' span
+		q = append(q, readerBlock(in, off, d, nil, false))
+		o = append(o, columnBlock(out, off, d)) // W_O^h's row space is out_proj.weight's columns' span
 	}
 	for g := range att.KVHeads() {
 		off, d := att.HeadOffset(g), att.HeadDim(g)
 		if att.KVHeads() != att.NumHeads {
 			off, d = g*att.HeadDim(0), att.HeadDim(0)
 		}
-		k = append(k, reader(in, e+off, d, nil, false))
-		v = append(v, reader(in, e+kvd+off, d, nil, false))
+		k = append(k, readerBlock(in, e+off, d, nil, false))
+		v = append(v, readerBlock(in, e+kvd+off, d, nil, false))
 	}
 	var res []SubspaceOverlap
 	for _, kind := range []struct {
@@ -108,7 +108,7 @@ func Subspaces(m *nn.Model, layer int) ([]SubspaceOverlap, error) {
 // d_i].
 func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 	bases := make([]*mat.Dense, len(ms))
-	s := &SubspaceOverlap{Overlap: grid(len(ms)), MinAngle: grid(len(ms))}
+	s := &SubspaceOverlap{Overlap: squareGrid(len(ms)), MinAngle: squareGrid(len(ms))}
 	for i, m := range ms {
 		b, err := orthonormalBasis(m)
 		if err != nil {
@@ -126,7 +126,7 @@ func compareSubspaces(ms []*mat.Dense) (*SubspaceOverlap, error) {
 			}
 			s.Overlap[i][j], s.MinAngle[i][j] = meanSquare(cos), 90
 			if len(cos) > 0 {
-				s.MinAngle[i][j] = degrees(math.Acos(cos[0]))
+				s.MinAngle[i][j] = toDegrees(math.Acos(cos[0]))
 			}
 			s.Overlap[j][i], s.MinAngle[j][i] = s.Overlap[i][j], s.MinAngle[i][j]
 		}
@@ -142,7 +142,7 @@ func basisRank(b *mat.Dense) int {
 	return c
 }
 
-func degrees(rad float64) float64 { return rad * 180 / math.Pi }
+func toDegrees(rad float64) float64 { return rad * 180 / math.Pi }
 
 // meanSquare returns the mean of the squares of cos (0 for none).
 func meanSquare(cos []float64) float64 {
@@ -329,7 +329,7 @@ func (s SubspaceOverlap) Verdict() SubspaceVerdict {
 		v.Text = fmt.Sprintf("layer %d: the heads' %s subspaces intersect%s, as chapter 000 allows, so they are not chapter 003's \"h orthogonal subspaces\": %s", s.Layer, name, forced, nums)
 	default:
 		v.Text = fmt.Sprintf("layer %d: the heads' %s subspaces are neither orthogonal (every angle ≥ %.1f°) nor intersecting (an angle ≤ %.1f°), %s: %s; chapter 003's \"h orthogonal subspaces\" does not hold",
-			s.Layer, name, degrees(math.Acos(OrthogonalCos)), degrees(math.Acos(IntersectCos)), rel, nums)
+			s.Layer, name, toDegrees(math.Acos(OrthogonalCos)), toDegrees(math.Acos(IntersectCos)), rel, nums)
 	}
 	return v
 }

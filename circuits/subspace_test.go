@@ -14,10 +14,10 @@ import (
 
 func TestSubspacesOrthogonalByConstruction(t *testing.T) {
 	// Head h reads and writes exactly e_{4h}…e_{4h+3}: chapter 003's h orthogonal subspaces.
-	m := newTestModel(t, 16, 4, 1, nil)
+	m := newWeightTestModel(t, 16, 4, 1, nil)
 	for h := range 4 {
 		b := basisBlock(16, 4*h, []float64{1, 2, 3, 4})
-		setHead(t, m, 0, h, b, b, b, mat.DenseCopyOf(b.T()))
+		setHeadWeights(t, m, 0, h, b, b, b, mat.DenseCopyOf(b.T()))
 	}
 	ss, err := Subspaces(m, 0)
 	if err != nil {
@@ -50,10 +50,10 @@ func TestSubspacesOrthogonalByConstruction(t *testing.T) {
 
 func TestSubspacesIdenticalHeads(t *testing.T) {
 	// Every head reads and writes the same subspace (in different bases): overlap 1, intersecting.
-	m := newTestModel(t, 16, 4, 1, nil)
+	m := newWeightTestModel(t, 16, 4, 1, nil)
 	for h := range 4 {
 		b := basisBlock(16, 2, []float64{1, float64(h + 1), 3, -4})
-		setHead(t, m, 0, h, b, b, b, mat.DenseCopyOf(b.T()))
+		setHeadWeights(t, m, 0, h, b, b, b, mat.DenseCopyOf(b.T()))
 	}
 	ss, err := Subspaces(m, 0)
 	if err != nil {
@@ -74,7 +74,7 @@ func TestSubspacesIdenticalHeads(t *testing.T) {
 }
 
 func TestSubspacesGroupedKV(t *testing.T) {
-	m := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.KVHeads = 2 })
+	m := newWeightTestModel(t, 16, 4, 1, func(c *nn.Config) { c.KVHeads = 2 })
 	ss, err := Subspaces(m, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestSubspacesGroupedKV(t *testing.T) {
 			}
 		}
 	}
-	m1 := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.KVHeads = 1 })
+	m1 := newWeightTestModel(t, 16, 4, 1, func(c *nn.Config) { c.KVHeads = 1 })
 	ss, _ = Subspaces(m1, 0)
 	if v := ss[1].Verdict(); v.Class != Single {
 		t.Errorf("multi-query K: verdict %q, want %q", v.Class, Single)
@@ -131,7 +131,7 @@ func TestSubspacesErrors(t *testing.T) {
 	if _, err := Subspaces(nil, 0); !errors.Is(err, ErrModel) {
 		t.Errorf("nil model: %v, want ErrModel", err)
 	}
-	m := newTestModel(t, 16, 4, 2, nil)
+	m := newWeightTestModel(t, 16, 4, 2, nil)
 	for _, l := range []int{-1, 2} {
 		if _, err := Subspaces(m, l); !errors.Is(err, ErrArgument) {
 			t.Errorf("layer %d: %v, want ErrArgument", l, err)
@@ -140,7 +140,7 @@ func TestSubspacesErrors(t *testing.T) {
 }
 
 func TestSubspacesUnequalHeads(t *testing.T) {
-	m := newTestModel(t, 16, 4, 1, func(c *nn.Config) { c.HeadDims = []int{2, 6, 4, 4} })
+	m := newWeightTestModel(t, 16, 4, 1, func(c *nn.Config) { c.HeadDims = []int{2, 6, 4, 4} })
 	ss, err := Subspaces(m, 0)
 	if err != nil {
 		t.Fatal(err)

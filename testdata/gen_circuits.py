@@ -21,7 +21,7 @@ goes through the d_head factors instead):
   - per layer, the head × head overlap (mean cos² of the principal angles) and smallest angle of
     the raw column spaces of W_Q, W_K, W_V and row spaces of W_O.
 
-It writes testdata/circuits/<name>.safetensors (F64 tensors, I64 indices):
+It writes testdata/circuits/composition_<name>.safetensors (F64 tensors, I64 indices):
   comp_{q,k,v} and raw_{q,k,v} [L, H, L, H] (0 where l1 ≥ l2),
   ov_rows, ov_cols (I64) and ov_vals [L, H, TOP], likewise qk_*,
   overlap_{q,k,v,o} and angle_{q,k,v,o} [L, n, n] (n = heads, or K/V heads for k and v; angles in
@@ -213,7 +213,7 @@ def main():
         tensors.update(circuits(W))
         tensors.update(subspaces(W))
         arrays = {k: v.numpy().astype(np.int64 if v.dtype == torch.int64 else np.float64) for k, v in tensors.items()}
-        path = os.path.join(OUT_DIR, name + ".safetensors")
+        path = os.path.join(OUT_DIR, "composition_" + name + ".safetensors")
         write_safetensors(path, arrays, {"generator": "testdata/gen_circuits.py", "model": "testdata/pretrained/" + name,
                                          "top": str(TOP)})
         print(path, {k: list(v.shape) for k, v in arrays.items()})
