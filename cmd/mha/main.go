@@ -57,7 +57,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newAttributeCmd(), newLensCmd(), newCompositionCmd())
+	root.AddCommand(newRunCmd(), newSDPACmd(), newForwardCmd(), newGenerateCmd(), newExplainCmd(), newBenchCmd(), newTrainCmd(), newEvalCmd(), newLabCmd(), newVizCmd(), newTokenizeCmd(), newAttributeCmd(), newLensCmd(), newCompositionCmd(), newPatchCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
