@@ -73,6 +73,7 @@ var experiments = []struct {
 	{"scaling", "chapter 002: heads of d_k = 32 and 128 under three logit scales", Scaling},
 	{"sparse", "chapters 002 and 004: sparse patterns' error, dropped mass and time against density; O(T·s·d); a model trained with each normalizer and pattern", Sparse},
 	{"specialisation", "chapters 000 and 004: each head's role and the ρ_ij between heads, on the shipped models or --model", Specialisation},
+	{"circuits", "issue 16: activation patching and ablation find the heads the shipped induction model needs", Circuits},
 }
 
 // Names returns the names of the experiments.
