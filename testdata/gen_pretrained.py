@@ -25,8 +25,9 @@ difference at these positions is below 1e-6).
 
 Each family's weights (gpt2_weights, bert_weights, llama_weights: the same draws for the same
 folder name) and its forward (gpt2_forward, bert_forward, llama_forward, which can record the
-residual stream in a trace dict) are functions of their own, so that gen_circuits_dla.py runs the
-same forwards on the same weights.
+residual stream in a trace dict, and take a hook that may replace the residual stream, the
+attention weights or the heads' outputs: see run_hook) are functions of their own, so that
+gen_circuits_dla.py and gen_circuits_patch.py run the same forwards on the same weights.
 """
 
 import json
@@ -75,13 +76,31 @@ class Params:
         return torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
 
 
-def softmax_attention(q, k, v, mask):
+def run_hook(hook, point, layer, x):
+    """Calls hook(point, layer, x) when there is a hook: it may return a tensor to use instead of
+    x (activation patching), or None to leave x as it is. The points (TransformerLens's names in
+    brackets):
+
+      "resid_pre", l    the residual stream entering block l [B,T,E]          (blocks.l.hook_resid_pre)
+      "resid_final", L  the last block's output, before the final norm [B,T,E] (blocks.L-1.hook_resid_post)
+      "pattern", l      block l's attention weights [B,H,T,S]                  (blocks.l.attn.hook_pattern)
+      "z", l            block l's head outputs A·V [B,H,T,d], before W_O       (blocks.l.attn.hook_z)
+
+    With grouped K/V heads, "pattern" and "z" are per query head, after repeat_kv. A trace
+    records the values after the hook."""
+    if hook is None:
+        return x
+    y = hook(point, layer, x)
+    return x if y is None else y
+
+
+def softmax_attention(q, k, v, mask, hook=None, layer=None):
     """q [B,H,T,d], k, v [B,H,S,d]; mask [B or 1, 1 or H, T, S] bool, True = visible."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     scores = scores.masked_fill(~mask, float("-inf"))
     w = torch.softmax(scores, dim=-1)
-    w = torch.nan_to_num(w, nan=0.0)
-    return w @ v, w
+    w = run_hook(hook, "pattern", layer, torch.nan_to_num(w, nan=0.0))
+    return run_hook(hook, "z", layer, w @ v), w
 
 
 def layer_norm(x, w, b, eps):
@@ -142,7 +161,7 @@ def gpt2_weights(name, dtype, prefix, buffers, tied_stored):
     return cfg, p, {"wte": wte, "wpe": wpe, "layers": layers, "lnf": lnf}, tok
 
 
-def gpt2_forward(cfg, W, ids, trace=None):
+def gpt2_forward(cfg, W, ids, trace=None, hook=None):
     """GPT2LMHeadModel's forward of ids [B, T]: (logits, hidden, attentions). When trace is a
     dict, it also records per block the stream entering it (resid_pre), the heads' outputs
     before c_proj (z [B, T, E]), the stream after the attention (resid_mid) and the MLP's output
@@ -153,12 +172,13 @@ def gpt2_forward(cfg, W, ids, trace=None):
     x = wte[ids] + wpe[torch.arange(t)]
     mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
     attns = []
-    for L in W["layers"]:
+    for l, L in enumerate(W["layers"]):
+        x = run_hook(hook, "resid_pre", l, x)
         record(trace, "resid_pre", x)
         a = layer_norm(x, *L["ln1"], cfg["layer_norm_epsilon"])
         qkv = a @ L["c_attn"][0] + L["c_attn"][1]  # Conv1D: x·W + b, W [in, out]
         q, k, vv = qkv.split(e, dim=-1)
-        o, w = softmax_attention(split_heads(q, h), split_heads(k, h), split_heads(vv, h), mask)
+        o, w = softmax_attention(split_heads(q, h), split_heads(k, h), split_heads(vv, h), mask, hook, l)
         attns.append(w)
         record(trace, "z", merge_heads(o))
         x = x + merge_heads(o) @ L["c_proj"][0] + L["c_proj"][1]
@@ -167,6 +187,7 @@ def gpt2_forward(cfg, W, ids, trace=None):
         f = gelu_new(m @ L["c_fc"][0] + L["c_fc"][1]) @ L["mlp_proj"][0]
         record(trace, "mlp_out", f + L["mlp_proj"][1])
         x = x + f + L["mlp_proj"][1]
+    x = run_hook(hook, "resid_final", len(W["layers"]), x)
     if trace is not None:
         trace["resid_final"] = x
     hidden = gpt2_final_norm(cfg, W, x)
@@ -234,7 +255,7 @@ def bert_weights(name, dtype, old_names):
                     "head_dense": head_dense, "head_ln": head_ln, "head_bias": head_bias}
 
 
-def bert_forward(cfg, W, ids, am, types, trace=None):
+def bert_forward(cfg, W, ids, am, types, trace=None, hook=None):
     """BertForMaskedLM's forward of ids [B, T] with attention mask am and token types: (logits,
     hidden, attentions). When trace is a dict, it also records the stream entering every block
     (resid_pre) and the last block's output (resid_final)."""
@@ -243,15 +264,18 @@ def bert_forward(cfg, W, ids, am, types, trace=None):
     x = layer_norm(W["word"][ids] + W["pos"][torch.arange(t)] + W["typ"][types], *W["emb_ln"], eps)
     mask = am.bool().view(b, 1, 1, t).expand(b, 1, t, t)
     attns = []
-    for L in W["layers"]:
+    for l, L in enumerate(W["layers"]):
+        x = run_hook(hook, "resid_pre", l, x)
         record(trace, "resid_pre", x)
 
         def f(name, y):
             return y @ L[name][0].T + L[name][1]
-        o, w = softmax_attention(split_heads(f("q", x), h), split_heads(f("k", x), h), split_heads(f("v", x), h), mask)
+        o, w = softmax_attention(split_heads(f("q", x), h), split_heads(f("k", x), h), split_heads(f("v", x), h), mask,
+                                 hook, l)
         attns.append(w)
         x = layer_norm(f("o", merge_heads(o)) + x, *L["ln1"], eps)  # post-norm: LN(X + MultiHead(X))
         x = layer_norm(f("out", gelu(f("i", x))) + x, *L["ln2"], eps)
+    x = run_hook(hook, "resid_final", len(W["layers"]), x)
     if trace is not None:
         trace["resid_final"] = x
     hidden = x
@@ -325,7 +349,7 @@ def llama_rms(cfg, x, w):
     return w * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"]))
 
 
-def llama_forward(cfg, W, ids, trace=None):
+def llama_forward(cfg, W, ids, trace=None, hook=None):
     """LlamaForCausalLM's forward of ids [B, T] (Qwen2's and Mistral's alike): (logits, hidden,
     attentions). When trace is a dict, it also records per block the stream entering it
     (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the stream after the attention
@@ -349,7 +373,8 @@ def llama_forward(cfg, W, ids, trace=None):
     mask = visible.view(1, 1, t, t)
     x = emb[ids]
     attns = []
-    for L in layers:
+    for l, L in enumerate(layers):
+        x = run_hook(hook, "resid_pre", l, x)
         record(trace, "resid_pre", x)
         a = rms(x, L["in_norm"])
         q, k, vv = a @ L["q"].T, a @ L["k"].T, a @ L["v"].T
@@ -359,7 +384,7 @@ def llama_forward(cfg, W, ids, trace=None):
         q, k = apply_rope(q, torch.arange(t), rope, sc), apply_rope(k, torch.arange(t), rope, sc)
         rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
-        o, w = softmax_attention(q, k, vv, mask)
+        o, w = softmax_attention(q, k, vv, mask, hook, l)
         attns.append(w)
         record(trace, "z", merge_heads(o))
         x = x + merge_heads(o) @ L["o"].T
@@ -369,6 +394,7 @@ def llama_forward(cfg, W, ids, trace=None):
         f = (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
         record(trace, "mlp_out", f)
         x = x + f
+    x = run_hook(hook, "resid_final", len(layers), x)
     if trace is not None:
         trace["resid_final"] = x
     hidden = rms(x, W["norm"])
