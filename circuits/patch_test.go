@@ -2,6 +2,7 @@ package circuits
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/pretrained"
+	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -293,6 +296,69 @@ func BenchmarkPatchGPT2(b *testing.B) {
 		}
 		if len(res.Heads) != 12 || len(res.Heads[0]) != 12 {
 			b.Fatalf("heads grid %d × %d", len(res.Heads), len(res.Heads[0]))
+		}
+	}
+}
+
+// TestPatchGolden compares Patch on the tiny GPT-2, Llama (grouped K/V heads, rotary), Llama 3
+// (bfloat16 weights, one K/V head for four query heads) and BERT folders with the float64 PyTorch reference of testdata/gen_circuits_patch.py: the raw LDs and
+// the normalised scores of head, residual and pattern patching, within 1e-4.
+func TestPatchGolden(t *testing.T) {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "bert"} {
+		pm, err := pretrained.Open(filepath.Join("..", "testdata", "pretrained", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := safetensors.ReadFile(filepath.Join("..", "testdata", "circuits", "patch-"+name+".safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func(key string) ([]float64, []int) {
+			v, shape, err := g.Float64(key)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return v, shape
+		}
+		ints := func(key string) []int {
+			v, _ := read(key)
+			out := make([]int, len(v))
+			for i, x := range v {
+				out[i] = int(x)
+			}
+			return out
+		}
+		clean, corrupt, metric := ints("clean"), ints("corrupt"), ints("metric")
+		mt := Metric{Target: metric[0], Foil: metric[1], Position: metric[2]}
+		res, err := Patch(pm.NN, clean, corrupt, mt, PatchOptions{Residual: true, Patterns: true})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ld, _ := read("ld")
+		if math.Abs(res.LDClean-ld[0]) > 1e-4 || math.Abs(res.LDCorrupt-ld[1]) > 1e-4 {
+			t.Errorf("%s: LD clean %g, corrupted %g; reference %g, %g", name, res.LDClean, res.LDCorrupt, ld[0], ld[1])
+		}
+		for _, grid := range []struct {
+			key        string
+			raw, score [][]float64
+		}{{"heads", res.HeadsLD, res.Heads}, {"residual", res.ResidualLD, res.Residual}, {"patterns", res.PatternsLD, res.Patterns}} {
+			want, shape := read(grid.key)
+			if len(grid.raw) != shape[0] || len(grid.raw[0]) != shape[1] {
+				t.Fatalf("%s: %s is %d × %d, reference %v", name, grid.key, len(grid.raw), len(grid.raw[0]), shape)
+			}
+			var worstRaw, worstScore float64
+			for i := range shape[0] {
+				for j := range shape[1] {
+					w := want[i*shape[1]+j]
+					worstRaw = max(worstRaw, math.Abs(grid.raw[i][j]-w))
+					worstScore = max(worstScore, math.Abs(grid.score[i][j]-(w-ld[1])/(ld[0]-ld[1])))
+				}
+			}
+			if worstRaw > 1e-4 || worstScore > 1e-4 {
+				t.Errorf("%s: %s differs from the reference by %.3g (LD), %.3g (score)", name, grid.key, worstRaw, worstScore)
+			} else {
+				t.Logf("%s: %s within %.2g (LD), %.2g (score)", name, grid.key, worstRaw, worstScore)
+			}
 		}
 	}
 }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Generate the activation-patching goldens of package circuits.
+
+Run from the repository root with the interpreter that has PyTorch 1.13:
+
+    /usr/bin/python3 testdata/gen_circuits_patch.py
+
+For the tiny folders testdata/pretrained/{gpt2,llama,llama3-bf16,bert} it rebuilds the weights exactly as
+gen_pretrained.py draws them and runs gen_pretrained.py's float64 forwards, with its hooks, on a
+clean and a corrupted prompt of fixed token ids. The metric is LD = logits[pos, target] −
+logits[pos, foil]. It writes testdata/circuits/patch-<model>.safetensors:
+
+    clean, corrupt   I64 [T]    the prompts
+    metric           I64 [3]    target, foil, position
+    ld               F64 [2]    LD on the clean and on the corrupted prompt
+    heads            F64 [L,H]  LD of the corrupted run with head h's output z_h = A_h·V_h of
+                                layer l (hook "z") replaced at every position by the clean run's
+    residual         F64 [L+1,T] LD of the corrupted run with the residual stream entering layer l
+                                (hook "resid_pre"; row L: "resid_final", before the final norm)
+                                replaced at one position by the clean run's
+    patterns         F64 [L,H]  LD of the corrupted run with head h's attention weights of layer l
+                                (hook "pattern") replaced by the clean run's: z_h = A_clean·V_corrupt
+                                (with grouped K/V heads, V of the K/V head that h reads)
+
+The raw LDs, not the normalised scores: the Go test normalises them as circuits.Patch does.
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_golden import write_safetensors  # noqa: E402
+from gen_pretrained import (bert_forward, bert_weights, gpt2_forward, gpt2_weights, llama_forward,  # noqa: E402
+                            llama_weights)
+
+OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "circuits")
+
+torch.set_num_threads(1)
+
+
+def models():
+    """Each folder's forward f(ids, hook) → logits [1,T,V], its layer and head counts, and the
+    prompts and metric (target, foil, position)."""
+    _, cfg, _, W = gpt2_weights("gpt2", "F32", prefix=False, buffers=True, tied_stored=False)
+    yield ("gpt2", lambda ids, hook: gpt2_forward(cfg, W, ids, hook)[0], cfg["n_layer"], cfg["n_head"],
+           [71, 104, 32, 99, 97, 116, 257, 111, 110], [71, 104, 32, 100, 111, 103, 257, 111, 110], (258, 101, 7))
+    _, cfg, _, W = llama_weights("llama", "F32", "LlamaForCausalLM", kv_heads=2, tied=False)
+    yield ("llama", lambda ids, hook: llama_forward(cfg, W, ids, hook)[0], cfg["num_hidden_layers"],
+           cfg["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
+           [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
+    # bfloat16 weights, one K/V head for four query heads, Llama 3's rope scaling.
+    _, cfg3, _, W3 = llama_weights("llama3-bf16", "BF16", "LlamaForCausalLM", kv_heads=1, tied=True,
+                                   scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 8})
+    yield ("llama3-bf16", lambda ids, hook: llama_forward(cfg3, W3, ids, hook)[0], cfg3["num_hidden_layers"],
+           cfg3["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
+           [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
+    cfg, _, W = bert_weights("bert", "F32", old_names=False)
+
+    def bert(ids, hook):
+        ones = torch.ones_like(ids)
+        return bert_forward(cfg, W, ids, ones, torch.zeros_like(ids), hook)[0]
+    # [CLS] the cat sat on the [MASK] . [SEP]; corrupted: dog for cat. The metric reads the [MASK].
+    yield ("bert", bert, cfg["num_hidden_layers"], cfg["num_attention_heads"],
+           [2, 5, 7, 8, 9, 5, 4, 11, 3], [2, 5, 14, 8, 9, 5, 4, 11, 3], (10, 14, 6))
+
+
+def record(forward, ids):
+    """Runs forward on ids, keeping every hook point's value."""
+    kept = {}
+
+    def hook(point, layer, x):
+        kept[(point, layer)] = x.clone()
+    forward(ids, hook)
+    return kept
+
+
+def patched(forward, ids, metric, point, layer, patch):
+    """LD of forward on ids with patch(x) applied to hook point (point, layer)."""
+    def hook(p, l, x):
+        if p == point and l == layer:
+            return patch(x.clone())
+        return None
+    target, foil, pos = metric
+    logits = forward(ids, hook)
+    return float(logits[0, pos, target] - logits[0, pos, foil])
+
+
+def main():
+    torch.set_default_dtype(torch.float64)
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for name, forward, nl, nh, clean, corrupt, metric in models():
+        ci, bi = torch.tensor([clean]), torch.tensor([corrupt])
+        t = len(clean)
+        kept = record(forward, ci)
+        target, foil, pos = metric
+        ld = [patched(forward, ci, metric, None, None, None), patched(forward, bi, metric, None, None, None)]
+
+        def put(point, layer, index):
+            def f(x):
+                x[index] = kept[(point, layer)][index]
+                return x
+            return f
+        heads = np.zeros((nl, nh))
+        patterns = np.zeros((nl, nh))
+        for l in range(nl):
+            for h in range(nh):
+                heads[l, h] = patched(forward, bi, metric, "z", l, put("z", l, (0, h)))
+                patterns[l, h] = patched(forward, bi, metric, "pattern", l, put("pattern", l, (0, h)))
+        residual = np.zeros((nl + 1, t))
+        for l in range(nl + 1):
+            point = "resid_pre" if l < nl else "resid_final"
+            for p in range(t):
+                residual[l, p] = patched(forward, bi, metric, point, l, put(point, l, (0, p)))
+        print(f"{name}: LD clean {ld[0]:.4f}, corrupted {ld[1]:.4f}; residual at the output, metric position: "
+              f"{residual[nl, pos]:.4f}")
+        write_safetensors(os.path.join(OUT_DIR, f"patch-{name}.safetensors"), {
+            "clean": np.array(clean, dtype=np.int64), "corrupt": np.array(corrupt, dtype=np.int64),
+            "metric": np.array([target, foil, pos], dtype=np.int64), "ld": np.array(ld),
+            "heads": heads, "residual": residual, "patterns": patterns}, {"model": name})
+
+
+if __name__ == "__main__":
+    main()
