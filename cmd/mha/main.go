@@ -10,6 +10,8 @@
 //	mha eval     --task NAME [--checkpoint MODEL.safetensors] [--json]
 //	mha lab      [--addr 127.0.0.1:8080]
 //	mha experiment params|averaging|routing|scaling|heads-vs-dim|mi-penalty [--quick] [--out DIR]
+//	mha patch    --model DIR --clean STR --corrupt STR --target TOK --foil TOK [--json]
+//	             [--residual] [--patterns] [--position P]
 //	mha viz      --model NAME --kind head|grid|similarity|pruning|importance [--out FILE.png|FILE.svg]
 //	             [--text "…" | --tokens 1,2,3 | --seed N] [--ablate 1.0.zero,…]
 //	             [--layer L --head H --metric rho|js|nmi|accuracy|loss --scope sequence|task] [--format png|svg]
