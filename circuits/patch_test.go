@@ -4,6 +4,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -289,14 +290,22 @@ func BenchmarkPatchGPT2(b *testing.B) {
 	}
 	corrupt[tl/2] = 42
 	mt := Metric{Target: 100, Foil: 200, Position: tl - 1}
-	for b.Loop() {
-		res, err := Patch(m, clean, corrupt, mt, PatchOptions{})
-		if err != nil {
-			b.Fatal(err)
+	for _, batch := range []int{0, 1, 48} {
+		name := "batch=" + strconv.Itoa(batch)
+		if batch == 0 {
+			name = "batch=auto"
 		}
-		if len(res.Heads) != 12 || len(res.Heads[0]) != 12 {
-			b.Fatalf("heads grid %d × %d", len(res.Heads), len(res.Heads[0]))
-		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				res, err := Patch(m, clean, corrupt, mt, PatchOptions{Batch: batch})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Heads) != 12 || len(res.Heads[0]) != 12 {
+					b.Fatalf("heads grid %d × %d", len(res.Heads), len(res.Heads[0]))
+				}
+			}
+		})
 	}
 }
 
