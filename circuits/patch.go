@@ -1,6 +1,7 @@
 package circuits
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -28,6 +29,9 @@ type PatchOptions struct {
 	// Batch is the number of patched runs that one forward pass computes side by side; 0 picks
 	// the most whose buffers (nn.Config.ForwardBytes) fit in 256 MiB, at least 1.
 	Batch int
+	// Context, when not nil, stops Patch between two batches once it is done (a server's
+	// request deadline); Patch then returns its error.
+	Context context.Context
 }
 
 // PatchResult is what Patch measures. A normalised score is
@@ -74,7 +78,8 @@ const patchBytes = 256 << 20
 // one of the patched batches afterwards. It returns an error when the prompts are empty or of
 // different lengths, longer than the model's seq_len, hold a token outside the vocabulary, the
 // metric does not fit the model or the prompts, or the metric is the same on both prompts
-// (LD_clean = LD_corrupt, where no score is defined), or is not finite.
+// (LD_clean = LD_corrupt, where no score is defined), or is not finite; and, wrapping the
+// context's error, when PatchOptions.Context is done before the last batch.
 func Patch(m *nn.Model, clean, corrupt []int, mt Metric, opt PatchOptions) (*PatchResult, error) {
 	if m == nil {
 		return nil, errors.New("circuits: nil model")
@@ -177,6 +182,11 @@ func Patch(m *nn.Model, clean, corrupt []int, mt Metric, opt PatchOptions) (*Pat
 	}
 	lds := make([]float64, len(jobs))
 	for i := 0; i < len(jobs); i += batch {
+		if opt.Context != nil {
+			if err := opt.Context.Err(); err != nil {
+				return nil, fmt.Errorf("circuits: patching stopped after %d of %d runs: %w", i, len(jobs), err)
+			}
+		}
 		chunk := jobs[i:min(i+batch, len(jobs))]
 		if err := p.run(chunk, lds[i:]); err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package circuits
 
 import (
+	"context"
 	"math"
 	"path/filepath"
 	"slices"
@@ -245,6 +246,8 @@ func maxAbsDiff(a, b []float32) float64 {
 func TestPatchErrors(t *testing.T) {
 	m := newPatchModel(t, "gpt2")
 	long := make([]int, 11)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
 	for _, tc := range []struct {
 		name           string
 		m              *nn.Model
@@ -265,6 +268,7 @@ func TestPatchErrors(t *testing.T) {
 		{"too long", m, long, long, Metric{Target: 1, Position: 10}, PatchOptions{}, "seq_len"},
 		{"batch", m, patchClean, patchCorrupt, Metric{Target: 1, Position: 6}, PatchOptions{Batch: -1}, "batch -1"},
 		{"nil model", nil, patchClean, patchCorrupt, Metric{Target: 1, Position: 6}, PatchOptions{}, "nil model"},
+		{"cancelled", m, patchClean, patchCorrupt, Metric{Target: 1, Foil: 2, Position: 6}, PatchOptions{Context: cancelled}, "patching stopped after 0 of 12 runs: context canceled"},
 	} {
 		_, err := Patch(tc.m, tc.clean, tc.corrupt, tc.mt, tc.opt)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

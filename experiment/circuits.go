@@ -116,7 +116,7 @@ func Circuits(ctx context.Context, cfg Config) (*Result, error) {
 			} else {
 				bad[k+1], mt.Foil = y, y
 			}
-			pr, err := circuits.Patch(m, seq, bad, mt, circuits.PatchOptions{Workers: cfg.Workers})
+			pr, err := circuits.Patch(m, seq, bad, mt, circuits.PatchOptions{Workers: cfg.Workers, Context: ctx})
 			if err != nil {
 				return nil, fmt.Errorf("experiment: circuits: %w", err)
 			}
