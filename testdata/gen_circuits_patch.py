@@ -44,25 +44,25 @@ torch.set_num_threads(1)
 def models():
     """Each folder's forward f(ids, hook) → logits [1,T,V], its layer and head counts, and the
     prompts and metric (target, foil, position)."""
-    _, cfg, _, W = gpt2_weights("gpt2", "F32", prefix=False, buffers=True, tied_stored=False)
-    yield ("gpt2", lambda ids, hook: gpt2_forward(cfg, W, ids, hook)[0], cfg["n_layer"], cfg["n_head"],
+    cfg, _, W, _ = gpt2_weights("gpt2", "F32", prefix=False, buffers=True, tied_stored=False)
+    yield ("gpt2", lambda ids, hook: gpt2_forward(cfg, W, ids, hook=hook)[0], cfg["n_layer"], cfg["n_head"],
            [71, 104, 32, 99, 97, 116, 257, 111, 110], [71, 104, 32, 100, 111, 103, 257, 111, 110], (258, 101, 7))
-    _, cfg, _, W = llama_weights("llama", "F32", "LlamaForCausalLM", kv_heads=2, tied=False)
-    yield ("llama", lambda ids, hook: llama_forward(cfg, W, ids, hook)[0], cfg["num_hidden_layers"],
+    cfg, _, W, _ = llama_weights("llama", "F32", "LlamaForCausalLM", kv_heads=2, tied=False)
+    yield ("llama", lambda ids, hook: llama_forward(cfg, W, ids, hook=hook)[0], cfg["num_hidden_layers"],
            cfg["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
            [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
     # bfloat16 weights, one K/V head for four query heads, Llama 3's rope scaling.
-    _, cfg3, _, W3 = llama_weights("llama3-bf16", "BF16", "LlamaForCausalLM", kv_heads=1, tied=True,
+    cfg3, _, W3, _ = llama_weights("llama3-bf16", "BF16", "LlamaForCausalLM", kv_heads=1, tied=True,
                                    scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                             "original_max_position_embeddings": 8})
-    yield ("llama3-bf16", lambda ids, hook: llama_forward(cfg3, W3, ids, hook)[0], cfg3["num_hidden_layers"],
+    yield ("llama3-bf16", lambda ids, hook: llama_forward(cfg3, W3, ids, hook=hook)[0], cfg3["num_hidden_layers"],
            cfg3["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
            [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 
     def bert(ids, hook):
         ones = torch.ones_like(ids)
-        return bert_forward(cfg, W, ids, ones, torch.zeros_like(ids), hook)[0]
+        return bert_forward(cfg, W, ids, ones, torch.zeros_like(ids), hook=hook)[0]
     # [CLS] the cat sat on the [MASK] . [SEP]; corrupted: dog for cat. The metric reads the [MASK].
     yield ("bert", bert, cfg["num_hidden_layers"], cfg["num_attention_heads"],
            [2, 5, 7, 8, 9, 5, 4, 11, 3], [2, 5, 14, 8, 9, 5, 4, 11, 3], (10, 14, 6))
