@@ -2,6 +2,17 @@
 // nn.Model (the shipped toy models and Hugging Face GPT-2, BERT and Llama-family folders alike):
 // activation patching, direct logit attribution, the logit lens, and head composition.
 //
+// The causal part runs the model on prompts and reads one Metric, the logit difference
+// logit(target) − logit(foil) at one position:
+//
+//   - Patch: activation patching (Meng et al. 2022; Wang et al. 2022) of every head's output, of
+//     every head's attention pattern alone, and of the residual stream at every layer and
+//     position, from a clean run into a corrupted one, batched over the patched runs;
+//   - Attribute: direct logit attribution of the metric to the embeddings, every head, every
+//     attention bias and every feed-forward network, through the final normalisation with its
+//     scale frozen at the run's (TransformerLens's convention);
+//   - LogitLens: the tokens the residual stream predicts after every layer, at every position.
+//
 // The weight-based part reads nothing but the parameters:
 //
 //   - Composition: the Q-, K- and V-composition scores of Elhage et al. (2021), "A Mathematical
