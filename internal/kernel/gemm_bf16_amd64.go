@@ -1,0 +1,206 @@
+//go:build !purego
+
+package kernel
+
+// The AVX512_BF16 path of GemmBF16. It is blocked like Sgemm's AVX-512 path (sgemm_amd64.go):
+// row tiles of ≤ 14 rows of nearly equal height, 32-wide column panels (the last one masked),
+// B packed kc×nc at a time, the first k block applying beta and the last the bias. What
+// differs:
+//
+//   - Both operands are packed as bfloat16 k pairs (one 32-bit word per pair): B into 32-wide
+//     panels, pair row after pair row (bf16PackBT* for a transposed B, bf16PackB* for a
+//     row-major one, with Go loops for the ragged edges and an odd last k), and A, which the
+//     float32 path reads in place, one row tile at a time into a small row-major buffer
+//     (bf16Convert, VCVTNE2PS2BF16, for a row-major float32 A; Go loops otherwise) that stays
+//     in L1 while the kernel sweeps the panels.
+//   - B is always packed: even the smallest B has to be converted and paired.
+//   - The k block is blockKBF16 = 512: a packed value of B takes half the bytes, so twice the
+//     k fits the same share of L2 as Sgemm's 256 float32.
+
+// kernelBF16 is an AVX512_BF16 micro-kernel (gemm_amd64.s): for its mr rows and the ≤ 32
+// columns whose mask bit is set it sets C = alpha·A·B + bias + beta·C over k pairs, reading C
+// only when beta is not ±0. A holds row i's pair q at a[2(i·sa+q)], B column j's pair q at
+// b[2(q·sb+j)]; strides count pairs, ldc float32 values.
+type kernelBF16 func(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)
+
+// kernelsBF16 are indexed by tile height.
+var kernelsBF16 = [mrAVX512 + 1]kernelBF16{nil, gemmBF16AVX512N1, gemmBF16AVX512N2, gemmBF16AVX512N3, gemmBF16AVX512N4, gemmBF16AVX512N5, gemmBF16AVX512N6, gemmBF16AVX512N7, gemmBF16AVX512N8, gemmBF16AVX512N9, gemmBF16AVX512N10, gemmBF16AVX512N11, gemmBF16AVX512N12, gemmBF16AVX512N13, gemmBF16AVX512N14}
+
+// bf16Vector holds the buffers of GemmBF16's assembly path.
+type bf16Vector struct {
+	pack  []uint16 // packed panels of B: kp pair rows × 32 pairs each
+	apack []uint16 // one row tile of A: mr rows of kp pairs
+}
+
+// growBits is Grow for bit patterns.
+func growBits(buf []uint16, n int) []uint16 {
+	if cap(buf) < n {
+		return make([]uint16, n)
+	}
+	return buf[:n]
+}
+
+// run is gemmBF16 on AVX512_BF16 for m, n, k > 0 and alpha ≠ 0, with the slices checked.
+func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a operandB, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	const nr = nrAVX512
+	kc, nc := min(k, blockKBF16), min(n, blockNBF16)
+	if nc < n {
+		nc = max(nc/nr*nr, nr)
+	}
+	kpMax := (kc + 1) / 2
+	w.pack = growBits(w.pack, 2*kpMax*((nc+nr-1)/nr*nr))
+	w.apack = growBits(w.apack, 2*kpMax*mrAVX512)
+	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
+	short, taller := m/tiles, m%tiles
+
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			kp := (kcur + 1) / 2
+			w.packB(transB, kcur, ncur, b, pc, jc, ldb)
+			bt := beta
+			if pc > 0 {
+				bt = 1
+			}
+			var bs []float32 // bias of this pass: only the last adds it
+			if pc+kcur == k {
+				bs = bias
+			}
+			i0 := 0
+			for t := range tiles {
+				mr := short
+				if t < taller {
+					mr++
+				}
+				w.packA(transA, mr, kcur, a, lda, i0, pc)
+				kern := kernelsBF16[mr]
+				coff := i0 * ldc
+				for jr := 0; jr < ncur; jr += nr {
+					nrc := min(nr, ncur-jr)
+					mask := ^uint32(0)
+					if nrc < nr {
+						mask = 1<<nrc - 1
+					}
+					biasp := &negZero[0]
+					if bs != nil {
+						biasp = &bs[jc+jr]
+					}
+					kern(kp, &w.apack[0], kp, &w.pack[jr*2*kp], nr, &c[coff+jc+jr], ldc, alpha, bt, biasp, mask)
+				}
+				i0 += mr
+			}
+		}
+	}
+}
+
+// packA sets w.apack to rows i0…i0+mr−1 and columns pc…pc+kc−1 of op(A) as bfloat16, row-major
+// with rows of ⌈kc/2⌉ pairs, an odd kc padded with 0.
+func (w *bf16Vector) packA(transA bool, mr, kc int, a operandB, lda, i0, pc int) {
+	kw := (kc + 1) &^ 1
+	for i := range mr {
+		row := w.apack[i*kw : i*kw+kw]
+		row[kw-1] = 0
+		switch {
+		case transA:
+			for p := range kc {
+				row[p] = a.bf16At((pc+p)*lda + i0 + i)
+			}
+		case a.format == bfloat16:
+			off := (i0+i)*lda + pc
+			copy(row[:kc], a.half[off:off+kc])
+		case a.format == f32:
+			src := a.f32[(i0+i)*lda+pc : (i0+i)*lda+pc+kc]
+			n32 := kc &^ 31
+			if n32 > 0 {
+				bf16Convert(&row[0], &src[0], n32)
+			}
+			for p := n32; p < kc; p++ {
+				row[p] = RoundBF16(src[p])
+			}
+		default:
+			off := (i0+i)*lda + pc
+			for p := range kc {
+				row[p] = a.bf16At(off + p)
+			}
+		}
+	}
+}
+
+// packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack as ⌈nc/32⌉ panels
+// of ⌈kc/2⌉ pair rows × 32 pairs, as bfloat16, zero-padded past nc and past an odd kc.
+func (w *bf16Vector) packB(transB bool, kc, nc int, b operandB, pc, jc, ldb int) {
+	const nr = nrAVX512
+	kp, full := (kc+1)/2, kc/2 // pair rows, of which whole
+	for jr := 0; jr < nc; jr += nr {
+		nrc := min(nr, nc-jr)
+		dst := w.pack[jr*2*kp : jr*2*kp+2*kp*nr]
+		// set stores the pair rows q0…kp−1 of columns j0…nrc−1 with Go code, each op(B)(p, j)
+		// at b[off + p·sp + j·sj].
+		set := func(q0, j0, off, sp, sj int) {
+			for q := q0; q < kp; q++ {
+				for j := j0; j < nrc; j++ {
+					d := dst[2*(q*nr+j):]
+					d[0] = b.bf16At(off + 2*q*sp + j*sj)
+					d[1] = 0
+					if 2*q+1 < kc {
+						d[1] = b.bf16At(off + (2*q+1)*sp + j*sj)
+					}
+				}
+			}
+		}
+		if transB {
+			off := (jc+jr)*ldb + pc // op(B)(p, j) = b[off + j·ldb + p]
+			p8, j8 := full/8*8, nrc/8*8
+			if p8 > 0 && j8 > 0 {
+				last := off + (j8-1)*ldb + 2*p8 - 1 // the assembly reads no further
+				switch b.format {
+				case f32:
+					_ = b.f32[last]
+					bf16PackBT(&dst[0], &b.f32[off], ldb, p8, j8, nr)
+				case bfloat16:
+					_ = b.half[last]
+					bf16PackBTBF16(&dst[0], &b.half[off], ldb, p8, j8, nr)
+				default:
+					_ = b.half[last]
+					bf16PackBTF16(&dst[0], &b.half[off], ldb, p8, j8, nr)
+				}
+				// The right edge beside the assembly's blocks, then every column below them.
+				for q := range p8 {
+					for j := j8; j < nrc; j++ {
+						d := dst[2*(q*nr+j):]
+						d[0] = b.bf16At(off + j*ldb + 2*q)
+						d[1] = b.bf16At(off + j*ldb + 2*q + 1)
+					}
+				}
+				set(p8, 0, off, 1, ldb)
+			} else {
+				set(0, 0, off, 1, ldb)
+			}
+		} else {
+			off := pc*ldb + jc + jr // op(B)(p, j) = b[off + p·ldb + j]
+			if nrc == nr && full > 0 {
+				last := off + (2*full-1)*ldb + nr - 1
+				switch b.format {
+				case f32:
+					_ = b.f32[last]
+					bf16PackB(&dst[0], &b.f32[off], ldb, full)
+				case bfloat16:
+					_ = b.half[last]
+					bf16PackBBF16(&dst[0], &b.half[off], ldb, full)
+				default:
+					_ = b.half[last]
+					bf16PackBF16(&dst[0], &b.half[off], ldb, full)
+				}
+				set(full, 0, off, ldb, 1)
+			} else {
+				set(0, 0, off, ldb, 1)
+			}
+		}
+		if nrc < nr {
+			for q := range kp {
+				clear(dst[2*(q*nr+nrc) : 2*(q*nr+nr)])
+			}
+		}
+	}
+}
