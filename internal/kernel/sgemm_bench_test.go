@@ -150,3 +150,55 @@ func BenchmarkSgemmHalf(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemmBF16 measures GemmBF16 beside Sgemm on one goroutine, alternating them, at the
+// layer's projection x·Wᵀ (m = 2048 tokens, n = 3·768, k = 768, W stored [n, k]) and at
+// m = n = k = 1024 (NT and NN), reporting GFLOP/s (2·m·n·k per call) and that rate as a
+// fraction of the one-thread float32 FMA peak (PeakGFLOPS) and, for GemmBF16, of the
+// VDPBF16PS peak (peakBF16GFLOPS), both measured once.
+func BenchmarkGemmBF16(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 3))
+	peak, peakBF16 := peakGFLOPS(best, 1, 0), peakBF16GFLOPS(1, 0)
+	b.Logf("one thread: float32 FMA peak (%v) %.1f GFLOP/s, VDPBF16PS peak %.1f GFLOP/s", best, peak, peakBF16)
+	for _, s := range []sgemmBench{
+		{name: "shape=proj-T=2048/NT", m: 2048, n: 2304, k: 768, transB: true},
+		{name: "shape=1024x1024x1024/NT", m: 1024, n: 1024, k: 1024, transB: true},
+		{name: "shape=1024x1024x1024/NN", m: 1024, n: 1024, k: 1024},
+	} {
+		br, bc := s.k, s.n
+		if s.transB {
+			br, bc = s.n, s.k
+		}
+		a := to32(randSlice(r, s.m*s.k))
+		bm := to32(randSlice(r, br*bc))
+		bh := make([]uint16, len(bm))
+		EncodeBF16(bh, bm)
+		c := make([]float32, s.m*s.n)
+		for _, impl := range []string{"f32", "bf16", "bf16-Bbf16"} {
+			b.Run(s.name+"/impl="+impl, func(b *testing.B) {
+				var w Workspace
+				call := func() {
+					switch impl {
+					case "f32":
+						w.Sgemm(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bm, bc, 0, c, s.n, nil)
+					case "bf16":
+						w.GemmBF16(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bm, bc, 0, c, s.n, nil)
+					default:
+						w.GemmBF16Half(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bh, true, bc, 0, c, s.n, nil)
+					}
+				}
+				call()
+				b.ResetTimer()
+				for b.Loop() {
+					call()
+				}
+				g := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(b.N) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(g, "GFLOP/s")
+				b.ReportMetric(g/peak, "f32-peak")
+				if peakBF16 > 0 && impl != "f32" {
+					b.ReportMetric(g/peakBF16, "bf16-peak")
+				}
+			})
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -252,8 +253,8 @@ func kernel(c config) {
 			if c.bf16 {
 				// A's pair of bfloat16 (i, u) in every lane; acc += the pairs' dot products.
 				VPBROADCASTD(aAddr(i, u), t)
-				vdpbf16ps(c.breg(0), t, c.acc(i, 0))
-				vdpbf16ps(c.breg(1), t, c.acc(i, 1))
+				bf16op.VDPBF16PS(c.breg(0), t, c.acc(i, 0))
+				bf16op.VDPBF16PS(c.breg(1), t, c.acc(i, 1))
 				continue
 			}
 			VBROADCASTSS(aAddr(i, u), t)

@@ -22,61 +22,15 @@ package main
 // inputs become zero of their sign, NaN stays NaN); binary16 goes through VCVTPH2PS first
 // (exact), bfloat16 is copied.
 //
-// Neither avo v0.5.0 nor the Go 1.26 assembler knows the AVX512_BF16 instructions, so they are
-// emitted as LONG and WORD directives holding their EVEX encoding (register operands only), each after a
-// comment that spells the instruction in Go assembler order. The encodings were checked
-// against llvm-mc -show-encoding.
+// The AVX512_BF16 instructions come from package bf16op, which encodes them.
 
 import (
-	"fmt"
-
-	"github.com/mmcloughlin/avo/ir"
+	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
-
-// evex emits the register-only EVEX instruction opcode in map 0F38, prefix pp (2: F3, 3: F2),
-// W0, of vector length 512 (or 256 when y is set: the length of the source operands), with ModRM.reg = reg, EVEX.vvvv = vvvv (none
-// when nil) and ModRM.rm = rm, as LONG and WORD directives after a comment naming it.
-func evex(name string, pp, opcode byte, y bool, rm, vvvv, reg VecPhysical) {
-	num := func(r VecPhysical) byte { return byte(r.PhysicalIndex()) }
-	r, b := num(reg), num(rm)
-	v := byte(0) // no vvvv operand: 1111 and V' = 1 once inverted, as for register 0
-	ops := fmt.Sprintf("%s, %s", rm.Asm(), reg.Asm())
-	if vvvv != nil {
-		v = num(vvvv)
-		ops = fmt.Sprintf("%s, %s, %s", rm.Asm(), vvvv.Asm(), reg.Asm())
-	}
-	bit := func(x byte, i uint) byte { return x >> i & 1 }
-	p0 := (1-bit(r, 3))<<7 | (1-bit(b, 4))<<6 | (1-bit(b, 3))<<5 | (1-bit(r, 4))<<4 | 0x2 // map 0F38
-	p1 := (^v&0xf)<<3 | 1<<2 | pp                                                         // W0
-	ll := byte(2)
-	if y {
-		ll = 1
-	}
-	p2 := ll<<5 | (1-bit(v, 4))<<3
-	modrm := 0xc0 | (r&7)<<3 | b&7
-	Comment(name + " " + ops)
-	// LONG and WORD lay their values out little-endian: bytes 62 P0 P1 P2, then opcode, ModRM.
-	Instruction(&ir.Instruction{Opcode: "LONG", Operands: []Op{U32(uint32(p2)<<24 | uint32(p1)<<16 | uint32(p0)<<8 | 0x62)}})
-	Instruction(&ir.Instruction{Opcode: "WORD", Operands: []Op{U16(uint16(modrm)<<8 | uint16(opcode))}})
-}
-
-// vdpbf16ps emits VDPBF16PS b, a, acc: acc[i] += a.bf16[2i+1]·b.bf16[2i+1] + a.bf16[2i]·b.bf16[2i]
-// for the 16 lanes of zmm registers.
-func vdpbf16ps(b, a, acc VecPhysical) { evex("VDPBF16PS", 2, 0x52, false, b, a, acc) }
-
-// vcvtne2ps2bf16 emits VCVTNE2PS2BF16 lo, hi, dst: dst's low half holds lo rounded to
-// bfloat16, its high half hi (ymm, or zmm when zmm is set).
-func vcvtne2ps2bf16(lo, hi, dst VecPhysical, zmm bool) {
-	evex("VCVTNE2PS2BF16", 3, 0x72, !zmm, lo, hi, dst)
-}
-
-// vcvtneps2bf16 emits VCVTNEPS2BF16 src, dst: the 16 float32 of zmm src rounded to bfloat16 in
-// ymm dst.
-func vcvtneps2bf16(src, dst VecPhysical) { evex("VCVTNEPS2BF16", 2, 0x72, false, src, nil, dst) }
 
 // zmmOf is the zmm register that holds ymm register y.
 func zmmOf(y VecPhysical) VecPhysical { return y.AsZ().(VecPhysical) }
@@ -89,7 +43,7 @@ func bf16Packers() {
 		4, 64, 0, func(src Mem, dst Register) {
 			VMOVUPS(src, tmp)
 			VMOVUPS(src.Offset(32), dst)
-			vcvtne2ps2bf16(tmp, dst.(VecPhysical), dst.(VecPhysical), false)
+			bf16op.VCVTNE2PS2BF16(tmp, dst.(VecPhysical), dst.(VecPhysical), false)
 		})
 	packTranspose("bf16PackBTBF16", "func(dst *uint16, src *uint16, ld, kc, nj, nr int)",
 		"bf16PackBTBF16 sets pair p of dst[p·nr+j] to bfloat16 src[j·ld+2p], src[j·ld+2p+1] for p < kc, j < nj; kc and nj are positive multiples of 8.",
@@ -99,7 +53,7 @@ func bf16Packers() {
 		2, 32, *pfRows, func(src Mem, dst Register) {
 			z := zmmOf(dst.(VecPhysical))
 			VCVTPH2PS(src, z)
-			vcvtneps2bf16(z, dst.(VecPhysical))
+			bf16op.VCVTNEPS2BF16(z, dst.(VecPhysical))
 		})
 
 	// Word permutation that interleaves the two 16-word halves of a zmm: pairs (i, 16+i).
@@ -113,7 +67,7 @@ func bf16Packers() {
 		4, perm, func(row0, row1 Mem, dst VecPhysical) {
 			VMOVUPS(row0, Z16)
 			VMOVUPS(row1, dst)
-			vcvtne2ps2bf16(Z16, dst, dst, true)
+			bf16op.VCVTNE2PS2BF16(Z16, dst, dst, true)
 		})
 	rowMajor("bf16PackBBF16", "func(dst *uint16, src *uint16, ld, kc int)",
 		"bf16PackBBF16 sets pair p of dst[p·32+j] to bfloat16 src[2p·ld+j], src[(2p+1)·ld+j] for p < kc, j < 32; kc is positive.",
@@ -126,7 +80,7 @@ func bf16Packers() {
 		2, perm, func(row0, row1 Mem, dst VecPhysical) {
 			VCVTPH2PS(row0, Z16)
 			VCVTPH2PS(row1, dst)
-			vcvtne2ps2bf16(Z16, dst, dst, true)
+			bf16op.VCVTNE2PS2BF16(Z16, dst, dst, true)
 		})
 	convertBF16()
 }
@@ -179,7 +133,7 @@ func convertBF16() {
 	Label("bf16Convert_loop")
 	VMOVUPS(Mem{Base: src}, Z0)
 	VMOVUPS(Mem{Base: src, Disp: 64}, Z1)
-	vcvtne2ps2bf16(Z0, Z1, Z2, true)
+	bf16op.VCVTNE2PS2BF16(Z0, Z1, Z2, true)
 	VMOVDQU64(Z2, Mem{Base: dst})
 	ADDQ(U32(128), src)
 	ADDQ(U32(64), dst)
