@@ -60,6 +60,16 @@ func (w *Workspace) GemmBF16Half(transA, transB bool, m, n, k int, alpha float32
 	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{f32: a}, lda, operandB{half: b, format: f}, ldb, beta, c, ldc, bias)
 }
 
+// GemmBF16Bits is GemmBF16 with both A and B held as bfloat16 bits, used as they are (a
+// subnormal counts as zero of its sign): a and b are laid out as GemmBF16's, with strides
+// counted in values. Operands converted once (EncodeBF16 rounds as RoundBF16 does, except for
+// subnormals, which it keeps and this product then reads as zero) can so be multiplied many
+// times, as attention's Q, K and V tiles are, without GemmBF16's rounding of them at every
+// call. Rules, summation order and panics are GemmBF16's.
+func (w *Workspace) GemmBF16Bits(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{half: a, format: bfloat16}, lda, operandB{half: b, format: bfloat16}, ldb, beta, c, ldc, bias)
+}
+
 // RoundBF16 rounds f to bfloat16 as the AVX512_BF16 conversions VCVTNEPS2BF16 and
 // VCVTNE2PS2BF16 do, and returns its bits: to nearest, ties to even; a subnormal f becomes zero
 // of its sign (F32ToBF16 rounds it instead); a NaN becomes a quiet NaN with the top of its

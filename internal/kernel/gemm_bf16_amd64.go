@@ -12,7 +12,8 @@ package kernel
 //     row-major one, with Go loops for the ragged edges and an odd last k), and A, which the
 //     float32 path reads in place, one row tile at a time into a small row-major buffer
 //     (bf16Convert, VCVTNE2PS2BF16, for a row-major float32 A; Go loops otherwise) that stays
-//     in L1 while the kernel sweeps the panels.
+//     in L1 while the kernel sweeps the panels. Only a row-major bfloat16 A (GemmBF16Bits)
+//     with an even k and stride is read in place, its rows being rows of pairs already.
 //   - B is always packed: even the smallest B has to be converted and paired.
 //   - The k block is blockKBF16 = 512: a packed value of B takes half the bytes, so twice the
 //     k fits the same share of L2 as Sgemm's 256 float32.
@@ -53,6 +54,9 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
 	short, taller := m/tiles, m%tiles
 
+	// A row-major bfloat16 A whose rows hold whole pairs (k and lda even; kc is) is read in
+	// place: its pairs are the words the kernel broadcasts.
+	inPlaceA := a.format == bfloat16 && !transA && k%2 == 0 && lda%2 == 0
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
@@ -73,7 +77,13 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 				if t < taller {
 					mr++
 				}
-				w.packA(transA, mr, kcur, a, lda, i0, pc)
+				ap, sa := (*uint16)(nil), kp
+				if inPlaceA {
+					ap, sa = &a.half[i0*lda+pc], lda/2
+				} else {
+					w.packA(transA, mr, kcur, a, lda, i0, pc)
+					ap = &w.apack[0]
+				}
 				kern := kernelsBF16[mr]
 				coff := i0 * ldc
 				for jr := 0; jr < ncur; jr += nr {
@@ -86,7 +96,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 					if bs != nil {
 						biasp = &bs[jc+jr]
 					}
-					kern(kp, &w.apack[0], kp, &w.pack[jr*2*kp], nr, &c[coff+jc+jr], ldc, alpha, bt, biasp, mask)
+					kern(kp, ap, sa, &w.pack[jr*2*kp], nr, &c[coff+jc+jr], ldc, alpha, bt, biasp, mask)
 				}
 				i0 += mr
 			}

@@ -50,7 +50,16 @@ func bf16OpB(r *rand.Rand, tc sgemmCase, f bFormat) []float64 {
 	return halfOpB(r, tc.k, tc.n, f == bfloat16)
 }
 
-// operand makes x (float64 values of format f) the operandB GemmBF16 takes.
+// bf16OpA returns a random m×k op(A) whose values are of format f (float32 or bfloat16).
+func bf16OpA(r *rand.Rand, tc sgemmCase, f bFormat) []float64 {
+	if f == f32 {
+		opA, _ := tc.logical(r)
+		return opA
+	}
+	return halfOpB(r, tc.m, tc.k, true)
+}
+
+// bf16Operand64 makes x (float64 values of format f) the operandB GemmBF16 takes.
 func bf16Operand64(x []float64, f bFormat) operandB {
 	if f == f32 {
 		return operandB{f32: to32(x)}
@@ -66,7 +75,11 @@ var gemmBF16Shapes = [][3]int{
 	{300, 40, 9}, {20, 600, 70},
 }
 
-// TestGemmBF16 checks every path, transpose form, format of B and (alpha, beta, bias)
+// bf16Operands are the formats of A and B that TestGemmBF16 multiplies: GemmBF16's, GemmBF16Half's
+// two and GemmBF16Bits's.
+var bf16Operands = [][2]bFormat{{f32, f32}, {f32, bfloat16}, {f32, f16}, {bfloat16, bfloat16}}
+
+// TestGemmBF16 checks every path, transpose form, format of A and B and (alpha, beta, bias)
 // combination on odd shapes and padded strides against the float64 product of the
 // bfloat16-rounded operands, within float32 accumulation's bound (sgemmTol), and checks that
 // the paths agree bit for bit.
@@ -78,11 +91,12 @@ func TestGemmBF16(t *testing.T) {
 	}
 	all := []combo{{1, 0, false}, {1, 0, true}, {1, 1, false}, {-1.5, 0.5, true}, {0, 0.5, true}, {0.5, 1, true}, {1, -1.5, false}}
 	for _, s := range gemmBF16Shapes {
-		for _, f := range bf16Formats {
+		for _, fs := range bf16Operands {
+			fa, fb := fs[0], fs[1]
 			shape := sgemmCase{m: s[0], n: s[1], k: s[2]}
-			opA, _ := shape.logical(r)
-			opB := bf16OpB(r, shape, f)
-			prod, mag := shape.reference(bf16Effective(opA, f32), bf16Effective(opB, f))
+			opA := bf16OpA(r, shape, fa)
+			opB := bf16OpB(r, shape, fb)
+			prod, mag := shape.reference(bf16Effective(opA, fa), bf16Effective(opB, fb))
 			bias := randSlice(r, shape.n)
 			combos := all
 			if shape.m*shape.n*shape.k > 1<<16 {
@@ -93,11 +107,11 @@ func TestGemmBF16(t *testing.T) {
 				tc.transA, tc.transB = form&1 != 0, form&2 != 0
 				tc.padA, tc.padB, tc.padC = (form+tc.m)%3, (form+tc.n+1)%4, form%2*5
 				a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
-				a32, bop, bias32 := operandB{f32: to32(a)}, bf16Operand64(b, f), to32(bias)
+				aop, bop, bias32 := bf16Operand64(a, fa), bf16Operand64(b, fb), to32(bias)
 				for _, cb := range combos {
 					var first []float32
 					for _, is := range bf16Paths() {
-						name := fmt.Sprintf("%v/B=%v/%dx%dx%d/tA=%v,tB=%v/alpha=%v,beta=%v,bias=%v", is, f, tc.m, tc.n, tc.k, tc.transA, tc.transB, cb.alpha, cb.beta, cb.bias)
+						name := fmt.Sprintf("%v/A=%v,B=%v/%dx%dx%d/tA=%v,tB=%v/alpha=%v,beta=%v,bias=%v", is, fa, fb, tc.m, tc.n, tc.k, tc.transA, tc.transB, cb.alpha, cb.beta, cb.bias)
 						c32 := to32(c)
 						if cb.beta == 0 {
 							for i := range c32 {
@@ -109,7 +123,7 @@ func TestGemmBF16(t *testing.T) {
 							bs = bias32
 						}
 						var w Workspace
-						w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(cb.alpha), a32, lda, bop, ldb, float32(cb.beta), c32, ldc, bs)
+						w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(cb.alpha), aop, lda, bop, ldb, float32(cb.beta), c32, ldc, bs)
 						checkSgemm(t, name, tc, cb.alpha, cb.beta, prod, mag, c, c32, ldc, bias, cb.bias)
 						if first == nil {
 							first = c32
@@ -282,6 +296,12 @@ func TestGemmBF16Panics(t *testing.T) {
 		"m": func(w *Workspace) {
 			w.GemmBF16(false, false, -1, 2, 2, 1, nil, 2, nil, 2, 0, nil, 2, nil)
 		},
+		"A bits": func(w *Workspace) {
+			w.GemmBF16Bits(true, true, 2, 3, 2, 1, make([]uint16, 3), 2, make([]uint16, 6), 2, 0, make([]float32, 6), 3, nil)
+		},
+		"lda bits": func(w *Workspace) {
+			w.GemmBF16Bits(false, true, 2, 3, 2, 1, make([]uint16, 4), 1, make([]uint16, 6), 2, 0, make([]float32, 6), 3, nil)
+		},
 	} {
 		func() {
 			defer func() {
@@ -298,19 +318,21 @@ func TestGemmBF16Panics(t *testing.T) {
 func TestGemmBF16Exported(t *testing.T) {
 	r := rand.New(rand.NewPCG(29, 30))
 	tc := sgemmCase{m: 5, n: 70, k: 51, transB: true}
-	for _, f := range bf16Formats {
-		opA, _ := tc.logical(r)
-		opB := bf16OpB(r, tc, f)
-		prod, mag := tc.reference(bf16Effective(opA, f32), bf16Effective(opB, f))
+	for _, fs := range bf16Operands {
+		fa, fb := fs[0], fs[1]
+		opA, opB := bf16OpA(r, tc, fa), bf16OpB(r, tc, fb)
+		prod, mag := tc.reference(bf16Effective(opA, fa), bf16Effective(opB, fb))
 		a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
 		got := to32(c)
 		var w Workspace
-		switch f {
-		case f32:
+		switch {
+		case fa == bfloat16:
+			w.GemmBF16Bits(false, true, tc.m, tc.n, tc.k, 1, encodeHalf(a, true), lda, encodeHalf(b, true), ldb, 1, got, ldc, nil)
+		case fb == f32:
 			w.GemmBF16(false, true, tc.m, tc.n, tc.k, 1, to32(a), lda, to32(b), ldb, 1, got, ldc, nil)
 		default:
-			w.GemmBF16Half(false, true, tc.m, tc.n, tc.k, 1, to32(a), lda, encodeHalf(b, f == bfloat16), f == bfloat16, ldb, 1, got, ldc, nil)
+			w.GemmBF16Half(false, true, tc.m, tc.n, tc.k, 1, to32(a), lda, encodeHalf(b, fb == bfloat16), fb == bfloat16, ldb, 1, got, ldc, nil)
 		}
-		checkSgemm(t, f.String(), tc, 1, 1, prod, mag, c, got, ldc, nil, false)
+		checkSgemm(t, fmt.Sprintf("A=%v,B=%v", fa, fb), tc, 1, 1, prod, mag, c, got, ldc, nil, false)
 	}
 }
