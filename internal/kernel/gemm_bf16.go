@@ -33,14 +33,16 @@ import (
 //     (fma: one rounding to float32); when beta is 0 the outer fma is skipped. A later block
 //     adds fma(alpha, acc, b) to C, rounded.
 //
-// The hardware also flushes partial sums that fall below the float32 normal range to zero
-// (FTZ), which the pure-Go path does not; on inputs whose partial sums stay normal (or zero)
-// the pure-Go path (the purego build tag, or a CPU without AVX512_BF16) and the assembly give C
-// bit for bit alike, which the tests check on random data with every kind of operand.
+// VDPBF16PS is also defined to flush partial sums below the float32 normal range to zero
+// (FTZ), which the pure-Go path (the purego build tag, or a CPU without AVX512_BF16) does not;
+// where they stay normal (or zero) the two paths give C bit for bit alike, which the tests
+// check on random data with every kind of operand, transpose form and k blocking. The epilogue
+// computes its fused multiply-adds in float64 on the pure-Go path; in the tests' cases that
+// rounded as the hardware's float32 FMA.
 //
-// Compared with Sgemm on the same float32 inputs the relative error of C grows to that of
-// bfloat16's 8-bit significand: about 3·10⁻³ of |C| on random normal inputs at k = 768
-// (TestGemmBF16VsSgemm).
+// Compared with Sgemm on the same float32 inputs, C carries the error of bfloat16's 8-bit
+// significand: on random normal inputs at k = 768 (64×256, the projection's form) the error is
+// 2.4·10⁻³ of C in the Frobenius norm, at most 0.9% of C's rms (TestGemmBF16VsSgemm logs it).
 func (w *Workspace) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{f32: a}, lda, operandB{f32: b}, ldb, beta, c, ldc, bias)
 }

@@ -1,5 +1,6 @@
-// Command gemm generates the float32 matrix-multiply micro-kernels of package kernel for amd64:
-// gemm_amd64.s and its Go declarations. Run it through go generate in internal/kernel:
+// Command gemm generates the float32 matrix-multiply micro-kernels of package kernel for amd64,
+// and those of its bfloat16 GEMM (bf16.go): gemm_amd64.s and its Go declarations. Run it
+// through go generate in internal/kernel:
 //
 //	cd _asm && go run ./gemm -out ../gemm_amd64.s -stubs ../gemm_stubs_amd64.go -pkg kernel
 //
