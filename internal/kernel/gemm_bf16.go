@@ -23,15 +23,15 @@ import (
 //
 //  1. Every value of A and B is rounded to bfloat16 as VCVTNEPS2BF16 does (RoundBF16): to
 //     nearest, ties to even, a subnormal float32 to zero of its sign, a NaN to a quiet NaN.
-//  2. The products of two bfloat16 are exact in float32. Over k, cut into blocks of
-//     blockKBF16 values (the last may be shorter), each block's products are summed into a
-//     float32 accumulator that starts at +0: for each k pair (2q, 2q+1) of the block, first
-//     acc += A(i,2q+1)·B(2q+1,j), then acc += A(i,2q)·B(2q,j), each sum rounded to nearest
-//     float32. An odd k is completed with a zero pair half.
-//  3. The first block sets t = fma(alpha, acc, b) + beta·C as fma(beta, C, fma(alpha, acc, b)),
-//     where b is bias[j] if this block is also the last and bias is not nil and −0 otherwise
-//     (fma: one rounding to float32); when beta is 0 the outer fma is skipped. A later block
-//     adds fma(alpha, acc, b) to C, rounded.
+//  2. The products of two bfloat16 are exact in float32. k is cut into blocks of 512 values
+//     (blockKBF16; the last block may be shorter), and for each value C(i,j) each block's
+//     products are summed into a float32 accumulator acc that starts at +0: for each k pair
+//     (2q, 2q+1) of the block, first acc += A(i,2q+1)·B(2q+1,j), then acc += A(i,2q)·B(2q,j),
+//     each sum rounded to nearest float32. An odd k is completed with a zero pair half.
+//  3. Then C(i,j) is updated with fused multiply-adds (fma: one rounding to nearest float32):
+//     after the first block to fma(beta, C(i,j), fma(alpha, acc, b)), or to fma(alpha, acc, b)
+//     when beta is ±0; after each later block to C(i,j) + fma(alpha, acc, b), rounded. b is
+//     bias[j] after the last block when bias is not nil, and −0 otherwise.
 //
 // VDPBF16PS is also defined to flush partial sums below the float32 normal range to zero
 // (FTZ), which the pure-Go path (the purego build tag, or a CPU without AVX512_BF16) does not;
