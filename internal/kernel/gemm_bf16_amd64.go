@@ -12,25 +12,34 @@ package kernel
 //     row-major one, with Go loops for the ragged edges and an odd last k), and A, which the
 //     float32 path reads in place, one row tile at a time into a small row-major buffer
 //     (bf16Convert, VCVTNE2PS2BF16, for a row-major float32 A; Go loops otherwise) that stays
-//     in L1 while the kernel sweeps the panels. Only a row-major bfloat16 A (GemmBF16Bits)
-//     with an even k and stride is read in place, its rows being rows of pairs already.
+//     in L1 while the kernel sweeps the panels. A transposed float32 A is packed k-major
+//     instead (bf16PackAT, 16 pairs a pair row, for the T kernels), as its pairs lie in two
+//     rows of the stored A. Only a row-major bfloat16 A (GemmBF16Bits) with an even k and
+//     stride is read in place, its rows being rows of pairs already.
 //   - B is always packed: even the smallest B has to be converted and paired.
 //   - The k block is blockKBF16 = 512: a packed value of B takes half the bytes, so twice the
 //     k fits the same share of L2 as Sgemm's 256 float32.
 
 // kernelBF16 is an AVX512_BF16 micro-kernel (gemm_amd64.s): for its mr rows and the ≤ 32
 // columns whose mask bit is set it sets C = alpha·A·B + bias + beta·C over k pairs, reading C
-// only when beta is not ±0. A holds row i's pair q at a[2(i·sa+q)], B column j's pair q at
+// only when beta is not ±0. A holds row i's pair q as its family says, B column j's pair q at
 // b[2(q·sb+j)]; strides count pairs, ldc float32 values.
 type kernelBF16 func(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)
 
-// kernelsBF16 are indexed by tile height.
-var kernelsBF16 = [mrAVX512 + 1]kernelBF16{nil, gemmBF16AVX512N1, gemmBF16AVX512N2, gemmBF16AVX512N3, gemmBF16AVX512N4, gemmBF16AVX512N5, gemmBF16AVX512N6, gemmBF16AVX512N7, gemmBF16AVX512N8, gemmBF16AVX512N9, gemmBF16AVX512N10, gemmBF16AVX512N11, gemmBF16AVX512N12, gemmBF16AVX512N13, gemmBF16AVX512N14}
+// Kernels indexed by tile height; N reads A's pairs row-major, T k-major (pair q of row i at
+// a[2(q·sa+i)]).
+var (
+	kernelsBF16N = [mrAVX512 + 1]kernelBF16{nil, gemmBF16AVX512N1, gemmBF16AVX512N2, gemmBF16AVX512N3, gemmBF16AVX512N4, gemmBF16AVX512N5, gemmBF16AVX512N6, gemmBF16AVX512N7, gemmBF16AVX512N8, gemmBF16AVX512N9, gemmBF16AVX512N10, gemmBF16AVX512N11, gemmBF16AVX512N12, gemmBF16AVX512N13, gemmBF16AVX512N14}
+	kernelsBF16T = [mrAVX512 + 1]kernelBF16{nil, gemmBF16AVX512T1, gemmBF16AVX512T2, gemmBF16AVX512T3, gemmBF16AVX512T4, gemmBF16AVX512T5, gemmBF16AVX512T6, gemmBF16AVX512T7, gemmBF16AVX512T8, gemmBF16AVX512T9, gemmBF16AVX512T10, gemmBF16AVX512T11, gemmBF16AVX512T12, gemmBF16AVX512T13, gemmBF16AVX512T14}
+)
+
+// packATWidth is the width of a k-major A tile (the T kernels' sa): bf16PackAT packs 16 rows.
+const packATWidth = 16
 
 // bf16Vector holds the buffers of GemmBF16's assembly path.
 type bf16Vector struct {
 	pack  []uint16 // packed panels of B: kp pair rows × 32 pairs each
-	apack []uint16 // one row tile of A: mr rows of kp pairs
+	apack []uint16 // one row tile of A: mr rows of kp pairs, or kp pair rows of 16
 }
 
 // growBits is Grow for bit patterns.
@@ -50,7 +59,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 	}
 	kpMax := (kc + 1) / 2
 	w.pack = growBits(w.pack, 2*kpMax*((nc+nr-1)/nr*nr))
-	w.apack = growBits(w.apack, 2*kpMax*mrAVX512)
+	w.apack = growBits(w.apack, 2*kpMax*packATWidth)
 	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
 	short, taller := m/tiles, m%tiles
 
@@ -77,14 +86,16 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 				if t < taller {
 					mr++
 				}
-				ap, sa := (*uint16)(nil), kp
-				if inPlaceA {
+				ap, sa, kern := &w.apack[0], kp, kernelsBF16N[mr]
+				switch {
+				case inPlaceA:
 					ap, sa = &a.half[i0*lda+pc], lda/2
-				} else {
+				case transA && a.format == f32:
+					w.packAT(mr, kcur, a.f32, lda, i0, pc)
+					sa, kern = packATWidth, kernelsBF16T[mr]
+				default:
 					w.packA(transA, mr, kcur, a, lda, i0, pc)
-					ap = &w.apack[0]
 				}
-				kern := kernelsBF16[mr]
 				coff := i0 * ldc
 				for jr := 0; jr < ncur; jr += nr {
 					nrc := min(nr, ncur-jr)
@@ -108,14 +119,31 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 // with rows of ⌈kc/2⌉ pairs, an odd kc padded with 0.
 func (w *bf16Vector) packA(transA bool, mr, kc int, a operandB, lda, i0, pc int) {
 	kw := (kc + 1) &^ 1
+	if transA {
+		// A(i, p) = a[p·lda + i]: read along the stored rows, write down the tile's columns.
+		for p := range kc {
+			off := (pc+p)*lda + i0
+			if a.format == f32 {
+				for i, v := range a.f32[off : off+mr] {
+					w.apack[i*kw+p] = RoundBF16(v)
+				}
+				continue
+			}
+			for i := range mr {
+				w.apack[i*kw+p] = a.bf16At(off + i)
+			}
+		}
+		if kc&1 == 1 {
+			for i := range mr {
+				w.apack[i*kw+kc] = 0
+			}
+		}
+		return
+	}
 	for i := range mr {
 		row := w.apack[i*kw : i*kw+kw]
 		row[kw-1] = 0
 		switch {
-		case transA:
-			for p := range kc {
-				row[p] = a.bf16At((pc+p)*lda + i0 + i)
-			}
 		case a.format == bfloat16:
 			off := (i0+i)*lda + pc
 			copy(row[:kc], a.half[off:off+kc])
@@ -132,6 +160,31 @@ func (w *bf16Vector) packA(transA bool, mr, kc int, a operandB, lda, i0, pc int)
 			off := (i0+i)*lda + pc
 			for p := range kc {
 				row[p] = a.bf16At(off + p)
+			}
+		}
+	}
+}
+
+// packAT sets w.apack to rows i0…i0+mr−1 and columns pc…pc+kc−1 of op(A) = Aᵀ, float32 A
+// stored k×m, as bfloat16 pairs k-major: pair q of row i at w.apack[2(q·16+i)], an odd kc
+// padded with 0. Where 16 columns of A can be read from i0 on, bf16PackAT packs the whole pairs
+// (the columns past mr are packed and never read); otherwise, and for an odd last k, Go does.
+func (w *bf16Vector) packAT(mr, kc int, a []float32, lda, i0, pc int) {
+	const wd = packATWidth
+	off := pc*lda + i0 // A(i, p) = a[off + p·lda + i]
+	full := kc / 2
+	q0 := 0
+	if full > 0 && off+(2*full-1)*lda+wd <= len(a) {
+		bf16PackAT(&w.apack[0], &a[off], lda, full)
+		q0 = full
+	}
+	for q := q0; q < (kc+1)/2; q++ {
+		for i := range mr {
+			d := w.apack[2*(q*wd+i):]
+			d[0] = RoundBF16(a[off+2*q*lda+i])
+			d[1] = 0
+			if 2*q+1 < kc {
+				d[1] = RoundBF16(a[off+(2*q+1)*lda+i])
 			}
 		}
 	}

@@ -289,6 +289,76 @@ func gemmBF16AVX512N13(k int, a *uint16, sa int, b *uint16, sb int, c *float32, 
 //go:noescape
 func gemmBF16AVX512N14(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
 
+// gemmBF16AVX512T1 computes a 1×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T1(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T2 computes a 2×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T2(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T3 computes a 3×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T3(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T4 computes a 4×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T4(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T5 computes a 5×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T5(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T6 computes a 6×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T6(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T7 computes a 7×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T7(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T8 computes a 8×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T8(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T9 computes a 9×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T9(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T10 computes a 10×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T10(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T11 computes a 11×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T11(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T12 computes a 12×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T12(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T13 computes a 13×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T13(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T14 computes a 14×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T14(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
 // bf16PackBT sets pair p of dst[p·nr+j] to the bfloat16 of src[j·ld+2p], src[j·ld+2p+1] (VCVTNE2PS2BF16) for p < kc, j < nj; kc and nj are positive multiples of 8.
 //
 //go:noescape
@@ -318,6 +388,11 @@ func bf16PackBBF16(dst *uint16, src *uint16, ld int, kc int)
 //
 //go:noescape
 func bf16PackBF16(dst *uint16, src *uint16, ld int, kc int)
+
+// bf16PackAT sets pair p of dst[p·16+i] to the bfloat16 of src[2p·ld+i], src[(2p+1)·ld+i] (VCVTNE2PS2BF16) for p < kc, i < 16; kc is positive.
+//
+//go:noescape
+func bf16PackAT(dst *uint16, src *float32, ld int, kc int)
 
 // bf16Convert sets dst[i] to the bfloat16 of src[i] (VCVTNE2PS2BF16) for i < n, a positive multiple of 32.
 //

@@ -154,7 +154,7 @@ func BenchmarkSgemmHalf(b *testing.B) {
 
 // BenchmarkGemmBF16 measures GemmBF16 beside Sgemm on one goroutine, alternating them, at the
 // layer's projection x·Wᵀ (m = 2048 tokens, n = 3·768, k = 768, W stored [n, k]) and at
-// m = n = k = 1024 (NT and NN), reporting GFLOP/s (2·m·n·k per call), the rate of the median
+// m = n = k = 1024 (NT, NN and TN), reporting GFLOP/s (2·m·n·k per call), the rate of the median
 // call (on a machine shared with other work the mean mixes in their time, as PeakGFLOPS's
 // median chunk does not), and that median rate as a fraction of the one-thread float32 FMA
 // peak (PeakGFLOPS) and, for GemmBF16, of the VDPBF16PS peak (peakBF16GFLOPS), both measured
@@ -167,7 +167,12 @@ func BenchmarkGemmBF16(b *testing.B) {
 		{name: "shape=proj-T=2048/NT", m: 2048, n: 2304, k: 768, transB: true},
 		{name: "shape=1024x1024x1024/NT", m: 1024, n: 1024, k: 1024, transB: true},
 		{name: "shape=1024x1024x1024/NN", m: 1024, n: 1024, k: 1024},
+		{name: "shape=1024x1024x1024/TN", m: 1024, n: 1024, k: 1024, transA: true},
 	} {
+		lda := s.k
+		if s.transA {
+			lda = s.m
+		}
 		br, bc := s.k, s.n
 		if s.transB {
 			br, bc = s.n, s.k
@@ -183,11 +188,11 @@ func BenchmarkGemmBF16(b *testing.B) {
 				call := func() {
 					switch impl {
 					case "f32":
-						w.Sgemm(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bm, bc, 0, c, s.n, nil)
+						w.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, bc, 0, c, s.n, nil)
 					case "bf16":
-						w.GemmBF16(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bm, bc, 0, c, s.n, nil)
+						w.GemmBF16(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, bc, 0, c, s.n, nil)
 					default:
-						w.GemmBF16Half(false, s.transB, s.m, s.n, s.k, 1, a, s.k, bh, true, bc, 0, c, s.n, nil)
+						w.GemmBF16Half(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bh, true, bc, 0, c, s.n, nil)
 					}
 				}
 				call()

@@ -62,8 +62,10 @@ func main() {
 	}
 	packBT()
 	packBTHalf()
-	for mr := 1; mr <= *mrZ; mr++ {
-		kernel(config{zmm: true, mr: mr, bf16: true})
+	for _, t := range []bool{false, true} {
+		for mr := 1; mr <= *mrZ; mr++ {
+			kernel(config{zmm: true, mr: mr, transA: t, bf16: true})
+		}
 	}
 	bf16Packers()
 	Generate()
@@ -74,13 +76,17 @@ type config struct {
 	zmm    bool // AVX-512 (zmm, masked edge columns) or AVX2 (ymm)
 	mr     int  // rows of the C tile
 	transA bool // A is k-major (element (i, p) at a[p·sa+i]) rather than row-major
-	bf16   bool // a VDPBF16PS kernel on bfloat16 pairs (zmm, row-major A only): see bf16.go
+	bf16   bool // a VDPBF16PS kernel on bfloat16 pairs (zmm only): see bf16.go
 }
 
 // name is the kernel's Go name, e.g. sgemmAVX512N14.
 func (c config) name() string {
 	if c.bf16 {
-		return fmt.Sprintf("gemmBF16AVX512N%d", c.mr)
+		l := "N"
+		if c.transA {
+			l = "T"
+		}
+		return fmt.Sprintf("gemmBF16AVX512%s%d", l, c.mr)
 	}
 	isa, l := "AVX2", "N"
 	if c.zmm {
@@ -157,7 +163,11 @@ func kernel(c config) {
 	TEXT(c.name(), NOSPLIT, sig)
 	Pragma("noescape")
 	if c.bf16 {
-		Doc(fmt.Sprintf("%s computes a %d×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].", c.name(), c.mr))
+		at := "a[2(i·sa+q)]"
+		if c.transA {
+			at = "a[2(q·sa+i)]"
+		}
+		Doc(fmt.Sprintf("%s computes a %d×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at %s, of column j at b[2(q·sb+j)].", c.name(), c.mr, at))
 	}
 	var rows, lay string
 	if c.zmm {

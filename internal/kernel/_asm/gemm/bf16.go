@@ -7,9 +7,10 @@ package main
 // half; likewise (2q, j) and (2q+1, j) of B in word j of packed row q. An odd k is padded with
 // a zero pair half.
 //
-// The kernels (gemmBF16AVX512N1…14) are the float32 AVX-512 "N" kernels with the k step
+// The kernels (gemmBF16AVX512N1…14 and T1…14) are the float32 AVX-512 kernels with the k step
 // replaced: per pair row of B two zmm loads, per row of A a VPBROADCASTD of its pair and two
-// VDPBF16PS. A is packed by the driver (row-major, converted with bf16Convert), B by the
+// VDPBF16PS. A is packed by the driver, row-major for the N kernels (converted with
+// bf16Convert), k-major for the T kernels (a transposed float32 A, by bf16PackAT); B by the
 // packers below, each of which converts as it packs:
 //
 //	bf16PackBT, bf16PackBTBF16, bf16PackBTF16   transposed B (n×k: the layer's Wᵀ) of float32,
@@ -17,6 +18,7 @@ package main
 //	                                            transpose on 32-bit pairs
 //	bf16PackB, bf16PackBBF16, bf16PackBF16      row-major B (k×n): two rows into one zmm of
 //	                                            bfloat16, VPERMW interleaves them into pairs
+//	bf16PackAT                                  the same, 16 wide: a transposed float32 A
 //
 // float32 is rounded to bfloat16 by VCVTNE2PS2BF16 / VCVTNEPS2BF16 (nearest even; subnormal
 // inputs become zero of their sign, NaN stays NaN); binary16 goes through VCVTPH2PS first
@@ -64,32 +66,38 @@ func bf16Packers() {
 	}
 	rowMajor("bf16PackB", "func(dst *uint16, src *float32, ld, kc int)",
 		"bf16PackB sets pair p of dst[p·32+j] to the bfloat16 of src[2p·ld+j], src[(2p+1)·ld+j] (VCVTNE2PS2BF16) for p < kc, j < 32; kc is positive.",
-		4, perm, func(row0, row1 Mem, dst VecPhysical) {
-			VMOVUPS(row0, Z16)
-			VMOVUPS(row1, dst)
-			bf16op.VCVTNE2PS2BF16(Z16, dst, dst, true)
-		})
+		4, 2, perm, f32Rows)
 	rowMajor("bf16PackBBF16", "func(dst *uint16, src *uint16, ld, kc int)",
 		"bf16PackBBF16 sets pair p of dst[p·32+j] to bfloat16 src[2p·ld+j], src[(2p+1)·ld+j] for p < kc, j < 32; kc is positive.",
-		2, perm, func(row0, row1 Mem, dst VecPhysical) {
+		2, 2, perm, func(row0, row1 Mem, dst VecPhysical) {
 			VMOVDQU(row0, dst.AsY())
 			VINSERTI64X4(U8(1), row1, dst, dst)
 		})
 	rowMajor("bf16PackBF16", "func(dst *uint16, src *uint16, ld, kc int)",
 		"bf16PackBF16 sets pair p of dst[p·32+j] to the bfloat16 of binary16 src[2p·ld+j], src[(2p+1)·ld+j] for p < kc, j < 32; kc is positive.",
-		2, perm, func(row0, row1 Mem, dst VecPhysical) {
+		2, 2, perm, func(row0, row1 Mem, dst VecPhysical) {
 			VCVTPH2PS(row0, Z16)
 			VCVTPH2PS(row1, dst)
 			bf16op.VCVTNE2PS2BF16(Z16, dst, dst, true)
 		})
+	rowMajor("bf16PackAT", "func(dst *uint16, src *float32, ld, kc int)",
+		"bf16PackAT sets pair p of dst[p·16+i] to the bfloat16 of src[2p·ld+i], src[(2p+1)·ld+i] (VCVTNE2PS2BF16) for p < kc, i < 16; kc is positive.",
+		4, 1, perm, f32Rows)
 	convertBF16()
 }
 
+// f32Rows loads 16 float32 of two rows as 32 bfloat16, those of row0 first (VCVTNE2PS2BF16).
+func f32Rows(row0, row1 Mem, dst VecPhysical) {
+	VMOVUPS(row0, Z16)
+	VMOVUPS(row1, dst)
+	bf16op.VCVTNE2PS2BF16(Z16, dst, dst, true)
+}
+
 // rowMajor emits a packer of a row-major B (k×n, row stride ld in units of size bytes) into one
-// 32-wide panel of bfloat16 pairs: per pair row, load sets dst to the 16 words of row 2p at row0
-// followed by the 16 of row 2p+1 at row1 (bfloat16), and VPERMW with perm interleaves them;
-// twice, for columns 0–15 and 16–31.
-func rowMajor(name, sig, doc string, size int, perm Mem, load func(row0, row1 Mem, dst VecPhysical)) {
+// panel of bfloat16 pairs 16·halves wide: per pair row, load sets dst to the 16 words of row 2p
+// at row0 followed by the 16 of row 2p+1 at row1 (bfloat16), and VPERMW with perm interleaves
+// them; once per 16 columns.
+func rowMajor(name, sig, doc string, size, halves int, perm Mem, load func(row0, row1 Mem, dst VecPhysical)) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(doc)
@@ -105,14 +113,14 @@ func rowMajor(name, sig, doc string, size int, perm Mem, load func(row0, row1 Me
 	MOVQ(param("kc"), kc)
 	VMOVDQU64(perm, Z17)
 	Label(name + "_p")
-	for h := range 2 {
+	for h := range halves {
 		z := []VecPhysical{Z0, Z1}[h]
 		load(Mem{Base: src, Disp: 16 * size * h}, Mem{Base: src, Index: ld, Scale: 1, Disp: 16 * size * h}, z)
 		VPERMW(z, Z17, z)
 		VMOVDQU64(z, Mem{Base: dst, Disp: 64 * h})
 	}
 	LEAQ(Mem{Base: src, Index: ld, Scale: 2}, src)
-	ADDQ(U32(128), dst)
+	ADDQ(U32(64*halves), dst)
 	DECQ(kc)
 	JNZ(LabelRef(name + "_p"))
 	VZEROUPPER()
