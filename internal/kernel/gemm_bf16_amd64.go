@@ -29,7 +29,7 @@ package kernel
 // 1.83× (best runs 325 against 176); 1024³ NT 2.11×, NN 2.06×, TN 1.85×. Predicted: just
 // under 2×, the kernel being Sgemm's with each FMA replaced by a VDPBF16PS of twice the work,
 // less a few percent for packing A, which Sgemm reads in place. A profile of the projection
-// put 89% of the time in the kernels and 8% in packing.
+// put 89% of the time in the kernels and about 7% in packing.
 
 // kernelBF16 is an AVX512_BF16 micro-kernel (gemm_amd64.s): for its mr rows and the ≤ 32
 // columns whose mask bit is set it sets C = alpha·A·B + bias + beta·C over k pairs, reading C
