@@ -13,3 +13,7 @@ func detect() isa {
 	}
 	return generic
 }
+
+// hasBF16 reports whether GemmBF16 can run its AVX512_BF16 kernels: AVX-512 as best uses it,
+// and VDPBF16PS, VCVTNE2PS2BF16 and VCVTNEPS2BF16.
+var hasBF16 = best == avx512 && cpu.X86.HasAVX512BF16

@@ -218,3 +218,183 @@ func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
 //
 //go:noescape
 func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+
+// gemmBF16AVX512N1 computes a 1×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N1(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N2 computes a 2×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N2(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N3 computes a 3×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N3(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N4 computes a 4×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N4(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N5 computes a 5×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N5(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N6 computes a 6×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N6(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N7 computes a 7×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N7(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N8 computes a 8×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N8(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N9 computes a 9×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N9(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N10 computes a 10×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N10(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N11 computes a 11×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N11(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N12 computes a 12×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N12(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N13 computes a 13×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N13(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512N14 computes a 14×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512N14(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T1 computes a 1×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T1(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T2 computes a 2×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T2(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T3 computes a 3×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T3(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T4 computes a 4×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T4(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T5 computes a 5×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T5(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T6 computes a 6×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T6(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T7 computes a 7×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T7(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T8 computes a 8×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T8(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T9 computes a 9×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T9(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T10 computes a 10×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T10(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T11 computes a 11×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T11(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T12 computes a 12×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T12(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T13 computes a 13×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T13(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// gemmBF16AVX512T14 computes a 14×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(q·sa+i)], of column j at b[2(q·sb+j)].
+//
+//go:noescape
+func gemmBF16AVX512T14(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
+
+// bf16PackBT sets pair p of dst[p·nr+j] to the bfloat16 of src[j·ld+2p], src[j·ld+2p+1] (VCVTNE2PS2BF16) for p < kc, j < nj; kc and nj are positive multiples of 8.
+//
+//go:noescape
+func bf16PackBT(dst *uint16, src *float32, ld int, kc int, nj int, nr int)
+
+// bf16PackBTBF16 sets pair p of dst[p·nr+j] to bfloat16 src[j·ld+2p], src[j·ld+2p+1] for p < kc, j < nj; kc and nj are positive multiples of 8.
+//
+//go:noescape
+func bf16PackBTBF16(dst *uint16, src *uint16, ld int, kc int, nj int, nr int)
+
+// bf16PackBTF16 sets pair p of dst[p·nr+j] to the bfloat16 of binary16 src[j·ld+2p], src[j·ld+2p+1] for p < kc, j < nj; kc and nj are positive multiples of 8.
+//
+//go:noescape
+func bf16PackBTF16(dst *uint16, src *uint16, ld int, kc int, nj int, nr int)
+
+// bf16PackB sets pair p of dst[p·32+j] to the bfloat16 of src[2p·ld+j], src[(2p+1)·ld+j] (VCVTNE2PS2BF16) for p < kc, j < 32; kc is positive.
+//
+//go:noescape
+func bf16PackB(dst *uint16, src *float32, ld int, kc int)
+
+// bf16PackBBF16 sets pair p of dst[p·32+j] to bfloat16 src[2p·ld+j], src[(2p+1)·ld+j] for p < kc, j < 32; kc is positive.
+//
+//go:noescape
+func bf16PackBBF16(dst *uint16, src *uint16, ld int, kc int)
+
+// bf16PackBF16 sets pair p of dst[p·32+j] to the bfloat16 of binary16 src[2p·ld+j], src[(2p+1)·ld+j] for p < kc, j < 32; kc is positive.
+//
+//go:noescape
+func bf16PackBF16(dst *uint16, src *uint16, ld int, kc int)
+
+// bf16PackAT sets pair p of dst[p·16+i] to the bfloat16 of src[2p·ld+i], src[(2p+1)·ld+i] (VCVTNE2PS2BF16) for p < kc, i < 16; kc is positive.
+//
+//go:noescape
+func bf16PackAT(dst *uint16, src *float32, ld int, kc int)
+
+// bf16Convert sets dst[i] to the bfloat16 of src[i] (VCVTNE2PS2BF16) for i < n, a positive multiple of 32.
+//
+//go:noescape
+func bf16Convert(dst *uint16, src *float32, n int)

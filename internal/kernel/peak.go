@@ -37,13 +37,28 @@ func PeakISA() string {
 
 // peakGFLOPS is PeakGFLOPS on instruction set i.
 func peakGFLOPS(i isa, workers int, d time.Duration) float64 {
+	loop, flopsPerIter := peakLoop(i)
+	return runPeak(loop, flopsPerIter, workers, d)
+}
+
+// peakBF16GFLOPS is PeakGFLOPS for VDPBF16PS (AVX512_BF16), the instruction of GemmBF16's
+// kernels, counting 4 FLOPs per lane (two products, two sums); 0 where the CPU or the build
+// lacks it.
+func peakBF16GFLOPS(workers int, d time.Duration) float64 {
+	if !hasBF16 {
+		return 0
+	}
+	return runPeak(dpbf16Loop, 4*16*peakAccumulators, workers, d)
+}
+
+// runPeak runs loop, whose iterations do flopsPerIter FLOPs, as peakGFLOPS says.
+func runPeak(loop func(n int) float32, flopsPerIter, workers int, d time.Duration) float64 {
 	if workers < 1 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	if d <= 0 {
 		d = DefaultPeakDuration
 	}
-	loop, flopsPerIter := peakLoop(i)
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	var deadline time.Time

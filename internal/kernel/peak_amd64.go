@@ -10,6 +10,17 @@ func fmaZMM(n int)
 // fmaYMM runs n ≥ 1 iterations of 12 independent ymm VFMADD231PS (AVX2 + FMA); peak_amd64.s.
 func fmaYMM(n int)
 
+// dpbf16ZMM runs n ≥ 1 iterations of peakAccumulators independent zmm VDPBF16PS
+// (AVX512_BF16); peak_amd64.s.
+func dpbf16ZMM(n int)
+
+// peakAccumulators is the number of independent instructions in an iteration of fmaZMM and
+// dpbf16ZMM.
+const peakAccumulators = 16
+
+// dpbf16Loop is dpbf16ZMM as a peak loop.
+func dpbf16Loop(n int) float32 { dpbf16ZMM(n); return 0 }
+
 // peakLoop returns the register-only FMA loop for instruction set i and the FLOPs of one of its
 // iterations (2 per lane per FMA).
 func peakLoop(i isa) (loop func(n int) float32, flopsPerIter int) {

@@ -17,6 +17,13 @@ func TestPeakGFLOPS(t *testing.T) {
 			}
 		}
 	}
+	if hasBF16 {
+		g, f := peakBF16GFLOPS(1, 20*time.Millisecond), peakGFLOPS(avx512, 1, 20*time.Millisecond)
+		t.Logf("VDPBF16PS, 1 worker: %.1f GFLOP/s, %.2f× the float32 FMA peak", g, g/f)
+		if !(g > 0 && g < 10000) {
+			t.Errorf("VDPBF16PS: %g GFLOP/s, want a positive rate below 10000", g)
+		}
+	}
 	if g := PeakGFLOPS(0, 10*time.Millisecond); !(g > 0) {
 		t.Errorf("PeakGFLOPS(0, 10ms) = %g, want > 0", g)
 	}

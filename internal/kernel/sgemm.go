@@ -2,13 +2,16 @@ package kernel
 
 import "fmt"
 
-// Workspace holds the buffers Sgemm and SgemmHalf pack their operands into. The zero value is
+// Workspace holds the buffers Sgemm, SgemmHalf and GemmBF16 pack their operands into. The zero value is
 // ready to use; it grows to the largest problem it has seen and then stops allocating: a later
 // call of the same size or smaller makes no heap allocation. A Workspace must not be used by two
 // goroutines at once: give each worker its own.
 type Workspace struct {
 	vec sgemmVector  // buffers of the assembly path
 	gen sgemmGeneric // buffers of the pure-Go path
+
+	bvec bf16Vector  // buffers of GemmBF16's assembly path
+	bgen bf16Generic // buffers of GemmBF16's pure-Go path
 }
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C in float32 on the fastest instruction set the CPU

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // sgemmBench is one benchmarked Sgemm problem.
@@ -148,5 +149,110 @@ func BenchmarkSgemmHalf(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkGemmBF16 measures GemmBF16 beside Sgemm on one goroutine, alternating them, at the
+// layer's projection x·Wᵀ (m = 2048 tokens, n = 3·768, k = 768, W stored [n, k]) and at
+// m = n = k = 1024 (NT, NN and TN), reporting GFLOP/s (2·m·n·k per call), the rate of the median
+// call (on a machine shared with other work the mean mixes in their time, as PeakGFLOPS's
+// median chunk does not), and that median rate as a fraction of the one-thread float32 FMA
+// peak (PeakGFLOPS) and, for GemmBF16, of the VDPBF16PS peak (peakBF16GFLOPS), both measured
+// once. B is float32 (impl=f32: Sgemm, impl=bf16: GemmBF16) or bfloat16 (GemmBF16Half).
+func BenchmarkGemmBF16(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 3))
+	peak, peakBF16 := peakGFLOPS(best, 1, 0), peakBF16GFLOPS(1, 0)
+	b.Logf("one thread: float32 FMA peak (%v) %.1f GFLOP/s, VDPBF16PS peak %.1f GFLOP/s", best, peak, peakBF16)
+	for _, s := range []sgemmBench{
+		{name: "shape=proj-T=2048/NT", m: 2048, n: 2304, k: 768, transB: true},
+		{name: "shape=1024x1024x1024/NT", m: 1024, n: 1024, k: 1024, transB: true},
+		{name: "shape=1024x1024x1024/NN", m: 1024, n: 1024, k: 1024},
+		{name: "shape=1024x1024x1024/TN", m: 1024, n: 1024, k: 1024, transA: true},
+	} {
+		lda := s.k
+		if s.transA {
+			lda = s.m
+		}
+		br, bc := s.k, s.n
+		if s.transB {
+			br, bc = s.n, s.k
+		}
+		a := to32(randSlice(r, s.m*s.k))
+		bm := to32(randSlice(r, br*bc))
+		bh := make([]uint16, len(bm))
+		EncodeBF16(bh, bm)
+		c := make([]float32, s.m*s.n)
+		for _, impl := range []string{"f32", "bf16", "bf16-Bbf16"} {
+			b.Run(s.name+"/impl="+impl, func(b *testing.B) {
+				var w Workspace
+				call := func() {
+					switch impl {
+					case "f32":
+						w.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, bc, 0, c, s.n, nil)
+					case "bf16":
+						w.GemmBF16(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bm, bc, 0, c, s.n, nil)
+					default:
+						w.GemmBF16Half(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bh, true, bc, 0, c, s.n, nil)
+					}
+				}
+				call()
+				var calls []time.Duration
+				b.ResetTimer()
+				for b.Loop() {
+					t0 := time.Now()
+					call()
+					calls = append(calls, time.Since(t0))
+				}
+				flop := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+				b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				slices.Sort(calls)
+				g := flop / calls[len(calls)/2].Seconds() / 1e9
+				b.ReportMetric(g, "median-GFLOP/s")
+				b.ReportMetric(g/peak, "f32-peak")
+				if peakBF16 > 0 && impl != "f32" {
+					b.ReportMetric(g/peakBF16, "bf16-peak")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkGemmBF16Tile measures attention's S = Q·Kᵀ tile, 64 queries × 64 keys over a head
+// of 128, on one goroutine, with Q's and K's rows inside the [T, 3E] rows of the projection
+// (stride 2304): Sgemm on K read transposed (impl=f32-NT) and on Kᵀ stored [d, T] as the
+// float32 attention keeps it (impl=f32-NN, stride 1024), GemmBF16 on the float32 tiles
+// (impl=bf16), GemmBF16Bits on tiles converted to bfloat16 once (impl=bf16-bits). It reports
+// GFLOP/s (2·m·n·k per call).
+func BenchmarkGemmBF16Tile(b *testing.B) {
+	const m, n, k, ld, ldKT = 64, 64, 128, 2304, 1024
+	r := rand.New(rand.NewPCG(4, 4))
+	q, kk := to32(randSlice(r, (m-1)*ld+k)), to32(randSlice(r, (n-1)*ld+k))
+	kt := to32(randSlice(r, (k-1)*ldKT+n))
+	qh, kh := make([]uint16, len(q)), make([]uint16, len(kk))
+	EncodeBF16(qh, q)
+	EncodeBF16(kh, kk)
+	c := make([]float32, m*n)
+	for _, impl := range []string{"f32-NT", "f32-NN", "bf16", "bf16-bits"} {
+		b.Run("shape=attn-QK-64x64x128/impl="+impl, func(b *testing.B) {
+			var w Workspace
+			call := func() {
+				switch impl {
+				case "f32-NT":
+					w.Sgemm(false, true, m, n, k, 1, q, ld, kk, ld, 0, c, n, nil)
+				case "f32-NN":
+					w.Sgemm(false, false, m, n, k, 1, q, ld, kt, ldKT, 0, c, n, nil)
+				case "bf16":
+					w.GemmBF16(false, true, m, n, k, 1, q, ld, kk, ld, 0, c, n, nil)
+				default:
+					w.GemmBF16Bits(false, true, m, n, k, 1, qh, ld, kh, ld, 0, c, n, nil)
+				}
+			}
+			call()
+			b.ResetTimer()
+			for b.Loop() {
+				call()
+			}
+			b.ReportMetric(2*m*n*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }

@@ -9,3 +9,11 @@ type sgemmVector struct{}
 func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	panic("kernel: no " + is.String() + " kernels in this build")
 }
+
+// bf16Vector stands in for GemmBF16's assembly path's buffers; this build has no assembly.
+type bf16Vector struct{}
+
+// run is never called in this build: hasBF16 is false.
+func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a operandB, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	panic("kernel: no AVX512_BF16 kernels in this build")
+}

@@ -1,5 +1,6 @@
-// Command gemm generates the float32 matrix-multiply micro-kernels of package kernel for amd64:
-// gemm_amd64.s and its Go declarations. Run it through go generate in internal/kernel:
+// Command gemm generates the float32 matrix-multiply micro-kernels of package kernel for amd64,
+// and those of its bfloat16 GEMM (bf16.go): gemm_amd64.s and its Go declarations. Run it
+// through go generate in internal/kernel:
 //
 //	cd _asm && go run ./gemm -out ../gemm_amd64.s -stubs ../gemm_stubs_amd64.go -pkg kernel
 //
@@ -30,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -60,6 +62,12 @@ func main() {
 	}
 	packBT()
 	packBTHalf()
+	for _, t := range []bool{false, true} {
+		for mr := 1; mr <= *mrZ; mr++ {
+			kernel(config{zmm: true, mr: mr, transA: t, bf16: true})
+		}
+	}
+	bf16Packers()
 	Generate()
 }
 
@@ -68,10 +76,18 @@ type config struct {
 	zmm    bool // AVX-512 (zmm, masked edge columns) or AVX2 (ymm)
 	mr     int  // rows of the C tile
 	transA bool // A is k-major (element (i, p) at a[p·sa+i]) rather than row-major
+	bf16   bool // a VDPBF16PS kernel on bfloat16 pairs (zmm only): see bf16.go
 }
 
 // name is the kernel's Go name, e.g. sgemmAVX512N14.
 func (c config) name() string {
+	if c.bf16 {
+		l := "N"
+		if c.transA {
+			l = "T"
+		}
+		return fmt.Sprintf("gemmBF16AVX512%s%d", l, c.mr)
+	}
 	isa, l := "AVX2", "N"
 	if c.zmm {
 		isa = "AVX512"
@@ -141,8 +157,18 @@ func kernel(c config) {
 	if c.zmm {
 		sig = "func(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)"
 	}
+	if c.bf16 {
+		sig = "func(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha, beta float32, bias *float32, mask uint32)"
+	}
 	TEXT(c.name(), NOSPLIT, sig)
 	Pragma("noescape")
+	if c.bf16 {
+		at := "a[2(i·sa+q)]"
+		if c.transA {
+			at = "a[2(q·sa+i)]"
+		}
+		Doc(fmt.Sprintf("%s computes a %d×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at %s, of column j at b[2(q·sb+j)].", c.name(), c.mr, at))
+	}
 	var rows, lay string
 	if c.zmm {
 		rows = fmt.Sprintf("%d×32 tile with AVX-512", c.mr)
@@ -154,7 +180,9 @@ func kernel(c config) {
 	} else {
 		lay = "A(i,p) = a[i·sa+p]"
 	}
-	Doc(fmt.Sprintf("%s computes a %s: C = alpha·A·B + bias + beta·C, %s, B(p,j) = b[p·sb+j].", c.name(), rows, lay))
+	if !c.bf16 {
+		Doc(fmt.Sprintf("%s computes a %s: C = alpha·A·B + bias + beta·C, %s, B(p,j) = b[p·sb+j].", c.name(), rows, lay))
+	}
 
 	w := c.width()
 	vb := 4 * w // bytes per vector
@@ -233,6 +261,13 @@ func kernel(c config) {
 		VMOVUPS(bAddr(u, 1), c.breg(1))
 		for i := 0; i < c.mr; i++ {
 			t := c.treg(i)
+			if c.bf16 {
+				// A's pair of bfloat16 (i, u) in every lane; acc += the pairs' dot products.
+				VPBROADCASTD(aAddr(i, u), t)
+				bf16op.VDPBF16PS(c.breg(0), t, c.acc(i, 0))
+				bf16op.VDPBF16PS(c.breg(1), t, c.acc(i, 1))
+				continue
+			}
 			VBROADCASTSS(aAddr(i, u), t)
 			VFMADD231PS(c.breg(0), t, c.acc(i, 0))
 			VFMADD231PS(c.breg(1), t, c.acc(i, 1))
@@ -364,7 +399,7 @@ func kernel(c config) {
 func packBT() {
 	packTranspose("sgemmPackBT", "func(dst, src *float32, ld, kc, nj, nr int)",
 		"sgemmPackBT sets dst[p·nr+j] = src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		4, 0, func(src Mem, dst Register) { VMOVUPS(src, dst) })
+		4, 32, 0, func(src Mem, dst Register) { VMOVUPS(src, dst) })
 }
 
 // packBTHalf emits sgemmPackBTBF16 and sgemmPackBTF16: sgemmPackBT for a matrix of bfloat16 or
@@ -374,14 +409,15 @@ func packBT() {
 func packBTHalf() {
 	packTranspose("sgemmPackBTBF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
 		"sgemmPackBTBF16 sets dst[p·nr+j] to the float32 of bfloat16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		2, *pfRows, halfop.DecodeBF16)
+		2, 16, *pfRows, halfop.DecodeBF16)
 	packTranspose("sgemmPackBTF16", "func(dst *float32, src *uint16, ld, kc, nj, nr int)",
 		"sgemmPackBTF16 sets dst[p·nr+j] to the float32 of binary16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.",
-		2, *pfRows, halfop.DecodeF16)
+		2, 16, *pfRows, halfop.DecodeF16)
 }
 
-// packTranspose emits one transposing packer: name, signature and doc as given, for elements
-// of size bytes that load (a ymm of 8 float32 from 8 elements at src) converts. It walks the
+// packTranspose emits one transposing packer: name, signature and doc as given, for a source
+// whose row stride ld counts units of size bytes, and which load converts step bytes at a time
+// into a ymm of 8 packed 32-bit values (8 float32 from 8 elements, or 8 bfloat16 pairs). It walks the
 // 8×8 blocks 8 rows at a time, each group along all kc values, so the 8 lines it reads from
 // stay in L1 until it has used all of them. The other order, k block by k block down all nj
 // rows, lost them when the rows lay a multiple of 4 KiB apart (k = 2048 in float32, bfloat16
@@ -397,7 +433,7 @@ func packBTHalf() {
 // end of B does not fault). Measured at m = 1 with W from memory: bfloat16 n = k = 2048
 // 1.10 → 0.80 ms, 768 182 → 107 µs; with W in cache it costs ~7%, and for float32 it gained
 // less and lost more, so sgemmPackBT does not prefetch.
-func packTranspose(name, sig, doc string, size, pf int, load func(src Mem, dst Register)) {
+func packTranspose(name, sig, doc string, size, step, pf int, load func(src Mem, dst Register)) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(doc)
@@ -485,8 +521,8 @@ func packTranspose(name, sig, doc string, size, pf int, load func(src Mem, dst R
 			ADDQ(nr, RAX)
 		}
 	}
-	ADDQ(U8(8*size), row)
-	ADDQ(U8(8*size), row4)
+	ADDQ(U8(step), row)
+	ADDQ(U8(step), row4)
 	// out += 8 packed rows
 	LEAQ(Mem{Base: out, Index: nr, Scale: 8}, out)
 	DECQ(pp)

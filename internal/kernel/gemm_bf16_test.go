@@ -1,0 +1,338 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// bf16Paths lists GemmBF16's paths this CPU and build can run: generic, and avx512 (the
+// AVX512_BF16 kernels) where the CPU has them.
+func bf16Paths() []isa {
+	if hasBF16 {
+		return []isa{generic, avx512}
+	}
+	return []isa{generic}
+}
+
+// bf16Formats are the formats of B GemmBF16 and GemmBF16Half take.
+var bf16Formats = []bFormat{f32, bfloat16, f16}
+
+func (f bFormat) String() string { return [...]string{"f32", "bf16", "f16"}[f] }
+
+// bf16Effective returns the values GemmBF16 multiplies for the values x stored in format f:
+// rounded to bfloat16 (RoundBF16; binary16 through float32), a subnormal bfloat16 made zero.
+func bf16Effective(x []float64, f bFormat) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		var h uint16
+		switch f {
+		case f32:
+			h = RoundBF16(float32(v))
+		case bfloat16:
+			h = F32ToBF16(float32(v)) // v is a bfloat16: exact
+		default:
+			h = RoundBF16(F16ToF32(F32ToF16(float32(v))))
+		}
+		out[i] = float64(bf16Operand(h))
+	}
+	return out
+}
+
+// bf16OpB returns a random k×n op(B) whose values are of format f, and B stored as GemmBF16 or
+// GemmBF16Half takes it (transposed and padded as tc says, NaN between the rows).
+func bf16OpB(r *rand.Rand, tc sgemmCase, f bFormat) []float64 {
+	if f == f32 {
+		_, opB := tc.logical(r)
+		return opB
+	}
+	return halfOpB(r, tc.k, tc.n, f == bfloat16)
+}
+
+// bf16OpA returns a random m×k op(A) whose values are of format f (float32 or bfloat16).
+func bf16OpA(r *rand.Rand, tc sgemmCase, f bFormat) []float64 {
+	if f == f32 {
+		opA, _ := tc.logical(r)
+		return opA
+	}
+	return halfOpB(r, tc.m, tc.k, true)
+}
+
+// bf16Operand64 makes x (float64 values of format f) the operandB GemmBF16 takes.
+func bf16Operand64(x []float64, f bFormat) operandB {
+	if f == f32 {
+		return operandB{f32: to32(x)}
+	}
+	return operandB{half: encodeHalf(x, f == bfloat16), format: f}
+}
+
+// gemmBF16Shapes are the m, n, k of TestGemmBF16: odd sizes around the tile (14×32), the
+// transposing packer's 8×8 blocks of pairs, the k block (512) and the n block (512).
+var gemmBF16Shapes = [][3]int{
+	{1, 1, 1}, {3, 40, 1}, {7, 13, 5}, {5, 6, 0}, {0, 5, 3}, {4, 0, 3}, {2, 3, 4},
+	{15, 33, 17}, {14, 32, 32}, {29, 47, 300}, {64, 64, 64}, {31, 65, 33}, {33, 1, 1100},
+	{300, 40, 9}, {20, 600, 70},
+}
+
+// bf16Operands are the formats of A and B that TestGemmBF16 multiplies: GemmBF16's, GemmBF16Half's
+// two and GemmBF16Bits's.
+var bf16Operands = [][2]bFormat{{f32, f32}, {f32, bfloat16}, {f32, f16}, {bfloat16, bfloat16}}
+
+// TestGemmBF16 checks every path, transpose form, format of A and B and (alpha, beta, bias)
+// combination on odd shapes and padded strides against the float64 product of the
+// bfloat16-rounded operands, within float32 accumulation's bound (sgemmTol), and checks that
+// the paths agree bit for bit.
+func TestGemmBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	type combo struct {
+		alpha, beta float64
+		bias        bool
+	}
+	all := []combo{{1, 0, false}, {1, 0, true}, {1, 1, false}, {-1.5, 0.5, true}, {0, 0.5, true}, {0.5, 1, true}, {1, -1.5, false}}
+	for _, s := range gemmBF16Shapes {
+		for _, fs := range bf16Operands {
+			fa, fb := fs[0], fs[1]
+			shape := sgemmCase{m: s[0], n: s[1], k: s[2]}
+			opA := bf16OpA(r, shape, fa)
+			opB := bf16OpB(r, shape, fb)
+			prod, mag := shape.reference(bf16Effective(opA, fa), bf16Effective(opB, fb))
+			bias := randSlice(r, shape.n)
+			combos := all
+			if shape.m*shape.n*shape.k > 1<<16 {
+				combos = []combo{{1, 0, true}, {-1.5, 0.5, false}}
+			}
+			for form := range 4 {
+				tc := shape
+				tc.transA, tc.transB = form&1 != 0, form&2 != 0
+				tc.padA, tc.padB, tc.padC = (form+tc.m)%3, (form+tc.n+1)%4, form%2*5
+				a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+				aop, bop, bias32 := bf16Operand64(a, fa), bf16Operand64(b, fb), to32(bias)
+				for _, cb := range combos {
+					var first []float32
+					for _, is := range bf16Paths() {
+						name := fmt.Sprintf("%v/A=%v,B=%v/%dx%dx%d/tA=%v,tB=%v/alpha=%v,beta=%v,bias=%v", is, fa, fb, tc.m, tc.n, tc.k, tc.transA, tc.transB, cb.alpha, cb.beta, cb.bias)
+						c32 := to32(c)
+						if cb.beta == 0 {
+							for i := range c32 {
+								c32[i] = float32(math.NaN()) // beta 0 must not read C
+							}
+						}
+						var bs []float32
+						if cb.bias {
+							bs = bias32
+						}
+						var w Workspace
+						w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(cb.alpha), aop, lda, bop, ldb, float32(cb.beta), c32, ldc, bs)
+						checkSgemm(t, name, tc, cb.alpha, cb.beta, prod, mag, c, c32, ldc, bias, cb.bias)
+						if first == nil {
+							first = c32
+							continue
+						}
+						for i := range c32 {
+							if math.Float32bits(c32[i]) != math.Float32bits(first[i]) && !(cb.beta == 0 && i%ldc >= tc.n) {
+								t.Fatalf("%s: C[%d][%d] = %v, the pure-Go path gives %v", name, i/ldc, i%ldc, c32[i], first[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGemmBF16Blocking checks the paths against each other, bit for bit, and against the
+// reference under other k and n blocks, so that blocks end inside pairs of panels and packer
+// blocks, with a k block of 2 the smallest.
+func TestGemmBF16Blocking(t *testing.T) {
+	defer func(k, n int) { blockKBF16, blockNBF16 = k, n }(blockKBF16, blockNBF16)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, blk := range [][2]int{{2, 32}, {16, 40}, {18, 64}, {100, 70}} {
+		blockKBF16, blockNBF16 = blk[0], blk[1]
+		for _, f := range bf16Formats {
+			for form := range 4 {
+				tc := sgemmCase{m: 17, n: 150, k: 123, transA: form&1 != 0, transB: form&2 != 0, padA: 1, padB: 3, padC: 2}
+				opA, _ := tc.logical(r)
+				opB := bf16OpB(r, tc, f)
+				prod, mag := tc.reference(bf16Effective(opA, f32), bf16Effective(opB, f))
+				a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+				bias := randSlice(r, tc.n)
+				var first []float32
+				for _, is := range bf16Paths() {
+					name := fmt.Sprintf("%v/B=%v/blocks %v/tA=%v,tB=%v", is, f, blk, tc.transA, tc.transB)
+					var w Workspace
+					c32 := to32(c)
+					w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.75, operandB{f32: to32(a)}, lda, bf16Operand64(b, f), ldb, 1.25, c32, ldc, to32(bias))
+					checkSgemm(t, name, tc, 0.75, 1.25, prod, mag, c, c32, ldc, bias, true)
+					if first == nil {
+						first = c32
+						continue
+					}
+					for i := range c32 {
+						if math.Float32bits(c32[i]) != math.Float32bits(first[i]) {
+							t.Fatalf("%s: C[%d][%d] = %v, the pure-Go path gives %v", name, i/ldc, i%ldc, c32[i], first[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestVDPBF16PSOrder pins down the summation order GemmBF16 documents: per k pair the odd
+// product is added before the even one, each sum rounded. In column 0 the pair (1.5·2⁻²⁴,
+// 2⁻²⁴) added to 1 gives 1+2⁻²³ that way, 1+2⁻²² in the other order; in column 1 the pair
+// (0.75·2⁻²⁴, 2⁻²⁴) gives 1 in either order, where one rounding of the whole sum would give
+// 1+2⁻²³.
+func TestVDPBF16PSOrder(t *testing.T) {
+	const u = 0x1p-12
+	a := []float32{1, 0, 1.5 * u, u}             // 1×4
+	b := []float32{1, 1, 0, 0, u, 0.5 * u, u, u} // 4×2
+	want := []float32{1 + 0x1p-23, 1}
+	for _, is := range bf16Paths() {
+		c := make([]float32, 2)
+		var w Workspace
+		w.gemmBF16(is, false, false, 1, 2, 4, 1, operandB{f32: a}, 4, operandB{f32: b}, 2, 0, c, 2, nil)
+		if c[0] != want[0] || c[1] != want[1] {
+			t.Errorf("%v: C = %v, want %v", is, c, want)
+		}
+	}
+}
+
+// TestRoundBF16 checks RoundBF16 on special values: subnormals to zero, ties to even, NaN
+// quiet, overflow to Inf.
+func TestRoundBF16(t *testing.T) {
+	for _, c := range []struct {
+		in   uint32
+		want uint16
+	}{
+		{0x00000000, 0x0000}, {0x80000000, 0x8000}, {0x00000001, 0x0000}, {0x807fffff, 0x8000},
+		{0x00800000, 0x0080}, {0x3f808000, 0x3f80}, {0x3f818000, 0x3f82}, {0x3f808001, 0x3f81},
+		{0x7f7fffff, 0x7f80}, {0xff800000, 0xff80}, {0x7f800001, 0x7fc0}, {0xffc00000, 0xffc0},
+	} {
+		if got := RoundBF16(math.Float32frombits(c.in)); got != c.want {
+			t.Errorf("RoundBF16(%#08x) = %#04x, want %#04x", c.in, got, c.want)
+		}
+	}
+}
+
+// TestGemmBF16VsSgemm measures how far GemmBF16 lands from Sgemm on the same float32 random
+// normal inputs at the layer's k = 768 (the projection x·Wᵀ), and checks it is what bfloat16's
+// 8-bit significand predicts: a relative error (in the Frobenius norm) between 10⁻⁴ and 10⁻².
+func TestGemmBF16VsSgemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	m, n, k := 64, 256, 768
+	a, b := to32(randSlice(r, m*k)), to32(randSlice(r, n*k))
+	want := make([]float32, m*n)
+	var w Workspace
+	w.Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, want, n, nil)
+	for _, is := range bf16Paths() {
+		got := make([]float32, m*n)
+		w.gemmBF16(is, false, true, m, n, k, 1, operandB{f32: a}, k, operandB{f32: b}, k, 0, got, n, nil)
+		var num, den, worst float64
+		for i := range want {
+			d := float64(got[i]) - float64(want[i])
+			num += d * d
+			den += float64(want[i]) * float64(want[i])
+			worst = max(worst, abs(d))
+		}
+		rel := math.Sqrt(num / den)
+		rms := math.Sqrt(den / float64(len(want)))
+		t.Logf("%v: GemmBF16 vs Sgemm at %dx%dx%d, random normal inputs: relative error %.2e (Frobenius), max |error| %.2e = %.2e of C's rms %.1f",
+			is, m, n, k, rel, worst, worst/rms, rms)
+		if !(rel > 1e-4 && rel < 1e-2) {
+			t.Errorf("%v: relative error %.3g, want between 1e-4 and 1e-2", is, rel)
+		}
+	}
+}
+
+// TestGemmBF16NoAllocs checks that a warmed Workspace serves repeated calls without allocating.
+func TestGemmBF16NoAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, is := range bf16Paths() {
+		for _, tc := range []sgemmCase{
+			{m: 30, n: 600, k: 530, transB: true}, // blocked in k and n
+			{m: 13, n: 45, k: 7, transA: true},    // edge tiles
+			{m: 40, n: 64, k: 33},
+		} {
+			opA, opB := tc.logical(r)
+			a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+			a32, b32, c32, bias := to32(a), to32(b), to32(c), to32(randSlice(r, tc.n))
+			bh := encodeHalf(b, true)
+			var w Workspace
+			call := func() {
+				w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, 1, operandB{f32: a32}, lda, operandB{f32: b32}, ldb, 0.5, c32, ldc, bias)
+				w.gemmBF16(is, tc.transA, tc.transB, tc.m, tc.n, tc.k, 1, operandB{f32: a32}, lda, operandB{half: bh, format: bfloat16}, ldb, 0.5, c32, ldc, bias)
+			}
+			call()
+			if n := testing.AllocsPerRun(10, call); n != 0 {
+				t.Errorf("%v %+v: %v allocations per call with a warm Workspace, want 0", is, tc, n)
+			}
+		}
+	}
+}
+
+// TestGemmBF16Panics checks that short slices and strides are refused.
+func TestGemmBF16Panics(t *testing.T) {
+	for name, f := range map[string]func(w *Workspace){
+		"A": func(w *Workspace) {
+			w.GemmBF16(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2, nil)
+		},
+		"B": func(w *Workspace) {
+			w.GemmBF16(false, true, 2, 3, 2, 1, make([]float32, 4), 2, make([]float32, 5), 2, 0, make([]float32, 6), 3, nil)
+		},
+		"B half": func(w *Workspace) {
+			w.GemmBF16Half(false, true, 2, 3, 2, 1, make([]float32, 4), 2, make([]uint16, 5), true, 2, 0, make([]float32, 6), 3, nil)
+		},
+		"C": func(w *Workspace) {
+			w.GemmBF16(true, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2, nil)
+		},
+		"lda": func(w *Workspace) {
+			w.GemmBF16(false, false, 2, 2, 2, 1, make([]float32, 8), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2, nil)
+		},
+		"bias": func(w *Workspace) {
+			w.GemmBF16(false, false, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2, make([]float32, 1))
+		},
+		"m": func(w *Workspace) {
+			w.GemmBF16(false, false, -1, 2, 2, 1, nil, 2, nil, 2, 0, nil, 2, nil)
+		},
+		"A bits": func(w *Workspace) {
+			w.GemmBF16Bits(true, true, 2, 3, 2, 1, make([]uint16, 3), 2, make([]uint16, 6), 2, 0, make([]float32, 6), 3, nil)
+		},
+		"lda bits": func(w *Workspace) {
+			w.GemmBF16Bits(false, true, 2, 3, 2, 1, make([]uint16, 4), 1, make([]uint16, 6), 2, 0, make([]float32, 6), 3, nil)
+		},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("GemmBF16 accepted a short %s", name)
+				}
+			}()
+			f(new(Workspace))
+		}()
+	}
+}
+
+// TestGemmBF16Exported checks the exported entry points against the float64 reference.
+func TestGemmBF16Exported(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	tc := sgemmCase{m: 5, n: 70, k: 51, transB: true}
+	for _, fs := range bf16Operands {
+		fa, fb := fs[0], fs[1]
+		opA, opB := bf16OpA(r, tc, fa), bf16OpB(r, tc, fb)
+		prod, mag := tc.reference(bf16Effective(opA, fa), bf16Effective(opB, fb))
+		a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
+		got := to32(c)
+		var w Workspace
+		switch {
+		case fa == bfloat16:
+			w.GemmBF16Bits(false, true, tc.m, tc.n, tc.k, 1, encodeHalf(a, true), lda, encodeHalf(b, true), ldb, 1, got, ldc, nil)
+		case fb == f32:
+			w.GemmBF16(false, true, tc.m, tc.n, tc.k, 1, to32(a), lda, to32(b), ldb, 1, got, ldc, nil)
+		default:
+			w.GemmBF16Half(false, true, tc.m, tc.n, tc.k, 1, to32(a), lda, encodeHalf(b, fb == bfloat16), fb == bfloat16, ldb, 1, got, ldc, nil)
+		}
+		checkSgemm(t, fmt.Sprintf("A=%v,B=%v", fa, fb), tc, 1, 1, prod, mag, c, got, ldc, nil, false)
+	}
+}
