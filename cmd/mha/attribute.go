@@ -79,7 +79,8 @@ object:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&model, "model", "", "a shipped model's name, or a Hugging Face folder or checkpoint of mha train")
-	fl.StringVar(&text, "text", "", "the text to run (a shipped model: space-separated symbols)")
+	fl.StringVar(&text, "text", "", "the text to run (a shipped model: space-separated symbols); --clean is another name for it")
+	cleanIsText(fl)
 	fl.StringVar(&target, "target", "", `the target token: "#ID", a symbol, or a token as the tokenizer writes it`)
 	fl.StringVar(&foil, "foil", "", `the foil token: "#ID", a symbol, or a token as the tokenizer writes it`)
 	fl.IntVar(&position, "position", -1, "the position LD reads; -1: the last (a masked language model: the last [MASK])")

@@ -99,3 +99,17 @@ func TestAttributeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanIsText checks that mha attribute and mha lens take mha patch's --clean for --text.
+func TestCleanIsText(t *testing.T) {
+	for _, args := range [][]string{
+		{"attribute", "--model", "induction", "--target", "14", "--foil", "7", "--json"},
+		{"lens", "--model", "induction", "--json"},
+	} {
+		_, text, _ := runCLI(append(args, "--text", "BOS 5 9 2 14 7 5 9 2")...)
+		code, clean, stderr := runCLI(append(args, "--clean", "BOS 5 9 2 14 7 5 9 2")...)
+		if code != 0 || clean != text || text == "" {
+			t.Errorf("%s --clean: exit %d (%s), output %q, want --text's %q", args[0], code, stderr, clean, text)
+		}
+	}
+}

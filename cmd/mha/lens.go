@@ -81,7 +81,8 @@ quoted, each with its probability. With --json it prints one object:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&model, "model", "", "a shipped model's name, or a Hugging Face folder or checkpoint of mha train")
-	fl.StringVar(&text, "text", "", "the text to run (a shipped model: space-separated symbols)")
+	fl.StringVar(&text, "text", "", "the text to run (a shipped model: space-separated symbols); --clean is another name for it")
+	cleanIsText(fl)
 	fl.IntVar(&top, "top", 3, "the number of top tokens per layer and position")
 	fl.StringVar(&target, "target", "", `a token to follow at the last position: "#ID", a symbol, or a token as the tokenizer writes it`)
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object (see above)")
