@@ -17,6 +17,14 @@
 // of every prediction and of loss and accuracy; every picture as PNG or SVG; and the chapters'
 // experiments (package experiment) with their tables and pictures.
 //
+// The Circuits tab asks which heads a behaviour needs (package circuits): type a clean and a
+// corrupted prompt of the same token length and a target and a foil token, and see activation
+// patching of every head's output, of every head's attention pattern (layers × heads) and of the
+// residual stream (layers × positions), and the direct logit attribution of the clean prompt's
+// logit difference; click a head (or move over the heads with the arrow keys and press Enter) to
+// see its attention on both prompts, its scores and its Q-, K- or V-composition with the heads
+// before and after it.
+//
 // Sparse attention: below the sequence, fields for patterns, a block size and a normalizer, each
 // left empty the model's own (a model trained with `mha train --pattern … --normalizer …` shows
 // its own). The model runs under them, and the model view draws each head's block map over its heatmap (white lines
@@ -139,6 +147,43 @@
 //	     sequence is on a seed's targets or a causal language model's next tokens; task is
 //	     absent for a model without a task; a model without a language-model head gets 400.
 //
+//	POST /api/circuits  {model, clean, corrupt, target, foil, position?}
+//	     activation patching (circuits.Patch) of the clean prompt into the corrupted one, with the
+//	     metric LD = logit(target) − logit(foil) at position:
+//	     {model, clean: {tokens, symbols, pieces?}, corrupt: {tokens, symbols, pieces?},
+//	      target: {token, symbol, piece?}, foil: {…}, position, causal, ld_clean, ld_corrupt,
+//	      top: {clean: [{token, symbol, piece?, p}] ×3, corrupt: […]},
+//	      heads: [layer][head], residual: [layer + 1][position], patterns: [layer][head],
+//	      dla?: {heads: [layer][head], mlp: [layer] | null, embed, attn_bias: [layer],
+//	             norm_bias, head_bias, ld, scale},
+//	      dla_error?}
+//	     clean and corrupt are read as /api/run's text is (symbols; text through the tokenizer;
+//	     token ids separated by spaces for a model with neither) and must have as many tokens;
+//	     target and foil are tokens as lab.Model.Token reads them: "#ID", a symbol, a token as
+//	     the tokenizer writes it ("ĠParis"), or text that encodes as one token (" Paris"; not as
+//	     the unknown token). position defaults to the last position, or, for a masked language
+//	     model (BERT), the clean prompt's last [MASK], which it must then hold. The grids are the
+//	     normalised scores (LD_patched − LD_corrupt) / (LD_clean − LD_corrupt), 1 where the
+//	     patch restores the clean LD and 0 where it changes nothing: heads patches each head's
+//	     output z_h = A_h·V_h at every position; residual the stream entering each block (row
+//	     L: the last block's output) at one position; patterns each head's attention weights;
+//	     top the model's three most likely tokens at position on each prompt.
+//	     dla is the direct logit attribution of LD on the clean prompt (circuits.Attribute, the
+//	     final norm's scale frozen at the clean run's, as TransformerLens does), whose parts sum
+//	     to ld; for a post-norm model (BERT) dla_error says why there is none. 400 for prompts
+//	     of different lengths or the same tokens, an unknown token, target = foil, a position
+//	     outside the prompts, a model without a language-model head, or prompts on which the
+//	     metric is the same (LD_clean = LD_corrupt). A model keeps its last 4 answers, which its
+//	     pictures reuse.
+//
+//	GET  /api/composition?model=M
+//	     {model, layers, heads, baseline, folded,
+//	      pairs: [{from, to, q: [H][H], k: [H][H], v: [H][H]}]}
+//	     the Q-, K- and V-composition scores (circuits.Composition, Elhage et al. 2021) of head
+//	     i of layer from (the writer) with head j of every later layer to (the reader), from the
+//	     weights, with the norms folded; baseline is the mean score of random matrices of the
+//	     same shapes. Computed once per model; 400 for a model of one layer.
+//
 //	GET  /api/picture?model=M&(text=…|tokens=1,2,3|seed=N)[&ablate=L.H.MODE,…]
 //	     [&patterns=P+P…][&block=BQ,BK][&normalizer=N]&kind=K&format=png|svg
 //	     kind=head&layer=L&head=H: one head's attention, tokens on both axes;
@@ -157,6 +202,17 @@
 //	     kind=pruning[&metric=accuracy|loss]: the pruning curve (accuracy when no metric);
 //	     kind=importance: every head's importance, layers × heads.
 //	     Both are 400 for a model without a task.
+//	GET  /api/picture?model=M&clean=…&corrupt=…&target=T&foil=F[&position=P]&kind=K&format=png|svg
+//	     /api/circuits's answer for the same fields, drawn on a diverging scale around 0:
+//	     kind=patching: head-output patching, layers × heads;
+//	     kind=patching-residual: residual-stream patching, layers × positions, labelled with the
+//	     tokens (clean/corrupted where they differ);
+//	     kind=patching-patterns: attention-pattern patching, layers × heads;
+//	     kind=attribution: direct logit attribution, layers × heads (and a column of MLPs);
+//	     400 for a model without one (BERT).
+//	GET  /api/picture?model=M&kind=composition[&mode=q|k|v]&format=png|svg
+//	     the Q-, K- or V-composition scores (K when no mode) of every head (rows) with every
+//	     head of a later layer (columns), from the weights.
 //	     Drawn by package viz, sent as a download (Content-Disposition). A parameter the kind
 //	     does not take is refused. Server.Picture draws the same pictures for `mha viz`.
 //

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mhalab/mha/circuits"
 	"github.com/mhalab/mha/models"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tasks"
@@ -33,6 +34,10 @@ type model struct {
 	mu   sync.Mutex
 	net  *nn.Model
 	wide *taskMeasurement // the measurement of /api/heads, once computed
+	// circuits are the latest results of /api/circuits, the latest first; comp the model's
+	// composition scores, once computed.
+	circuits []cachedCircuits
+	comp     *circuits.CompositionScores
 }
 
 // loadModel opens the shipped model name with the task configuration it was trained with.

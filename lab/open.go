@@ -58,36 +58,7 @@ func (m *Model) Encode(text string) ([]int, error) {
 // Token returns the id of tok: "#ID" for an id, a symbol of the model's task, a token as the
 // tokenizer writes it in its vocabulary ("ĠParis"), or text that the tokenizer encodes as one
 // token without special tokens (" Paris"). It returns an error saying which of these it tried.
-func (m *Model) Token(tok string) (int, error) {
-	mm := m.m
-	if s, ok := strings.CutPrefix(tok, "#"); ok {
-		id, err := strconv.Atoi(s)
-		if err != nil || id < 0 || id >= mm.vocab() {
-			return 0, badRequest("token %q: want #ID with an id from 0 to %d", clip(tok), mm.vocab()-1)
-		}
-		return id, nil
-	}
-	if mm.task != nil {
-		if id, ok := mm.ids[tok]; ok {
-			return id, nil
-		}
-		return 0, badRequest("token %q is not a symbol of %s; want one of %s, or #ID", clip(tok), mm.name, mm.vocabulary())
-	}
-	u := mm.user
-	if u.tok == nil {
-		return 0, badRequest("model %s has no tokenizer, so token %q means nothing; give #ID", mm.name, clip(tok))
-	}
-	if id, ok := u.tok.TokenToID(tok); ok && id < mm.cfg.Vocab {
-		return id, nil
-	}
-	if enc, err := u.tok.Encode(tok, false); err == nil && len(enc.IDs) == 1 && enc.IDs[0] < mm.cfg.Vocab {
-		return enc.IDs[0], nil
-	} else if err == nil {
-		return 0, badRequest("token %q is not in the vocabulary of %s, and its text encodes as %d tokens %q, want 1; give a token as the tokenizer writes it, or #ID",
-			clip(tok), mm.name, len(enc.IDs), enc.Tokens)
-	}
-	return 0, badRequest("token %q is not in the vocabulary of %s; give a token as the tokenizer writes it, or #ID", clip(tok), mm.name)
-}
+func (m *Model) Token(tok string) (int, error) { return m.m.token(tok) }
 
 // Piece returns how token id prints: its symbol, its spelling in the tokenizer's vocabulary,
 // or "#ID".
@@ -100,8 +71,48 @@ func (m *Model) Piece(id int) string {
 
 // Position returns the position of tokens [T] whose prediction a logit difference reads: the
 // last [MASK] for a masked language model whose tokens hold one, else the last position.
-func (m *Model) Position(tokens []int) int {
-	if u := m.m.user; u != nil && u.mask >= 0 {
+func (m *Model) Position(tokens []int) int { return m.m.position(tokens) }
+
+// token returns the id of tok: "#ID" for an id, a symbol of the model's task, a token as the
+// tokenizer writes it in its vocabulary ("ĠParis"), or text that the tokenizer encodes as one
+// token without special tokens (" Paris"). It returns an error saying which of these it tried.
+func (m *model) token(tok string) (int, error) {
+	if s, ok := strings.CutPrefix(tok, "#"); ok {
+		id, err := strconv.Atoi(s)
+		if err != nil || id < 0 || id >= m.vocab() {
+			return 0, badRequest("token %q: want #ID with an id from 0 to %d", clip(tok), m.vocab()-1)
+		}
+		return id, nil
+	}
+	if m.task != nil {
+		if id, ok := m.ids[tok]; ok {
+			return id, nil
+		}
+		return 0, badRequest("token %q is not a symbol of %s; want one of %s, or #ID", clip(tok), m.name, m.vocabulary())
+	}
+	u := m.user
+	if u.tok == nil {
+		return 0, badRequest("model %s has no tokenizer, so token %q means nothing; give #ID", m.name, clip(tok))
+	}
+	if id, ok := u.tok.TokenToID(tok); ok && id < m.cfg.Vocab {
+		return id, nil
+	}
+	if enc, err := u.tok.Encode(tok, false); err == nil && len(enc.IDs) == 1 && enc.IDs[0] < m.cfg.Vocab {
+		if unk := enc.Tokens[0]; unk == "[UNK]" || unk == "<unk>" {
+			return 0, badRequest("token %q is not in the vocabulary of %s: its text encodes as the unknown token %s; give a token as the tokenizer writes it, or #ID", clip(tok), m.name, unk)
+		}
+		return enc.IDs[0], nil
+	} else if err == nil {
+		return 0, badRequest("token %q is not in the vocabulary of %s, and its text encodes as %d tokens %q, want 1; give a token as the tokenizer writes it, or #ID",
+			clip(tok), m.name, len(enc.IDs), enc.Tokens)
+	}
+	return 0, badRequest("token %q is not in the vocabulary of %s; give a token as the tokenizer writes it, or #ID", clip(tok), m.name)
+}
+
+// position returns the position of tokens [T] whose prediction a logit difference reads: the
+// last [MASK] for a masked language model whose tokens hold one, else the last position.
+func (m *model) position(tokens []int) int {
+	if u := m.user; u != nil && u.mask >= 0 {
 		for i, id := range slices.Backward(tokens) {
 			if id == u.mask {
 				return i

@@ -65,6 +65,7 @@ func TestOpen(t *testing.T) {
 		"not an id":  func() error { _, err := g.Token("#x"); return err },
 		"two tokens": func() error { _, err := g.Token("hello world again"); return err },
 		"empty text": func() error { _, err := g.Encode(" "); return err },
+		"unknown":    func() error { _, err := bert.Token("zebra"); return err }, // one token: [UNK]
 	} {
 		if err := f(); err == nil {
 			t.Errorf("%s: no error", name)

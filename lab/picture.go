@@ -19,16 +19,20 @@ import (
 // pictureParams are the query parameters /api/picture accepts; sequenceParams name the sequence
 // a picture is drawn from and the heads ablated on it.
 var (
-	pictureParams  = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope", "format"}
+	pictureParams  = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope", "clean", "corrupt", "target", "foil", "position", "mode", "format"}
 	sequenceParams = []string{"text", "tokens", "seed", "ablate", "patterns", "block", "normalizer"}
+	// circuitParams name the prompts and the metric of the circuits pictures, as /api/circuits
+	// takes them.
+	circuitParams = []string{"clean", "corrupt", "target", "foil", "position"}
 )
 
 // pictureKind is a kind of picture: its name, whether it is drawn from a sequence (then it takes
-// sequenceParams) or from the model's task, and the parameters it takes besides model, kind and
-// format.
+// sequenceParams), from a clean and a corrupted prompt (circuit: then it takes circuitParams) or
+// from the model's task or weights, and the parameters it takes besides model, kind and format.
 type pictureKind struct {
 	name     string
 	sequence bool
+	circuit  bool
 	params   []string
 }
 
@@ -41,6 +45,11 @@ var pictureKinds = []pictureKind{
 	{name: "offsets", sequence: true, params: []string{"layer", "head"}},
 	{name: "pruning", params: []string{"metric"}},
 	{name: "importance"},
+	{name: "patching", circuit: true},
+	{name: "patching-residual", circuit: true},
+	{name: "patching-patterns", circuit: true},
+	{name: "attribution", circuit: true},
+	{name: "composition", params: []string{"mode"}},
 }
 
 // Pair metrics of kind=similarity and score metrics of kind=pruning.
@@ -71,6 +80,12 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 	kind, err := pictureKindOf(query)
 	if err != nil {
 		return nil, "", err
+	}
+	switch {
+	case kind.circuit:
+		return s.circuitPicture(ctx, kind.name, query)
+	case kind.name == "composition":
+		return s.compositionPicture(ctx, query)
 	}
 	if !kind.sequence {
 		m, err := s.model(query.Get("model"))
@@ -133,6 +148,9 @@ func pictureKindOf(query url.Values) (pictureKind, error) {
 	takes := append([]string{"model", "kind", "format"}, kind.params...)
 	if kind.sequence {
 		takes = append(takes, sequenceParams...)
+	}
+	if kind.circuit {
+		takes = append(takes, circuitParams...)
 	}
 	for _, k := range given {
 		if !slices.Contains(takes, k) {

@@ -210,6 +210,8 @@ func (s *Server) routes() {
 	s.mux.Handle("/api/run", s.endpoint(endpoint{methods: []string{"POST"}, heavy: true, serve: s.run}))
 	s.mux.Handle("/api/heads", s.endpoint(endpoint{methods: []string{"POST"}, heavy: true, serve: s.heads}))
 	s.mux.Handle("/api/ablate", s.endpoint(endpoint{methods: []string{"POST"}, heavy: true, serve: s.ablate}))
+	s.mux.Handle("/api/circuits", s.endpoint(endpoint{methods: []string{"POST"}, heavy: true, serve: s.circuitsAnswer}))
+	s.mux.Handle("/api/composition", s.endpoint(endpoint{methods: []string{"GET"}, heavy: true, serve: s.compositionAnswer}))
 	s.mux.Handle("/api/picture", s.endpoint(endpoint{methods: []string{"GET"}, heavy: true, serve: s.picture}))
 	s.mux.Handle("/api/experiments", s.endpoint(endpoint{methods: []string{"GET"}, serve: s.listExperiments}))
 	s.mux.Handle("/api/experiment/{name}", s.endpoint(endpoint{methods: []string{"GET"}, heavy: true, long: true, serve: s.experiment}))
@@ -359,5 +361,5 @@ func (s *Server) acquire(ctx context.Context) (release func(), err error) {
 
 // notFound answers a path under /api/ that names no endpoint.
 func notFound(_ http.ResponseWriter, r *http.Request) error {
-	return &httpError{http.StatusNotFound, fmt.Sprintf("no API endpoint %s; want /api/models, /api/run, /api/heads, /api/ablate, /api/picture, /api/experiments or /api/experiment/NAME", clip(r.URL.Path))}
+	return &httpError{http.StatusNotFound, fmt.Sprintf("no API endpoint %s; want /api/models, /api/run, /api/heads, /api/ablate, /api/circuits, /api/composition, /api/picture, /api/experiments or /api/experiment/NAME", clip(r.URL.Path))}
 }

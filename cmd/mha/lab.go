@@ -26,8 +26,10 @@ models: pick a task, type or generate a sequence, and see the model's prediction
 (lines from each query to the keys it attends, hover a token to focus on it), the model view (all
 layers × heads, click one to enlarge it), every head's metrics (entropy, confidence, previous-token,
 prefix-matching, ground-truth, importance) and how alike the heads of a layer are (ρ, Jensen–Shannon
-distance, argmax NMI); ablate heads and see what changes; download any picture as PNG or SVG; run
-the chapters' experiments.
+distance, argmax NMI); ablate heads and see what changes; in the Circuits tab, patch a clean prompt
+into a corrupted one head by head, pattern by pattern and position by position, with the direct
+logit attribution and the heads' composition; download any picture as PNG or SVG; run the
+chapters' experiments.
 
 --model adds a model of yours beside the shipped ones (repeat it for several): a Hugging Face folder
 (GPT-2, BERT, Llama, Mistral, Qwen2: config.json, model.safetensors, tokenizer.json) or a checkpoint

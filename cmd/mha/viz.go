@@ -20,12 +20,12 @@ import (
 )
 
 // pictureFlags are the flags of `mha viz` that are /api/picture's parameters of the same name.
-var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope"}
+var pictureFlags = []string{"model", "text", "tokens", "seed", "ablate", "patterns", "block", "normalizer", "kind", "layer", "head", "metric", "scope", "clean", "corrupt", "target", "foil", "position", "mode"}
 
 func newVizCmd() *cobra.Command {
 	var out, format string
 	cmd := &cobra.Command{
-		Use:   "viz --model NAME|DIR --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--patterns \"P …\" --block BQ,BK --normalizer N] [--layer L --head H --metric M --scope S] [--out FILE.png|FILE.svg] [--format png|svg]",
+		Use:   "viz --model NAME|DIR --kind KIND [--text \"…\" | --tokens 1,2,3 | --seed N] [--ablate L.H.MODE,…] [--patterns \"P …\" --block BQ,BK --normalizer N] [--layer L --head H --metric M --scope S] [--clean \"…\" --corrupt \"…\" --target TOK --foil TOK [--position P]] [--mode q|k|v] [--out FILE.png|FILE.svg] [--format png|svg]",
 		Short: "Draw a picture of a model's heads as PNG or SVG, as the lab draws it",
 		Long: `Viz draws one of the lab's pictures of a shipped model (see 'mha lab') and writes it to --out, as
 PNG or SVG after the file's extension (--format, if given, must agree). Without --out it writes
@@ -56,7 +56,24 @@ Pictures of the model's task (64 sequences; no sequence flags):
 
   --kind pruning [--metric accuracy|loss]      accuracy (or loss) as heads are zero-ablated, least
                                                important first (Michel et al. 2019)
-  --kind importance                            every head's importance, normalised per layer`,
+  --kind importance                            every head's importance, normalised per layer
+
+Pictures of activation patching (the lab's Circuits tab), from a clean and a corrupted prompt of
+the same token length (--clean and --corrupt, read as --text is) and the logit difference
+LD = logit(--target) − logit(--foil) at --position (default: the last position, or the clean
+prompt's [MASK] for BERT); a token is a symbol, a token as the tokenizer writes it, text that
+encodes as one token, or #ID. A score of 1 restores the clean LD, 0 changes nothing:
+
+  --kind patching                              each head's output patched, layers × heads
+  --kind patching-residual                     the residual stream patched, layers × positions
+  --kind patching-patterns                     each head's attention pattern patched
+  --kind attribution                           direct logit attribution of LD on the clean prompt,
+                                               layers × heads (and MLPs); pre-norm models only
+
+And of the weights alone:
+
+  --kind composition [--mode q|k|v]            Q-, K- or V-composition scores (Elhage et al.
+                                               2021) of each head with the heads of later layers`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			query := url.Values{}
 			for _, name := range pictureFlags {
@@ -86,7 +103,7 @@ Pictures of the model's task (64 sequences; no sequence flags):
 	}
 	fl := cmd.Flags()
 	fl.String("model", "", "the shipped model `NAME`, one per task (see 'mha lab'), or a Hugging Face folder or checkpoint of mha train")
-	fl.String("kind", "", "the picture's `KIND`: head, grid, similarity, rollout, offsets, pruning or importance")
+	fl.String("kind", "", "the picture's `KIND`: head, grid, similarity, rollout, offsets, pruning, importance, patching, patching-residual, patching-patterns, attribution or composition")
 	fl.String("text", "", "the sequence as `SYMBOLS` separated by spaces, or text for a model with a tokenizer")
 	fl.String("tokens", "", "the sequence as token `IDS`, comma-separated")
 	fl.String("seed", "", "draw the sequence from the task with seed `N`")
@@ -98,6 +115,12 @@ Pictures of the model's task (64 sequences; no sequence flags):
 	fl.String("head", "", "the head `H` of kind head or offsets")
 	fl.String("metric", "", "rho, js or nmi for kind similarity; accuracy (the default) or loss for kind pruning")
 	fl.String("scope", "", "sequence (the default) or task, for kind similarity")
+	fl.String("clean", "", "the clean `PROMPT` of the patching and attribution kinds, read as --text is")
+	fl.String("corrupt", "", "the corrupted `PROMPT`, of the same token length as --clean")
+	fl.String("target", "", "the `TOKEN` whose logit the metric adds: a symbol, a token of the tokenizer, text of one token, or #ID")
+	fl.String("foil", "", "the `TOKEN` whose logit the metric subtracts")
+	fl.String("position", "", "the `POSITION` whose logits the metric reads (default the last, or the clean prompt's [MASK])")
+	fl.String("mode", "", "q, k (the default) or v, for kind composition")
 	fl.StringVar(&out, "out", "", "the `FILE` to write, NAME.png or NAME.svg (default mha-out/MODEL-KIND.png, .svg with --format svg)")
 	fl.StringVar(&format, "format", "", "png or svg; must agree with --out's extension")
 	for _, name := range []string{"model", "kind"} {

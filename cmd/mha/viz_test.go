@@ -29,6 +29,9 @@ func TestViz(t *testing.T) {
 		{"--model", "sort", "--tokens", "3,1,2,10,1,2", "--kind", "similarity", "--layer", "0", "--metric", "rho"},
 		{"--model", "modadd", "--kind", "pruning", "--metric", "loss"},
 		{"--model", "modadd", "--kind", "importance"},
+		{"--model", "induction", "--clean", "BOS 4 9 13 7 22 4 9 13 7", "--corrupt", "BOS 4 9 13 7 18 4 9 13 7", "--target", "22", "--foil", "#18", "--kind", "patching"},
+		{"--model", "induction", "--clean", "BOS 4 9 13 7 22 4 9 13 7", "--corrupt", "BOS 4 9 13 7 18 4 9 13 7", "--target", "22", "--foil", "18", "--position", "9", "--kind", "patching-residual"},
+		{"--model", "induction", "--kind", "composition", "--mode", "v"},
 	} {
 		query := url.Values{}
 		for i := 0; i < len(args); i += 2 {
@@ -141,6 +144,11 @@ func TestVizErrors(t *testing.T) {
 		{[]string{"viz", "--model", tinyGPT2, "--kind", "pruning", "--out", out}, "model gpt2 has no task; kind=pruning is measured on the task's sequences"},
 		{[]string{"viz", "--model", tinyGPT2, "--kind", "grid", "--seed", "1", "--out", out}, "model gpt2 has no task, so no seed sequences"},
 		{[]string{"viz", "--model", tinyGPT2, "--kind", "grid", "--text", strings.Repeat("cat ", 10), "--out", out}, "the sequence has 40 tokens, want 1 to 16 (the seq_len of gpt2)"},
+		{[]string{"viz", "--model", "induction", "--kind", "patching", "--clean", "BOS 1 2 1", "--corrupt", "BOS 1 2", "--target", "2", "--foil", "3", "--out", out}, "the clean prompt has 4 tokens (BOS 1 2 1), the corrupted one 3 (BOS 1 2); want the same number"},
+		{[]string{"viz", "--model", "induction", "--kind", "patching", "--clean", "BOS 1 2 1", "--corrupt", "BOS 3 2 1", "--target", "2", "--out", out}, "kind=patching needs clean, corrupt, target and foil; foil missing"},
+		{[]string{"viz", "--model", "induction", "--kind", "attribution", "--clean", "BOS 1 2 1", "--corrupt", "BOS 3 2 1", "--target", "2", "--foil", "cat", "--out", out}, `foil: token "cat" is not a symbol of induction`},
+		{[]string{"viz", "--model", "induction", "--kind", "composition", "--mode", "o", "--out", out}, `mode "o"; want q, k or v`},
+		{[]string{"viz", "--model", "induction", "--kind", "composition", "--seed", "1", "--out", out}, `"seed" does not apply to kind=composition`},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")

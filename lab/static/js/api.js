@@ -49,3 +49,15 @@ export function pictureURL(source, params) {
   for (const [k, v] of Object.entries(params)) q.set(k, String(v));
   return `/api/picture?${q}`;
 }
+
+/**
+ * circuitURL is the address of a picture of /api/circuits's request req ({model, clean, corrupt,
+ * target, foil, position?}), without its format: kind patching, patching-residual,
+ * patching-patterns or attribution.
+ */
+export function circuitURL(req, kind) {
+  const q = new URLSearchParams({ model: req.model, clean: req.clean, corrupt: req.corrupt, target: req.target, foil: req.foil });
+  if (req.position !== undefined) q.set('position', String(req.position));
+  q.set('kind', kind);
+  return `/api/picture?${q}`;
+}

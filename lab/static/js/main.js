@@ -9,6 +9,7 @@ import { HeadsTable } from './heads.js';
 import { Pruning } from './pruning.js';
 import { Ablation } from './ablation.js';
 import { Experiments } from './experiments.js';
+import { Circuits } from './circuits.js';
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -29,6 +30,7 @@ const headsTable = new HeadsTable($('#heads'), select, (l, h) => ablation.add(l,
 const pruning = new Pruning($('#heads .pruning'), select);
 const ablation = new Ablation($('#ablation'), runAblation);
 const experiments = new Experiments($('#view-experiments'));
+const circuits = new Circuits($('#view-circuits'));
 const flow = new Flow($('#flow'));
 
 // The text a model without a task starts with: BERT guesses a masked word.
@@ -57,6 +59,7 @@ function headDownloads() {
 
 async function loadModels() {
   state.models = await api('/api/models');
+  circuits.setModels(state.models);
   const option = (m) => el('option', { value: m.name },
     `${m.name} — ${m.layers} layer${m.layers > 1 ? 's' : ''} × ${m.heads} heads${m.user ? ` · ${m.architecture}` : ''}`);
   const shipped = state.models.filter((m) => !m.user);
@@ -238,16 +241,18 @@ async function runAblation(list) {
 }
 
 function showView(name) {
-  for (const v of ['attention', 'experiments']) {
+  for (const v of ['attention', 'circuits', 'experiments']) {
     $(`#view-${v}`).hidden = v !== name;
     $(`#tab-${v}`).setAttribute('aria-selected', v === name);
   }
   if (name === 'experiments') experiments.open();
+  if (name === 'circuits') circuits.open(state.model ? state.model.name : null).catch((e) => showError(e.message));
 }
 
 function wire() {
   $('#banner .icon').addEventListener('click', clearError);
   $('#tab-attention').addEventListener('click', () => showView('attention'));
+  $('#tab-circuits').addEventListener('click', () => showView('circuits'));
   $('#tab-experiments').addEventListener('click', () => showView('experiments'));
   $('#model').addEventListener('change', () => chooseModel($('#model').value));
   $('#seq-form').addEventListener('submit', (ev) => { ev.preventDefault(); runTyped(); });
