@@ -873,6 +873,32 @@ func FuzzRunRequest(f *testing.F) {
 	})
 }
 
+// FuzzCircuitsRequest sends arbitrary bodies to /api/circuits: never a 5xx, never a panic,
+// always a JSON answer.
+func FuzzCircuitsRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"model": "induction", "clean": "BOS 4 9 13 7 22 4 9 13 7", "corrupt": "BOS 4 9 13 11 22 4 9 13 7", "target": "22", "foil": "11"}`,
+		`{"model": "induction", "clean": "BOS 4 9", "corrupt": "BOS 4 8", "target": "#22", "foil": "#11", "position": 1}`,
+		`{"model": "sort", "clean": "1 2 SEP", "corrupt": "2 1 SEP", "target": "1", "foil": "2"}`,
+		`{"model": "induction", "clean": "BOS 4", "corrupt": "BOS 4 9", "target": "22", "foil": "11"}`,
+		`{"model": "induction", "clean": "BOS 4", "corrupt": "BOS 5", "target": "#-1", "foil": "#99999999999999999999", "position": -3}`,
+		`{"model": "modadd", "clean": "", "corrupt": "", "target": "", "foil": ""}`,
+		`{}`, `null`, `[]`, `{"model": "induction", "extra": 1}`,
+	} {
+		f.Add(seed)
+	}
+	s, err := New(Options{Workers: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		status, out := serve(s, "POST", "/api/circuits", body)
+		if status >= 500 || !json.Valid(out) {
+			t.Fatalf("%q: %d %s", body, status, out)
+		}
+	})
+}
+
 // FuzzPictureQuery sends arbitrary query strings to the picture endpoint, which `mha viz` also
 // parses through: never a 5xx, never a panic, a picture or a JSON error.
 func FuzzPictureQuery(f *testing.F) {
@@ -888,6 +914,10 @@ func FuzzPictureQuery(f *testing.F) {
 		"model=induction&seed=1&kind=head&layer=1&head=0&patterns=local:2+global:0&block=4,4&normalizer=sparsemax&format=svg",
 		"model=sort&seed=2&kind=grid&patterns=&normalizer=entmax15&format=png",
 		"model=sort&seed=2&kind=rollout&patterns=strided:2&block=2,x&format=png",
+		"model=induction&kind=patching&clean=BOS+4+9+13&corrupt=BOS+4+8+13&target=9&foil=8&format=svg",
+		"model=induction&kind=patching-residual&clean=BOS+4+9&corrupt=BOS+5+9&target=%2322&foil=%2311&position=1&format=png",
+		"model=induction&kind=composition&mode=v&format=svg",
+		"model=prev-token&kind=attribution&clean=BOS+1&corrupt=BOS+2&target=1&foil=2&format=svg",
 	} {
 		f.Add(seed)
 	}
