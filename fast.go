@@ -1,6 +1,7 @@
 package mha
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 
@@ -34,6 +35,9 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 	p := &w.p
 	if err := l.plan(p, query, key, value, opt, false); err != nil {
 		return err
+	}
+	if s != nil && p.opt.Compute.bf16() {
+		return fmt.Errorf("%w: ForwardTrain in bfloat16: Backward is float32 only, train with ComputeFloat32", ErrUnsupported)
 	}
 	e := l.cfg.EmbedDim
 	r.Output = reuse(r.Output, p.b*p.tq*e, p.b, p.tq, e)
@@ -109,6 +113,11 @@ type acts struct {
 	ldq, ldk, ldv int // their row strides
 	rq, rk        int // their rows per batch (rk counts the appended key rows)
 	ldkt          int
+
+	// With ComputeBFloat16: Q, K and V as bfloat16 bits, laid out as buf (views qb, kb, vb at
+	// the same offsets and strides), written by the transpose phase.
+	bits       []uint16
+	qb, kb, vb []uint16
 }
 
 // split returns the views of q, k and v into buf, a buffer laid out as a.buf (empty views when
@@ -312,6 +321,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	w.l, w.s = l, s
 	defer func() { w.l = nil }()
 	clear(w.masked[:w.workers()])
+	bf := p.opt.Compute.bf16()
 
 	// The input projections. Self-attention with stacked weights is one GEMM writing
 	// [Q | K | V] side by side; cross-attention is one for Q and one for [K | V] when key and
@@ -322,9 +332,11 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	a.layout(p, e, ekv, inW.present())
 	if a.fused {
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b}
+		w.g.bf16 = bf
 		w.run(phaseGemm, w.g.tasks())
 	} else {
 		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+		w.g.bf16 = bf
 		w.run(phaseGemm, w.g.tasks())
 		if a.kvFused {
 			var bkv []float32
@@ -332,6 +344,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 				bkv = inB[e:]
 			}
 			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
+			w.g.bf16 = bf
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
@@ -339,6 +352,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
 			} {
 				w.g = g
+				w.g.bf16 = bf
 				w.run(phaseGemm, w.g.tasks())
 			}
 		}
@@ -363,11 +377,19 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// per (batch, head, query block). The heads write side by side into the concatenation:
 	// their own query columns, which they no longer need, or Saved's own buffer in training,
 	// where Backward needs Q.
-	a.ldkt = paddedStride(tkx)
-	a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
 	tasks := p.b * c.KVHeads()
-	if c.Rotary != nil {
-		w.buildRope()
+	if bf {
+		// Kᵀ is not needed: the bfloat16 product reads K's bits as they lie.
+		a.bits = growBits(a.bits, len(a.buf))
+		a.qb, a.kb, a.vb = view(a.bits, a.qo), view(a.bits, a.ko), view(a.bits, a.vo)
+	} else {
+		a.ldkt = paddedStride(tkx)
+		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	}
+	if c.Rotary != nil || bf {
+		if c.Rotary != nil {
+			w.buildRope()
+		}
 		tasks += p.b * heads
 	}
 	w.run(phaseTranspose, tasks)
@@ -434,6 +456,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		x, ldx, xRows = *buf, e, p.tq
 	}
 	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.g.bf16 = bf
 	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
@@ -474,14 +497,30 @@ func paddedStride(n int) int {
 func (w *work) transpose(task int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	hkv, tkx, ld, ekv := c.KVHeads(), p.tkx, a.ldkt, c.KVDim()
+	bf := p.opt.Compute.bf16()
 	if task >= p.b*hkv {
 		task -= p.b * hkv
 		b, h := task/c.NumHeads, task%c.NumHeads
-		w.rope.rotate(view(a.q, b*a.rq*a.ldq+w.l.offs[h]), a.ldq, p.tq, w.ropeQ0, false)
+		off := b*a.rq*a.ldq + w.l.offs[h]
+		if c.Rotary != nil {
+			w.rope.rotate(view(a.q, off), a.ldq, p.tq, w.ropeQ0, false)
+		}
+		if bf {
+			encodeRows(view(a.qb, off), view(a.q, off), a.ldq, p.tq, w.l.offs[h+1]-w.l.offs[h])
+		}
 		return
 	}
 	b, g := task/hkv, task%hkv
 	o, d := w.l.kvOffs[g], w.l.kvOffs[g+1]-w.l.kvOffs[g]
+	if bf {
+		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
+		if c.Rotary != nil {
+			w.rope.rotate(view(a.k, k), a.ldk, tkx, w.ropeK0, false)
+		}
+		encodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
+		encodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
+		return
+	}
 	dst := a.kt[(b*ekv+o)*ld : (b*ekv+o+d)*ld]
 	src := view(a.k, b*a.rk*a.ldk+o)
 	const block = 64
@@ -499,13 +538,29 @@ func (w *work) transpose(task int) {
 	}
 }
 
+// encodeRows rounds n values of each of rows rows of src, stride ld, to bfloat16 bits in the
+// same places of dst.
+func encodeRows(dst []uint16, src []float32, ld, rows, n int) {
+	for r := range rows {
+		kernel.EncodeBF16(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
+	}
+}
+
+// growBits returns buf resliced to n values, or a new slice when its capacity is short.
+func growBits(buf []uint16, n int) []uint16 {
+	if cap(buf) < n {
+		return make([]uint16, n)
+	}
+	return buf[:n]
+}
+
 // head returns the operands of batch b, head h, with the output written to (or read from) the
 // concatenation w.out.
 func (w *work) head(b, h int) attend.Head[float32] {
 	a, p, offs := w.a, &w.p, w.l.offs
 	o, d := offs[h], offs[h+1]-offs[h]
 	ko, ekv := w.l.kvOffs[w.l.cfg.KVHead(h)], w.l.cfg.KVDim()
-	return attend.Head[float32]{
+	hd := attend.Head[float32]{
 		Q: view(a.q, b*a.rq*a.ldq+o), LdQ: a.ldq,
 		K: view(a.k, b*a.rk*a.ldk+ko), LdK: a.ldk,
 		Kt: view(a.kt, (b*ekv+ko)*a.ldkt), LdKt: a.ldkt,
@@ -513,6 +568,10 @@ func (w *work) head(b, h int) attend.Head[float32] {
 		Out: view(w.out, b*w.ro*w.ldo+o), LdOut: w.ldo,
 		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 	}
+	if p.opt.Compute.bf16() {
+		hd.Qb, hd.Kb, hd.Vb = view(a.qb, b*a.rq*a.ldq+o), view(a.kb, b*a.rk*a.ldk+ko), view(a.vb, b*a.rk*a.ldv+ko)
+	}
+	return hd
 }
 
 // attend runs one (batch, head, query block) task.
@@ -586,6 +645,7 @@ type gemm struct {
 	ldc, cRows int
 	rows       int
 	n, batches int
+	bf16       bool // ComputeBFloat16: GemmBF16 or GemmBF16Half
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
@@ -609,6 +669,14 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 		w = g.w.from(c0 * g.ldw)
 	}
 	x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	if g.bf16 {
+		if w.f == nil && w.h != nil {
+			ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+		} else {
+			ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
+		}
+		return
+	}
 	if w.f == nil && w.h != nil {
 		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
 		return

@@ -1,0 +1,74 @@
+package mha
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUnsupported is wrapped by the errors of calls that combine options this package does not
+// implement together, such as a training forward in bfloat16 (see Compute).
+var ErrUnsupported = errors.New("mha: unsupported combination")
+
+// Compute is the arithmetic a forward runs its matrix products in: Options.Compute for the
+// layer, SDPAOptions.Compute for SDPA. The zero value is ComputeFloat32.
+type Compute int
+
+const (
+	// ComputeFloat32 computes in float32 throughout, matching PyTorch's float32 results to
+	// float32 rounding: the default.
+	ComputeFloat32 Compute = iota
+	// ComputeBFloat16 runs the products with bfloat16 operands and float32 sums (the
+	// AVX512_BF16 instruction VDPBF16PS where the processor has it, a bit-identical pure-Go
+	// path otherwise), at about twice the float32 rate: the input and output projections
+	// (x·Wᵀ with x and W rounded to bfloat16; weights held in bfloat16 by LoadHalfStateDict
+	// are used as they are, binary16 ones rounded), and, inside the tiled attention, Q·Kᵀ and
+	// the weights times V, with Q, K and V converted to bfloat16 once per call (after rotary)
+	// and the weights rounded to bfloat16 for the second product. The scores, masks, biases,
+	// soft cap, the softmax or normalizer, dropout, sinks, the output accumulators, biases of
+	// the projections and the outputs stay float32. The error this costs is ~10⁻² relative
+	// on the layer's output (BENCHMARKS.md and TestBF16LayerAccuracy measure it), no worse than
+	// PyTorch's own bfloat16 on the same case.
+	//
+	// Not supported in bfloat16: training. ForwardTrain and SDPABackward return an error
+	// wrapping ErrUnsupported (a backward computed in float32 would not match a forward's
+	// bfloat16 log-sum-exps); train with ComputeFloat32. Reference and SDPAReference ignore
+	// Compute (they are float64), and the KV cache's attention (ForwardCache's, AttendCache)
+	// computes in float32 whatever Compute says (decoding one token is bound by reading the
+	// cache, which CacheBFloat16 halves, not by arithmetic); ForwardCache's projections follow
+	// Compute.
+	ComputeBFloat16
+)
+
+// String returns "float32" or "bfloat16" (the names ParseCompute reads), or "Compute(n)".
+func (c Compute) String() string {
+	switch c {
+	case ComputeFloat32:
+		return "float32"
+	case ComputeBFloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("Compute(%d)", int(c))
+}
+
+// ParseCompute returns the Compute called s: "float32" (or "f32", "fp32") or "bfloat16" (or
+// "bf16"); anything else is an error.
+func ParseCompute(s string) (Compute, error) {
+	switch s {
+	case "float32", "f32", "fp32":
+		return ComputeFloat32, nil
+	case "bfloat16", "bf16":
+		return ComputeBFloat16, nil
+	}
+	return 0, fmt.Errorf("unknown compute type %q, want float32 or bfloat16", s)
+}
+
+// check returns an error wrapping ErrShape when c is not a Compute this package defines.
+func (c Compute) check() error {
+	if c != ComputeFloat32 && c != ComputeBFloat16 {
+		return fmt.Errorf("%w: compute type is %d, want ComputeFloat32 or ComputeBFloat16", ErrShape, int(c))
+	}
+	return nil
+}
+
+// bf16 reports whether c is ComputeBFloat16.
+func (c Compute) bf16() bool { return c == ComputeBFloat16 }
