@@ -26,6 +26,7 @@ the float64 output's sum and sum of squares, which the Go test checks its own
 float64 reference against so that both are sure to measure the same case.
 """
 
+import copy
 import json
 import math
 
@@ -64,10 +65,9 @@ def main():
         outs = {}
         with torch.no_grad():
             for dt in (torch.float64, torch.float32, torch.bfloat16):
-                md = m.to(dt)
+                md = copy.deepcopy(m).to(dt)  # m itself stays float32
                 y, _ = md(x.to(dt), x.to(dt), x.to(dt), need_weights=False, attn_mask=mask)
                 outs[dt] = y.double()
-            m.float()
         ref = outs[torch.float64]
         rel = lambda y: float(torch.linalg.norm(y - ref) / torch.linalg.norm(ref))
         cases[name] = {
