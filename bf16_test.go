@@ -256,6 +256,7 @@ func TestBF16LayerOptions(t *testing.T) {
 		{"entmax", Config{EmbedDim: 64, NumHeads: 4}, Options{Normalizer: &Normalizer{Kind: Entmax, Alpha: 1.5}}, 0},
 		{"dropout weights", Config{EmbedDim: 64, NumHeads: 4, Dropout: 0.1}, Options{Training: true, DropoutSeed: 4, NeedWeights: true, PerHeadWeights: true}, 0},
 		{"gate keep", Config{EmbedDim: 64, NumHeads: 4}, Options{Heads: HeadOptions{Gate: gate, Keep: true}}, 0},
+		{"self bias_kv zero_attn", Config{EmbedDim: 64, NumHeads: 4, AddBiasKV: true, AddZeroAttn: true}, Options{Causal: true}, 0},
 		{"cross bias_kv zero_attn", Config{EmbedDim: 64, NumHeads: 4, AddBiasKV: true, AddZeroAttn: true}, Options{}, 90},
 		{"cross kdim", Config{EmbedDim: 64, NumHeads: 4, KDim: 24, VDim: 40}, Options{NeedWeights: true}, 50},
 	} {

@@ -3,6 +3,8 @@ package mha
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mhalab/mha/attend"
 )
 
 // ErrUnsupported is wrapped by the errors of calls that combine options this package does not
@@ -72,3 +74,15 @@ func (c Compute) check() error {
 
 // bf16 reports whether c is ComputeBFloat16.
 func (c Compute) bf16() bool { return c == ComputeBFloat16 }
+
+// bf16BlockQ is the query rows of one attention task in bfloat16 (a variable so benchmarks can
+// vary it).
+var bf16BlockQ = attend.BlockQ
+
+// blockQ returns the query rows of one attention task (one attend.Tiled call) in compute type c.
+func (c Compute) blockQ() int {
+	if c.bf16() {
+		return bf16BlockQ
+	}
+	return attend.BlockQ
+}

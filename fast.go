@@ -330,29 +330,37 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	wq, wk, wv, bq, bk, bv := l.projections()
 	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
 	a.layout(p, e, ekv, inW.present())
+	// With ComputeBFloat16, Q, K and V are also needed as bfloat16 bits (a.bits, laid out as
+	// a.buf). Without rotary each projection task writes its block's bits while the block is
+	// in cache (epi); with rotary the transpose phase writes them after rotating.
+	epi := bf && c.Rotary == nil
+	var bits, qb, kb, vb []uint16
+	if bf {
+		a.bits = growBits(a.bits, len(a.buf))
+		a.qb, a.kb, a.vb = view(a.bits, a.qo), view(a.bits, a.ko), view(a.bits, a.vo)
+		if epi {
+			bits, qb, kb, vb = a.bits, a.qb, a.kb, a.vb
+		}
+	}
 	if a.fused {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b}
-		w.g.bf16 = bf
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits}
 		w.run(phaseGemm, w.g.tasks())
 	} else {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
-		w.g.bf16 = bf
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb}
 		w.run(phaseGemm, w.g.tasks())
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
-			w.g.bf16 = bf
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb}
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb},
 			} {
 				w.g = g
-				w.g.bf16 = bf
 				w.run(phaseGemm, w.g.tasks())
 			}
 		}
@@ -370,6 +378,10 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 				clear(a.k[row*a.ldk : row*a.ldk+ekv])
 				clear(a.v[row*a.ldv : row*a.ldv+ekv])
 			}
+			if epi { // the appended rows' bits
+				encodeRows(a.kb[(b*tkx+p.tk)*a.ldk:], a.k[(b*tkx+p.tk)*a.ldk:], a.ldk, tkx-p.tk, ekv)
+				encodeRows(a.vb[(b*tkx+p.tk)*a.ldv:], a.v[(b*tkx+p.tk)*a.ldv:], a.ldv, tkx-p.tk, ekv)
+			}
 		}
 	}
 
@@ -377,19 +389,17 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// per (batch, head, query block). The heads write side by side into the concatenation:
 	// their own query columns, which they no longer need, or Saved's own buffer in training,
 	// where Backward needs Q.
+	// In bfloat16 Kᵀ is not needed: the bfloat16 product reads K's bits as they lie, so the
+	// transpose phase only rotates and converts, with rotary.
 	tasks := p.b * c.KVHeads()
-	if bf {
-		// Kᵀ is not needed: the bfloat16 product reads K's bits as they lie.
-		a.bits = growBits(a.bits, len(a.buf))
-		a.qb, a.kb, a.vb = view(a.bits, a.qo), view(a.bits, a.ko), view(a.bits, a.vo)
-	} else {
+	if !bf {
 		a.ldkt = paddedStride(tkx)
 		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	} else if epi {
+		tasks = 0
 	}
-	if c.Rotary != nil || bf {
-		if c.Rotary != nil {
-			w.buildRope()
-		}
+	if c.Rotary != nil {
+		w.buildRope()
 		tasks += p.b * heads
 	}
 	w.run(phaseTranspose, tasks)
@@ -414,7 +424,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 			w.wh = w.weights
 		}
 	}
-	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
+	w.qBlocks = ceilDiv(p.tq, p.opt.Compute.blockQ())
 	nt := p.b * heads * w.qBlocks
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], nt)[:nt], slices.Grow(w.zero[:0], nt)[:nt]
@@ -579,8 +589,9 @@ func (w *work) attend(worker, task int) {
 	p, heads, tkx := &w.p, w.l.cfg.NumHeads, w.p.tkx
 	bh, blk := task/w.qBlocks, task%w.qBlocks
 	b, h := bh/heads, bh%heads
-	i0 := blk * attend.BlockQ
-	i1 := min(i0+attend.BlockQ, p.tq)
+	bq := p.opt.Compute.blockQ()
+	i0 := blk * bq
+	i1 := min(i0+bq, p.tq)
 	hd := w.head(b, h)
 	bias := p.bias(b, h, heads)
 	var wts, lse []float32
@@ -645,7 +656,8 @@ type gemm struct {
 	ldc, cRows int
 	rows       int
 	n, batches int
-	bf16       bool // ComputeBFloat16: GemmBF16 or GemmBF16Half
+	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
+	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
@@ -674,6 +686,9 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 			ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
 		} else {
 			ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
+		}
+		if g.bits != nil {
+			encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
 		}
 		return
 	}

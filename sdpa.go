@@ -227,7 +227,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 		r.Weights = nil
 	}
 	w.r = r
-	w.qBlocks = ceilDiv(p.tq, attend.BlockQ)
+	w.qBlocks = ceilDiv(p.tq, p.opt.Compute.blockQ())
 	n := p.opt.Workers
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
@@ -699,8 +699,9 @@ func (w *sdpaWork) attend(worker, task int) {
 	bh, blk := task/w.qBlocks, task%w.qBlocks
 	b, h := bh/p.hq, bh%p.hq
 	kv := b*p.hkv + p.kvHead(h)
-	i0 := blk * attend.BlockQ
-	i1 := min(i0+attend.BlockQ, p.tq)
+	bq := p.opt.Compute.blockQ()
+	i0 := blk * bq
+	i1 := min(i0+bq, p.tq)
 	hd := attend.Head[float32]{
 		Q: view(w.q, bh*p.tq*p.d), LdQ: p.d,
 		Kt: view(w.kt, kv*max(p.d, 1)*w.ldkt), LdKt: w.ldkt,
