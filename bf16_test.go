@@ -151,14 +151,11 @@ func caseValues(seed uint64, n int, bound float64) []float32 {
 
 // accuracyCase is one case of testdata/bf16/accuracy.json.
 type accuracyCase struct {
-	Causal     bool    `json:"causal"`
-	TorchF32   float64 `json:"torch_float32_rel_err"`
-	TorchBF16  float64 `json:"torch_bfloat16_rel_err"`
-	RefSum     float64 `json:"ref_sum"`
-	RefSumSq   float64 `json:"ref_sumsq"`
-	GoF32Err   float64 `json:"-"`
-	GoBF16Err  float64 `json:"-"`
-	checkedRef bool
+	Causal    bool    `json:"causal"`
+	TorchF32  float64 `json:"torch_float32_rel_err"`
+	TorchBF16 float64 `json:"torch_bfloat16_rel_err"`
+	RefSum    float64 `json:"ref_sum"`
+	RefSumSq  float64 `json:"ref_sumsq"`
 }
 
 // TestBF16LayerAccuracy measures the layer's error in bfloat16 against its float64 Reference at
