@@ -446,3 +446,7 @@ func TestBF16Allocs(t *testing.T) {
 		}
 	}
 }
+
+// The bfloat16 path is tested on every CPU: where AVX512_BF16 is missing it runs on the pure-Go
+// kernels, which give the same bits.
+func init() { emulateBF16 = true }

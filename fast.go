@@ -36,7 +36,7 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 	if err := l.plan(p, query, key, value, opt, false); err != nil {
 		return err
 	}
-	if s != nil && p.opt.Compute.bf16() {
+	if s != nil && p.opt.Compute == ComputeBFloat16 {
 		return fmt.Errorf("%w: ForwardTrain in bfloat16: Backward is float32 only, train with ComputeFloat32", ErrUnsupported)
 	}
 	e := l.cfg.EmbedDim

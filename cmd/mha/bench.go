@@ -623,16 +623,17 @@ func mhaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchIm
 	return impls
 }
 
-// implCompute is the compute type of implementation impl's row: mha's as --compute says,
+// implCompute is the compute type of implementation impl's row: mha's as --compute says (as
+// mha.Compute.Effective runs it here: float32 for bfloat16 on a CPU without AVX512_BF16),
 // float16 for ggml with F16 K/V (its K·Q products read f16 operands), float32 for the rest.
 func (c *benchConfig) implCompute(impl string) string {
 	switch {
 	case impl == "mha" && len(c.computes) > 0:
-		return c.computes[0].String()
+		return c.computes[0].Effective().String()
 	case strings.HasPrefix(impl, "mha-float32"):
 		return "float32"
 	case strings.HasPrefix(impl, "mha-bfloat16"):
-		return "bfloat16"
+		return mha.ComputeBFloat16.Effective().String()
 	case impl == "ggml-f16":
 		return "float16"
 	}

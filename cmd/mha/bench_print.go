@@ -77,7 +77,7 @@ func (p *benchPrinter) computeLine() string {
 		case ct == mha.ComputeBFloat16 && p.cfg.peakBF16 > 0:
 			parts = append(parts, fmt.Sprintf("bfloat16 (bf16 products, float32 sums; %% of the VDPBF16PS peak, %.1f GFLOP/s)", p.cfg.peakBF16))
 		case ct == mha.ComputeBFloat16:
-			parts = append(parts, "bfloat16 (bf16 products, float32 sums; pure Go here, no AVX512_BF16: % of the FMA peak)")
+			parts = append(parts, "bfloat16 as float32 (this CPU or build has no AVX512_BF16: mha.Compute.Effective)")
 		default:
 			parts = append(parts, "float32")
 		}
