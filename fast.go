@@ -552,7 +552,7 @@ func (w *work) transpose(task int) {
 // same places of dst.
 func encodeRows(dst []uint16, src []float32, ld, rows, n int) {
 	for r := range rows {
-		kernel.EncodeBF16(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
+		kernel.RoundBF16s(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
 	}
 }
 

@@ -627,14 +627,14 @@ func (w *sdpaWork) Do(worker, task int) {
 func (w *sdpaWork) rotateQ(bh int) {
 	p := &w.p
 	if p.ropeDim == 0 { // ComputeBFloat16 without rotary: only the conversion
-		kernel.EncodeBF16(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], p.q[bh*p.tq*p.d:])
+		kernel.RoundBF16s(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], p.q[bh*p.tq*p.d:])
 		return
 	}
 	q := w.qrot[bh*p.tq*p.d : (bh+1)*p.tq*p.d]
 	copy(q, p.q[bh*p.tq*p.d:])
 	w.rope.rotate(q, p.d, p.tq, p.ropeQ0, false)
 	if p.opt.Compute.bf16() {
-		kernel.EncodeBF16(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], q)
+		kernel.RoundBF16s(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], q)
 	}
 }
 
@@ -677,9 +677,9 @@ func (w *sdpaWork) transpose(worker, task int) {
 func (w *sdpaWork) convertKV(worker, task int) {
 	p := &w.p
 	kb := w.kb[task*p.tk*p.d : (task+1)*p.tk*p.d]
-	kernel.EncodeBF16(w.vb[task*p.tk*p.dv:(task+1)*p.tk*p.dv], p.v[task*p.tk*p.dv:])
+	kernel.RoundBF16s(w.vb[task*p.tk*p.dv:(task+1)*p.tk*p.dv], p.v[task*p.tk*p.dv:])
 	if p.ropeDim == 0 {
-		kernel.EncodeBF16(kb, p.k[task*p.tk*p.d:])
+		kernel.RoundBF16s(kb, p.k[task*p.tk*p.d:])
 		return
 	}
 	const block = 64
@@ -689,7 +689,7 @@ func (w *sdpaWork) convertKV(worker, task int) {
 		blk := w.rows[worker][:(j1-j0)*p.d]
 		copy(blk, p.k[(task*p.tk+j0)*p.d:])
 		w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
-		kernel.EncodeBF16(kb[j0*p.d:j1*p.d], blk)
+		kernel.RoundBF16s(kb[j0*p.d:j1*p.d], blk)
 	}
 }
 

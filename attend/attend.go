@@ -27,7 +27,7 @@ type Float = kernel.Float
 //	Out [Tq, Dv] stride LdOut, overwritten
 //
 // Qb, Kb and Vb, when all three are set (Tiled only), are Q, K and V as bfloat16 bits
-// (kernel.EncodeBF16), with the strides LdQ, LdK and LdV: Tiled then computes Q·Kᵀ and the
+// (kernel.RoundBF16s), with the strides LdQ, LdK and LdV: Tiled then computes Q·Kᵀ and the
 // weights times V with the bfloat16 GEMM (float32 sums) and reads neither Kt nor, but for a
 // Normalizer's sums, Q and V (see Tiled).
 type Head[F Float] struct {

@@ -87,6 +87,18 @@ func RoundBF16(f float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
+// RoundBF16s sets dst[i] to RoundBF16(src[i]) for every i < len(dst) (src may be longer; it
+// panics when it is shorter), with VCVTNE2PS2BF16 where the CPU has AVX512_BF16: the rounding
+// GemmBF16 applies to its float32 operands, so that GemmBF16Bits on the results computes what
+// GemmBF16 on src does. It differs from EncodeBF16 on subnormals, which it makes zero (as
+// GemmBF16Bits reads them anyway), and is faster on processors whose narrowing stores are slow.
+func RoundBF16s(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i := roundBF16sVector(dst, src); i < len(dst); i++ {
+		dst[i] = RoundBF16(src[i])
+	}
+}
+
 // bestBF16 is the path GemmBF16 takes: avx512 where the CPU has AVX512_BF16 (and this build
 // has assembly), generic otherwise.
 var bestBF16 = func() isa {

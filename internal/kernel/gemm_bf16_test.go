@@ -336,3 +336,26 @@ func TestGemmBF16Exported(t *testing.T) {
 		checkSgemm(t, fmt.Sprintf("A=%v,B=%v", fa, fb), tc, 1, 1, prod, mag, c, got, ldc, nil, false)
 	}
 }
+
+// TestRoundBF16s checks RoundBF16s against RoundBF16 on every length to 100 (the vector part and
+// the tail), with subnormals, NaN, infinities and ties among the values.
+func TestRoundBF16s(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.MaxFloat32}
+	src := make([]float32, 100)
+	for i := range src {
+		src[i] = float32(math.Sin(float64(i)*1.7)) * float32(math.Pow(10, float64(i%9-4)))
+		if i%11 == 0 {
+			src[i] = special[i/11%len(special)]
+		}
+	}
+	for n := range len(src) + 1 {
+		dst := make([]uint16, n)
+		RoundBF16s(dst, src)
+		for i, h := range dst {
+			if want := RoundBF16(src[i]); h != want {
+				t.Fatalf("n %d: value %d (%v): %#04x, want %#04x", n, i, src[i], h, want)
+			}
+		}
+	}
+}
