@@ -450,3 +450,33 @@ func TestBF16Allocs(t *testing.T) {
 // The bfloat16 path is tested on every CPU: where AVX512_BF16 is missing it runs on the pure-Go
 // kernels, which give the same bits.
 func init() { emulateBF16 = true }
+
+// TestBF16HeadsAsBits checks that the heads written as bfloat16 bits for the output projection
+// (the bfloat16 forward without Heads.Keep) give the bits of the heads written in float32 and
+// rounded by the projection (with Heads.Keep), with rotary or not, self- or cross-attention.
+func TestBF16HeadsAsBits(t *testing.T) {
+	for _, cfg := range []Config{
+		{EmbedDim: 64, NumHeads: 4, Seed: 1},
+		{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}, Seed: 2},
+		{EmbedDim: 62, NumHeads: 2, Seed: 3}, // an odd head size and E: the bits are packed, not read in place
+	} {
+		l := newLayer(t, cfg)
+		rng := tensor.NewRNG(6)
+		x, kv := randTensor(rng, 2, 40, cfg.EmbedDim), randTensor(rng, 2, 30, cfg.EmbedDim)
+		for _, k := range []*tensor.Tensor{nil, kv} {
+			opt := Options{Compute: ComputeBFloat16, Causal: k == nil}
+			bits, err := l.Forward(x, k, k, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt.Heads.Keep = true
+			kept, err := l.Forward(x, k, k, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bitsEqual(bits.Output.Data, kept.Output.Data) {
+				t.Errorf("%+v cross %v: the output differs with Heads.Keep", cfg, k != nil)
+			}
+		}
+	}
+}

@@ -82,7 +82,7 @@ func (l *Layer) getWork() *work {
 func (l *Layer) putWork(w *work) {
 	// Drop the references to the caller's tensors and to a Saved.
 	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, gemm{}, wgrad{}, nil, nil
-	w.wh, w.rw, w.out, w.dy, w.gr = nil, nil, nil, nil, nil
+	w.wh, w.rw, w.out, w.dy, w.gr, w.outb = nil, nil, nil, nil, nil, nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.free) < keepWork {
@@ -164,6 +164,7 @@ type work struct {
 	s   *Saved // where a training forward keeps its state; nil otherwise
 
 	out     []float32 // where the heads write: Q's block, or Saved.concat
+	outb    []uint16  // ComputeBFloat16 without Heads.Keep and gates: where the heads write instead, as bits (Q's bits)
 	ldo, ro int       // its row stride and rows per batch
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
 	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
@@ -404,6 +405,13 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	}
 	w.run(phaseTranspose, tasks)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
+	// In bfloat16 the output projection rounds the concatenated heads to bfloat16 anyway: the
+	// heads write them so, over their own rows of Q's bits, which the attention has just read
+	// (so the lines are in cache), unless they are returned or gated in float32.
+	w.outb = nil
+	if bf && !p.opt.Heads.Keep && !p.gated() && s == nil {
+		w.outb = a.qb
+	}
 	if s != nil {
 		s.concat = kernel.Grow(s.concat, p.b*p.tq*e)
 		s.lse = kernel.Grow(s.lse, p.b*heads*p.tq)
@@ -465,8 +473,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
 		x, ldx, xRows = *buf, e, p.tq
 	}
-	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
-	w.g.bf16 = bf
+	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, xb: w.outb}
 	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
@@ -581,6 +588,9 @@ func (w *work) head(b, h int) attend.Head[float32] {
 	if p.opt.Compute.bf16() {
 		hd.Qb, hd.Kb, hd.Vb = view(a.qb, b*a.rq*a.ldq+o), view(a.kb, b*a.rk*a.ldk+ko), view(a.vb, b*a.rk*a.ldv+ko)
 	}
+	if w.outb != nil {
+		hd.OutB = view(w.outb, b*w.ro*w.ldo+o)
+	}
 	return hd
 }
 
@@ -658,6 +668,7 @@ type gemm struct {
 	n, batches int
 	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
 	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
+	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
@@ -680,7 +691,12 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	if g.trans {
 		w = g.w.from(c0 * g.ldw)
 	}
-	x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	c := g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	if g.xb != nil {
+		ws.GemmBF16BitsA(false, g.trans, rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, w.f, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+		return
+	}
+	x := g.x[(b*g.xRows+r0)*g.ldx:]
 	if g.bf16 {
 		if w.f == nil && w.h != nil {
 			ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)

@@ -64,7 +64,8 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // weights, rounded to bfloat16 as they are packed, times V): every sum of products is
 // float32, and the scores, the masks and biases, the online softmax, its rescaling and the
 // output accumulators stay float32, as without them. A Normalizer's output sums (when it has
-// no dropout) read the float32 h.V.
+// no dropout) read the float32 h.V. With h.OutB the rows' outputs go there instead of h.Out,
+// rounded to bfloat16 by kernel.RoundBF16s.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
@@ -278,11 +279,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 
 	for r := range rows {
-		out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
 		if l[r] == 0 {
 			fullyMasked++
-			clear(out)
+			if h.OutB != nil {
+				clear(h.OutB[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv])
+			} else {
+				clear(h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv])
+			}
 			if lse != nil {
 				lse[r] = float32(math.Inf(1))
 				if sink {
@@ -307,8 +311,17 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				lse[r] = float32(math.NaN())
 			}
 		}
-		for c, v := range o[r*dv : (r+1)*dv] {
-			out[c] = v * inv
+		if h.OutB != nil {
+			acc := o[r*dv : (r+1)*dv]
+			for c := range acc {
+				acc[c] *= inv
+			}
+			kernel.RoundBF16s(h.OutB[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
+		} else {
+			out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
+			for c, v := range o[r*dv : (r+1)*dv] {
+				out[c] = v * inv
+			}
 		}
 		if w != nil && !b.normalized() {
 			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])
