@@ -370,6 +370,24 @@ func TestBF16Cache(t *testing.T) {
 	if e := relErr(got, f64(want.Output.Data)); e > 2e-2 {
 		t.Errorf("relative error against Forward %.3g", e)
 	}
+
+	// AttendCache itself computes in float32 whatever Compute says.
+	q, k, v := sdpaRand(1, 1, 1, 4, 3, 16), sdpaRand(2, 1, 1, 2, 3, 16), sdpaRand(3, 1, 1, 2, 3, 16)
+	var outs [2][]float32
+	for i, ct := range []Compute{ComputeFloat32, ComputeBFloat16} {
+		kv, err := NewKVCache(1, 2, 16, 16, 8, CacheFloat32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r SDPAResult
+		if err := new(SDPAContext).AttendCache(&r, kv, q, k, v, &SDPAOptions{Causal: CausalBottomRight, Compute: ct}); err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = r.Out.Data
+	}
+	if !bitsEqual(outs[0], outs[1]) {
+		t.Error("AttendCache with ComputeBFloat16 differs from float32")
+	}
 }
 
 // TestBF16Errors checks the combinations that bfloat16 refuses and an unknown Compute.
