@@ -498,3 +498,30 @@ func TestBF16HeadsAsBits(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16SDPAShapes runs SDPA in bfloat16 on empty and odd sizes (an odd D and Dv, whose pairs
+// are padded, Tq and Tk of 0 and 1) against float32 SDPA.
+func TestBF16SDPAShapes(t *testing.T) {
+	for _, s := range [][6]int{{1, 2, 5, 7, 5, 3}, {2, 3, 1, 1, 1, 1}, {1, 2, 0, 4, 4, 4}, {1, 2, 3, 0, 4, 4}, {0, 2, 3, 3, 4, 4}, {1, 1, 130, 300, 64, 64}} {
+		b, h, tq, tk, d, dv := s[0], s[1], s[2], s[3], s[4], s[5]
+		q, k, v := sdpaRand(1, 1, b, h, tq, d), sdpaRand(2, 1, b, h, tk, d), sdpaRand(3, 1, b, h, tk, dv)
+		for _, causal := range []CausalMode{NotCausal, CausalBottomRight} {
+			want, err := SDPA(q, k, v, &SDPAOptions{Causal: causal, NeedLSE: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := SDPA(q, k, v, &SDPAOptions{Causal: causal, NeedLSE: true, Compute: ComputeBFloat16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.FullyMasked != want.FullyMasked || len(got.Out.Data) != len(want.Out.Data) {
+				t.Fatalf("%v causal %v: fully masked %d, %d values; float32 %d, %d", s, causal, got.FullyMasked, len(got.Out.Data), want.FullyMasked, len(want.Out.Data))
+			}
+			if len(want.Out.Data) > 0 && want.FullyMasked < b*h*tq {
+				if e := relErr(got.Out.Data, f64(want.Out.Data)); e > 2e-2 {
+					t.Errorf("%v causal %v: relative error against float32 %.3g", s, causal, e)
+				}
+			}
+		}
+	}
+}

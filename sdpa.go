@@ -460,7 +460,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 
 // prepare runs phase 0 on n workers: Kᵀ of every (batch, K/V head) into w.kt and, with
 // rotary, the rotated Q into w.qrot (one task per (batch, query head)) and, when keepK, the
-// rotated K into w.krot. It points w.q at the Q the kernel reads.
+// rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
+// writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
 	bf := p.opt.Compute.bf16()
@@ -474,9 +475,6 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	tasks := p.b * p.hkv
 	if bf && p.ropeDim == 0 {
 		tasks += p.b * p.hq // Q's conversion
-		if len(w.rows) < n {
-			w.rows = make([][]float32, n)
-		}
 	}
 	if p.ropeDim > 0 {
 		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeCount)
