@@ -30,7 +30,7 @@ const (
 	// projections' biases and the outputs stay float32. On E = 768, H = 12, T = 256 the layer's
 	// output is 2.1·10⁻³ (3.2·10⁻³ causal) from float64 in relative Frobenius norm, where
 	// PyTorch's own bfloat16 gives 3.1·10⁻³ (3.9·10⁻³): TestBF16LayerAccuracy checks it is no
-	// worse. At T = 2048 the forward is about 1.5× the float32 one (BENCHMARKS.md).
+	// worse. At T = 1024…4096 the forward is about 1.6× the float32 one (BENCHMARKS.md, v9).
 	//
 	// Where the CPU lacks AVX512_BF16, or under the purego build tag, it runs as
 	// ComputeFloat32 (see Effective). Not supported in bfloat16: training. ForwardTrain and

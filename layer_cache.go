@@ -29,9 +29,9 @@ func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, err
 // one scale, or none).
 //
 // Of Options it reads Causal, Window, Softcap, ALiBi, Slopes, Workers and Compute (the
-// projections follow it; the cached attention computes in float32); masks, weights, dropout and head
-// interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have no
-// position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
+// projections follow it; the cached attention computes in float32); masks, weights, dropout
+// and head interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have
+// no position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
 // layer or kv, or kv has too little room left.
 func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
 	c := l.cfg
