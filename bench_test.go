@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -138,6 +139,46 @@ func BenchmarkBF16BlockQ(b *testing.B) {
 	for _, bq := range []int{64, 128, 256} {
 		b.Run(fmt.Sprint(bq), func(b *testing.B) {
 			bf16BlockQ = bq
+			for b.Loop() {
+				if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBF16Weights times the layer's bfloat16 forward at E = 768, H = 12, T = 2048 with the
+// weights held in float32 (converted to bfloat16 as each projection task packs them) and in
+// bfloat16 (LoadHalfStateDict: used as they are).
+func BenchmarkBF16Weights(b *testing.B) {
+	x := tensor.New(1, 2048, 768)
+	tensor.NewRNG(2).Normal(x, 1)
+	opt := Options{Compute: ComputeBFloat16}
+	for _, half := range []bool{false, true} {
+		b.Run(fmt.Sprintf("bf16weights=%v", half), func(b *testing.B) {
+			l, err := New(Config{EmbedDim: 768, NumHeads: 12, Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if half {
+				sd := map[string]*tensor.Half{}
+				for name, p := range l.StateDict() {
+					bits := make([]uint16, len(p.Data))
+					kernel.EncodeBF16(bits, p.Data)
+					if sd[name], err = tensor.HalfFromData(bits, tensor.BFloat16, p.Shape...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := l.LoadHalfStateDict(sd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var r Result
+			if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil { // warm: scratch allocated
+				b.Fatal(err)
+			}
+			b.ResetTimer()
 			for b.Loop() {
 				if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil {
 					b.Fatal(err)
