@@ -115,7 +115,8 @@ type acts struct {
 	ldkt          int
 
 	// With ComputeBFloat16: Q, K and V as bfloat16 bits, laid out as buf (views qb, kb, vb at
-	// the same offsets and strides), written by the transpose phase.
+	// the same offsets and strides), written by the projection tasks (or, with rotary, by the
+	// transpose phase after rotating); the heads then write their outputs over Q's.
 	bits       []uint16
 	qb, kb, vb []uint16
 }
