@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -22,6 +23,8 @@ func BenchmarkForward(b *testing.B) {
 			{"tiled", Options{}},
 			{"causal", Options{Causal: true}},
 			{"weights", Options{NeedWeights: true}},
+			{"bf16", Options{Compute: ComputeBFloat16}},
+			{"bf16-causal", Options{Causal: true, Compute: ComputeBFloat16}},
 		} {
 			b.Run(fmt.Sprintf("T=%d/%s", t, v.name), func(b *testing.B) {
 				l, err := New(Config{EmbedDim: e, NumHeads: h, Seed: 1})
@@ -67,6 +70,8 @@ func BenchmarkSDPA(b *testing.B) {
 			{"causal", SDPAOptions{Causal: CausalBottomRight}},
 			{"window256", SDPAOptions{Causal: CausalBottomRight, Window: &Window{Left: 256, Right: 0}}},
 			{"causal+rotary", SDPAOptions{Causal: CausalBottomRight, Rotary: &Rotary{Theta: 500000}}},
+			{"bf16", SDPAOptions{Compute: ComputeBFloat16}},
+			{"bf16-causal", SDPAOptions{Causal: CausalBottomRight, Compute: ComputeBFloat16}},
 		} {
 			b.Run(fmt.Sprintf("T=%d/%s", t, v.name), func(b *testing.B) {
 				rng := tensor.NewRNG(3)
@@ -112,6 +117,70 @@ func BenchmarkSDPANormalizer(b *testing.B) {
 			var r SDPAResult
 			for b.Loop() {
 				if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBF16BlockQ times the layer's bfloat16 forward at E = 768, H = 12, T = 2048 with
+// query blocks of 64, 128 and 256 rows per attention task.
+func BenchmarkBF16BlockQ(b *testing.B) {
+	defer func(v int) { bf16BlockQ = v }(bf16BlockQ)
+	l, err := New(Config{EmbedDim: 768, NumHeads: 12, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := tensor.New(1, 2048, 768)
+	tensor.NewRNG(2).Normal(x, 1)
+	opt := Options{Compute: ComputeBFloat16}
+	var r Result
+	for _, bq := range []int{64, 128, 256} {
+		b.Run(fmt.Sprint(bq), func(b *testing.B) {
+			bf16BlockQ = bq
+			for b.Loop() {
+				if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBF16Weights times the layer's bfloat16 forward at E = 768, H = 12, T = 2048 with the
+// weights held in float32 (converted to bfloat16 as each projection task packs them) and in
+// bfloat16 (LoadHalfStateDict: used as they are).
+func BenchmarkBF16Weights(b *testing.B) {
+	x := tensor.New(1, 2048, 768)
+	tensor.NewRNG(2).Normal(x, 1)
+	opt := Options{Compute: ComputeBFloat16}
+	for _, half := range []bool{false, true} {
+		b.Run(fmt.Sprintf("bf16weights=%v", half), func(b *testing.B) {
+			l, err := New(Config{EmbedDim: 768, NumHeads: 12, Seed: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if half {
+				sd := map[string]*tensor.Half{}
+				for name, p := range l.StateDict() {
+					bits := make([]uint16, len(p.Data))
+					kernel.EncodeBF16(bits, p.Data)
+					if sd[name], err = tensor.HalfFromData(bits, tensor.BFloat16, p.Shape...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := l.LoadHalfStateDict(sd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var r Result
+			if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil { // warm: scratch allocated
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := l.ForwardInto(&r, x, nil, nil, &opt); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -210,7 +210,8 @@ const (
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
 // merged by their log-sum-exp (flash-decoding); the rows of a K/V head's query group are scored
 // together, so each cached key is read once per step. AttendCache makes no heap allocation
-// once it has seen the largest shape.
+// once it has seen the largest shape. It computes in float32 whatever Compute says (a step is
+// bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
 //
 // It returns an error wrapping ErrShape, leaving the cache and r unchanged, when a shape does
 // not fit the cache, the cache has too little room left for Tn positions, or an option is

@@ -1,6 +1,7 @@
 package mha
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 
@@ -34,6 +35,9 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 	p := &w.p
 	if err := l.plan(p, query, key, value, opt, false); err != nil {
 		return err
+	}
+	if s != nil && p.opt.Compute == ComputeBFloat16 {
+		return fmt.Errorf("%w: ForwardTrain in bfloat16: Backward is float32 only, train with ComputeFloat32", ErrUnsupported)
 	}
 	e := l.cfg.EmbedDim
 	r.Output = reuse(r.Output, p.b*p.tq*e, p.b, p.tq, e)
@@ -78,7 +82,7 @@ func (l *Layer) getWork() *work {
 func (l *Layer) putWork(w *work) {
 	// Drop the references to the caller's tensors and to a Saved.
 	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, gemm{}, wgrad{}, nil, nil
-	w.wh, w.rw, w.out, w.dy, w.gr = nil, nil, nil, nil, nil
+	w.wh, w.rw, w.out, w.dy, w.gr, w.outb = nil, nil, nil, nil, nil, nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.free) < keepWork {
@@ -109,6 +113,12 @@ type acts struct {
 	ldq, ldk, ldv int // their row strides
 	rq, rk        int // their rows per batch (rk counts the appended key rows)
 	ldkt          int
+
+	// With ComputeBFloat16: Q, K and V as bfloat16 bits, laid out as buf (views qb, kb, vb at
+	// the same offsets and strides), written by the projection tasks (or, with rotary, by the
+	// transpose phase after rotating); the heads then write their outputs over Q's.
+	bits       []uint16
+	qb, kb, vb []uint16
 }
 
 // split returns the views of q, k and v into buf, a buffer laid out as a.buf (empty views when
@@ -155,6 +165,7 @@ type work struct {
 	s   *Saved // where a training forward keeps its state; nil otherwise
 
 	out     []float32 // where the heads write: Q's block, or Saved.concat
+	outb    []uint16  // ComputeBFloat16 without Heads.Keep and gates: where the heads write instead, as bits (Q's bits)
 	ldo, ro int       // its row stride and rows per batch
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
 	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
@@ -312,6 +323,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	w.l, w.s = l, s
 	defer func() { w.l = nil }()
 	clear(w.masked[:w.workers()])
+	bf := p.opt.Compute.bf16()
 
 	// The input projections. Self-attention with stacked weights is one GEMM writing
 	// [Q | K | V] side by side; cross-attention is one for Q and one for [K | V] when key and
@@ -320,23 +332,35 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	wq, wk, wv, bq, bk, bv := l.projections()
 	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
 	a.layout(p, e, ekv, inW.present())
+	// With ComputeBFloat16, Q, K and V are also needed as bfloat16 bits (a.bits, laid out as
+	// a.buf). Without rotary each projection task writes its block's bits while the block is
+	// in cache (epi); with rotary the transpose phase writes them after rotating.
+	epi := bf && c.Rotary == nil
+	var bits, qb, kb, vb []uint16
+	if bf {
+		a.bits = growBits(a.bits, len(a.buf))
+		a.qb, a.kb, a.vb = view(a.bits, a.qo), view(a.bits, a.ko), view(a.bits, a.vo)
+		if epi {
+			bits, qb, kb, vb = a.bits, a.qb, a.kb, a.vb
+		}
+	}
 	if a.fused {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b}
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits}
 		w.run(phaseGemm, w.g.tasks())
 	} else {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb}
 		w.run(phaseGemm, w.g.tasks())
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b}
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb}
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b},
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb},
 			} {
 				w.g = g
 				w.run(phaseGemm, w.g.tasks())
@@ -356,6 +380,10 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 				clear(a.k[row*a.ldk : row*a.ldk+ekv])
 				clear(a.v[row*a.ldv : row*a.ldv+ekv])
 			}
+			if epi { // the appended rows' bits
+				encodeRows(a.kb[(b*tkx+p.tk)*a.ldk:], a.k[(b*tkx+p.tk)*a.ldk:], a.ldk, tkx-p.tk, ekv)
+				encodeRows(a.vb[(b*tkx+p.tk)*a.ldv:], a.v[(b*tkx+p.tk)*a.ldv:], a.ldv, tkx-p.tk, ekv)
+			}
 		}
 	}
 
@@ -363,15 +391,28 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// per (batch, head, query block). The heads write side by side into the concatenation:
 	// their own query columns, which they no longer need, or Saved's own buffer in training,
 	// where Backward needs Q.
-	a.ldkt = paddedStride(tkx)
-	a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	// In bfloat16 Kᵀ is not needed: the bfloat16 product reads K's bits as they lie, so the
+	// transpose phase only rotates and converts, with rotary.
 	tasks := p.b * c.KVHeads()
+	if !bf {
+		a.ldkt = paddedStride(tkx)
+		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	} else if epi {
+		tasks = 0
+	}
 	if c.Rotary != nil {
 		w.buildRope()
 		tasks += p.b * heads
 	}
 	w.run(phaseTranspose, tasks)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
+	// In bfloat16 the output projection rounds the concatenated heads to bfloat16 anyway: the
+	// heads write them so, over their own rows of Q's bits, which the attention has just read
+	// (so the lines are in cache), unless they are returned or gated in float32.
+	w.outb = nil
+	if bf && !p.opt.Heads.Keep && !p.gated() && s == nil {
+		w.outb = a.qb
+	}
 	if s != nil {
 		s.concat = kernel.Grow(s.concat, p.b*p.tq*e)
 		s.lse = kernel.Grow(s.lse, p.b*heads*p.tq)
@@ -392,7 +433,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 			w.wh = w.weights
 		}
 	}
-	w.qBlocks = (p.tq + attend.BlockQ - 1) / attend.BlockQ
+	w.qBlocks = ceilDiv(p.tq, p.opt.Compute.blockQ())
 	nt := p.b * heads * w.qBlocks
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], nt)[:nt], slices.Grow(w.zero[:0], nt)[:nt]
@@ -433,7 +474,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
 		x, ldx, xRows = *buf, e, p.tq
 	}
-	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
+	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, xb: w.outb}
 	w.run(phaseGemm, w.g.tasks())
 	r.FullyMasked = 0
 	for _, m := range w.masked {
@@ -474,14 +515,30 @@ func paddedStride(n int) int {
 func (w *work) transpose(task int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	hkv, tkx, ld, ekv := c.KVHeads(), p.tkx, a.ldkt, c.KVDim()
+	bf := p.opt.Compute.bf16()
 	if task >= p.b*hkv {
 		task -= p.b * hkv
 		b, h := task/c.NumHeads, task%c.NumHeads
-		w.rope.rotate(view(a.q, b*a.rq*a.ldq+w.l.offs[h]), a.ldq, p.tq, w.ropeQ0, false)
+		off := b*a.rq*a.ldq + w.l.offs[h]
+		if c.Rotary != nil {
+			w.rope.rotate(view(a.q, off), a.ldq, p.tq, w.ropeQ0, false)
+		}
+		if bf {
+			encodeRows(view(a.qb, off), view(a.q, off), a.ldq, p.tq, w.l.offs[h+1]-w.l.offs[h])
+		}
 		return
 	}
 	b, g := task/hkv, task%hkv
 	o, d := w.l.kvOffs[g], w.l.kvOffs[g+1]-w.l.kvOffs[g]
+	if bf {
+		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
+		if c.Rotary != nil {
+			w.rope.rotate(view(a.k, k), a.ldk, tkx, w.ropeK0, false)
+		}
+		encodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
+		encodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
+		return
+	}
 	dst := a.kt[(b*ekv+o)*ld : (b*ekv+o+d)*ld]
 	src := view(a.k, b*a.rk*a.ldk+o)
 	const block = 64
@@ -499,13 +556,29 @@ func (w *work) transpose(task int) {
 	}
 }
 
+// encodeRows rounds n values of each of rows rows of src, stride ld, to bfloat16 bits in the
+// same places of dst.
+func encodeRows(dst []uint16, src []float32, ld, rows, n int) {
+	for r := range rows {
+		kernel.RoundBF16s(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
+	}
+}
+
+// growBits returns buf resliced to n values, or a new slice when its capacity is short.
+func growBits(buf []uint16, n int) []uint16 {
+	if cap(buf) < n {
+		return make([]uint16, n)
+	}
+	return buf[:n]
+}
+
 // head returns the operands of batch b, head h, with the output written to (or read from) the
 // concatenation w.out.
 func (w *work) head(b, h int) attend.Head[float32] {
 	a, p, offs := w.a, &w.p, w.l.offs
 	o, d := offs[h], offs[h+1]-offs[h]
 	ko, ekv := w.l.kvOffs[w.l.cfg.KVHead(h)], w.l.cfg.KVDim()
-	return attend.Head[float32]{
+	hd := attend.Head[float32]{
 		Q: view(a.q, b*a.rq*a.ldq+o), LdQ: a.ldq,
 		K: view(a.k, b*a.rk*a.ldk+ko), LdK: a.ldk,
 		Kt: view(a.kt, (b*ekv+ko)*a.ldkt), LdKt: a.ldkt,
@@ -513,6 +586,13 @@ func (w *work) head(b, h int) attend.Head[float32] {
 		Out: view(w.out, b*w.ro*w.ldo+o), LdOut: w.ldo,
 		Tq: p.tq, Tk: p.tkx, D: d, Dv: d,
 	}
+	if p.opt.Compute.bf16() {
+		hd.Qb, hd.Kb, hd.Vb = view(a.qb, b*a.rq*a.ldq+o), view(a.kb, b*a.rk*a.ldk+ko), view(a.vb, b*a.rk*a.ldv+ko)
+	}
+	if w.outb != nil {
+		hd.OutB = view(w.outb, b*w.ro*w.ldo+o)
+	}
+	return hd
 }
 
 // attend runs one (batch, head, query block) task.
@@ -520,8 +600,9 @@ func (w *work) attend(worker, task int) {
 	p, heads, tkx := &w.p, w.l.cfg.NumHeads, w.p.tkx
 	bh, blk := task/w.qBlocks, task%w.qBlocks
 	b, h := bh/heads, bh%heads
-	i0 := blk * attend.BlockQ
-	i1 := min(i0+attend.BlockQ, p.tq)
+	bq := p.opt.Compute.blockQ()
+	i0 := blk * bq
+	i1 := min(i0+bq, p.tq)
 	hd := w.head(b, h)
 	bias := p.bias(b, h, heads)
 	var wts, lse []float32
@@ -586,6 +667,9 @@ type gemm struct {
 	ldc, cRows int
 	rows       int
 	n, batches int
+	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
+	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
+	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
@@ -608,7 +692,23 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	if g.trans {
 		w = g.w.from(c0 * g.ldw)
 	}
-	x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	c := g.c[(b*g.cRows+r0)*g.ldc+c0:]
+	if g.xb != nil {
+		ws.GemmBF16BitsA(false, g.trans, rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, w.f, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+		return
+	}
+	x := g.x[(b*g.xRows+r0)*g.ldx:]
+	if g.bf16 {
+		if w.f == nil && w.h != nil {
+			ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+		} else {
+			ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
+		}
+		if g.bits != nil {
+			encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
+		}
+		return
+	}
 	if w.f == nil && w.h != nil {
 		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
 		return

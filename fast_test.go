@@ -207,6 +207,9 @@ func TestForwardIntoAllocatesNothing(t *testing.T) {
 		{NeedWeights: true},
 		{NeedWeights: true, PerHeadWeights: true},
 		{Training: true, DropoutSeed: 3},
+		{Compute: ComputeBFloat16},
+		{Compute: ComputeBFloat16, Causal: true, KeyPaddingMask: pad, NeedWeights: true},
+		{Compute: ComputeBFloat16, Training: true, DropoutSeed: 3, Heads: HeadOptions{Keep: true}},
 	} {
 		for _, cross := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%+v cross=%v", *opt, cross), func(t *testing.T) {

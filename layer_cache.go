@@ -28,9 +28,10 @@ func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, err
 // whole sequence, up to float32 rounding. The scale is the heads' (Config.HeadScales must give
 // one scale, or none).
 //
-// Of Options it reads Causal, Window, Softcap, ALiBi, Slopes and Workers; masks, weights, dropout and head
-// interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have no
-// position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
+// Of Options it reads Causal, Window, Softcap, ALiBi, Slopes, Workers and Compute (the
+// projections follow it; the cached attention computes in float32); masks, weights, dropout
+// and head interventions are errors, as are appended keys (AddBiasKV, AddZeroAttn), which have
+// no position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
 // layer or kv, or kv has too little room left.
 func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
 	c := l.cfg
@@ -68,6 +69,10 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	if kv.b != b {
 		return nil, fmt.Errorf("%w: x has %d sequences, the cache %d", ErrShape, b, kv.b)
 	}
+	if err := o.Compute.check(); err != nil {
+		return nil, err
+	}
+	bf := o.Compute.bf16()
 
 	w := l.getWork()
 	defer l.putWork(w)
@@ -88,6 +93,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		{x: x.Data, ldx: e, xRows: n, k: e, w: wv, ldw: e, trans: true, bias: bv, c: v, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
 	} {
 		w.g = g
+		w.g.bf16 = bf
 		w.run(phaseGemm, w.g.tasks())
 	}
 	w.cq = perHead(w.cq, q, b, t, heads, d)
@@ -114,7 +120,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		}
 	}
 	y := tensor.New(b, t, e)
-	w.g = gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1}
+	w.g = gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1, bf16: bf}
 	w.run(phaseGemm, w.g.tasks())
 	return y, nil
 }

@@ -106,6 +106,11 @@ type SDPAOptions struct {
 	// Workers bounds how many goroutines the call runs on; 0 means runtime.GOMAXPROCS(0). The
 	// result does not depend on it, to the bit.
 	Workers int
+	// Compute is the arithmetic of Q·Kᵀ and of the weights times V: ComputeFloat32 (the zero
+	// value) or ComputeBFloat16 (Q, K, V converted to bfloat16 once per call, float32 sums and
+	// softmax; see Compute). SDPABackward refuses ComputeBFloat16; AttendCache computes in
+	// float32 whatever it says.
+	Compute Compute
 }
 
 // SDPAResult is what SDPA returns.
@@ -222,7 +227,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 		r.Weights = nil
 	}
 	w.r = r
-	w.qBlocks = ceilDiv(p.tq, attend.BlockQ)
+	w.qBlocks = ceilDiv(p.tq, p.opt.Compute.blockQ())
 	n := p.opt.Workers
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
@@ -367,6 +372,9 @@ func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]flo
 // slopes, kept in slopes between calls).
 func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 	o := &p.opt
+	if err := o.Compute.check(); err != nil {
+		return err
+	}
 	switch {
 	case math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
 		return fmt.Errorf("%w: scale is %v, want a finite number (0 for 1/√D)", ErrShape, o.Scale)
@@ -452,13 +460,22 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 
 // prepare runs phase 0 on n workers: Kᵀ of every (batch, K/V head) into w.kt and, with
 // rotary, the rotated Q into w.qrot (one task per (batch, query head)) and, when keepK, the
-// rotated K into w.krot. It points w.q at the Q the kernel reads.
+// rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
+// writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
-	w.ldkt = paddedStride(p.tk)
-	w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
+	bf := p.opt.Compute.bf16()
+	if bf {
+		w.qb, w.kb, w.vb = growBits(w.qb, len(p.q)), growBits(w.kb, len(p.k)), growBits(w.vb, len(p.v))
+	} else {
+		w.ldkt = paddedStride(p.tk)
+		w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
+	}
 	w.q, w.krot = p.q, nil
 	tasks := p.b * p.hkv
+	if bf && p.ropeDim == 0 {
+		tasks += p.b * p.hq // Q's conversion
+	}
 	if p.ropeDim > 0 {
 		w.rope.build(p.opt.Rotary, p.ropeDim, p.ropeStart, p.ropeCount)
 		w.qrot = kernel.Grow(w.qrot, len(p.q))
@@ -577,6 +594,10 @@ type sdpaWork struct {
 	rows       [][]float32
 	krot, kbuf []float32
 
+	// With ComputeBFloat16: Q (rotated with rotary), K (rotated) and V as bfloat16 bits, laid
+	// out as the caller's q, k and v. Kᵀ is not built then.
+	qb, kb, vb []uint16
+
 	// The backward's: the gradients, dOut, each worker's scratch, and per (batch, query head)
 	// the sink's and the slope's gradient.
 	g             *SDPAGrads
@@ -599,18 +620,30 @@ func (w *sdpaWork) Do(worker, task int) {
 	}
 }
 
-// rotateQ writes the rotated Q of one (batch, query head) into w.qrot.
+// rotateQ writes the rotated Q of one (batch, query head) into w.qrot and, with
+// ComputeBFloat16, the bfloat16 bits of that Q (or, without rotary, of the caller's) into w.qb.
 func (w *sdpaWork) rotateQ(bh int) {
 	p := &w.p
+	if p.ropeDim == 0 { // ComputeBFloat16 without rotary: only the conversion
+		kernel.RoundBF16s(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], p.q[bh*p.tq*p.d:])
+		return
+	}
 	q := w.qrot[bh*p.tq*p.d : (bh+1)*p.tq*p.d]
 	copy(q, p.q[bh*p.tq*p.d:])
 	w.rope.rotate(q, p.d, p.tq, p.ropeQ0, false)
+	if p.opt.Compute.bf16() {
+		kernel.RoundBF16s(w.qb[bh*p.tq*p.d:(bh+1)*p.tq*p.d], q)
+	}
 }
 
 // transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does, rotating
 // each block first with rotary.
 func (w *sdpaWork) transpose(worker, task int) {
 	p, ld := &w.p, w.ldkt
+	if p.opt.Compute.bf16() {
+		w.convertKV(worker, task)
+		return
+	}
 	src := p.k[task*p.tk*p.d:]
 	dst := w.kt[task*p.d*ld:]
 	const block = 64
@@ -637,20 +670,46 @@ func (w *sdpaWork) transpose(worker, task int) {
 	}
 }
 
+// convertKV writes the bfloat16 bits of K (rotated, with rotary) and V of one (batch, K/V head)
+// into w.kb and w.vb: the transpose phase's task with ComputeBFloat16.
+func (w *sdpaWork) convertKV(worker, task int) {
+	p := &w.p
+	kb := w.kb[task*p.tk*p.d : (task+1)*p.tk*p.d]
+	kernel.RoundBF16s(w.vb[task*p.tk*p.dv:(task+1)*p.tk*p.dv], p.v[task*p.tk*p.dv:])
+	if p.ropeDim == 0 {
+		kernel.RoundBF16s(kb, p.k[task*p.tk*p.d:])
+		return
+	}
+	const block = 64
+	w.rows[worker] = kernel.Grow(w.rows[worker], block*p.d)
+	for j0 := 0; j0 < p.tk; j0 += block {
+		j1 := min(j0+block, p.tk)
+		blk := w.rows[worker][:(j1-j0)*p.d]
+		copy(blk, p.k[(task*p.tk+j0)*p.d:])
+		w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
+		kernel.RoundBF16s(kb[j0*p.d:j1*p.d], blk)
+	}
+}
+
 // attend runs one (batch, query head, query block) task.
 func (w *sdpaWork) attend(worker, task int) {
 	p := &w.p
 	bh, blk := task/w.qBlocks, task%w.qBlocks
 	b, h := bh/p.hq, bh%p.hq
 	kv := b*p.hkv + p.kvHead(h)
-	i0 := blk * attend.BlockQ
-	i1 := min(i0+attend.BlockQ, p.tq)
+	bq := p.opt.Compute.blockQ()
+	i0 := blk * bq
+	i1 := min(i0+bq, p.tq)
 	hd := attend.Head[float32]{
 		Q: view(w.q, bh*p.tq*p.d), LdQ: p.d,
 		Kt: view(w.kt, kv*max(p.d, 1)*w.ldkt), LdKt: w.ldkt,
 		V: view(p.v, kv*p.tk*p.dv), LdV: p.dv,
 		Out: view(w.r.Out.Data, bh*p.tq*p.dv), LdOut: p.dv,
 		Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv,
+	}
+	if p.opt.Compute.bf16() {
+		hd.Qb, hd.Kb, hd.Vb = view(w.qb, bh*p.tq*p.d), view(w.kb, kv*p.tk*p.d), view(w.vb, kv*p.tk*p.dv)
+		hd.LdK = p.d
 	}
 	bias := p.bias(b, h)
 	var wts, lse []float32

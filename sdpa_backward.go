@@ -58,6 +58,9 @@ func (c *SDPAContext) SDPABackwardInto(g *SDPAGrads, q, k, v *tensor.Tensor, r *
 	if err := p.check(q, k, v, opt, &w.slopes); err != nil {
 		return err
 	}
+	if p.opt.Compute == ComputeBFloat16 {
+		return fmt.Errorf("%w: SDPABackward after a bfloat16 forward: the backward is float32 only, run the forward with ComputeFloat32", ErrUnsupported)
+	}
 	if err := p.checkBackward(r, dOut); err != nil {
 		return err
 	}

@@ -509,19 +509,22 @@ func TestSDPAAllocs(t *testing.T) {
 	opt.Rotary = &Rotary{Theta: 10000, Dim: 2, Offset: 7, Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}}
 	opt.Dropout = 0.1
 	c := new(SDPAContext) // the zero value is ready
-	for _, weights := range []bool{false, true} {
-		opt.NeedWeights = weights
-		var r SDPAResult
-		call := func() {
-			if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
-				t.Fatal(err)
+	for _, compute := range []Compute{ComputeFloat32, ComputeBFloat16} {
+		for _, weights := range []bool{false, true} {
+			opt.NeedWeights, opt.Compute = weights, compute
+			var r SDPAResult
+			call := func() {
+				if err := c.SDPAInto(&r, q, k, v, &opt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			call()
+			if n := testing.AllocsPerRun(20, call); n != 0 {
+				t.Errorf("%v, weights %v: %v allocations per call, want 0", compute, weights, n)
 			}
 		}
-		call()
-		if n := testing.AllocsPerRun(20, call); n != 0 {
-			t.Errorf("weights %v: %v allocations per call, want 0", weights, n)
-		}
 	}
+	opt.Compute = ComputeFloat32
 	// A sparse layout whose scattered random blocks Tiled gathers into tiles.
 	opt.NeedWeights, opt.Patterns, opt.Block = false, []Pattern{{Kind: PatternBigBird, Width: 8, Globals: 1, Random: 3, Seed: 5}}, [2]int{16, 16}
 	var r SDPAResult

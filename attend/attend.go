@@ -25,11 +25,22 @@ type Float = kernel.Float
 //	Kt  [D, Tk]  stride LdKt  (Kᵀ, read by Tiled instead of K)
 //	V   [Tk, Dv] stride LdV
 //	Out [Tq, Dv] stride LdOut, overwritten
+//
+// Qb, Kb and Vb, when all three are set (Tiled only), are Q, K and V as bfloat16 bits
+// (kernel.RoundBF16s), with the strides LdQ, LdK and LdV: Tiled then computes Q·Kᵀ and the
+// weights times V with the bfloat16 GEMM (float32 sums) and reads neither Kt nor, but for a
+// Normalizer's sums, Q and V (see Tiled). OutB, when set (Tiled only), receives the output as
+// bfloat16 bits, stride LdOut, instead of Out: what a bfloat16 product reading the output
+// next would round it to anyway, in half the bytes.
 type Head[F Float] struct {
 	Q, K, Kt, V, Out           []F
 	LdQ, LdK, LdKt, LdV, LdOut int
 	Tq, Tk, D, Dv              int
+	Qb, Kb, Vb, OutB           []uint16
 }
+
+// bf16 reports whether h carries bfloat16 operands for Tiled.
+func (h *Head[F]) bf16() bool { return h.Qb != nil && h.Kb != nil && h.Vb != nil }
 
 // Bias says which keys each query of one head may attend to and what is added to its scaled
 // scores, with PyTorch's polarity: true means "may not attend". Mask and Add are [Tq, Stride]

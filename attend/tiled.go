@@ -58,6 +58,14 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // it met. drop may be nil. With b.HasSink the sink's exp(Sink) joins every row's sum l, so the
 // weights of a row sum to less than 1, lse includes it, and a row whose keys are all masked gets
 // lse = Sink. Tiled panics when a view is too short for the sizes in h.
+//
+// With h.Qb, h.Kb and h.Vb (bfloat16 Q, K, V) the two products run on them with
+// kernel.GemmBF16Bits (scale·Q·Kᵀ, K read in place as stored, [Tk, D]) and GemmBF16Half (the
+// weights, rounded to bfloat16 as they are packed, times V): every sum of products is
+// float32, and the scores, the masks and biases, the online softmax, its rescaling and the
+// output accumulators stay float32, as without them. A Normalizer's output sums (when it has
+// no dropout) read the float32 h.V. With h.OutB the rows' outputs go there instead of h.Out,
+// rounded to bfloat16 by kernel.RoundBF16s.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
@@ -76,7 +84,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		drop = nil
 	}
 
-	q := h.Q[i0*h.LdQ:]
+	bf16 := h.bf16()
+	var q []float32
+	var qb []uint16
+	if bf16 {
+		qb = h.Qb[i0*h.LdQ:]
+	} else {
+		q = h.Q[i0*h.LdQ:]
+	}
 	// tile runs rows [r0, r1) against the keys of spans, read in place: one product per span
 	// into its columns of the tile's scores, one softmax step over them all, and one product per
 	// span adding its weights times its values.
@@ -96,7 +111,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c := 0
 		for _, sp := range spans {
-			s.ws.Sgemm(false, false, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[sp.j0:], h.LdKt, 0, sc[r0*ld+c:], ld, nil)
+			if bf16 {
+				s.ws.GemmBF16Bits(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kb[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
+			} else {
+				s.ws.Sgemm(false, false, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[sp.j0:], h.LdKt, 0, sc[r0*ld+c:], ld, nil)
+			}
 			c += sp.j1 - sp.j0
 		}
 		for r := r0; r < r1; r++ {
@@ -168,7 +187,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c = 0
 		for _, sp := range spans {
-			s.ws.Sgemm(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.V[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+			if bf16 {
+				s.ws.GemmBF16Half(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.Vb[sp.j0*h.LdV:], true, h.LdV, 1, o[r0*dv:], dv, nil)
+			} else {
+				s.ws.Sgemm(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.V[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+			}
 			c += sp.j1 - sp.j0
 		}
 	}
@@ -256,11 +279,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 
 	for r := range rows {
-		out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
 		if l[r] == 0 {
 			fullyMasked++
-			clear(out)
+			if h.OutB != nil {
+				clear(h.OutB[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv])
+			} else {
+				clear(h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv])
+			}
 			if lse != nil {
 				lse[r] = float32(math.Inf(1))
 				if sink {
@@ -285,8 +311,17 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				lse[r] = float32(math.NaN())
 			}
 		}
-		for c, v := range o[r*dv : (r+1)*dv] {
-			out[c] = v * inv
+		if h.OutB != nil {
+			acc := o[r*dv : (r+1)*dv]
+			for c := range acc {
+				acc[c] *= inv
+			}
+			kernel.RoundBF16s(h.OutB[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
+		} else {
+			out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
+			for c, v := range o[r*dv : (r+1)*dv] {
+				out[c] = v * inv
+			}
 		}
 		if w != nil && !b.normalized() {
 			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])

@@ -69,6 +69,7 @@ type benchFlags struct {
 	model                         string // --model: time a Hugging Face folder (bench_model.go)
 	steps                         int    // decode steps with --model
 	weights                       string // the worker's weights with --model: stored or f32
+	compute                       string // --compute: float32, bfloat16 or a comma list of them
 }
 
 // benchConfig is one benchmark: the sequence lengths and everything every measurement shares.
@@ -78,6 +79,12 @@ type benchConfig struct {
 	runs, warmup                 int
 	causal, needWeights          bool
 	backward                     bool // time forward + backward instead of the forward alone
+
+	// computes are mha's compute types, one "mha" row (or, with several, one "mha-<type>" row
+	// each) per type; compute is the worker's (the first of them).
+	computes []mha.Compute
+	compute  mha.Compute
+	peakBF16 float64 // GFLOP/s of VDPBF16PS, measured when a compute type is bfloat16; 0 otherwise
 
 	// The attention core's modes (bench_sdpa.go): kvHeads > 0 times mha.SDPA with that many K/V
 	// heads instead of the layer; window > 0 adds a causal sliding window; decode times one new
@@ -174,6 +181,9 @@ then prints {"model":…} first and one object per implementation.
 "pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.seqSet = cmd.Flags().Changed("seq")
+			if f.model != "" && cmd.Flags().Changed("compute") {
+				return errors.New("--compute applies to the layer and the attention core; --model runs a model in its weights' types (see --weights)")
+			}
 			if f.model != "" {
 				return runModelBench(&f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
@@ -212,6 +222,7 @@ then prints {"model":…} first and one object per implementation.
 	fl.StringVar(&f.model, "model", "", "time a whole model instead: the Hugging Face folder DIR's prefill (--seq, default 128,512) and decode tokens/s, memory, against the read bandwidth")
 	fl.IntVar(&f.steps, "steps", 32, "timed decode steps with --model")
 	fl.StringVar(&f.weights, "weights", "stored", "the worker's weights with --model: stored or f32 (used by mha bench itself)")
+	fl.StringVar(&f.compute, "compute", "float32", "mha's compute type: float32 (PyTorch's results) or bfloat16 (bf16 products, float32 sums and softmax; inference only), or both comma-separated for one row each in the same run")
 	_ = fl.MarkHidden("worker")
 	_ = fl.MarkHidden("weights")
 	return cmd
@@ -250,6 +261,25 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	}
 	if f.worker && len(seqs) != 1 {
 		return nil, fmt.Errorf("--worker times one sequence length, got --seq %s", f.seq)
+	}
+	for _, field := range strings.Split(f.compute, ",") {
+		ct, err := mha.ParseCompute(strings.TrimSpace(field))
+		if err != nil {
+			return nil, fmt.Errorf("--compute %q: %v", f.compute, err)
+		}
+		if slices.Contains(cfg.computes, ct) {
+			return nil, fmt.Errorf("--compute %q names %s twice", f.compute, ct)
+		}
+		cfg.computes = append(cfg.computes, ct)
+	}
+	cfg.compute = cfg.computes[0]
+	if f.worker && len(cfg.computes) != 1 {
+		return nil, fmt.Errorf("--worker times one compute type, got --compute %s", f.compute)
+	}
+	if bf16 := slices.Contains(cfg.computes, mha.ComputeBFloat16); bf16 && f.backward {
+		return nil, errors.New("--compute bfloat16 is inference only (mha's Backward is float32), want --backward with --compute float32")
+	} else if bf16 && f.decode != 0 {
+		return nil, errors.New("--compute bfloat16 does not apply to --decode: the KV cache's attention computes in float32 (its storage type is what --decode compares), want --compute float32")
 	}
 	if f.backward && f.ort {
 		return nil, errors.New("--ort times ONNX Runtime's forward only (its inference session has no backward), want --backward without --ort")
@@ -344,7 +374,7 @@ type benchCall struct {
 // a training loop runs, where the memory of the outputs is reused, so the garbage collector's
 // headroom does not count as the layer's memory.
 func newBenchCall(cfg *benchConfig, l *mha.Layer, x *tensor.Tensor) benchCall {
-	opt := &mha.Options{Causal: cfg.causal, NeedWeights: cfg.needWeights, Workers: cfg.threads}
+	opt := &mha.Options{Causal: cfg.causal, NeedWeights: cfg.needWeights, Workers: cfg.threads, Compute: cfg.compute}
 	var r mha.Result
 	if !cfg.backward {
 		return benchCall{run: func() error { return l.ForwardInto(&r, x, nil, nil, opt) }, reset: func() {}}
@@ -403,10 +433,11 @@ type benchRow struct {
 	Causal      bool           `json:"causal"`
 	NeedWeights bool           `json:"need_weights"`
 	Threads     int            `json:"threads"`
-	MS          jsonnum.Number `json:"ms"`     // median of the timed calls
-	MSMin       jsonnum.Number `json:"ms_min"` // fastest timed call
-	GFLOPS      jsonnum.Number `json:"gflops"` // flops(T) over the median; null when a child timed 0 ms
-	PeakPct     jsonnum.Number `json:"peak_pct"`
+	Compute     string         `json:"compute"`  // the row's compute type: float32, bfloat16 (mha --compute), float16 (ggml-f16)
+	MS          jsonnum.Number `json:"ms"`       // median of the timed calls
+	MSMin       jsonnum.Number `json:"ms_min"`   // fastest timed call
+	GFLOPS      jsonnum.Number `json:"gflops"`   // flops(T) over the median; null when a child timed 0 ms
+	PeakPct     jsonnum.Number `json:"peak_pct"` // of the FMA peak; of the VDPBF16PS peak for a bfloat16 row
 	PeakRSSMiB  float64        `json:"peak_rss_mib"`
 	ExtraMiB    float64        `json:"extra_mib"` // peak − resident memory after setup; -1 if unknown
 
@@ -422,8 +453,11 @@ type benchRow struct {
 // peakRow is --json's first line.
 type peakRow struct {
 	PeakGFLOPS jsonnum.Number `json:"peak_gflops"`
-	ISA        string         `json:"isa"`
-	Threads    int            `json:"threads"`
+	// PeakBF16 is the VDPBF16PS peak (GFLOP/s), the peak of bfloat16 rows, with --compute
+	// bfloat16; 0 (left out) otherwise, or where the CPU lacks AVX512_BF16.
+	PeakBF16 jsonnum.Number `json:"peak_bf16_gflops,omitempty"`
+	ISA      string         `json:"isa"`
+	Threads  int            `json:"threads"`
 }
 
 // runBench measures every implementation the flags ask for at every sequence length and prints
@@ -438,7 +472,7 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 		c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 		return c
 	}
-	impls := []benchImpl{{name: "mha", command: func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+	impls := mhaImpls(cfg, worker)
 	if cfg.sdpa() {
 		impls = sdpaImpls(cfg, worker)
 	}
@@ -489,6 +523,9 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 	}
 	prev := runtime.GOMAXPROCS(max(cfg.threads, runtime.GOMAXPROCS(0)))
 	peak := kernel.PeakGFLOPS(cfg.threads, kernel.DefaultPeakDuration)
+	if slices.Contains(cfg.computes, mha.ComputeBFloat16) {
+		cfg.peakBF16 = kernel.PeakBF16GFLOPS(cfg.threads, kernel.DefaultPeakDuration)
+	}
 	runtime.GOMAXPROCS(prev)
 
 	// With --decode the read bandwidth is measured after the children have run: a child's peak
@@ -568,6 +605,39 @@ func busyCPUs(d time.Duration) (busy float64, ok bool) {
 		return 0, false
 	}
 	return (1 - (i1-i0)/(t1-t0)) * float64(runtime.NumCPU()), true
+}
+
+// mhaImpls are mha's implementations: one per compute type, "mha" when there is one, else
+// "mha-<type>" (mha-float32, mha-bfloat16) in --compute's order.
+func mhaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
+	var impls []benchImpl
+	for _, ct := range cfg.computes {
+		name := "mha"
+		if len(cfg.computes) > 1 {
+			name += "-" + ct.String()
+		}
+		impls = append(impls, benchImpl{name: name, command: func(t int) *exec.Cmd {
+			return worker(append(cfg.workerArgs(t), "--compute", ct.String())...)
+		}})
+	}
+	return impls
+}
+
+// implCompute is the compute type of implementation impl's row: mha's as --compute says (as
+// mha.Compute.Effective runs it here: float32 for bfloat16 on a CPU without AVX512_BF16),
+// float16 for ggml with F16 K/V (its K·Q products read f16 operands), float32 for the rest.
+func (c *benchConfig) implCompute(impl string) string {
+	switch {
+	case impl == "mha" && len(c.computes) > 0:
+		return c.computes[0].Effective().String()
+	case strings.HasPrefix(impl, "mha-float32"):
+		return "float32"
+	case strings.HasPrefix(impl, "mha-bfloat16"):
+		return mha.ComputeBFloat16.Effective().String()
+	case impl == "ggml-f16":
+		return "float16"
+	}
+	return "float32"
 }
 
 // workerArgs is the command line of the child that times mha at sequence length t.
@@ -651,10 +721,13 @@ func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benc
 	}
 	r := benchRow{Impl: impl, Pass: c.pass(), T: t, B: c.batch, E: c.embed, H: c.heads, Causal: c.causal,
 		NeedWeights: c.needWeights, Threads: c.threads, MS: sig4(med), MSMin: sig4(fastest),
-		GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
+		Compute: c.implCompute(impl), GFLOPS: sig4(gflops), PeakPct: sig4(100 * gflops / peak),
 		PeakRSSMiB: mib(m.peakKiB), ExtraMiB: mib(m.extraKiB), KVHeads: c.kvHeads, Window: c.window, Decode: c.decode}
 	if m.threads > 0 {
 		r.Threads = m.threads
+	}
+	if r.Compute == "bfloat16" && c.peakBF16 > 0 {
+		r.PeakPct = sig4(100 * gflops / c.peakBF16)
 	}
 	if c.decode {
 		dtype := mha.CacheFloat32 // torch-eager's cache, and mha-f32's and ggml-f32's

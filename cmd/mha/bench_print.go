@@ -6,7 +6,9 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
 )
 
@@ -36,7 +38,7 @@ const (
 // header prints the FMA peak and what is measured.
 func (p *benchPrinter) header(peak float64, info []string) error {
 	if p.json {
-		return json.NewEncoder(p.w).Encode(peakRow{PeakGFLOPS: sig4(peak), ISA: kernel.PeakISA(), Threads: p.cfg.threads})
+		return json.NewEncoder(p.w).Encode(peakRow{PeakGFLOPS: sig4(peak), PeakBF16: sig4(p.cfg.peakBF16), ISA: kernel.PeakISA(), Threads: p.cfg.threads})
 	}
 	c := p.cfg
 	count := "FLOPs per forward = 8·T·E²·B + 4·T²·E·B (causal counted in full)"
@@ -53,6 +55,7 @@ func (p *benchPrinter) header(peak float64, info []string) error {
 	}
 	fmt.Fprintf(p.w, "FMA peak %.1f GFLOP/s (%s, %d threads); %s\n",
 		peak, kernel.PeakISA(), c.threads, count)
+	fmt.Fprintf(p.w, "mha computes in %s\n", p.computeLine())
 	rate, pct := "GFLOP/s", "% peak"
 	if c.decode {
 		fmt.Fprintf(p.w, "memory read bandwidth %.1f GB/s (%d threads); a step reads the cache, T·Hkv·2·D values of its type per sequence\n", c.readBW/1e9, c.threads)
@@ -64,6 +67,28 @@ func (p *benchPrinter) header(peak float64, info []string) error {
 	fmt.Fprintln(p.w)
 	_, err := fmt.Fprintf(p.w, benchHead, "T", "impl", "ms", "min ms", rate, pct, "peak RSS MiB", "extra MiB")
 	return err
+}
+
+// computeLine says which compute types mha's rows run in and against which peak their % is.
+func (p *benchPrinter) computeLine() string {
+	var parts []string
+	for _, ct := range p.cfg.computes {
+		switch {
+		case ct == mha.ComputeBFloat16 && p.cfg.peakBF16 > 0:
+			parts = append(parts, fmt.Sprintf("bfloat16 (bf16 products, float32 sums; %% of the VDPBF16PS peak, %.1f GFLOP/s)", p.cfg.peakBF16))
+		case ct == mha.ComputeBFloat16:
+			parts = append(parts, "bfloat16 as float32 (this CPU or build has no AVX512_BF16: mha.Compute.Effective)")
+		default:
+			parts = append(parts, "float32")
+		}
+	}
+	if len(parts) == 0 {
+		return "float32"
+	}
+	if len(parts) > 1 {
+		return strings.Join(parts, ", ") + ": one mha-<type> row each"
+	}
+	return parts[0]
 }
 
 // row prints one measurement.

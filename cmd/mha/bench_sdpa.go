@@ -85,7 +85,7 @@ func newSDPABenchCall(cfg *benchConfig, t int) (benchCall, error) {
 	}
 	ctx := mha.NewSDPAContext()
 	var r mha.SDPAResult
-	opt := &mha.SDPAOptions{Workers: cfg.threads}
+	opt := &mha.SDPAOptions{Workers: cfg.threads, Compute: cfg.compute}
 	if cfg.causal || cfg.window > 0 || cfg.decode {
 		opt.Causal = mha.CausalBottomRight
 	}
@@ -134,7 +134,7 @@ func (c *benchConfig) sdpaArgs() []string {
 // sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
 func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
 	if !cfg.decode {
-		return []benchImpl{{name: "mha", command: func(t int) *exec.Cmd { return worker(cfg.workerArgs(t)...) }}}
+		return mhaImpls(cfg, worker)
 	}
 	var impls []benchImpl
 	for _, d := range cacheDTypes {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
 )
 
 // TestMain lets this test binary stand in for the mha binary in mha bench's children: bench
@@ -54,6 +55,11 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--decode", "64", "--need-weights"}, "want them without --backward"},
 		{[]string{"--decode", "64", "--seq", "8"}, "--decode 64 sets the cache length; want it without --seq"},
 		{[]string{"--gqa", "4", "--cache-dtype", "f64"}, `--cache-dtype is "f64", want f32, bf16 or f16`},
+		{[]string{"--compute", "fp8"}, `unknown compute type "fp8", want float32 or bfloat16`},
+		{[]string{"--compute", "bf16,bfloat16"}, "names bfloat16 twice"},
+		{[]string{"--compute", "bfloat16", "--backward"}, "--compute bfloat16 is inference only"},
+		{[]string{"--compute", "float32,bfloat16", "--decode", "64"}, "--compute bfloat16 does not apply to --decode"},
+		{[]string{"--compute", "bfloat16", "--model", "x"}, "--compute applies to the layer and the attention core"},
 	} {
 		code, stdout, stderr := runCLI(append([]string{"bench"}, tc.args...)...)
 		if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "mha: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
@@ -104,6 +110,39 @@ func TestBenchJSON(t *testing.T) {
 		if r.Impl != "mha" || r.Pass != "forward" || r.T != want || r.B != 1 || r.E != 16 || r.H != 2 || r.Causal || r.NeedWeights || r.Threads < 1 {
 			t.Errorf("row %d = %+v, want impl mha, pass forward, T %d, B 1, E 16, H 2", i, r, want)
 		}
+	}
+}
+
+// TestBenchCompute runs a tiny benchmark in both compute types, layer and attention core, and
+// checks the rows' names and "compute", and that the peak line has the bfloat16 peak where the
+// CPU has AVX512_BF16.
+func TestBenchCompute(t *testing.T) {
+	for _, mode := range [][]string{nil, {"--gqa", "1", "--heads", "2"}} {
+		args := append([]string{"--compute", "bfloat16,float32", "--seq", "8", "--embed", "16", "--heads", "2", "--runs", "2", "--warmup", "1"}, mode...)
+		peak, rows := benchLines(t, args...)
+		if len(rows) != 2 {
+			t.Fatalf("%q: %d measurement lines, want 2", args, len(rows))
+		}
+		for i, name := range []string{"bfloat16", "float32"} {
+			want := name
+			if !kernel.HasBF16() {
+				want = "float32" // mha.Compute.Effective
+			}
+			if r := rows[i]; r.Impl != "mha-"+name || r.Compute != want {
+				t.Errorf("%q: row %d is %s with compute %q, want mha-%s with compute %q", args, i, r.Impl, r.Compute, name, want)
+			}
+		}
+		if (peak.PeakBF16 > 0) != kernel.HasBF16() {
+			t.Errorf("peak_bf16_gflops %v where the CPU's AVX512_BF16 is %v", peak.PeakBF16, kernel.HasBF16())
+		}
+	}
+	_, rows := benchLines(t, "--compute", "bf16", "--seq", "8", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0")
+	if len(rows) != 1 || rows[0].Impl != "mha" || rows[0].Compute != mha.ComputeBFloat16.Effective().String() {
+		t.Errorf("--compute bf16: rows %+v, want one mha row with compute bfloat16", rows)
+	}
+	_, rows = benchLines(t, "--seq", "8", "--embed", "16", "--heads", "2", "--runs", "1", "--warmup", "0")
+	if len(rows) != 1 || rows[0].Compute != "float32" {
+		t.Errorf("default: rows %+v, want compute float32", rows)
 	}
 }
 

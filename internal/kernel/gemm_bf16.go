@@ -72,6 +72,23 @@ func (w *Workspace) GemmBF16Bits(transA, transB bool, m, n, k int, alpha float32
 	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{half: a, format: bfloat16}, lda, operandB{half: b, format: bfloat16}, ldb, beta, c, ldc, bias)
 }
 
+// GemmBF16BitsA is GemmBF16 with A held as bfloat16 bits, used as they are (a subnormal counts
+// as zero of its sign; a row-major A with an even k and lda is read in place, unpacked), and B
+// as GemmBF16 takes it when b is not nil, else as GemmBF16Half takes it (bh, bfloat16 bits when
+// bf16 is set, binary16 otherwise). A computed in float32 and rounded once with RoundBF16s
+// gives the bits GemmBF16 would give on the float32 A. Rules, summation order and panics are
+// GemmBF16's.
+func (w *Workspace) GemmBF16BitsA(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []float32, bh []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	ob := operandB{f32: b}
+	if b == nil {
+		ob = operandB{half: bh, format: f16}
+		if bf16 {
+			ob.format = bfloat16
+		}
+	}
+	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{half: a, format: bfloat16}, lda, ob, ldb, beta, c, ldc, bias)
+}
+
 // RoundBF16 rounds f to bfloat16 as the AVX512_BF16 conversions VCVTNEPS2BF16 and
 // VCVTNE2PS2BF16 do, and returns its bits: to nearest, ties to even; a subnormal f becomes zero
 // of its sign (F32ToBF16 rounds it instead); a NaN becomes a quiet NaN with the top of its
@@ -85,6 +102,18 @@ func RoundBF16(f float32) uint16 {
 		return uint16(b>>16) | 0x40
 	}
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+// RoundBF16s sets dst[i] to RoundBF16(src[i]) for every i < len(dst) (src may be longer; it
+// panics when it is shorter), with VCVTNE2PS2BF16 where the CPU has AVX512_BF16: the rounding
+// GemmBF16 applies to its float32 operands, so that GemmBF16Bits on the results computes what
+// GemmBF16 on src does. It differs from EncodeBF16 on subnormals, which it makes zero (as
+// GemmBF16Bits reads them anyway), and is faster on processors whose narrowing stores are slow.
+func RoundBF16s(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i := roundBF16sVector(dst, src); i < len(dst); i++ {
+		dst[i] = RoundBF16(src[i])
+	}
 }
 
 // bestBF16 is the path GemmBF16 takes: avx512 where the CPU has AVX512_BF16 (and this build

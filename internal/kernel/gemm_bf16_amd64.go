@@ -278,3 +278,14 @@ func (w *bf16Vector) packB(transB bool, kc, nc int, b operandB, pc, jc, ldb int)
 		}
 	}
 }
+
+// roundBF16sVector converts the first multiple of 32 values of src into dst with
+// VCVTNE2PS2BF16 where the CPU has AVX512_BF16, and returns how many it converted.
+func roundBF16sVector(dst []uint16, src []float32) int {
+	n := len(src) &^ 31
+	if !hasBF16 || n == 0 {
+		return 0
+	}
+	bf16Convert(&dst[0], &src[0], n)
+	return n
+}

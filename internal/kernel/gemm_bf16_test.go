@@ -336,3 +336,77 @@ func TestGemmBF16Exported(t *testing.T) {
 		checkSgemm(t, fmt.Sprintf("A=%v,B=%v", fa, fb), tc, 1, 1, prod, mag, c, got, ldc, nil, false)
 	}
 }
+
+// TestRoundBF16s checks RoundBF16s against RoundBF16 on every length to 100 (the vector part and
+// the tail), with subnormals, NaN, infinities and ties among the values.
+func TestRoundBF16s(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.MaxFloat32}
+	src := make([]float32, 100)
+	for i := range src {
+		src[i] = float32(math.Sin(float64(i)*1.7)) * float32(math.Pow(10, float64(i%9-4)))
+		if i%11 == 0 {
+			src[i] = special[i/11%len(special)]
+		}
+	}
+	for n := range len(src) + 1 {
+		dst := make([]uint16, n)
+		RoundBF16s(dst, src)
+		for i, h := range dst {
+			if want := RoundBF16(src[i]); h != want {
+				t.Fatalf("n %d: value %d (%v): %#04x, want %#04x", n, i, src[i], h, want)
+			}
+		}
+	}
+}
+
+// TestGemmBF16BitsA checks that GemmBF16BitsA on A rounded by RoundBF16s gives GemmBF16's and
+// GemmBF16Half's bits on the float32 A, for A read in place (row-major, even k and lda) and
+// packed (odd k, transposed), over more than one k block.
+func TestGemmBF16BitsA(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, tc := range []struct {
+		m, n, k        int
+		transA, transB bool
+	}{{37, 70, 600, false, true}, {37, 70, 51, false, true}, {20, 33, 64, true, false}, {14, 64, 256, false, false}} {
+		ar, ac := tc.m, tc.k
+		if tc.transA {
+			ar, ac = tc.k, tc.m
+		}
+		br, bc := tc.k, tc.n
+		if tc.transB {
+			br, bc = tc.n, tc.k
+		}
+		a, b := make([]float32, ar*ac), make([]float32, br*bc)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(r.NormFloat64())
+		}
+		ab := make([]uint16, len(a))
+		RoundBF16s(ab, a)
+		for _, half := range []int{0, 1, 2} { // B float32, bfloat16, binary16
+			var w Workspace
+			want, got := make([]float32, tc.m*tc.n), make([]float32, tc.m*tc.n)
+			switch half {
+			case 0:
+				w.GemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, a, ac, b, bc, 0, want, tc.n, nil)
+				w.GemmBF16BitsA(tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, ab, ac, b, nil, false, bc, 0, got, tc.n, nil)
+			default:
+				b64 := make([]float64, len(b))
+				for i, v := range b {
+					b64[i] = float64(v)
+				}
+				bh := encodeHalf(b64, half == 1)
+				w.GemmBF16Half(tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, a, ac, bh, half == 1, bc, 0, want, tc.n, nil)
+				w.GemmBF16BitsA(tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, ab, ac, nil, bh, half == 1, bc, 0, got, tc.n, nil)
+			}
+			for i := range want {
+				if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+					t.Fatalf("%+v B format %d: C[%d] = %v, want %v", tc, half, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

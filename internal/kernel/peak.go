@@ -41,6 +41,17 @@ func peakGFLOPS(i isa, workers int, d time.Duration) float64 {
 	return runPeak(loop, flopsPerIter, workers, d)
 }
 
+// PeakBF16GFLOPS measures, as PeakGFLOPS does, the bfloat16 ceiling of GemmBF16's kernels: a
+// register-only VDPBF16PS loop (AVX512_BF16), counting 4 FLOPs per float32 lane and
+// instruction (two products, two sums), so that it compares with PeakGFLOPS's float32 FMA
+// rate (2 per lane). It returns 0 where the CPU or the build (purego) lacks AVX512_BF16, where
+// GemmBF16 runs its pure-Go path.
+func PeakBF16GFLOPS(workers int, d time.Duration) float64 { return peakBF16GFLOPS(workers, d) }
+
+// HasBF16 reports whether GemmBF16 runs its AVX512_BF16 kernels here (false under purego and
+// on CPUs without AVX512_BF16, where it runs the bit-identical pure-Go path).
+func HasBF16() bool { return hasBF16 }
+
 // peakBF16GFLOPS is PeakGFLOPS for VDPBF16PS (AVX512_BF16), the instruction of GemmBF16's
 // kernels, counting 4 FLOPs per lane (two products, two sums); 0 where the CPU or the build
 // lacks it.
