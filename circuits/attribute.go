@@ -214,7 +214,8 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 	return a, nil
 }
 
-// blockParam returns the name of block l's parameter called name ("attn.out_proj.weight").
+// blockParam returns the name of block l's parameter called name ("attn.out_proj.weight"),
+// or with a name ending in a dot the prefix of a group of them ("attn.").
 func blockParam(l int, name string) string { return fmt.Sprintf("blocks.%d.%s", l, name) }
 
 // paramRow returns row i of a matrix parameter [rows, cols] as float32, decoding it from half

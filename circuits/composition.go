@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 
 	"gonum.org/v1/gonum/mat"
@@ -372,7 +371,7 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 	centre := fold && cfg.NormKind != nn.RMSNorm
 	w := &modelWeights{}
 	for l := range cfg.Layers {
-		p := "blocks." + strconv.Itoa(l) + ".attn."
+		p := blockParam(l, "attn.")
 		in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
 		if err != nil {
 			return nil, err
@@ -458,7 +457,7 @@ func normWeight(m *nn.Model, name string) ([]float64, error) {
 // Layers for the unembedding), or "" when there is none (post-norm layer 0 without emb_ln).
 func inputNorm(cfg nn.Config, l int) string {
 	last := func(l int) string {
-		p := "blocks." + strconv.Itoa(l) + "."
+		p := blockParam(l, "")
 		if cfg.AttnOnly {
 			return p + "ln1"
 		}
@@ -470,7 +469,7 @@ func inputNorm(cfg nn.Config, l int) string {
 	case cfg.Norm == nn.PreNorm && l == cfg.Layers:
 		return "ln_f"
 	case cfg.Norm == nn.PreNorm:
-		return "blocks." + strconv.Itoa(l) + ".ln1"
+		return blockParam(l, "ln1")
 	case l > 0:
 		return last(l - 1)
 	case cfg.EmbNorm:

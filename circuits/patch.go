@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
@@ -303,7 +302,7 @@ func (p *patcher) run(chunk []job, lds []float64) error {
 func values(m *nn.Model, l int, x []float32, t int) ([]float32, error) {
 	c := m.Config()
 	e, ekv := c.DModel, c.Attention().KVDim()
-	prefix := "blocks." + strconv.Itoa(l) + ".attn."
+	prefix := blockParam(l, "attn.")
 	w, off := m.Param(prefix+"in_proj_weight"), e+ekv
 	bias := m.Param(prefix + "in_proj_bias")
 	if w == nil {

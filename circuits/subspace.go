@@ -3,7 +3,6 @@ package circuits
 import (
 	"fmt"
 	"math"
-	"strconv"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -65,7 +64,7 @@ func Subspaces(m *nn.Model, layer int) ([]SubspaceOverlap, error) {
 	}
 	att := cfg.Attention()
 	e, kvd := cfg.DModel, att.KVDim()
-	p := "blocks." + strconv.Itoa(layer) + ".attn."
+	p := blockParam(layer, "attn.")
 	in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
 	if err != nil {
 		return nil, err
