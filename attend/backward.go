@@ -170,9 +170,7 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 				row[j] = float32(x)
 			}
 		} else {
-			for j, x := range row {
-				row[j] = pr[j] * (x - delta)
-			}
+			kernel.SoftmaxGrad(row, pr, delta)
 		}
 		if g.Slope != nil {
 			// d logit/d slope = −|i + Center − j| for the keys the masks describe.
