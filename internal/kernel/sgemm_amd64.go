@@ -138,10 +138,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 					// strides of 1 KiB multiples make them collide in L1. Copy the panel once;
 					// ncur/nr kernels reuse it.
 					w.apack = Grow(w.apack, kcur*mr)
-					for p := range kcur {
-						src := a[(pc+p)*lda+i0 : (pc+p)*lda+i0+mr]
-						copy(w.apack[p*mr:p*mr+mr], src)
-					}
+					packAT(is, w.apack, a, (pc*lda)+i0, lda, kcur, mr)
 					ap, sa = &w.apack[0], mr
 				default:
 					ap = &a[pc*lda+i0]
@@ -291,5 +288,20 @@ func packBT(dst []float32, b operandB, off, ld, kc, nj, nr int) {
 		for j := range row {
 			row[j] = b.at(off + j*ld + p)
 		}
+	}
+}
+
+// packAT sets dst[p·mr : p·mr+mr] = a[off+p·lda : off+p·lda+mr] for p < kc: the kc k steps of
+// one row panel of a transposed A, made contiguous; with AVX-512 by sgemmPackAT512, where copy
+// would call memmove for each step's few bytes.
+func packAT(is isa, dst, a []float32, off, lda, kc, mr int) {
+	if is == avx512 && mr <= 16 && kc > 0 {
+		_ = a[off+(kc-1)*lda+mr-1] // the assembly reads no further
+		_ = dst[kc*mr-1]           // nor writes
+		sgemmPackAT512(&dst[0], &a[off], lda, kc, mr)
+		return
+	}
+	for p := range kc {
+		copy(dst[p*mr:p*mr+mr], a[off+p*lda:])
 	}
 }
