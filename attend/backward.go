@@ -74,10 +74,11 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	} else if b.Sparse != nil {
 		keys = b.Sparse.BK // so that a tile is one key block of the layout, skipped when empty
 	}
-	s.p = kernel.Grow(s.p, BlockQ*keys)
-	s.dp = kernel.Grow(s.dp, BlockQ*keys)
+	bq, ld := backBlockQ, stride(keys)
+	s.p = kernel.Grow(s.p, bq*ld)
+	s.dp = kernel.Grow(s.dp, bq*ld)
 	if b.Softcap > 0 {
-		s.raw = kernel.Grow(s.raw, BlockQ*keys)
+		s.raw = kernel.Grow(s.raw, bq*ld)
 	}
 
 	// Key blocks do not straddle b.Stride, so that a block's causal keys are all below it.
@@ -87,8 +88,8 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 			end = b.Stride
 		}
 		j1 := min(j0+keys, end)
-		for i0 := 0; i0 < h.Tq; i0 += BlockQ {
-			i1 := min(i0+BlockQ, h.Tq)
+		for i0 := 0; i0 < h.Tq; i0 += bq {
+			i1 := min(i0+bq, h.Tq)
 			if b.Sparse != nil && j1 <= b.Stride && b.Sparse.empty(i0, i1, j0, j1) {
 				continue
 			}
@@ -106,23 +107,38 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	}
 }
 
+// backBlockQ is the query rows of Backward's tiles; a variable so that benchmarks can tune it.
+var backBlockQ = BlockQ
+
+// stride returns the row stride of a tile's scratch rows of n values: n rounded up to 16 and,
+// when that is a multiple of 256 (1 KiB), 16 more, so that the rows a product walks down do
+// not all fall into the same few L1 sets.
+func stride(n int) int {
+	ld := (n + 15) &^ 15
+	if ld%256 == 0 {
+		ld += 16
+	}
+	return ld
+}
+
 // tile is Backward's work on queries [i0, i1) and keys [j0, j1).
 func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch, i0, i1, j0, j1 int) {
 	rows, nc, d, dv := i1-i0, j1-j0, h.D, h.Dv
 	q, do := h.Q[i0*h.LdQ:], dOut[i0*ldDOut:]
+	ld := stride(nc) // of the tile's scratch rows: raw, p and dp
 
 	// P, the weights before dropout: read, or recomputed as exp(scale·Q·Kᵀ + bias − lse) or
 	// the Normalizer's weights of the whole rows.
 	// With a soft cap, the raw scaled scores are kept for the cap's derivative.
-	pt, ldp := s.p, nc
+	pt, ldp := s.p, ld
 	if b.Softcap > 0 {
-		s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, s.raw, nc, nil)
+		s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, s.raw, ld, nil)
 	}
 	if p != nil {
 		pt, ldp = p[i0*h.Tk+j0:], h.Tk
 	} else {
 		if b.Softcap > 0 {
-			copy(pt[:rows*nc], s.raw[:rows*nc])
+			copy(pt[:rows*ld], s.raw[:rows*ld])
 		} else {
 			s.ws.Sgemm(false, false, rows, nc, d, scale, q, h.LdQ, h.Kt[j0:], h.LdKt, 0, pt, ldp, nil)
 		}
@@ -142,20 +158,20 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 	if drop != nil {
 		pz = s.dp
 		for r := range rows {
-			row := pz[r*nc : r*nc+nc]
+			row := pz[r*ld : r*ld+nc]
 			copy(row, pt[r*ldp:r*ldp+nc])
 			drop.Apply(i0+r, j0, row)
 		}
-		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, nc, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
+		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ld, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
 	} else {
 		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ldp, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
 	}
 
 	// dS = P∘((dOut·Vᵀ)∘Z − D), in dp.
 	ds := s.dp
-	s.ws.Sgemm(false, true, rows, nc, dv, 1, do, ldDOut, h.V[j0*h.LdV:], h.LdV, 0, ds, nc, nil)
+	s.ws.Sgemm(false, true, rows, nc, dv, 1, do, ldDOut, h.V[j0*h.LdV:], h.LdV, 0, ds, ld, nil)
 	for r := range rows {
-		row, pr, delta := ds[r*nc:r*nc+nc], pt[r*ldp:r*ldp+nc], s.delta[i0+r]
+		row, pr, delta := ds[r*ld:r*ld+nc], pt[r*ldp:r*ldp+nc], s.delta[i0+r]
 		if drop != nil {
 			drop.Apply(i0+r, j0, row)
 		}
@@ -182,7 +198,7 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 		}
 		if b.Softcap > 0 {
 			cp := b.Softcap
-			for j, x := range s.raw[r*nc : r*nc+nc] {
+			for j, x := range s.raw[r*ld : r*ld+nc] {
 				t := math.Tanh(float64(x) / cp)
 				row[j] *= float32(1 - t*t)
 			}
@@ -190,6 +206,6 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 	}
 
 	// dQ += scale·dS·K and dK += scale·dSᵀ·Q.
-	s.ws.Sgemm(false, false, rows, d, nc, scale, ds, nc, h.K[j0*h.LdK:], h.LdK, 1, g.DQ[i0*g.LdDQ:], g.LdDQ, nil)
-	s.ws.Sgemm(true, false, nc, d, rows, scale, ds, nc, q, h.LdQ, 1, g.DK[j0*g.LdDK:], g.LdDK, nil)
+	s.ws.Sgemm(false, false, rows, d, nc, scale, ds, ld, h.K[j0*h.LdK:], h.LdK, 1, g.DQ[i0*g.LdDQ:], g.LdDQ, nil)
+	s.ws.Sgemm(true, false, nc, d, rows, scale, ds, ld, q, h.LdQ, 1, g.DK[j0*g.LdDK:], g.LdDK, nil)
 }
