@@ -32,6 +32,8 @@ type Grad struct {
 // goroutine its own.
 type BackScratch struct {
 	p, dp, delta, raw []float32
+	q, do, k, vt      []float32   // the head's Q, dOut and K in contiguous rows, and Vᵀ
+	ldvt              int         // Vᵀ's row stride, 0 when dP reads V itself
 	pr, dr            []float64   // a row of weights and its gradient, for a Normalizer
 	norm              normScratch // a row's keys, when a Normalizer's weights are recomputed
 	ws                kernel.Workspace
@@ -74,6 +76,27 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	} else if b.Sparse != nil {
 		keys = b.Sparse.BK // so that a tile is one key block of the layout, skipped when empty
 	}
+	// The products read Q, dOut and K from contiguous copies and Vᵀ from a transposed one, made
+	// once per head: in place, their rows lie E or 3E apart in the layer's buffers, strides at
+	// which the rows a micro-kernel walks down fall into a few L1 sets and evict each other
+	// (BENCHMARKS.md v10), and a transposed V would be packed again for every tile.
+	c := *h
+	h = &c
+	s.q = rows(s.q, h.Q, h.LdQ, h.Tq, h.D)
+	h.Q, h.LdQ = s.q, h.D
+	s.k = rows(s.k, h.K, h.LdK, h.Tk, h.D)
+	h.K, h.LdK = s.k, h.D
+	s.do = rows(s.do, dOut, ldDOut, h.Tq, h.Dv)
+	dOut, ldDOut = s.do, h.Dv
+	s.ldvt = 0
+	if h.Dv > 0 && h.Dv <= vtMaxD && h.Tk > 0 {
+		// (Up to vtMaxD the product over Vᵀ in place sums in the order of the one over V
+		// transposed as it is packed, so the bits do not change.)
+		s.ldvt = stride(h.Tk)
+		s.vt = kernel.Grow(s.vt, h.Dv*s.ldvt)
+		kernel.Transpose(s.vt, s.ldvt, h.V, h.LdV, h.Tk, h.Dv)
+	}
+
 	bq, ld := backBlockQ, stride(keys)
 	s.p = kernel.Grow(s.p, bq*ld)
 	s.dp = kernel.Grow(s.dp, bq*ld)
@@ -105,6 +128,23 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 		}
 		j0 = j1
 	}
+}
+
+// vtMaxD is the largest Dv for which dP = dOut·Vᵀ reads a transposed copy of V: Sgemm's k block
+// (kc = 256), so that both forms sum the same products in the same order.
+const vtMaxD = 256
+
+// rows returns buf holding the n values of each of r rows of src (stride ld) contiguously.
+func rows(buf, src []float32, ld, r, n int) []float32 {
+	buf = kernel.Grow(buf, r*n)
+	if ld == n {
+		copy(buf, src[:r*n])
+		return buf
+	}
+	for i := range r {
+		copy(buf[i*n:(i+1)*n], src[i*ld:i*ld+n])
+	}
+	return buf
 }
 
 // backBlockQ is the query rows of Backward's tiles; a variable so that benchmarks can tune it.
@@ -169,7 +209,11 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 
 	// dS = P∘((dOut·Vᵀ)∘Z − D), in dp.
 	ds := s.dp
-	s.ws.Sgemm(false, true, rows, nc, dv, 1, do, ldDOut, h.V[j0*h.LdV:], h.LdV, 0, ds, ld, nil)
+	if s.ldvt > 0 {
+		s.ws.Sgemm(false, false, rows, nc, dv, 1, do, ldDOut, s.vt[j0:], s.ldvt, 0, ds, ld, nil)
+	} else {
+		s.ws.Sgemm(false, true, rows, nc, dv, 1, do, ldDOut, h.V[j0*h.LdV:], h.LdV, 0, ds, ld, nil)
+	}
 	for r := range rows {
 		row, pr, delta := ds[r*ld:r*ld+nc], pt[r*ldp:r*ldp+nc], s.delta[i0+r]
 		if drop != nil {

@@ -305,3 +305,12 @@ func packAT(is isa, dst, a []float32, off, lda, kc, mr int) {
 		copy(dst[p*mr:p*mr+mr], a[off+p*lda:])
 	}
 }
+
+// transpose is Transpose on the instruction set is: packBT's AVX 8×8 blocks, or Go.
+func transpose(is isa, dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	if is == generic {
+		transposeGeneric(dst, ldd, src, lds, rows, cols)
+		return
+	}
+	packBT(dst, operandB{f32: src}, 0, lds, cols, rows, ldd)
+}
