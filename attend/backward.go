@@ -33,6 +33,7 @@ type Grad struct {
 type BackScratch struct {
 	p, dp, delta, raw []float32
 	q, do, k, vt      []float32   // the head's Q, dOut and K in contiguous rows, and Vᵀ
+	dq, dk, dv        []float32   // dQ of the head, dK and dV of a key block, contiguous
 	ldvt              int         // Vᵀ's row stride, 0 when dP reads V itself
 	pr, dr            []float64   // a row of weights and its gradient, for a Normalizer
 	norm              normScratch // a row's keys, when a Normalizer's weights are recomputed
@@ -104,6 +105,16 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 		s.raw = kernel.Grow(s.raw, bq*ld)
 	}
 
+	// The products add into contiguous copies of dQ, and of dK and dV of the key block, which
+	// go back once the head (or the block) is done: in place their rows lie 3E apart and fall
+	// into a few L1 sets. The same sums in the same order, so the same bits.
+	gc := *g
+	s.dq = rows(s.dq, g.DQ, g.LdDQ, h.Tq, h.D)
+	gc.DQ, gc.LdDQ = s.dq, h.D
+	s.dk = kernel.Grow(s.dk, keys*h.D)
+	s.dv = kernel.Grow(s.dv, keys*h.Dv)
+	gc.DK, gc.LdDK, gc.DV, gc.LdDV = s.dk, h.D, s.dv, h.Dv
+
 	// Key blocks do not straddle b.Stride, so that a block's causal keys are all below it.
 	for j0 := 0; j0 < h.Tk; {
 		end := h.Tk
@@ -111,6 +122,8 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 			end = b.Stride
 		}
 		j1 := min(j0+keys, end)
+		rows(s.dk, g.DK[j0*g.LdDK:], g.LdDK, j1-j0, h.D)
+		rows(s.dv, g.DV[j0*g.LdDV:], g.LdDV, j1-j0, h.Dv)
 		for i0 := 0; i0 < h.Tq; i0 += bq {
 			i1 := min(i0+bq, h.Tq)
 			if b.Sparse != nil && j1 <= b.Stride && b.Sparse.empty(i0, i1, j0, j1) {
@@ -124,9 +137,19 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 					continue
 				}
 			}
-			tile(h, g, dOut, ldDOut, lse, b, scale, drop, p, s, i0, i1, j0, j1)
+			tile(h, &gc, dOut, ldDOut, lse, b, scale, drop, p, s, i0, i1, j0, j1)
 		}
+		unrows(g.DK[j0*g.LdDK:], g.LdDK, s.dk, j1-j0, h.D)
+		unrows(g.DV[j0*g.LdDV:], g.LdDV, s.dv, j1-j0, h.Dv)
 		j0 = j1
+	}
+	unrows(g.DQ, g.LdDQ, s.dq, h.Tq, h.D)
+}
+
+// unrows copies r contiguous rows of n values from src into dst, whose rows are ld apart.
+func unrows(dst []float32, ld int, src []float32, r, n int) {
+	for i := range r {
+		copy(dst[i*ld:i*ld+n], src[i*n:(i+1)*n])
 	}
 }
 
@@ -161,7 +184,8 @@ func stride(n int) int {
 	return ld
 }
 
-// tile is Backward's work on queries [i0, i1) and keys [j0, j1).
+// tile is Backward's work on queries [i0, i1) and keys [j0, j1); g.DK and g.DV hold the rows of the
+// key block, from j0 on.
 func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, b *Bias, scale float32, drop *Dropout, p []float32, s *BackScratch, i0, i1, j0, j1 int) {
 	rows, nc, d, dv := i1-i0, j1-j0, h.D, h.Dv
 	q, do := h.Q[i0*h.LdQ:], dOut[i0*ldDOut:]
@@ -202,9 +226,9 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 			copy(row, pt[r*ldp:r*ldp+nc])
 			drop.Apply(i0+r, j0, row)
 		}
-		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ld, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
+		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ld, do, ldDOut, 1, g.DV, g.LdDV, nil)
 	} else {
-		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ldp, do, ldDOut, 1, g.DV[j0*g.LdDV:], g.LdDV, nil)
+		s.ws.Sgemm(true, false, nc, dv, rows, 1, pz, ldp, do, ldDOut, 1, g.DV, g.LdDV, nil)
 	}
 
 	// dS = P∘((dOut·Vᵀ)∘Z − D), in dp.
@@ -251,5 +275,5 @@ func tile(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float32, 
 
 	// dQ += scale·dS·K and dK += scale·dSᵀ·Q.
 	s.ws.Sgemm(false, false, rows, d, nc, scale, ds, ld, h.K[j0*h.LdK:], h.LdK, 1, g.DQ[i0*g.LdDQ:], g.LdDQ, nil)
-	s.ws.Sgemm(true, false, nc, d, rows, scale, ds, ld, q, h.LdQ, 1, g.DK[j0*g.LdDK:], g.LdDK, nil)
+	s.ws.Sgemm(true, false, nc, d, rows, scale, ds, ld, q, h.LdQ, 1, g.DK, g.LdDK, nil)
 }
