@@ -29,7 +29,8 @@ type Grad struct {
 }
 
 // BackScratch is one worker's memory for Backward. The zero value is ready to use; give each
-// goroutine its own.
+// goroutine its own. Besides a tile's weights it holds contiguous copies of one head's Q, dOut,
+// K, Vᵀ and dQ, O(T·d), which it reuses from call to call.
 type BackScratch struct {
 	p, dp, delta, raw []float32
 	q, do, k, vt      []float32   // the head's Q, dOut and K in contiguous rows, and Vᵀ
