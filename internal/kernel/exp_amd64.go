@@ -32,3 +32,14 @@ func sscal(i isa, s float32, x []float32) {
 		sscalGeneric(s, x)
 	}
 }
+
+func sgrad(i isa, ds, p []float32, delta float32) {
+	switch i {
+	case avx512:
+		sgradAVX512(ds, p, delta)
+	case avx2:
+		sgradAVX2(ds, p, delta)
+	default:
+		sgradGeneric(ds, p, delta)
+	}
+}

@@ -435,6 +435,69 @@ sscal512_done:
 	VZEROUPPER
 	RET
 
+// func sgradAVX512(ds []float32, p []float32, delta float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·sgradAVX512(SB), NOSPLIT, $0-52
+	MOVQ         ds_base+0(FP), AX
+	MOVQ         p_base+24(FP), DX
+	MOVQ         ds_len+8(FP), CX
+	MOVSS        delta+48(FP), X0
+	VBROADCASTSS X0, Z0
+
+sgrad512_64:
+	CMPQ    CX, $0x00000040
+	JB      sgrad512_64_done
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VSUBPS  Z0, Z1, Z1
+	VSUBPS  Z0, Z2, Z2
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  (DX), Z1, Z1
+	VMULPS  64(DX), Z2, Z2
+	VMULPS  128(DX), Z3, Z3
+	VMULPS  192(DX), Z4, Z4
+	VMOVUPS Z1, (AX)
+	VMOVUPS Z2, 64(AX)
+	VMOVUPS Z3, 128(AX)
+	VMOVUPS Z4, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x00000040, CX
+	JMP     sgrad512_64
+
+sgrad512_64_done:
+sgrad512_16:
+	CMPQ    CX, $0x00000010
+	JB      sgrad512_16_done
+	VMOVUPS (AX), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  (DX), Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, DX
+	SUBQ    $0x00000010, CX
+	JMP     sgrad512_16
+
+sgrad512_16_done:
+	TESTQ     CX, CX
+	JZ        sgrad512_done
+	MOVL      $0x00000001, BX
+	SHLL      CL, BX
+	DECL      BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (AX), K1, Z1
+	VMOVUPS.Z (DX), K1, Z2
+	VSUBPS    Z0, Z1, Z1
+	VMULPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+sgrad512_done:
+	VZEROUPPER
+	RET
+
 // func smaxAVX2(x []float32) float32
 // Requires: AVX, SSE
 TEXT ·smaxAVX2(SB), NOSPLIT, $0-28
@@ -690,5 +753,67 @@ sscal256_8_done:
 	VMASKMOVPS Y2, Y1, (AX)
 
 sscal256_done:
+	VZEROUPPER
+	RET
+
+// func sgradAVX2(ds []float32, p []float32, delta float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·sgradAVX2(SB), NOSPLIT, $0-52
+	MOVQ         ds_base+0(FP), AX
+	MOVQ         p_base+24(FP), CX
+	MOVQ         ds_len+8(FP), DX
+	MOVSS        delta+48(FP), X0
+	VBROADCASTSS X0, Y0
+
+sgrad256_32:
+	CMPQ    DX, $0x00000020
+	JB      sgrad256_32_done
+	VMOVUPS (AX), Y1
+	VMOVUPS 32(AX), Y2
+	VMOVUPS 64(AX), Y3
+	VMOVUPS 96(AX), Y4
+	VSUBPS  Y0, Y1, Y1
+	VSUBPS  Y0, Y2, Y2
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y0, Y4, Y4
+	VMULPS  (CX), Y1, Y1
+	VMULPS  32(CX), Y2, Y2
+	VMULPS  64(CX), Y3, Y3
+	VMULPS  96(CX), Y4, Y4
+	VMOVUPS Y1, (AX)
+	VMOVUPS Y2, 32(AX)
+	VMOVUPS Y3, 64(AX)
+	VMOVUPS Y4, 96(AX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	SUBQ    $0x00000020, DX
+	JMP     sgrad256_32
+
+sgrad256_32_done:
+sgrad256_8:
+	CMPQ    DX, $0x00000008
+	JB      sgrad256_8_done
+	VMOVUPS (AX), Y1
+	VSUBPS  Y0, Y1, Y1
+	VMULPS  (CX), Y1, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	SUBQ    $0x00000008, DX
+	JMP     sgrad256_8
+
+sgrad256_8_done:
+	TESTQ      DX, DX
+	JZ         sgrad256_done
+	LEAQ       exptailmask<>+0(SB), BX
+	NEGQ       DX
+	VMOVUPS    32(BX)(DX*4), Y1
+	VMASKMOVPS (AX), Y1, Y2
+	VMASKMOVPS (CX), Y1, Y3
+	VSUBPS     Y0, Y2, Y2
+	VMULPS     Y3, Y2, Y2
+	VMASKMOVPS Y2, Y1, (AX)
+
+sgrad256_done:
 	VZEROUPPER
 	RET

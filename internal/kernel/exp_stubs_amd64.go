@@ -13,6 +13,9 @@ func sexpAVX512(x []float32, negShift float32) float32
 // sscalAVX512 multiplies every value of x by s.
 func sscalAVX512(s float32, x []float32)
 
+// sgradAVX512 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.
+func sgradAVX512(ds []float32, p []float32, delta float32)
+
 // smaxAVX2 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.
 func smaxAVX2(x []float32) float32
 
@@ -21,3 +24,6 @@ func sexpAVX2(x []float32, negShift float32) float32
 
 // sscalAVX2 multiplies every value of x by s.
 func sscalAVX2(s float32, x []float32)
+
+// sgradAVX2 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.
+func sgradAVX2(ds []float32, p []float32, delta float32)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -381,4 +382,45 @@ func TestSscal(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSoftmaxGrad checks every path and tail length against the Go expression, bit for bit,
+// with infinities and NaN among the inputs, that nothing outside ds is written, and that p is
+// only read.
+func TestSoftmaxGrad(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40}
+	for _, i := range available() {
+		for n := range 150 {
+			ds, intact := guarded(r, n, 3, -5, 5)
+			p, _ := guarded(r, n+r.IntN(3), 1, 0, 1)
+			if n > 0 && n%7 == 0 {
+				ds[r.IntN(n)] = special[r.IntN(len(special))]
+				p[r.IntN(n)] = special[r.IntN(len(special))]
+			}
+			in, pin := slices.Clone(ds), slices.Clone(p)
+			delta := float32(r.NormFloat64())
+			sgrad(i, ds, p[:n], delta)
+			for j := range ds {
+				want := pin[j] * (in[j] - delta)
+				if math.Float32bits(ds[j]) != math.Float32bits(want) && !(want != want && ds[j] != ds[j]) {
+					t.Fatalf("%v n=%d: ds[%d] = %v, want %v", i, n, j, ds[j], want)
+				}
+			}
+			if !intact() {
+				t.Errorf("%v n=%d: SoftmaxGrad wrote outside ds", i, n)
+			}
+			for j := range p {
+				if math.Float32bits(p[j]) != math.Float32bits(pin[j]) {
+					t.Fatalf("%v n=%d: p[%d] changed", i, n, j)
+				}
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("SoftmaxGrad with a short p did not panic")
+		}
+	}()
+	SoftmaxGrad(make([]float32, 3), make([]float32, 2), 0)
 }

@@ -7980,6 +7980,57 @@ sgemmPackBTF16_p:
 	VZEROUPPER
 	RET
 
+// func sgemmPackAT512(dst *float32, src *float32, ld int, kc int, mr int)
+// Requires: AVX, AVX512F
+TEXT ·sgemmPackAT512(SB), NOSPLIT, $0-40
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  ld+16(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  kc+24(FP), BX
+	MOVQ  mr+32(FP), CX
+	MOVL  $0x00000001, AX
+	SHLL  CL, AX
+	DECL  AX
+	KMOVW AX, K1
+	SHLQ  $0x02, CX
+
+packat_4:
+	CMPQ      BX, $0x04
+	JB        packat_1
+	VMOVUPS.Z (SI), K1, Z0
+	ADDQ      DX, SI
+	VMOVUPS.Z (SI), K1, Z1
+	ADDQ      DX, SI
+	VMOVUPS.Z (SI), K1, Z2
+	ADDQ      DX, SI
+	VMOVUPS.Z (SI), K1, Z3
+	ADDQ      DX, SI
+	VMOVUPS   Z0, K1, (DI)
+	ADDQ      CX, DI
+	VMOVUPS   Z1, K1, (DI)
+	ADDQ      CX, DI
+	VMOVUPS   Z2, K1, (DI)
+	ADDQ      CX, DI
+	VMOVUPS   Z3, K1, (DI)
+	ADDQ      CX, DI
+	SUBQ      $0x04, BX
+	JMP       packat_4
+
+packat_1:
+	TESTQ     BX, BX
+	JZ        packat_done
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS   Z0, K1, (DI)
+	ADDQ      DX, SI
+	ADDQ      CX, DI
+	DECQ      BX
+	JMP       packat_1
+
+packat_done:
+	VZEROUPPER
+	RET
+
 // func gemmBF16AVX512N1(k int, a *uint16, sa int, b *uint16, sb int, c *float32, ldc int, alpha float32, beta float32, bias *float32, mask uint32)
 // Requires: AVX, AVX512DQ, AVX512F
 TEXT ·gemmBF16AVX512N1(SB), NOSPLIT, $0-76

@@ -219,6 +219,11 @@ func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
 //go:noescape
 func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
 
+// sgemmPackAT512 sets dst[p·mr+i] = src[p·ld+i] for p < kc, i < mr; 1 ≤ mr ≤ 16, kc > 0 (AVX-512).
+//
+//go:noescape
+func sgemmPackAT512(dst *float32, src *float32, ld int, kc int, mr int)
+
 // gemmBF16AVX512N1 computes a 1×32 tile with AVX512_BF16: C = alpha·A·B + bias + beta·C over k pairs of bfloat16, pair q of row i at a[2(i·sa+q)], of column j at b[2(q·sb+j)].
 //
 //go:noescape

@@ -138,10 +138,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 					// strides of 1 KiB multiples make them collide in L1. Copy the panel once;
 					// ncur/nr kernels reuse it.
 					w.apack = Grow(w.apack, kcur*mr)
-					for p := range kcur {
-						src := a[(pc+p)*lda+i0 : (pc+p)*lda+i0+mr]
-						copy(w.apack[p*mr:p*mr+mr], src)
-					}
+					packAT(is, w.apack, a, (pc*lda)+i0, lda, kcur, mr)
 					ap, sa = &w.apack[0], mr
 				default:
 					ap = &a[pc*lda+i0]
@@ -292,4 +289,28 @@ func packBT(dst []float32, b operandB, off, ld, kc, nj, nr int) {
 			row[j] = b.at(off + j*ld + p)
 		}
 	}
+}
+
+// packAT sets dst[p·mr : p·mr+mr] = a[off+p·lda : off+p·lda+mr] for p < kc: the kc k steps of
+// one row panel of a transposed A, made contiguous; with AVX-512 by sgemmPackAT512, where copy
+// would call memmove for each step's few bytes.
+func packAT(is isa, dst, a []float32, off, lda, kc, mr int) {
+	if is == avx512 && mr <= 16 && kc > 0 {
+		_ = a[off+(kc-1)*lda+mr-1] // the assembly reads no further
+		_ = dst[kc*mr-1]           // nor writes
+		sgemmPackAT512(&dst[0], &a[off], lda, kc, mr)
+		return
+	}
+	for p := range kc {
+		copy(dst[p*mr:p*mr+mr], a[off+p*lda:])
+	}
+}
+
+// transpose is Transpose on the instruction set is: packBT's AVX 8×8 blocks, or Go.
+func transpose(is isa, dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	if is == generic {
+		transposeGeneric(dst, ldd, src, lds, rows, cols)
+		return
+	}
+	packBT(dst, operandB{f32: src}, 0, lds, cols, rows, ldd)
 }

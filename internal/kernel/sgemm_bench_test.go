@@ -37,6 +37,21 @@ func sgemmBenches() []sgemmBench {
 	for _, s := range [][2]int{{128, 128}, {64, 64}, {128, 64}} {
 		out = append(out, sgemmBench{name: fmt.Sprintf("shape=attn-PV-%dx64x%d/NN", s[0], s[1]), m: s[0], n: 64, k: s[1], ldb: 2304, beta: 1})
 	}
+	// The layer's backward at E = 768, T = 2048: a weight gradient dW += dYᵀ·X block (A, dY, inside
+	// [T, 3E] rows), and the five products of one tile of the attention backward (64 queries,
+	// 256 keys, d = 64): the recomputed scores S = Q·Kᵀ, dV += Pᵀ·dO, dP = dO·Vᵀ, dQ += dS·K,
+	// dK += dSᵀ·Q, with Q, K, V inside [T, 3E] rows, Kᵀ [d, T] and dO inside [T, E] rows.
+	out = append(out,
+		sgemmBench{name: "shape=wgrad-256x256x2048/TN", m: 256, n: 256, k: 2048, transA: true, lda: 2304, ldb: 768, beta: 1},
+		sgemmBench{name: "shape=bwd-S-64x256x64/NN", m: 64, n: 256, k: 64, lda: 2304, ldb: 2048},
+		sgemmBench{name: "shape=bwd-S-64x256x64-ldb2064/NN", m: 64, n: 256, k: 64, lda: 2304, ldb: 2064},
+		sgemmBench{name: "shape=bwd-dP-64x256x64-Vt272/NN", m: 64, n: 256, k: 64, lda: 768, ldb: 272},
+		sgemmBench{name: "shape=bwd-dP-64x256x64-Vt256/NN", m: 64, n: 256, k: 64, lda: 768, ldb: 256},
+		sgemmBench{name: "shape=bwd-dV-256x64x64/TN", m: 256, n: 64, k: 64, transA: true, lda: 256, ldb: 768, beta: 1},
+		sgemmBench{name: "shape=bwd-dP-64x256x64/NT", m: 64, n: 256, k: 64, transB: true, lda: 768, ldb: 2304},
+		sgemmBench{name: "shape=bwd-dQ-64x64x256/NN", m: 64, n: 64, k: 256, lda: 256, ldb: 2304, beta: 1},
+		sgemmBench{name: "shape=bwd-dK-256x64x64/TN", m: 256, n: 64, k: 64, transA: true, lda: 256, ldb: 2304, beta: 1},
+	)
 	return out
 }
 

@@ -20,3 +20,8 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 
 // roundBF16sVector converts nothing in this build: RoundBF16s converts every value in Go.
 func roundBF16sVector(dst []uint16, src []float32) int { return 0 }
+
+// transpose is Transpose in Go: this build has no assembly.
+func transpose(_ isa, dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	transposeGeneric(dst, ldd, src, lds, rows, cols)
+}

@@ -1,5 +1,5 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
-// behind kernel.Smax, kernel.Sexp and kernel.Sscal.
+// behind kernel.Smax, kernel.Sexp, kernel.Sscal and kernel.SoftmaxGrad.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -107,9 +107,11 @@ func main() {
 	smax512()
 	sexp512()
 	sscal512()
+	sgrad512()
 	smax256()
 	sexp256()
 	sscal256()
+	sgrad256()
 	Generate()
 }
 
@@ -386,6 +388,70 @@ func sscal512() {
 	RET()
 }
 
+// gradArgs loads the base pointers of ds and p and the length of ds.
+func gradArgs() (ds, p, n Register) {
+	ds = Load(Param("ds").Base(), GP64())
+	p = Load(Param("p").Base(), GP64())
+	n = Load(Param("ds").Len(), GP64())
+	return ds, p, n
+}
+
+// gradLoop is loop for two pointers.
+func gradLoop(name string, ds, p, n Register, step int, body func()) {
+	Label(name)
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_done"))
+	body()
+	ADDQ(U32(4*step), ds)
+	ADDQ(U32(4*step), p)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name))
+	Label(name + "_done")
+}
+
+func sgrad512() {
+	TEXT("sgradAVX512", NOSPLIT, "func(ds, p []float32, delta float32)")
+	Doc("sgradAVX512 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.")
+	ds, p, n := gradArgs()
+	d := ZMM()
+	VBROADCASTSS(Load(Param("delta"), XMM()), d)
+	gradLoop("sgrad512_64", ds, p, n, 64, func() {
+		v := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+		for u := range v {
+			VMOVUPS(at(ds, 16*u), v[u])
+		}
+		for u := range v {
+			VSUBPS(d, v[u], v[u])
+		}
+		for u := range v {
+			VMULPS(at(p, 16*u), v[u], v[u])
+		}
+		for u := range v {
+			VMOVUPS(v[u], at(ds, 16*u))
+		}
+	})
+	gradLoop("sgrad512_16", ds, p, n, 16, func() {
+		v := ZMM()
+		VMOVUPS(at(ds, 0), v)
+		VSUBPS(d, v, v)
+		VMULPS(at(p, 0), v, v)
+		VMOVUPS(v, at(ds, 0))
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sgrad512_done"))
+	k := K()
+	tailK(n, k)
+	v, w := ZMM(), ZMM()
+	VMOVUPS_Z(at(ds, 0), k, v)
+	VMOVUPS_Z(at(p, 0), k, w)
+	VSUBPS(d, v, v)
+	VMULPS(w, v, v)
+	VMOVUPS(v, k, at(ds, 0))
+	Label("sgrad512_done")
+	VZEROUPPER()
+	RET()
+}
+
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA: 16 ymm registers, so the constants stay in memory as full-width operands.
 
@@ -585,6 +651,48 @@ func sscal256() {
 	VMULPS(s, v, v)
 	VMASKMOVPS(v, mask, at(ptr, 0))
 	Label("sscal256_done")
+	VZEROUPPER()
+	RET()
+}
+
+func sgrad256() {
+	TEXT("sgradAVX2", NOSPLIT, "func(ds, p []float32, delta float32)")
+	Doc("sgradAVX2 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.")
+	ds, p, n := gradArgs()
+	d := YMM()
+	VBROADCASTSS(Load(Param("delta"), XMM()), d)
+	gradLoop("sgrad256_32", ds, p, n, 32, func() {
+		v := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
+		for u := range v {
+			VMOVUPS(at(ds, 8*u), v[u])
+		}
+		for u := range v {
+			VSUBPS(d, v[u], v[u])
+		}
+		for u := range v {
+			VMULPS(at(p, 8*u), v[u], v[u])
+		}
+		for u := range v {
+			VMOVUPS(v[u], at(ds, 8*u))
+		}
+	})
+	gradLoop("sgrad256_8", ds, p, n, 8, func() {
+		v := YMM()
+		VMOVUPS(at(ds, 0), v)
+		VSUBPS(d, v, v)
+		VMULPS(at(p, 0), v, v)
+		VMOVUPS(v, at(ds, 0))
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("sgrad256_done"))
+	mask := tailYMM(n)
+	v, w := YMM(), YMM()
+	VMASKMOVPS(at(ds, 0), mask, v)
+	VMASKMOVPS(at(p, 0), mask, w)
+	VSUBPS(d, v, v)
+	VMULPS(w, v, v)
+	VMASKMOVPS(v, mask, at(ds, 0))
+	Label("sgrad256_done")
 	VZEROUPPER()
 	RET()
 }

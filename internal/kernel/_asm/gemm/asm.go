@@ -62,6 +62,7 @@ func main() {
 	}
 	packBT()
 	packBTHalf()
+	packAT()
 	for _, t := range []bool{false, true} {
 		for mr := 1; mr <= *mrZ; mr++ {
 			kernel(config{zmm: true, mr: mr, transA: t, bf16: true})
@@ -133,6 +134,58 @@ func (c config) breg(v int) VecPhysical { return c.vec(c.nvec() - 4 + v) }
 
 // treg is the register that receives the broadcast of A(i, p); rows alternate between two.
 func (c config) treg(i int) VecPhysical { return c.vec(c.nvec() - 2 + i%2) }
+
+// packAT emits
+//
+//	func sgemmPackAT512(dst, src *float32, ld, kc, mr int)
+//
+// which copies one row panel of a transposed (k-major) A into contiguous memory: dst[p·mr+i] =
+// src[p·ld+i] for p < kc, i < mr, with 1 ≤ mr ≤ 16 and kc > 0: one masked load and store per k
+// step, four steps per loop. (Go's copy called memmove for each step's 56 bytes: 3.7% of the
+// layer's training step at T = 2048 went there, BENCHMARKS.md v10.)
+func packAT() {
+	TEXT("sgemmPackAT512", NOSPLIT, "func(dst, src *float32, ld, kc, mr int)")
+	Pragma("noescape")
+	Doc("sgemmPackAT512 sets dst[p·mr+i] = src[p·ld+i] for p < kc, i < mr; 1 ≤ mr ≤ 16, kc > 0 (AVX-512).")
+	dst, src, ld, kc, mr := RDI, RSI, RDX, RBX, RCX
+	MOVQ(param("dst"), dst)
+	MOVQ(param("src"), src)
+	MOVQ(param("ld"), ld)
+	SHLQ(U8(2), ld)
+	MOVQ(param("kc"), kc)
+	MOVQ(param("mr"), mr)
+	MOVL(U32(1), EAX)
+	SHLL(CL, EAX)
+	DECL(EAX)
+	KMOVW(EAX, K1)
+	SHLQ(U8(2), mr) // bytes per packed step
+	z := []VecPhysical{Z0, Z1, Z2, Z3}
+	Label("packat_4")
+	CMPQ(kc, U8(4))
+	JB(LabelRef("packat_1"))
+	for q := range 4 {
+		VMOVUPS_Z(Mem{Base: src}, K1, z[q])
+		ADDQ(ld, src)
+	}
+	for q := range 4 {
+		VMOVUPS(z[q], K1, Mem{Base: dst})
+		ADDQ(mr, dst)
+	}
+	SUBQ(U8(4), kc)
+	JMP(LabelRef("packat_4"))
+	Label("packat_1")
+	TESTQ(kc, kc)
+	JZ(LabelRef("packat_done"))
+	VMOVUPS_Z(Mem{Base: src}, K1, z[0])
+	VMOVUPS(z[0], K1, Mem{Base: dst})
+	ADDQ(ld, src)
+	ADDQ(mr, dst)
+	DECQ(kc)
+	JMP(LabelRef("packat_1"))
+	Label("packat_done")
+	VZEROUPPER()
+	RET()
+}
 
 // param is the stack address of the named argument of the current function.
 func param(name string) Mem {
