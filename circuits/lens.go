@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 
-	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tensor"
 )
@@ -57,13 +54,12 @@ const defaultLensK = 5
 // lensFloats bounds the logits LogitLens holds at once, in float32 values (16 MiB).
 const lensFloats = 1 << 22
 
-// lensColumns is the number of vocabulary entries one task of the head's product computes.
-const lensColumns = 2048
-
 // LogitLens reads the residual stream of tokens [T], one sequence run through m (token types
-// 0, no padding; the Forward replaces m's last one), as if each block were the last (nostalgebraist's logit lens): for every layer input l = 0 … Layers
+// 0, no padding; it runs a Forward and then nn.Model.Unembed, which end m's last forward), as if
+// each block were the last (nostalgebraist's logit lens): for every layer input l = 0 … Layers
 // (Residual(l); Layers is the last block's output) and every position, it applies what the model
-// applies to its last stream, with the statistics of the stream it is given (nothing frozen):
+// applies to its last stream (nn.Model.Unembed), with the statistics of the stream it is given
+// (nothing frozen):
 //
 //	pre-norm (GPT-2, Llama):  the final norm (LayerNorm or RMSNorm), then the head
 //	post-norm (BERT):         the stream is already normalised by each block's last norm (at
@@ -71,8 +67,7 @@ const lensColumns = 2048
 //	                          the head
 //
 // with the head transform (BERT's masked-LM dense, activation and norm) before the head when the
-// model has one. At l = Layers the logits are the model's own (float32 rounding aside). The
-// norm and the head transform are computed in float64, the head's product in float32.
+// model has one. At l = Layers the logits are the model's own.
 //
 // It returns an error when m is nil, tokens is empty, longer than the model's seq_len or holds a
 // token outside the vocabulary, when opt.K is outside [0, Vocab], or when opt.Targets is not nil
@@ -104,21 +99,14 @@ func LogitLens(m *nn.Model, tokens []int, opt *LensOptions) (*Lens, error) {
 		}
 	}
 	workers := opt.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	if _, err := m.Forward(tokens, 1, t, &nn.RunOptions{Workers: workers}); err != nil {
 		return nil, fmt.Errorf("circuits: %w", err)
 	}
-	// The rows the head reads: every layer's stream, through the final norm and head transform.
+	// Every layer's stream, copied: Unembed ends the forward whose buffers Residual returns.
 	n := (c.Layers + 1) * t
 	rows := make([]float32, n*d)
-	out := newUnembed(m)
 	for l := range c.Layers + 1 {
-		x := m.Residual(l).Data
-		for p := range t {
-			out.prepare(rows[(l*t+p)*d:][:d], x[p*d:][:d])
-		}
+		copy(rows[l*t*d:], m.Residual(l).Data)
 	}
 	lens := &Lens{Top: make([][][]Prediction, c.Layers+1)}
 	for l := range lens.Top {
@@ -131,14 +119,15 @@ func LogitLens(m *nn.Model, tokens []int, opt *LensOptions) (*Lens, error) {
 		}
 	}
 	block := max(1, min(n, lensFloats/v))
-	logits := make([]float32, block*v)
-	ws := make([]kernel.Workspace, workers)
 	for i0 := 0; i0 < n; i0 += block {
 		r := min(block, n-i0)
-		out.logits(ws, rows[i0*d:(i0+r)*d], r, logits[:r*v])
+		logits, err := m.Unembed(&tensor.Tensor{Shape: []int{r, d}, Data: rows[i0*d : (i0+r)*d]}, workers)
+		if err != nil {
+			return nil, fmt.Errorf("circuits: %w", err)
+		}
 		for i := range r {
 			l, p := (i0+i)/t, (i0+i)%t
-			row := logits[i*v:][:v]
+			row := logits.Data[i*v:][:v]
 			lens.Top[l][p] = topK(row, k)
 			if opt.Targets != nil {
 				lens.Targets[l][p] = rank(row, opt.Targets[p])
@@ -146,146 +135,6 @@ func LogitLens(m *nn.Model, tokens []int, opt *LensOptions) (*Lens, error) {
 		}
 	}
 	return lens, nil
-}
-
-// unembed is what a model applies to its last stream: the final norm (pre-norm only), the head
-// transform (when it has one) and the head.
-type unembed struct {
-	d          int
-	act        string  // the head transform's activation
-	eps        float64 // the norms' eps
-	rms        bool
-	lnF        [2][]float32 // the final norm's weight and bias (nil bias: RMSNorm); nil weight: none
-	dense      *nn.Param    // head_dense.weight [d, d], or nil
-	denseBias  []float32
-	headLN     [2][]float32 // head_ln's weight and bias
-	head       *nn.Param    // [Vocab, d]
-	headBias   []float32    // [Vocab] or nil
-	x, y, z, w []float64    // scratch rows [d]
-}
-
-func newUnembed(m *nn.Model) *unembed {
-	c := m.Config()
-	u := &unembed{d: c.DModel, act: c.Activation, eps: c.NormEps, rms: c.NormKind == nn.RMSNorm}
-	if u.eps == 0 {
-		u.eps = nn.DefaultNormEps
-	}
-	vals := func(name string) []float32 {
-		if p := m.Param(name); p != nil {
-			return p.Float32().Data
-		}
-		return nil
-	}
-	if c.Norm == nn.PreNorm {
-		u.lnF = [2][]float32{vals("ln_f.weight"), vals("ln_f.bias")}
-	}
-	if c.HeadTransform {
-		u.dense, u.denseBias = m.Param("head_dense.weight"), vals("head_dense.bias")
-		u.headLN = [2][]float32{vals("head_ln.weight"), vals("head_ln.bias")}
-	}
-	u.head = m.Param("head.weight")
-	if c.TieEmbeddings {
-		u.head = m.Param("tok_emb.weight")
-	}
-	u.headBias = vals("head.bias")
-	u.x, u.y, u.z, u.w = make([]float64, u.d), make([]float64, u.d), make([]float64, u.d), make([]float64, u.d)
-	return u
-}
-
-// prepare writes into dst [d] what the head reads for a stream row x [d].
-func (u *unembed) prepare(dst, x []float32) {
-	for j, v := range x {
-		u.x[j] = float64(v)
-	}
-	y := u.x
-	if u.lnF[0] != nil {
-		u.norm(u.y, y, u.lnF)
-		y = u.y
-	}
-	if u.dense != nil {
-		for i := range u.d {
-			row := paramRow(u.dense, i)
-			s := float64(u.denseBias[i])
-			for j, w := range row {
-				s += float64(w) * y[j]
-			}
-			u.z[i] = activate(u.act, s)
-		}
-		u.norm(u.w, u.z, u.headLN)
-		y = u.w
-	}
-	for j, v := range y {
-		dst[j] = float32(v)
-	}
-}
-
-// norm sets dst to the normalisation of x with weight and bias wb (bias nil: none), LayerNorm
-// or RMSNorm by u.rms.
-func (u *unembed) norm(dst, x []float64, wb [2][]float32) {
-	var mean float64
-	if !u.rms {
-		for _, v := range x {
-			mean += v
-		}
-		mean /= float64(len(x))
-	}
-	var ss float64
-	for _, v := range x {
-		ss += (v - mean) * (v - mean)
-	}
-	s := 1 / math.Sqrt(ss/float64(len(x))+u.eps)
-	for j, v := range x {
-		dst[j] = (v - mean) * s * float64(wb[0][j])
-		if wb[1] != nil {
-			dst[j] += float64(wb[1][j])
-		}
-	}
-}
-
-// activate returns the feed-forward activation called name (nn.Config.Activation; not SwiGLU)
-// of x.
-func activate(name string, x float64) float64 {
-	switch name {
-	case nn.GELUNew, nn.GELUPyTorchTanh:
-		return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
-	}
-	return 0.5 * x * (1 + math.Erf(x/math.Sqrt2))
-}
-
-// logits sets dst [r, Vocab] to the head's logits of rows [r, d], in tasks of lensColumns
-// vocabulary entries on len(ws) goroutines.
-func (u *unembed) logits(ws []kernel.Workspace, rows []float32, r int, dst []float32) {
-	shape := u.head.Shape()
-	v, d := shape[0], shape[1]
-	tasks := (v + lensColumns - 1) / lensColumns
-	var next sync.Mutex
-	task := 0
-	var wg sync.WaitGroup
-	for w := range min(len(ws), tasks) {
-		wg.Go(func() {
-			for {
-				next.Lock()
-				j := task
-				task++
-				next.Unlock()
-				if j >= tasks {
-					return
-				}
-				j0 := j * lensColumns
-				cols := min(lensColumns, v-j0)
-				var bias []float32
-				if u.headBias != nil {
-					bias = u.headBias[j0 : j0+cols]
-				}
-				if h := u.head.Half; h != nil {
-					ws[w].SgemmHalf(false, true, r, cols, d, 1, rows, d, h.Data[j0*d:], h.Format == tensor.BFloat16, d, 0, dst[j0:], v, bias)
-				} else {
-					ws[w].Sgemm(false, true, r, cols, d, 1, rows, d, u.head.Value.Data[j0*d:], d, 0, dst[j0:], v, bias)
-				}
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // logSumExp returns log Σ exp(row), in float64.

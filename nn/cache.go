@@ -94,13 +94,7 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 			return nil, fmt.Errorf("nn: block %d: %w", l, err)
 		}
 	}
-	if m.lnF != nil {
-		x = m.lnF.forward(&m.r, x, b*t)
-	}
-	if m.trans != nil {
-		x = m.trans.forward(&m.r, x, b*t)
-	}
-	m.logits = m.head.forward(&m.r, x, b*t)
+	m.unembed(x, b*t)
 	c.n += t
 	return &tensor.Tensor{Shape: []int{b, t, cfg.Vocab}, Data: m.logits}, nil
 }

@@ -386,18 +386,47 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	}
 	m.patch(x, len(m.blocks), t, opt.Patches)
 	m.out = x
-	if m.lnF != nil {
-		x = m.lnF.forward(&m.r, x, b*t)
-	}
-	m.hidden = x
-	if m.trans != nil {
-		x = m.trans.forward(&m.r, x, b*t)
-	}
-	m.logits = m.head.forward(&m.r, x, b*t)
+	m.unembed(x, b*t)
 	m.kept = opt.KeepWeights
 	m.patched = len(opt.Patches) > 0
 	m.state = stateForward
 	return &tensor.Tensor{Shape: []int{b, t, c.Vocab}, Data: m.logits}, nil
+}
+
+// unembed sets m.hidden and m.logits from the last stream x [n, d]: x through the final
+// normalisation (pre-norm), the head transform (if any) and the head.
+func (m *Model) unembed(x []float32, n int) {
+	if m.lnF != nil {
+		x = m.lnF.forward(&m.r, x, n)
+	}
+	m.hidden = x
+	if m.trans != nil {
+		x = m.trans.forward(&m.r, x, n)
+	}
+	m.logits = m.head.forward(&m.r, x, n)
+}
+
+// Unembed returns the logits [N, Vocab] that the model's output stack gives residual streams x
+// [N, DModel]: the final normalisation (pre-norm), the head transform (when the model has one)
+// and the head, as Forward applies them to the last block's output. Given Residual(l) it is the
+// logit lens of layer l. It runs on workers goroutines (0: GOMAXPROCS). The storage is the
+// model's, overwritten by the next call or forward, and the call ends the last Forward: no Loss
+// may follow, and Residual and the other accessors return nil until the next Forward. It
+// returns an error when x is not [N, DModel] with N > 0.
+func (m *Model) Unembed(x *tensor.Tensor, workers int) (*tensor.Tensor, error) {
+	d := m.cfg.DModel
+	if x == nil || len(x.Shape) != 2 || x.Shape[0] < 1 || x.Shape[1] != d || len(x.Data) != x.Shape[0]*d {
+		var shape []int
+		if x != nil {
+			shape = x.Shape
+		}
+		return nil, fmt.Errorf("nn: Unembed of streams %v, want [N %d] with N > 0 and N·%d values", shape, d, d)
+	}
+	m.state = stateFresh
+	m.r.setWorkers(workers)
+	n := x.Shape[0]
+	m.unembed(x.Data, n)
+	return &tensor.Tensor{Shape: []int{n, m.cfg.Vocab}, Data: m.logits}, nil
 }
 
 // patch applies the patches at layer to x, the residual stream [B·T, d] of sequences of length t

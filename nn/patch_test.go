@@ -223,3 +223,36 @@ func maxDiff(a, b []float32) float64 {
 	}
 	return m
 }
+
+// TestUnembed checks that Unembed of the last stream gives Forward's logits, for pre- and
+// post-norm models, and that bad shapes are errors.
+func TestUnembed(t *testing.T) {
+	for name, cfg := range patchModels {
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := m.Config()
+		logits, err := m.Forward([]int{1, 2, 3, 4, 5, 6}, 2, 3, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(logits.Data)
+		x := m.Residual(c.Layers)
+		got, err := m.Unembed(&tensor.Tensor{Shape: []int{6, c.DModel}, Data: slices.Clone(x.Data)}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Shape, []int{6, c.Vocab}) || maxDiff(got.Data, want) != 0 {
+			t.Errorf("%s: Unembed is %v, %g from Forward's logits", name, got.Shape, maxDiff(got.Data, want))
+		}
+		if m.Residual(0) != nil {
+			t.Errorf("%s: Residual after Unembed is not nil", name)
+		}
+		for _, bad := range []*tensor.Tensor{nil, tensor.New(6), tensor.New(0, c.DModel), tensor.New(2, c.DModel+1), {Shape: []int{2, c.DModel}, Data: make([]float32, 3)}} {
+			if _, err := m.Unembed(bad, 1); err == nil {
+				t.Errorf("%s: Unembed of %v: no error", name, bad)
+			}
+		}
+	}
+}
