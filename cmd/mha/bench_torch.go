@@ -110,7 +110,7 @@ func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchI
 				if old := os.Getenv("LD_PRELOAD"); old != "" {
 					preload += ":" + old
 				}
-				c.Env = append(c.Env, "LD_PRELOAD="+preload)
+				c.Env = append(c.Env, "LD_PRELOAD="+preload, "MALLOC_CONF="+jemallocRetain)
 			}
 			return c
 		}}
@@ -123,6 +123,13 @@ func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchI
 	}
 	return impls
 }
+
+// jemallocRetain is torch-jemalloc's MALLOC_CONF: freed pages are kept, never handed back to the
+// system, so that a call's large temporaries reuse the previous call's memory instead of faulting
+// in fresh pages. mha allocates nothing in steady state; without this PyTorch pays a page fault
+// per 4 KiB of every temporary on every call, which on a virtual machine can cost more than the
+// arithmetic (BENCHMARKS.md, v11).
+const jemallocRetain = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 
 // findJemalloc returns the path of Debian's libjemalloc.so.2, or "" when it is not installed.
 func findJemalloc() string {
