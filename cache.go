@@ -178,26 +178,31 @@ func (c *KVCache) load(d32 []float32, d16 []uint16, off, n int, buf []float32) [
 
 // score sets s[r·cacheTile + j] for r < nr, j < cacheTile to scale times the dot products of
 // the nr query rows q [nr, D] with the keys of the tile from position t0 (a multiple of
-// cacheTile) of (batch·K/V head) bh, read in place in the cache's type. Positions past Len in
-// the tile get scores of whatever their storage holds.
+// cacheTile) of (batch·K/V head) bh, read in place in the cache's type, and has the tile's
+// values fetched into cache meanwhile. Positions past Len in the tile get scores of whatever
+// their storage holds.
 func (c *KVCache) score(bh, t0 int, s, q []float32, nr int, scale float32) {
-	off, n := (bh*c.rows+t0)*c.d, c.d*cacheTile
+	off, n, v := (bh*c.rows+t0)*c.d, c.d*cacheTile, (bh*c.rows+t0)*c.dv
 	if c.dtype == CacheFloat32 {
-		kernel.ScoreTile(s, q, c.d, nr, c.d, scale, c.k32[off:off+n])
+		kernel.ScoreTile(s, q, c.d, nr, c.d, scale, c.k32[off:off+n], c.v32[v:])
 		return
 	}
-	kernel.ScoreTileHalf(s, q, c.d, nr, c.d, scale, c.k16[off:off+n], c.dtype == CacheBFloat16)
+	kernel.ScoreTileHalf(s, q, c.d, nr, c.d, scale, c.k16[off:off+n], c.v16[v:], c.dtype == CacheBFloat16)
 }
 
 // accum adds p [nr, cacheTile] (nt weights used per row) times the nt values from position t0
-// of (batch·K/V head) bh, read in place in the cache's type, into acc [nr, Dv].
-func (c *KVCache) accum(bh, t0, nt int, acc, p []float32, nr int) {
-	off, n := (bh*c.rows+t0)*c.dv, nt*c.dv
+// of (batch·K/V head) bh, read in place in the cache's type, into acc [nr, Dv], and has the
+// next tile's keys fetched into cache meanwhile when next.
+func (c *KVCache) accum(bh, t0, nt int, acc, p []float32, nr int, next bool) {
+	off, n, k := (bh*c.rows+t0)*c.dv, nt*c.dv, (bh*c.rows+t0+cacheTile)*c.d
+	if !next {
+		k = len(c.k32) + len(c.k16) // one of them is empty: no keys to fetch
+	}
 	if c.dtype == CacheFloat32 {
-		kernel.AccumTile(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v32[off:off+n], c.dv)
+		kernel.AccumTile(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v32[off:off+n], c.dv, c.k32[k:])
 		return
 	}
-	kernel.AccumTileHalf(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v16[off:off+n], c.dv, c.dtype == CacheBFloat16)
+	kernel.AccumTileHalf(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v16[off:off+n], c.dv, c.k16[k:], c.dtype == CacheBFloat16)
 }
 
 // Work sizes of AttendCache, fixed so that results do not depend on the worker count.
@@ -545,7 +550,7 @@ func (w *cacheWork) partial(worker, task int) {
 			l[r] += kernel.Sexp(row, mNew)
 		}
 		if tiles {
-			kv.accum(bkv, t0, nt, acc, s, nr)
+			kv.accum(bkv, t0, nt, acc, s, nr, t0+cacheTile < hi)
 			continue
 		}
 		for v0 := 0; v0 < nt; v0 += cacheVRows {

@@ -14,33 +14,36 @@ const TileKeys = 128
 
 // ScoreTile sets s[r·TileKeys + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·TileKeys + j] for r < m and
 // j < TileKeys: the scores of m query rows q [m, ldq] (d values used per row) against the tile
-// of keys k [d, TileKeys]. It panics if m or d is negative, ldq < d, or a slice is too short.
-func ScoreTile(s, q []float32, ldq, m, d int, scale float32, k []float32) {
+// of keys k [d, TileKeys]. next is the memory the caller reads after k (the tile's values, say),
+// or empty: the vector kernel asks for as many bytes of it as k has to be brought into cache
+// while it computes. It panics if m or d is negative, ldq < d, or a slice is too short.
+func ScoreTile(s, q []float32, ldq, m, d int, scale float32, k, next []float32) {
 	checkScoreTile(len(s), len(q), ldq, m, d, len(k))
-	scoreTile(best, s, q, ldq, m, d, scale, k)
+	scoreTile(best, s, q, ldq, m, d, scale, k, next)
 }
 
 // ScoreTileHalf is ScoreTile with keys stored as bfloat16 (bf16) or float16 bits, converted to
 // float32 exactly as they are read.
-func ScoreTileHalf(s, q []float32, ldq, m, d int, scale float32, k []uint16, bf16 bool) {
+func ScoreTileHalf(s, q []float32, ldq, m, d int, scale float32, k, next []uint16, bf16 bool) {
 	checkScoreTile(len(s), len(q), ldq, m, d, len(k))
-	scoreTileHalf(best, s, q, ldq, m, d, scale, k, bf16)
+	scoreTileHalf(best, s, q, ldq, m, d, scale, k, next, bf16)
 }
 
 // AccumTile adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < m and c < cols:
 // the weights p [m, ldp] (n used per row) times the values v [n, ldv] (cols used per row),
-// added into acc [m, ldacc]. It panics if a size is negative, a stride is below the row it
-// holds, or a slice is too short.
-func AccumTile(acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []float32, ldv int) {
+// added into acc [m, ldacc]. next is the memory the caller reads after v, or empty: the vector
+// kernel asks for about as many bytes of it as it reads of v to be brought into cache. It
+// panics if a size is negative, a stride is below the row it holds, or a slice is too short.
+func AccumTile(acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []float32, ldv int, next []float32) {
 	checkAccumTile(len(acc), ldacc, len(p), ldp, m, n, cols, len(v), ldv)
-	accumTile(best, acc, ldacc, p, ldp, m, n, cols, v, ldv)
+	accumTile(best, acc, ldacc, p, ldp, m, n, cols, v, ldv, next)
 }
 
 // AccumTileHalf is AccumTile with values stored as bfloat16 (bf16) or float16 bits, converted
 // to float32 exactly as they are read.
-func AccumTileHalf(acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []uint16, ldv int, bf16 bool) {
+func AccumTileHalf(acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []uint16, ldv int, next []uint16, bf16 bool) {
 	checkAccumTile(len(acc), ldacc, len(p), ldp, m, n, cols, len(v), ldv)
-	accumTileHalf(best, acc, ldacc, p, ldp, m, n, cols, v, ldv, bf16)
+	accumTileHalf(best, acc, ldacc, p, ldp, m, n, cols, v, ldv, next, bf16)
 }
 
 // checkScoreTile panics unless ScoreTile's sizes are valid and its slices long enough.

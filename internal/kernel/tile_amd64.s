@@ -4,46 +4,52 @@
 
 #include "textflag.h"
 
-// func scoreTileF321AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// func scoreTileF321AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF321AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF321AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
 	VXORPS       Z3, Z3, Z3
 	VXORPS       Z4, Z4, Z4
-	LEAQ         (DX), SI
-	MOVQ         CX, DI
-	MOVQ         BX, R8
-	TESTQ        R8, R8
+	LEAQ         (BX), DI
+	MOVQ         DX, R8
+	MOVQ         SI, R9
+	TESTQ        R9, R9
 	JZ           scoreTileF321AVX512_done0
 
 scoreTileF321AVX512_loop0:
-	VMOVUPS          (SI), Z5
-	VMOVUPS          64(SI), Z6
-	VMOVUPS          128(SI), Z7
-	VMOVUPS          192(SI), Z8
-	PREFETCHT0       4096(SI)
-	PREFETCHT0       4160(SI)
-	PREFETCHT0       4224(SI)
-	PREFETCHT0       4288(SI)
-	PREFETCHT0       4352(SI)
-	PREFETCHT0       4416(SI)
-	PREFETCHT0       4480(SI)
-	PREFETCHT0       4544(SI)
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000200, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	VMOVUPS          (DI), Z5
+	VMOVUPS          64(DI), Z6
+	VMOVUPS          128(DI), Z7
+	VMOVUPS          192(DI), Z8
+	PREFETCHT0       4096(DI)
+	PREFETCHT0       4160(DI)
+	PREFETCHT0       4224(DI)
+	PREFETCHT0       4288(DI)
+	PREFETCHT0       4352(DI)
+	PREFETCHT0       4416(DI)
+	PREFETCHT0       4480(DI)
+	PREFETCHT0       4544(DI)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000200, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileF321AVX512_loop0
 
 scoreTileF321AVX512_done0:
@@ -59,24 +65,29 @@ scoreTileF321AVX512_done0:
 	VXORPS  Z2, Z2, Z2
 	VXORPS  Z3, Z3, Z3
 	VXORPS  Z4, Z4, Z4
-	LEAQ    256(DX), SI
-	MOVQ    CX, DI
-	MOVQ    BX, R8
-	TESTQ   R8, R8
+	LEAQ    256(BX), DI
+	MOVQ    DX, R8
+	MOVQ    SI, R9
+	TESTQ   R9, R9
 	JZ      scoreTileF321AVX512_done1
 
 scoreTileF321AVX512_loop1:
-	VMOVUPS          (SI), Z5
-	VMOVUPS          64(SI), Z6
-	VMOVUPS          128(SI), Z7
-	VMOVUPS          192(SI), Z8
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000200, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	VMOVUPS          (DI), Z5
+	VMOVUPS          64(DI), Z6
+	VMOVUPS          128(DI), Z7
+	VMOVUPS          192(DI), Z8
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000200, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileF321AVX512_loop1
 
 scoreTileF321AVX512_done1:
@@ -91,15 +102,16 @@ scoreTileF321AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF322AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// func scoreTileF322AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF322AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF322AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -109,36 +121,41 @@ TEXT ·scoreTileF322AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z6, Z6, Z6
 	VXORPS       Z7, Z7, Z7
 	VXORPS       Z8, Z8, Z8
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileF322AVX512_done0
 
 scoreTileF322AVX512_loop0:
-	VMOVUPS          (DI), Z9
-	VMOVUPS          64(DI), Z10
-	VMOVUPS          128(DI), Z11
-	VMOVUPS          192(DI), Z12
-	PREFETCHT0       4096(DI)
-	PREFETCHT0       4160(DI)
-	PREFETCHT0       4224(DI)
-	PREFETCHT0       4288(DI)
-	PREFETCHT0       4352(DI)
-	PREFETCHT0       4416(DI)
-	PREFETCHT0       4480(DI)
-	PREFETCHT0       4544(DI)
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000200, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VMOVUPS          (R8), Z9
+	VMOVUPS          64(R8), Z10
+	VMOVUPS          128(R8), Z11
+	VMOVUPS          192(R8), Z12
+	PREFETCHT0       4096(R8)
+	PREFETCHT0       4160(R8)
+	PREFETCHT0       4224(R8)
+	PREFETCHT0       4288(R8)
+	PREFETCHT0       4352(R8)
+	PREFETCHT0       4416(R8)
+	PREFETCHT0       4480(R8)
+	PREFETCHT0       4544(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000200, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF322AVX512_loop0
 
 scoreTileF322AVX512_done0:
@@ -166,28 +183,33 @@ scoreTileF322AVX512_done0:
 	VXORPS  Z6, Z6, Z6
 	VXORPS  Z7, Z7, Z7
 	VXORPS  Z8, Z8, Z8
-	LEAQ    256(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    256(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileF322AVX512_done1
 
 scoreTileF322AVX512_loop1:
-	VMOVUPS          (DI), Z9
-	VMOVUPS          64(DI), Z10
-	VMOVUPS          128(DI), Z11
-	VMOVUPS          192(DI), Z12
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000200, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VMOVUPS          (R8), Z9
+	VMOVUPS          64(R8), Z10
+	VMOVUPS          128(R8), Z11
+	VMOVUPS          192(R8), Z12
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000200, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF322AVX512_loop1
 
 scoreTileF322AVX512_done1:
@@ -210,15 +232,16 @@ scoreTileF322AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF323AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// func scoreTileF323AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF323AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF323AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -232,40 +255,45 @@ TEXT ·scoreTileF323AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z10, Z10, Z10
 	VXORPS       Z11, Z11, Z11
 	VXORPS       Z12, Z12, Z12
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileF323AVX512_done0
 
 scoreTileF323AVX512_loop0:
-	VMOVUPS          (DI), Z13
-	VMOVUPS          64(DI), Z14
-	VMOVUPS          128(DI), Z15
-	VMOVUPS          192(DI), Z16
-	PREFETCHT0       4096(DI)
-	PREFETCHT0       4160(DI)
-	PREFETCHT0       4224(DI)
-	PREFETCHT0       4288(DI)
-	PREFETCHT0       4352(DI)
-	PREFETCHT0       4416(DI)
-	PREFETCHT0       4480(DI)
-	PREFETCHT0       4544(DI)
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000200, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VMOVUPS          (R8), Z13
+	VMOVUPS          64(R8), Z14
+	VMOVUPS          128(R8), Z15
+	VMOVUPS          192(R8), Z16
+	PREFETCHT0       4096(R8)
+	PREFETCHT0       4160(R8)
+	PREFETCHT0       4224(R8)
+	PREFETCHT0       4288(R8)
+	PREFETCHT0       4352(R8)
+	PREFETCHT0       4416(R8)
+	PREFETCHT0       4480(R8)
+	PREFETCHT0       4544(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000200, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF323AVX512_loop0
 
 scoreTileF323AVX512_done0:
@@ -305,32 +333,37 @@ scoreTileF323AVX512_done0:
 	VXORPS  Z10, Z10, Z10
 	VXORPS  Z11, Z11, Z11
 	VXORPS  Z12, Z12, Z12
-	LEAQ    256(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    256(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileF323AVX512_done1
 
 scoreTileF323AVX512_loop1:
-	VMOVUPS          (DI), Z13
-	VMOVUPS          64(DI), Z14
-	VMOVUPS          128(DI), Z15
-	VMOVUPS          192(DI), Z16
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000200, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VMOVUPS          (R8), Z13
+	VMOVUPS          64(R8), Z14
+	VMOVUPS          128(R8), Z15
+	VMOVUPS          192(R8), Z16
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000200, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF323AVX512_loop1
 
 scoreTileF323AVX512_done1:
@@ -361,16 +394,17 @@ scoreTileF323AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF324AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// func scoreTileF324AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF324AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF324AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
-	LEAQ         (SI)(SI*2), DI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
+	LEAQ         (DI)(DI*2), R8
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -388,44 +422,49 @@ TEXT ·scoreTileF324AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z14, Z14, Z14
 	VXORPS       Z15, Z15, Z15
 	VXORPS       Z16, Z16, Z16
-	LEAQ         (DX), R8
-	MOVQ         CX, R9
-	MOVQ         BX, R10
-	TESTQ        R10, R10
+	LEAQ         (BX), R9
+	MOVQ         DX, R10
+	MOVQ         SI, R11
+	TESTQ        R11, R11
 	JZ           scoreTileF324AVX512_done0
 
 scoreTileF324AVX512_loop0:
-	VMOVUPS          (R8), Z17
-	VMOVUPS          64(R8), Z18
-	VMOVUPS          128(R8), Z19
-	VMOVUPS          192(R8), Z20
-	PREFETCHT0       4096(R8)
-	PREFETCHT0       4160(R8)
-	PREFETCHT0       4224(R8)
-	PREFETCHT0       4288(R8)
-	PREFETCHT0       4352(R8)
-	PREFETCHT0       4416(R8)
-	PREFETCHT0       4480(R8)
-	PREFETCHT0       4544(R8)
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000200, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VMOVUPS          (R9), Z17
+	VMOVUPS          64(R9), Z18
+	VMOVUPS          128(R9), Z19
+	VMOVUPS          192(R9), Z20
+	PREFETCHT0       4096(R9)
+	PREFETCHT0       4160(R9)
+	PREFETCHT0       4224(R9)
+	PREFETCHT0       4288(R9)
+	PREFETCHT0       4352(R9)
+	PREFETCHT0       4416(R9)
+	PREFETCHT0       4480(R9)
+	PREFETCHT0       4544(R9)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000200, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileF324AVX512_loop0
 
 scoreTileF324AVX512_done0:
@@ -477,36 +516,41 @@ scoreTileF324AVX512_done0:
 	VXORPS  Z14, Z14, Z14
 	VXORPS  Z15, Z15, Z15
 	VXORPS  Z16, Z16, Z16
-	LEAQ    256(DX), R8
-	MOVQ    CX, R9
-	MOVQ    BX, R10
-	TESTQ   R10, R10
+	LEAQ    256(BX), R9
+	MOVQ    DX, R10
+	MOVQ    SI, R11
+	TESTQ   R11, R11
 	JZ      scoreTileF324AVX512_done1
 
 scoreTileF324AVX512_loop1:
-	VMOVUPS          (R8), Z17
-	VMOVUPS          64(R8), Z18
-	VMOVUPS          128(R8), Z19
-	VMOVUPS          192(R8), Z20
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000200, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VMOVUPS          (R9), Z17
+	VMOVUPS          64(R9), Z18
+	VMOVUPS          128(R9), Z19
+	VMOVUPS          192(R9), Z20
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	PREFETCHT1       128(CX)
+	PREFETCHT1       192(CX)
+	ADDQ             $0x00000100, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000200, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileF324AVX512_loop1
 
 scoreTileF324AVX512_done1:
@@ -545,46 +589,50 @@ scoreTileF324AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileBF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileBF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileBF161AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileBF161AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
 	VXORPS       Z3, Z3, Z3
 	VXORPS       Z4, Z4, Z4
-	LEAQ         (DX), SI
-	MOVQ         CX, DI
-	MOVQ         BX, R8
-	TESTQ        R8, R8
+	LEAQ         (BX), DI
+	MOVQ         DX, R8
+	MOVQ         SI, R9
+	TESTQ        R9, R9
 	JZ           scoreTileBF161AVX512_done0
 
 scoreTileBF161AVX512_loop0:
-	VPMOVZXWD        (SI), Z5
+	VPMOVZXWD        (DI), Z5
 	VPSLLD           $0x10, Z5, Z5
-	VPMOVZXWD        32(SI), Z6
+	VPMOVZXWD        32(DI), Z6
 	VPSLLD           $0x10, Z6, Z6
-	VPMOVZXWD        64(SI), Z7
+	VPMOVZXWD        64(DI), Z7
 	VPSLLD           $0x10, Z7, Z7
-	VPMOVZXWD        96(SI), Z8
+	VPMOVZXWD        96(DI), Z8
 	VPSLLD           $0x10, Z8, Z8
-	PREFETCHT0       2048(SI)
-	PREFETCHT0       2112(SI)
-	PREFETCHT0       2176(SI)
-	PREFETCHT0       2240(SI)
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000100, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	PREFETCHT0       2048(DI)
+	PREFETCHT0       2112(DI)
+	PREFETCHT0       2176(DI)
+	PREFETCHT0       2240(DI)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileBF161AVX512_loop0
 
 scoreTileBF161AVX512_done0:
@@ -600,28 +648,31 @@ scoreTileBF161AVX512_done0:
 	VXORPS  Z2, Z2, Z2
 	VXORPS  Z3, Z3, Z3
 	VXORPS  Z4, Z4, Z4
-	LEAQ    128(DX), SI
-	MOVQ    CX, DI
-	MOVQ    BX, R8
-	TESTQ   R8, R8
+	LEAQ    128(BX), DI
+	MOVQ    DX, R8
+	MOVQ    SI, R9
+	TESTQ   R9, R9
 	JZ      scoreTileBF161AVX512_done1
 
 scoreTileBF161AVX512_loop1:
-	VPMOVZXWD        (SI), Z5
+	VPMOVZXWD        (DI), Z5
 	VPSLLD           $0x10, Z5, Z5
-	VPMOVZXWD        32(SI), Z6
+	VPMOVZXWD        32(DI), Z6
 	VPSLLD           $0x10, Z6, Z6
-	VPMOVZXWD        64(SI), Z7
+	VPMOVZXWD        64(DI), Z7
 	VPSLLD           $0x10, Z7, Z7
-	VPMOVZXWD        96(SI), Z8
+	VPMOVZXWD        96(DI), Z8
 	VPSLLD           $0x10, Z8, Z8
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000100, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileBF161AVX512_loop1
 
 scoreTileBF161AVX512_done1:
@@ -636,15 +687,16 @@ scoreTileBF161AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileBF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileBF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileBF162AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileBF162AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -654,36 +706,39 @@ TEXT ·scoreTileBF162AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z6, Z6, Z6
 	VXORPS       Z7, Z7, Z7
 	VXORPS       Z8, Z8, Z8
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileBF162AVX512_done0
 
 scoreTileBF162AVX512_loop0:
-	VPMOVZXWD        (DI), Z9
+	VPMOVZXWD        (R8), Z9
 	VPSLLD           $0x10, Z9, Z9
-	VPMOVZXWD        32(DI), Z10
+	VPMOVZXWD        32(R8), Z10
 	VPSLLD           $0x10, Z10, Z10
-	VPMOVZXWD        64(DI), Z11
+	VPMOVZXWD        64(R8), Z11
 	VPSLLD           $0x10, Z11, Z11
-	VPMOVZXWD        96(DI), Z12
+	VPMOVZXWD        96(R8), Z12
 	VPSLLD           $0x10, Z12, Z12
-	PREFETCHT0       2048(DI)
-	PREFETCHT0       2112(DI)
-	PREFETCHT0       2176(DI)
-	PREFETCHT0       2240(DI)
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	PREFETCHT0       2048(R8)
+	PREFETCHT0       2112(R8)
+	PREFETCHT0       2176(R8)
+	PREFETCHT0       2240(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileBF162AVX512_loop0
 
 scoreTileBF162AVX512_done0:
@@ -711,32 +766,35 @@ scoreTileBF162AVX512_done0:
 	VXORPS  Z6, Z6, Z6
 	VXORPS  Z7, Z7, Z7
 	VXORPS  Z8, Z8, Z8
-	LEAQ    128(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    128(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileBF162AVX512_done1
 
 scoreTileBF162AVX512_loop1:
-	VPMOVZXWD        (DI), Z9
+	VPMOVZXWD        (R8), Z9
 	VPSLLD           $0x10, Z9, Z9
-	VPMOVZXWD        32(DI), Z10
+	VPMOVZXWD        32(R8), Z10
 	VPSLLD           $0x10, Z10, Z10
-	VPMOVZXWD        64(DI), Z11
+	VPMOVZXWD        64(R8), Z11
 	VPSLLD           $0x10, Z11, Z11
-	VPMOVZXWD        96(DI), Z12
+	VPMOVZXWD        96(R8), Z12
 	VPSLLD           $0x10, Z12, Z12
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileBF162AVX512_loop1
 
 scoreTileBF162AVX512_done1:
@@ -759,15 +817,16 @@ scoreTileBF162AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileBF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileBF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileBF163AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileBF163AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -781,40 +840,43 @@ TEXT ·scoreTileBF163AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z10, Z10, Z10
 	VXORPS       Z11, Z11, Z11
 	VXORPS       Z12, Z12, Z12
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileBF163AVX512_done0
 
 scoreTileBF163AVX512_loop0:
-	VPMOVZXWD        (DI), Z13
+	VPMOVZXWD        (R8), Z13
 	VPSLLD           $0x10, Z13, Z13
-	VPMOVZXWD        32(DI), Z14
+	VPMOVZXWD        32(R8), Z14
 	VPSLLD           $0x10, Z14, Z14
-	VPMOVZXWD        64(DI), Z15
+	VPMOVZXWD        64(R8), Z15
 	VPSLLD           $0x10, Z15, Z15
-	VPMOVZXWD        96(DI), Z16
+	VPMOVZXWD        96(R8), Z16
 	VPSLLD           $0x10, Z16, Z16
-	PREFETCHT0       2048(DI)
-	PREFETCHT0       2112(DI)
-	PREFETCHT0       2176(DI)
-	PREFETCHT0       2240(DI)
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	PREFETCHT0       2048(R8)
+	PREFETCHT0       2112(R8)
+	PREFETCHT0       2176(R8)
+	PREFETCHT0       2240(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileBF163AVX512_loop0
 
 scoreTileBF163AVX512_done0:
@@ -854,36 +916,39 @@ scoreTileBF163AVX512_done0:
 	VXORPS  Z10, Z10, Z10
 	VXORPS  Z11, Z11, Z11
 	VXORPS  Z12, Z12, Z12
-	LEAQ    128(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    128(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileBF163AVX512_done1
 
 scoreTileBF163AVX512_loop1:
-	VPMOVZXWD        (DI), Z13
+	VPMOVZXWD        (R8), Z13
 	VPSLLD           $0x10, Z13, Z13
-	VPMOVZXWD        32(DI), Z14
+	VPMOVZXWD        32(R8), Z14
 	VPSLLD           $0x10, Z14, Z14
-	VPMOVZXWD        64(DI), Z15
+	VPMOVZXWD        64(R8), Z15
 	VPSLLD           $0x10, Z15, Z15
-	VPMOVZXWD        96(DI), Z16
+	VPMOVZXWD        96(R8), Z16
 	VPSLLD           $0x10, Z16, Z16
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileBF163AVX512_loop1
 
 scoreTileBF163AVX512_done1:
@@ -914,16 +979,17 @@ scoreTileBF163AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileBF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileBF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileBF164AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileBF164AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
-	LEAQ         (SI)(SI*2), DI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
+	LEAQ         (DI)(DI*2), R8
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -941,44 +1007,47 @@ TEXT ·scoreTileBF164AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z14, Z14, Z14
 	VXORPS       Z15, Z15, Z15
 	VXORPS       Z16, Z16, Z16
-	LEAQ         (DX), R8
-	MOVQ         CX, R9
-	MOVQ         BX, R10
-	TESTQ        R10, R10
+	LEAQ         (BX), R9
+	MOVQ         DX, R10
+	MOVQ         SI, R11
+	TESTQ        R11, R11
 	JZ           scoreTileBF164AVX512_done0
 
 scoreTileBF164AVX512_loop0:
-	VPMOVZXWD        (R8), Z17
+	VPMOVZXWD        (R9), Z17
 	VPSLLD           $0x10, Z17, Z17
-	VPMOVZXWD        32(R8), Z18
+	VPMOVZXWD        32(R9), Z18
 	VPSLLD           $0x10, Z18, Z18
-	VPMOVZXWD        64(R8), Z19
+	VPMOVZXWD        64(R9), Z19
 	VPSLLD           $0x10, Z19, Z19
-	VPMOVZXWD        96(R8), Z20
+	VPMOVZXWD        96(R9), Z20
 	VPSLLD           $0x10, Z20, Z20
-	PREFETCHT0       2048(R8)
-	PREFETCHT0       2112(R8)
-	PREFETCHT0       2176(R8)
-	PREFETCHT0       2240(R8)
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000100, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	PREFETCHT0       2048(R9)
+	PREFETCHT0       2112(R9)
+	PREFETCHT0       2176(R9)
+	PREFETCHT0       2240(R9)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000100, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileBF164AVX512_loop0
 
 scoreTileBF164AVX512_done0:
@@ -1030,40 +1099,43 @@ scoreTileBF164AVX512_done0:
 	VXORPS  Z14, Z14, Z14
 	VXORPS  Z15, Z15, Z15
 	VXORPS  Z16, Z16, Z16
-	LEAQ    128(DX), R8
-	MOVQ    CX, R9
-	MOVQ    BX, R10
-	TESTQ   R10, R10
+	LEAQ    128(BX), R9
+	MOVQ    DX, R10
+	MOVQ    SI, R11
+	TESTQ   R11, R11
 	JZ      scoreTileBF164AVX512_done1
 
 scoreTileBF164AVX512_loop1:
-	VPMOVZXWD        (R8), Z17
+	VPMOVZXWD        (R9), Z17
 	VPSLLD           $0x10, Z17, Z17
-	VPMOVZXWD        32(R8), Z18
+	VPMOVZXWD        32(R9), Z18
 	VPSLLD           $0x10, Z18, Z18
-	VPMOVZXWD        64(R8), Z19
+	VPMOVZXWD        64(R9), Z19
 	VPSLLD           $0x10, Z19, Z19
-	VPMOVZXWD        96(R8), Z20
+	VPMOVZXWD        96(R9), Z20
 	VPSLLD           $0x10, Z20, Z20
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000100, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000100, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileBF164AVX512_loop1
 
 scoreTileBF164AVX512_done1:
@@ -1102,42 +1174,46 @@ scoreTileBF164AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF161AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF161AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
 	VXORPS       Z3, Z3, Z3
 	VXORPS       Z4, Z4, Z4
-	LEAQ         (DX), SI
-	MOVQ         CX, DI
-	MOVQ         BX, R8
-	TESTQ        R8, R8
+	LEAQ         (BX), DI
+	MOVQ         DX, R8
+	MOVQ         SI, R9
+	TESTQ        R9, R9
 	JZ           scoreTileF161AVX512_done0
 
 scoreTileF161AVX512_loop0:
-	VCVTPH2PS        (SI), Z5
-	VCVTPH2PS        32(SI), Z6
-	VCVTPH2PS        64(SI), Z7
-	VCVTPH2PS        96(SI), Z8
-	PREFETCHT0       2048(SI)
-	PREFETCHT0       2112(SI)
-	PREFETCHT0       2176(SI)
-	PREFETCHT0       2240(SI)
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000100, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	VCVTPH2PS        (DI), Z5
+	VCVTPH2PS        32(DI), Z6
+	VCVTPH2PS        64(DI), Z7
+	VCVTPH2PS        96(DI), Z8
+	PREFETCHT0       2048(DI)
+	PREFETCHT0       2112(DI)
+	PREFETCHT0       2176(DI)
+	PREFETCHT0       2240(DI)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileF161AVX512_loop0
 
 scoreTileF161AVX512_done0:
@@ -1153,24 +1229,27 @@ scoreTileF161AVX512_done0:
 	VXORPS  Z2, Z2, Z2
 	VXORPS  Z3, Z3, Z3
 	VXORPS  Z4, Z4, Z4
-	LEAQ    128(DX), SI
-	MOVQ    CX, DI
-	MOVQ    BX, R8
-	TESTQ   R8, R8
+	LEAQ    128(BX), DI
+	MOVQ    DX, R8
+	MOVQ    SI, R9
+	TESTQ   R9, R9
 	JZ      scoreTileF161AVX512_done1
 
 scoreTileF161AVX512_loop1:
-	VCVTPH2PS        (SI), Z5
-	VCVTPH2PS        32(SI), Z6
-	VCVTPH2PS        64(SI), Z7
-	VCVTPH2PS        96(SI), Z8
-	VFMADD231PS.BCST (DI), Z5, Z1
-	VFMADD231PS.BCST (DI), Z6, Z2
-	VFMADD231PS.BCST (DI), Z7, Z3
-	VFMADD231PS.BCST (DI), Z8, Z4
-	ADDQ             $0x00000100, SI
-	ADDQ             $0x04, DI
-	DECQ             R8
+	VCVTPH2PS        (DI), Z5
+	VCVTPH2PS        32(DI), Z6
+	VCVTPH2PS        64(DI), Z7
+	VCVTPH2PS        96(DI), Z8
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R8), Z5, Z1
+	VFMADD231PS.BCST (R8), Z6, Z2
+	VFMADD231PS.BCST (R8), Z7, Z3
+	VFMADD231PS.BCST (R8), Z8, Z4
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x04, R8
+	DECQ             R9
 	JNZ              scoreTileF161AVX512_loop1
 
 scoreTileF161AVX512_done1:
@@ -1185,15 +1264,16 @@ scoreTileF161AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF162AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF162AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -1203,32 +1283,35 @@ TEXT ·scoreTileF162AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z6, Z6, Z6
 	VXORPS       Z7, Z7, Z7
 	VXORPS       Z8, Z8, Z8
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileF162AVX512_done0
 
 scoreTileF162AVX512_loop0:
-	VCVTPH2PS        (DI), Z9
-	VCVTPH2PS        32(DI), Z10
-	VCVTPH2PS        64(DI), Z11
-	VCVTPH2PS        96(DI), Z12
-	PREFETCHT0       2048(DI)
-	PREFETCHT0       2112(DI)
-	PREFETCHT0       2176(DI)
-	PREFETCHT0       2240(DI)
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VCVTPH2PS        (R8), Z9
+	VCVTPH2PS        32(R8), Z10
+	VCVTPH2PS        64(R8), Z11
+	VCVTPH2PS        96(R8), Z12
+	PREFETCHT0       2048(R8)
+	PREFETCHT0       2112(R8)
+	PREFETCHT0       2176(R8)
+	PREFETCHT0       2240(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF162AVX512_loop0
 
 scoreTileF162AVX512_done0:
@@ -1256,28 +1339,31 @@ scoreTileF162AVX512_done0:
 	VXORPS  Z6, Z6, Z6
 	VXORPS  Z7, Z7, Z7
 	VXORPS  Z8, Z8, Z8
-	LEAQ    128(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    128(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileF162AVX512_done1
 
 scoreTileF162AVX512_loop1:
-	VCVTPH2PS        (DI), Z9
-	VCVTPH2PS        32(DI), Z10
-	VCVTPH2PS        64(DI), Z11
-	VCVTPH2PS        96(DI), Z12
-	VFMADD231PS.BCST (R8), Z9, Z1
-	VFMADD231PS.BCST (R8), Z10, Z2
-	VFMADD231PS.BCST (R8), Z11, Z3
-	VFMADD231PS.BCST (R8), Z12, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z9, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z10, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z11, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z12, Z8
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VCVTPH2PS        (R8), Z9
+	VCVTPH2PS        32(R8), Z10
+	VCVTPH2PS        64(R8), Z11
+	VCVTPH2PS        96(R8), Z12
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z9, Z1
+	VFMADD231PS.BCST (R9), Z10, Z2
+	VFMADD231PS.BCST (R9), Z11, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z8
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF162AVX512_loop1
 
 scoreTileF162AVX512_done1:
@@ -1300,15 +1386,16 @@ scoreTileF162AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF163AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF163AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -1322,36 +1409,39 @@ TEXT ·scoreTileF163AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z10, Z10, Z10
 	VXORPS       Z11, Z11, Z11
 	VXORPS       Z12, Z12, Z12
-	LEAQ         (DX), DI
-	MOVQ         CX, R8
-	MOVQ         BX, R9
-	TESTQ        R9, R9
+	LEAQ         (BX), R8
+	MOVQ         DX, R9
+	MOVQ         SI, R10
+	TESTQ        R10, R10
 	JZ           scoreTileF163AVX512_done0
 
 scoreTileF163AVX512_loop0:
-	VCVTPH2PS        (DI), Z13
-	VCVTPH2PS        32(DI), Z14
-	VCVTPH2PS        64(DI), Z15
-	VCVTPH2PS        96(DI), Z16
-	PREFETCHT0       2048(DI)
-	PREFETCHT0       2112(DI)
-	PREFETCHT0       2176(DI)
-	PREFETCHT0       2240(DI)
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VCVTPH2PS        (R8), Z13
+	VCVTPH2PS        32(R8), Z14
+	VCVTPH2PS        64(R8), Z15
+	VCVTPH2PS        96(R8), Z16
+	PREFETCHT0       2048(R8)
+	PREFETCHT0       2112(R8)
+	PREFETCHT0       2176(R8)
+	PREFETCHT0       2240(R8)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF163AVX512_loop0
 
 scoreTileF163AVX512_done0:
@@ -1391,32 +1481,35 @@ scoreTileF163AVX512_done0:
 	VXORPS  Z10, Z10, Z10
 	VXORPS  Z11, Z11, Z11
 	VXORPS  Z12, Z12, Z12
-	LEAQ    128(DX), DI
-	MOVQ    CX, R8
-	MOVQ    BX, R9
-	TESTQ   R9, R9
+	LEAQ    128(BX), R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
 	JZ      scoreTileF163AVX512_done1
 
 scoreTileF163AVX512_loop1:
-	VCVTPH2PS        (DI), Z13
-	VCVTPH2PS        32(DI), Z14
-	VCVTPH2PS        64(DI), Z15
-	VCVTPH2PS        96(DI), Z16
-	VFMADD231PS.BCST (R8), Z13, Z1
-	VFMADD231PS.BCST (R8), Z14, Z2
-	VFMADD231PS.BCST (R8), Z15, Z3
-	VFMADD231PS.BCST (R8), Z16, Z4
-	VFMADD231PS.BCST (R8)(SI*1), Z13, Z5
-	VFMADD231PS.BCST (R8)(SI*1), Z14, Z6
-	VFMADD231PS.BCST (R8)(SI*1), Z15, Z7
-	VFMADD231PS.BCST (R8)(SI*1), Z16, Z8
-	VFMADD231PS.BCST (R8)(SI*2), Z13, Z9
-	VFMADD231PS.BCST (R8)(SI*2), Z14, Z10
-	VFMADD231PS.BCST (R8)(SI*2), Z15, Z11
-	VFMADD231PS.BCST (R8)(SI*2), Z16, Z12
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x04, R8
-	DECQ             R9
+	VCVTPH2PS        (R8), Z13
+	VCVTPH2PS        32(R8), Z14
+	VCVTPH2PS        64(R8), Z15
+	VCVTPH2PS        96(R8), Z16
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R9), Z13, Z1
+	VFMADD231PS.BCST (R9), Z14, Z2
+	VFMADD231PS.BCST (R9), Z15, Z3
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z5
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z6
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z7
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z8
+	VFMADD231PS.BCST (R9)(DI*2), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	ADDQ             $0x00000100, R8
+	ADDQ             $0x04, R9
+	DECQ             R10
 	JNZ              scoreTileF163AVX512_loop1
 
 scoreTileF163AVX512_done1:
@@ -1447,16 +1540,17 @@ scoreTileF163AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func scoreTileF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// func scoreTileF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
-TEXT ·scoreTileF164AVX512(SB), NOSPLIT, $0-48
+TEXT ·scoreTileF164AVX512(SB), NOSPLIT, $0-56
 	MOVQ         s+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         k+40(FP), DX
-	MOVQ         d+24(FP), BX
-	MOVQ         ldq+16(FP), SI
-	SHLQ         $0x02, SI
-	LEAQ         (SI)(SI*2), DI
+	MOVQ         next+48(FP), CX
+	MOVQ         q+8(FP), DX
+	MOVQ         k+40(FP), BX
+	MOVQ         d+24(FP), SI
+	MOVQ         ldq+16(FP), DI
+	SHLQ         $0x02, DI
+	LEAQ         (DI)(DI*2), R8
 	VBROADCASTSS scale+32(FP), Z0
 	VXORPS       Z1, Z1, Z1
 	VXORPS       Z2, Z2, Z2
@@ -1474,40 +1568,43 @@ TEXT ·scoreTileF164AVX512(SB), NOSPLIT, $0-48
 	VXORPS       Z14, Z14, Z14
 	VXORPS       Z15, Z15, Z15
 	VXORPS       Z16, Z16, Z16
-	LEAQ         (DX), R8
-	MOVQ         CX, R9
-	MOVQ         BX, R10
-	TESTQ        R10, R10
+	LEAQ         (BX), R9
+	MOVQ         DX, R10
+	MOVQ         SI, R11
+	TESTQ        R11, R11
 	JZ           scoreTileF164AVX512_done0
 
 scoreTileF164AVX512_loop0:
-	VCVTPH2PS        (R8), Z17
-	VCVTPH2PS        32(R8), Z18
-	VCVTPH2PS        64(R8), Z19
-	VCVTPH2PS        96(R8), Z20
-	PREFETCHT0       2048(R8)
-	PREFETCHT0       2112(R8)
-	PREFETCHT0       2176(R8)
-	PREFETCHT0       2240(R8)
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000100, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VCVTPH2PS        (R9), Z17
+	VCVTPH2PS        32(R9), Z18
+	VCVTPH2PS        64(R9), Z19
+	VCVTPH2PS        96(R9), Z20
+	PREFETCHT0       2048(R9)
+	PREFETCHT0       2112(R9)
+	PREFETCHT0       2176(R9)
+	PREFETCHT0       2240(R9)
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000100, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileF164AVX512_loop0
 
 scoreTileF164AVX512_done0:
@@ -1559,36 +1656,39 @@ scoreTileF164AVX512_done0:
 	VXORPS  Z14, Z14, Z14
 	VXORPS  Z15, Z15, Z15
 	VXORPS  Z16, Z16, Z16
-	LEAQ    128(DX), R8
-	MOVQ    CX, R9
-	MOVQ    BX, R10
-	TESTQ   R10, R10
+	LEAQ    128(BX), R9
+	MOVQ    DX, R10
+	MOVQ    SI, R11
+	TESTQ   R11, R11
 	JZ      scoreTileF164AVX512_done1
 
 scoreTileF164AVX512_loop1:
-	VCVTPH2PS        (R8), Z17
-	VCVTPH2PS        32(R8), Z18
-	VCVTPH2PS        64(R8), Z19
-	VCVTPH2PS        96(R8), Z20
-	VFMADD231PS.BCST (R9), Z17, Z1
-	VFMADD231PS.BCST (R9), Z18, Z2
-	VFMADD231PS.BCST (R9), Z19, Z3
-	VFMADD231PS.BCST (R9), Z20, Z4
-	VFMADD231PS.BCST (R9)(SI*1), Z17, Z5
-	VFMADD231PS.BCST (R9)(SI*1), Z18, Z6
-	VFMADD231PS.BCST (R9)(SI*1), Z19, Z7
-	VFMADD231PS.BCST (R9)(SI*1), Z20, Z8
-	VFMADD231PS.BCST (R9)(SI*2), Z17, Z9
-	VFMADD231PS.BCST (R9)(SI*2), Z18, Z10
-	VFMADD231PS.BCST (R9)(SI*2), Z19, Z11
-	VFMADD231PS.BCST (R9)(SI*2), Z20, Z12
-	VFMADD231PS.BCST (R9)(DI*1), Z17, Z13
-	VFMADD231PS.BCST (R9)(DI*1), Z18, Z14
-	VFMADD231PS.BCST (R9)(DI*1), Z19, Z15
-	VFMADD231PS.BCST (R9)(DI*1), Z20, Z16
-	ADDQ             $0x00000100, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VCVTPH2PS        (R9), Z17
+	VCVTPH2PS        32(R9), Z18
+	VCVTPH2PS        64(R9), Z19
+	VCVTPH2PS        96(R9), Z20
+	PREFETCHT1       (CX)
+	PREFETCHT1       64(CX)
+	ADDQ             $0x00000080, CX
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST (R10), Z20, Z4
+	VFMADD231PS.BCST (R10)(DI*1), Z17, Z5
+	VFMADD231PS.BCST (R10)(DI*1), Z18, Z6
+	VFMADD231PS.BCST (R10)(DI*1), Z19, Z7
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z8
+	VFMADD231PS.BCST (R10)(DI*2), Z17, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z18, Z10
+	VFMADD231PS.BCST (R10)(DI*2), Z19, Z11
+	VFMADD231PS.BCST (R10)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R10)(R8*1), Z17, Z13
+	VFMADD231PS.BCST (R10)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R10)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10)(R8*1), Z20, Z16
+	ADDQ             $0x00000100, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              scoreTileF164AVX512_loop1
 
 scoreTileF164AVX512_done1:
@@ -1627,1324 +1727,1404 @@ scoreTileF164AVX512_done1:
 	VZEROUPPER
 	RET
 
-// func accumTileF321AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// func accumTileF321AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF321AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldv+56(FP), SI
-	SHLQ $0x02, SI
-	LEAQ (SI)(SI*1), DI
+TEXT ·accumTileF321AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
+	MOVQ ldp+24(FP), DI
+	SHLQ $0x02, DI
+	MOVQ ldv+56(FP), DI
+	SHLQ $0x02, DI
+	LEAQ (DI)(DI*1), R8
+	SHLQ $0x02, R8
 
 accumTileF321AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF321AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileF321AVX512_done4
 
 accumTileF321AVX512_loop4:
-	VMOVUPS          (R8), Z4
-	VMOVUPS          64(R8), Z5
-	VMOVUPS          128(R8), Z6
-	VMOVUPS          192(R8), Z7
-	PREFETCHT0       (R8)(DI*1)
-	PREFETCHT0       64(R8)(DI*1)
-	PREFETCHT0       128(R8)(DI*1)
-	PREFETCHT0       192(R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z4, Z0
-	VFMADD231PS.BCST (R9), Z5, Z1
-	VFMADD231PS.BCST (R9), Z6, Z2
-	VFMADD231PS.BCST (R9), Z7, Z3
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VMOVUPS          (R9), Z4
+	VMOVUPS          64(R9), Z5
+	VMOVUPS          128(R9), Z6
+	VMOVUPS          192(R9), Z7
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R9)(R8*1)
+	PREFETCHT1       64(AX)
+	PREFETCHT0       128(R9)(R8*1)
+	PREFETCHT1       128(AX)
+	PREFETCHT0       192(R9)(R8*1)
+	PREFETCHT1       192(AX)
+	ADDQ             $0x00000100, AX
+	VFMADD231PS.BCST (R10), Z4, Z0
+	VFMADD231PS.BCST (R10), Z5, Z1
+	VFMADD231PS.BCST (R10), Z6, Z2
+	VFMADD231PS.BCST (R10), Z7, Z3
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileF321AVX512_loop4
 
 accumTileF321AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000100, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF321AVX512_wide
 
 accumTileF321AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF321AVX512_end
-	VMOVUPS (AX), Z0
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileF321AVX512_done1
 
 accumTileF321AVX512_loop1:
-	VMOVUPS          (R8), Z1
-	PREFETCHT0       (R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z1, Z0
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VMOVUPS          (R9), Z1
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R10), Z1, Z0
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileF321AVX512_loop1
 
 accumTileF321AVX512_done1:
-	VMOVUPS Z0, (AX)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF321AVX512_narrow
 
 accumTileF321AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF322AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// func accumTileF322AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF322AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileF322AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
+	MOVQ ldp+24(FP), R8
 	SHLQ $0x02, R8
-	LEAQ (R8)(R8*1), R9
+	MOVQ ldv+56(FP), R9
 	SHLQ $0x02, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileF322AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF322AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF322AVX512_done4
 
 accumTileF322AVX512_loop4:
-	VMOVUPS          (R10), Z8
-	VMOVUPS          64(R10), Z9
-	VMOVUPS          128(R10), Z10
-	VMOVUPS          192(R10), Z11
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	PREFETCHT0       128(R10)(R9*1)
-	PREFETCHT0       192(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z8, Z0
-	VFMADD231PS.BCST (R11), Z9, Z1
-	VFMADD231PS.BCST (R11), Z10, Z2
-	VFMADD231PS.BCST (R11), Z11, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z8, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z9, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z10, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z11, Z7
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VMOVUPS          (R11), Z8
+	VMOVUPS          64(R11), Z9
+	VMOVUPS          128(R11), Z10
+	VMOVUPS          192(R11), Z11
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	PREFETCHT0       128(R11)(R10*1)
+	PREFETCHT1       128(AX)
+	PREFETCHT0       192(R11)(R10*1)
+	PREFETCHT1       192(AX)
+	ADDQ             $0x00000100, AX
+	VFMADD231PS.BCST (R12), Z8, Z0
+	VFMADD231PS.BCST (R12), Z9, Z1
+	VFMADD231PS.BCST (R12), Z10, Z2
+	VFMADD231PS.BCST (R12), Z11, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z8, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z9, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z10, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z11, Z7
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF322AVX512_loop4
 
 accumTileF322AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000100, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF322AVX512_wide
 
 accumTileF322AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF322AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF322AVX512_done1
 
 accumTileF322AVX512_loop1:
-	VMOVUPS          (R10), Z2
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z2, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z2, Z1
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VMOVUPS          (R11), Z2
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z2, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z2, Z1
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF322AVX512_loop1
 
 accumTileF322AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF322AVX512_narrow
 
 accumTileF322AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF323AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// func accumTileF323AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF323AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileF323AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
+	MOVQ ldp+24(FP), R8
 	SHLQ $0x02, R8
-	LEAQ (R8)(R8*1), R9
+	MOVQ ldv+56(FP), R9
 	SHLQ $0x02, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileF323AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF323AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF323AVX512_done4
 
 accumTileF323AVX512_loop4:
-	VMOVUPS          (R10), Z12
-	VMOVUPS          64(R10), Z13
-	VMOVUPS          128(R10), Z14
-	VMOVUPS          192(R10), Z15
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	PREFETCHT0       128(R10)(R9*1)
-	PREFETCHT0       192(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z12, Z0
-	VFMADD231PS.BCST (R11), Z13, Z1
-	VFMADD231PS.BCST (R11), Z14, Z2
-	VFMADD231PS.BCST (R11), Z15, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z12, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z13, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z14, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z15, Z7
-	VFMADD231PS.BCST (R11)(DI*2), Z12, Z8
-	VFMADD231PS.BCST (R11)(DI*2), Z13, Z9
-	VFMADD231PS.BCST (R11)(DI*2), Z14, Z10
-	VFMADD231PS.BCST (R11)(DI*2), Z15, Z11
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VMOVUPS          (R11), Z12
+	VMOVUPS          64(R11), Z13
+	VMOVUPS          128(R11), Z14
+	VMOVUPS          192(R11), Z15
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	PREFETCHT0       128(R11)(R10*1)
+	PREFETCHT1       128(AX)
+	PREFETCHT0       192(R11)(R10*1)
+	PREFETCHT1       192(AX)
+	ADDQ             $0x00000100, AX
+	VFMADD231PS.BCST (R12), Z12, Z0
+	VFMADD231PS.BCST (R12), Z13, Z1
+	VFMADD231PS.BCST (R12), Z14, Z2
+	VFMADD231PS.BCST (R12), Z15, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z12, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z13, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z14, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z15, Z7
+	VFMADD231PS.BCST (R12)(R8*2), Z12, Z8
+	VFMADD231PS.BCST (R12)(R8*2), Z13, Z9
+	VFMADD231PS.BCST (R12)(R8*2), Z14, Z10
+	VFMADD231PS.BCST (R12)(R8*2), Z15, Z11
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF323AVX512_loop4
 
 accumTileF323AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000100, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF323AVX512_wide
 
 accumTileF323AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF323AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF323AVX512_done1
 
 accumTileF323AVX512_loop1:
-	VMOVUPS          (R10), Z3
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z3, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z3, Z1
-	VFMADD231PS.BCST (R11)(DI*2), Z3, Z2
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VMOVUPS          (R11), Z3
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z3, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z3, Z1
+	VFMADD231PS.BCST (R12)(R8*2), Z3, Z2
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF323AVX512_loop1
 
 accumTileF323AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF323AVX512_narrow
 
 accumTileF323AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF324AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// func accumTileF324AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF324AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	LEAQ (SI)(SI*2), DI
-	MOVQ ldp+24(FP), R8
-	SHLQ $0x02, R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ ldv+56(FP), R10
-	SHLQ $0x02, R10
-	LEAQ (R10)(R10*1), R11
+TEXT ·accumTileF324AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
+	SHLQ $0x02, DI
+	LEAQ (DI)(DI*2), R8
+	MOVQ ldp+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ ldv+56(FP), R11
 	SHLQ $0x02, R11
+	LEAQ (R11)(R11*1), R12
+	SHLQ $0x02, R12
 
 accumTileF324AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF324AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	VMOVUPS (AX)(DI*1), Z12
-	VMOVUPS 64(AX)(DI*1), Z13
-	VMOVUPS 128(AX)(DI*1), Z14
-	VMOVUPS 192(AX)(DI*1), Z15
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	VMOVUPS (CX)(R8*1), Z12
+	VMOVUPS 64(CX)(R8*1), Z13
+	VMOVUPS 128(CX)(R8*1), Z14
+	VMOVUPS 192(CX)(R8*1), Z15
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileF324AVX512_done4
 
 accumTileF324AVX512_loop4:
-	VMOVUPS          (R12), Z16
-	VMOVUPS          64(R12), Z17
-	VMOVUPS          128(R12), Z18
-	VMOVUPS          192(R12), Z19
-	PREFETCHT0       (R12)(R11*1)
-	PREFETCHT0       64(R12)(R11*1)
-	PREFETCHT0       128(R12)(R11*1)
-	PREFETCHT0       192(R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z16, Z0
-	VFMADD231PS.BCST (R13), Z17, Z1
-	VFMADD231PS.BCST (R13), Z18, Z2
-	VFMADD231PS.BCST (R13), Z19, Z3
-	VFMADD231PS.BCST (R13)(R8*1), Z16, Z4
-	VFMADD231PS.BCST (R13)(R8*1), Z17, Z5
-	VFMADD231PS.BCST (R13)(R8*1), Z18, Z6
-	VFMADD231PS.BCST (R13)(R8*1), Z19, Z7
-	VFMADD231PS.BCST (R13)(R8*2), Z16, Z8
-	VFMADD231PS.BCST (R13)(R8*2), Z17, Z9
-	VFMADD231PS.BCST (R13)(R8*2), Z18, Z10
-	VFMADD231PS.BCST (R13)(R8*2), Z19, Z11
-	VFMADD231PS.BCST (R13)(R9*1), Z16, Z12
-	VFMADD231PS.BCST (R13)(R9*1), Z17, Z13
-	VFMADD231PS.BCST (R13)(R9*1), Z18, Z14
-	VFMADD231PS.BCST (R13)(R9*1), Z19, Z15
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	VMOVUPS          (R13), Z16
+	VMOVUPS          64(R13), Z17
+	VMOVUPS          128(R13), Z18
+	VMOVUPS          192(R13), Z19
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R13)(R12*1)
+	PREFETCHT1       64(AX)
+	PREFETCHT0       128(R13)(R12*1)
+	PREFETCHT1       128(AX)
+	PREFETCHT0       192(R13)(R12*1)
+	PREFETCHT1       192(AX)
+	ADDQ             $0x00000100, AX
+	VFMADD231PS.BCST (R14), Z16, Z0
+	VFMADD231PS.BCST (R14), Z17, Z1
+	VFMADD231PS.BCST (R14), Z18, Z2
+	VFMADD231PS.BCST (R14), Z19, Z3
+	VFMADD231PS.BCST (R14)(R9*1), Z16, Z4
+	VFMADD231PS.BCST (R14)(R9*1), Z17, Z5
+	VFMADD231PS.BCST (R14)(R9*1), Z18, Z6
+	VFMADD231PS.BCST (R14)(R9*1), Z19, Z7
+	VFMADD231PS.BCST (R14)(R9*2), Z16, Z8
+	VFMADD231PS.BCST (R14)(R9*2), Z17, Z9
+	VFMADD231PS.BCST (R14)(R9*2), Z18, Z10
+	VFMADD231PS.BCST (R14)(R9*2), Z19, Z11
+	VFMADD231PS.BCST (R14)(R10*1), Z16, Z12
+	VFMADD231PS.BCST (R14)(R10*1), Z17, Z13
+	VFMADD231PS.BCST (R14)(R10*1), Z18, Z14
+	VFMADD231PS.BCST (R14)(R10*1), Z19, Z15
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileF324AVX512_loop4
 
 accumTileF324AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	VMOVUPS Z12, (AX)(DI*1)
-	VMOVUPS Z13, 64(AX)(DI*1)
-	VMOVUPS Z14, 128(AX)(DI*1)
-	VMOVUPS Z15, 192(AX)(DI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000100, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	VMOVUPS Z12, (CX)(R8*1)
+	VMOVUPS Z13, 64(CX)(R8*1)
+	VMOVUPS Z14, 128(CX)(R8*1)
+	VMOVUPS Z15, 192(CX)(R8*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF324AVX512_wide
 
 accumTileF324AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF324AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	VMOVUPS (AX)(DI*1), Z3
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	VMOVUPS (CX)(R8*1), Z3
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileF324AVX512_done1
 
 accumTileF324AVX512_loop1:
-	VMOVUPS          (R12), Z4
-	PREFETCHT0       (R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z4, Z0
-	VFMADD231PS.BCST (R13)(R8*1), Z4, Z1
-	VFMADD231PS.BCST (R13)(R8*2), Z4, Z2
-	VFMADD231PS.BCST (R13)(R9*1), Z4, Z3
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	VMOVUPS          (R13), Z4
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R14), Z4, Z0
+	VFMADD231PS.BCST (R14)(R9*1), Z4, Z1
+	VFMADD231PS.BCST (R14)(R9*2), Z4, Z2
+	VFMADD231PS.BCST (R14)(R10*1), Z4, Z3
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileF324AVX512_loop1
 
 accumTileF324AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	VMOVUPS Z3, (AX)(DI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	VMOVUPS Z3, (CX)(R8*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF324AVX512_narrow
 
 accumTileF324AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileBF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileBF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileBF161AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldv+56(FP), SI
-	SHLQ $0x01, SI
-	LEAQ (SI)(SI*1), DI
+TEXT ·accumTileBF161AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
+	MOVQ ldp+24(FP), DI
+	SHLQ $0x02, DI
+	MOVQ ldv+56(FP), DI
+	SHLQ $0x01, DI
+	LEAQ (DI)(DI*1), R8
+	SHLQ $0x02, R8
 
 accumTileBF161AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileBF161AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileBF161AVX512_done4
 
 accumTileBF161AVX512_loop4:
-	VPMOVZXWD        (R8), Z4
+	VPMOVZXWD        (R9), Z4
 	VPSLLD           $0x10, Z4, Z4
-	VPMOVZXWD        32(R8), Z5
+	VPMOVZXWD        32(R9), Z5
 	VPSLLD           $0x10, Z5, Z5
-	VPMOVZXWD        64(R8), Z6
+	VPMOVZXWD        64(R9), Z6
 	VPSLLD           $0x10, Z6, Z6
-	VPMOVZXWD        96(R8), Z7
+	VPMOVZXWD        96(R9), Z7
 	VPSLLD           $0x10, Z7, Z7
-	PREFETCHT0       (R8)(DI*1)
-	PREFETCHT0       64(R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z4, Z0
-	VFMADD231PS.BCST (R9), Z5, Z1
-	VFMADD231PS.BCST (R9), Z6, Z2
-	VFMADD231PS.BCST (R9), Z7, Z3
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R9)(R8*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R10), Z4, Z0
+	VFMADD231PS.BCST (R10), Z5, Z1
+	VFMADD231PS.BCST (R10), Z6, Z2
+	VFMADD231PS.BCST (R10), Z7, Z3
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileBF161AVX512_loop4
 
 accumTileBF161AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileBF161AVX512_wide
 
 accumTileBF161AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileBF161AVX512_end
-	VMOVUPS (AX), Z0
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileBF161AVX512_done1
 
 accumTileBF161AVX512_loop1:
-	VPMOVZXWD        (R8), Z1
+	VPMOVZXWD        (R9), Z1
 	VPSLLD           $0x10, Z1, Z1
-	PREFETCHT0       (R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z1, Z0
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R10), Z1, Z0
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileBF161AVX512_loop1
 
 accumTileBF161AVX512_done1:
-	VMOVUPS Z0, (AX)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileBF161AVX512_narrow
 
 accumTileBF161AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileBF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileBF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileBF162AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileBF162AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
-	SHLQ $0x01, R8
-	LEAQ (R8)(R8*1), R9
-	SHLQ $0x02, R9
+	MOVQ ldp+24(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldv+56(FP), R9
+	SHLQ $0x01, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileBF162AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileBF162AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileBF162AVX512_done4
 
 accumTileBF162AVX512_loop4:
-	VPMOVZXWD        (R10), Z8
+	VPMOVZXWD        (R11), Z8
 	VPSLLD           $0x10, Z8, Z8
-	VPMOVZXWD        32(R10), Z9
+	VPMOVZXWD        32(R11), Z9
 	VPSLLD           $0x10, Z9, Z9
-	VPMOVZXWD        64(R10), Z10
+	VPMOVZXWD        64(R11), Z10
 	VPSLLD           $0x10, Z10, Z10
-	VPMOVZXWD        96(R10), Z11
+	VPMOVZXWD        96(R11), Z11
 	VPSLLD           $0x10, Z11, Z11
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z8, Z0
-	VFMADD231PS.BCST (R11), Z9, Z1
-	VFMADD231PS.BCST (R11), Z10, Z2
-	VFMADD231PS.BCST (R11), Z11, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z8, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z9, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z10, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z11, Z7
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R12), Z8, Z0
+	VFMADD231PS.BCST (R12), Z9, Z1
+	VFMADD231PS.BCST (R12), Z10, Z2
+	VFMADD231PS.BCST (R12), Z11, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z8, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z9, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z10, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z11, Z7
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileBF162AVX512_loop4
 
 accumTileBF162AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileBF162AVX512_wide
 
 accumTileBF162AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileBF162AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileBF162AVX512_done1
 
 accumTileBF162AVX512_loop1:
-	VPMOVZXWD        (R10), Z2
+	VPMOVZXWD        (R11), Z2
 	VPSLLD           $0x10, Z2, Z2
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z2, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z2, Z1
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z2, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z2, Z1
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileBF162AVX512_loop1
 
 accumTileBF162AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileBF162AVX512_narrow
 
 accumTileBF162AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileBF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileBF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileBF163AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileBF163AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
-	SHLQ $0x01, R8
-	LEAQ (R8)(R8*1), R9
-	SHLQ $0x02, R9
+	MOVQ ldp+24(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldv+56(FP), R9
+	SHLQ $0x01, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileBF163AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileBF163AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileBF163AVX512_done4
 
 accumTileBF163AVX512_loop4:
-	VPMOVZXWD        (R10), Z12
+	VPMOVZXWD        (R11), Z12
 	VPSLLD           $0x10, Z12, Z12
-	VPMOVZXWD        32(R10), Z13
+	VPMOVZXWD        32(R11), Z13
 	VPSLLD           $0x10, Z13, Z13
-	VPMOVZXWD        64(R10), Z14
+	VPMOVZXWD        64(R11), Z14
 	VPSLLD           $0x10, Z14, Z14
-	VPMOVZXWD        96(R10), Z15
+	VPMOVZXWD        96(R11), Z15
 	VPSLLD           $0x10, Z15, Z15
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z12, Z0
-	VFMADD231PS.BCST (R11), Z13, Z1
-	VFMADD231PS.BCST (R11), Z14, Z2
-	VFMADD231PS.BCST (R11), Z15, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z12, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z13, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z14, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z15, Z7
-	VFMADD231PS.BCST (R11)(DI*2), Z12, Z8
-	VFMADD231PS.BCST (R11)(DI*2), Z13, Z9
-	VFMADD231PS.BCST (R11)(DI*2), Z14, Z10
-	VFMADD231PS.BCST (R11)(DI*2), Z15, Z11
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R12), Z12, Z0
+	VFMADD231PS.BCST (R12), Z13, Z1
+	VFMADD231PS.BCST (R12), Z14, Z2
+	VFMADD231PS.BCST (R12), Z15, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z12, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z13, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z14, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z15, Z7
+	VFMADD231PS.BCST (R12)(R8*2), Z12, Z8
+	VFMADD231PS.BCST (R12)(R8*2), Z13, Z9
+	VFMADD231PS.BCST (R12)(R8*2), Z14, Z10
+	VFMADD231PS.BCST (R12)(R8*2), Z15, Z11
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileBF163AVX512_loop4
 
 accumTileBF163AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileBF163AVX512_wide
 
 accumTileBF163AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileBF163AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileBF163AVX512_done1
 
 accumTileBF163AVX512_loop1:
-	VPMOVZXWD        (R10), Z3
+	VPMOVZXWD        (R11), Z3
 	VPSLLD           $0x10, Z3, Z3
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z3, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z3, Z1
-	VFMADD231PS.BCST (R11)(DI*2), Z3, Z2
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z3, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z3, Z1
+	VFMADD231PS.BCST (R12)(R8*2), Z3, Z2
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileBF163AVX512_loop1
 
 accumTileBF163AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileBF163AVX512_narrow
 
 accumTileBF163AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileBF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileBF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileBF164AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	LEAQ (SI)(SI*2), DI
-	MOVQ ldp+24(FP), R8
-	SHLQ $0x02, R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ ldv+56(FP), R10
-	SHLQ $0x01, R10
-	LEAQ (R10)(R10*1), R11
-	SHLQ $0x02, R11
+TEXT ·accumTileBF164AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
+	SHLQ $0x02, DI
+	LEAQ (DI)(DI*2), R8
+	MOVQ ldp+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ ldv+56(FP), R11
+	SHLQ $0x01, R11
+	LEAQ (R11)(R11*1), R12
+	SHLQ $0x02, R12
 
 accumTileBF164AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileBF164AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	VMOVUPS (AX)(DI*1), Z12
-	VMOVUPS 64(AX)(DI*1), Z13
-	VMOVUPS 128(AX)(DI*1), Z14
-	VMOVUPS 192(AX)(DI*1), Z15
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	VMOVUPS (CX)(R8*1), Z12
+	VMOVUPS 64(CX)(R8*1), Z13
+	VMOVUPS 128(CX)(R8*1), Z14
+	VMOVUPS 192(CX)(R8*1), Z15
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileBF164AVX512_done4
 
 accumTileBF164AVX512_loop4:
-	VPMOVZXWD        (R12), Z16
+	VPMOVZXWD        (R13), Z16
 	VPSLLD           $0x10, Z16, Z16
-	VPMOVZXWD        32(R12), Z17
+	VPMOVZXWD        32(R13), Z17
 	VPSLLD           $0x10, Z17, Z17
-	VPMOVZXWD        64(R12), Z18
+	VPMOVZXWD        64(R13), Z18
 	VPSLLD           $0x10, Z18, Z18
-	VPMOVZXWD        96(R12), Z19
+	VPMOVZXWD        96(R13), Z19
 	VPSLLD           $0x10, Z19, Z19
-	PREFETCHT0       (R12)(R11*1)
-	PREFETCHT0       64(R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z16, Z0
-	VFMADD231PS.BCST (R13), Z17, Z1
-	VFMADD231PS.BCST (R13), Z18, Z2
-	VFMADD231PS.BCST (R13), Z19, Z3
-	VFMADD231PS.BCST (R13)(R8*1), Z16, Z4
-	VFMADD231PS.BCST (R13)(R8*1), Z17, Z5
-	VFMADD231PS.BCST (R13)(R8*1), Z18, Z6
-	VFMADD231PS.BCST (R13)(R8*1), Z19, Z7
-	VFMADD231PS.BCST (R13)(R8*2), Z16, Z8
-	VFMADD231PS.BCST (R13)(R8*2), Z17, Z9
-	VFMADD231PS.BCST (R13)(R8*2), Z18, Z10
-	VFMADD231PS.BCST (R13)(R8*2), Z19, Z11
-	VFMADD231PS.BCST (R13)(R9*1), Z16, Z12
-	VFMADD231PS.BCST (R13)(R9*1), Z17, Z13
-	VFMADD231PS.BCST (R13)(R9*1), Z18, Z14
-	VFMADD231PS.BCST (R13)(R9*1), Z19, Z15
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R13)(R12*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R14), Z16, Z0
+	VFMADD231PS.BCST (R14), Z17, Z1
+	VFMADD231PS.BCST (R14), Z18, Z2
+	VFMADD231PS.BCST (R14), Z19, Z3
+	VFMADD231PS.BCST (R14)(R9*1), Z16, Z4
+	VFMADD231PS.BCST (R14)(R9*1), Z17, Z5
+	VFMADD231PS.BCST (R14)(R9*1), Z18, Z6
+	VFMADD231PS.BCST (R14)(R9*1), Z19, Z7
+	VFMADD231PS.BCST (R14)(R9*2), Z16, Z8
+	VFMADD231PS.BCST (R14)(R9*2), Z17, Z9
+	VFMADD231PS.BCST (R14)(R9*2), Z18, Z10
+	VFMADD231PS.BCST (R14)(R9*2), Z19, Z11
+	VFMADD231PS.BCST (R14)(R10*1), Z16, Z12
+	VFMADD231PS.BCST (R14)(R10*1), Z17, Z13
+	VFMADD231PS.BCST (R14)(R10*1), Z18, Z14
+	VFMADD231PS.BCST (R14)(R10*1), Z19, Z15
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileBF164AVX512_loop4
 
 accumTileBF164AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	VMOVUPS Z12, (AX)(DI*1)
-	VMOVUPS Z13, 64(AX)(DI*1)
-	VMOVUPS Z14, 128(AX)(DI*1)
-	VMOVUPS Z15, 192(AX)(DI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	VMOVUPS Z12, (CX)(R8*1)
+	VMOVUPS Z13, 64(CX)(R8*1)
+	VMOVUPS Z14, 128(CX)(R8*1)
+	VMOVUPS Z15, 192(CX)(R8*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileBF164AVX512_wide
 
 accumTileBF164AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileBF164AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	VMOVUPS (AX)(DI*1), Z3
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	VMOVUPS (CX)(R8*1), Z3
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileBF164AVX512_done1
 
 accumTileBF164AVX512_loop1:
-	VPMOVZXWD        (R12), Z4
+	VPMOVZXWD        (R13), Z4
 	VPSLLD           $0x10, Z4, Z4
-	PREFETCHT0       (R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z4, Z0
-	VFMADD231PS.BCST (R13)(R8*1), Z4, Z1
-	VFMADD231PS.BCST (R13)(R8*2), Z4, Z2
-	VFMADD231PS.BCST (R13)(R9*1), Z4, Z3
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R14), Z4, Z0
+	VFMADD231PS.BCST (R14)(R9*1), Z4, Z1
+	VFMADD231PS.BCST (R14)(R9*2), Z4, Z2
+	VFMADD231PS.BCST (R14)(R10*1), Z4, Z3
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileBF164AVX512_loop1
 
 accumTileBF164AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	VMOVUPS Z3, (AX)(DI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	VMOVUPS Z3, (CX)(R8*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileBF164AVX512_narrow
 
 accumTileBF164AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF161AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldv+56(FP), SI
-	SHLQ $0x01, SI
-	LEAQ (SI)(SI*1), DI
+TEXT ·accumTileF161AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
+	MOVQ ldp+24(FP), DI
+	SHLQ $0x02, DI
+	MOVQ ldv+56(FP), DI
+	SHLQ $0x01, DI
+	LEAQ (DI)(DI*1), R8
+	SHLQ $0x02, R8
 
 accumTileF161AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF161AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileF161AVX512_done4
 
 accumTileF161AVX512_loop4:
-	VCVTPH2PS        (R8), Z4
-	VCVTPH2PS        32(R8), Z5
-	VCVTPH2PS        64(R8), Z6
-	VCVTPH2PS        96(R8), Z7
-	PREFETCHT0       (R8)(DI*1)
-	PREFETCHT0       64(R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z4, Z0
-	VFMADD231PS.BCST (R9), Z5, Z1
-	VFMADD231PS.BCST (R9), Z6, Z2
-	VFMADD231PS.BCST (R9), Z7, Z3
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VCVTPH2PS        (R9), Z4
+	VCVTPH2PS        32(R9), Z5
+	VCVTPH2PS        64(R9), Z6
+	VCVTPH2PS        96(R9), Z7
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R9)(R8*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R10), Z4, Z0
+	VFMADD231PS.BCST (R10), Z5, Z1
+	VFMADD231PS.BCST (R10), Z6, Z2
+	VFMADD231PS.BCST (R10), Z7, Z3
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileF161AVX512_loop4
 
 accumTileF161AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF161AVX512_wide
 
 accumTileF161AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF161AVX512_end
-	VMOVUPS (AX), Z0
-	MOVQ    DX, R8
-	MOVQ    CX, R9
-	MOVQ    n+32(FP), R10
-	TESTQ   R10, R10
+	VMOVUPS (CX), Z0
+	MOVQ    BX, R9
+	MOVQ    DX, R10
+	MOVQ    n+32(FP), R11
+	TESTQ   R11, R11
 	JZ      accumTileF161AVX512_done1
 
 accumTileF161AVX512_loop1:
-	VCVTPH2PS        (R8), Z1
-	PREFETCHT0       (R8)(DI*1)
-	VFMADD231PS.BCST (R9), Z1, Z0
-	ADDQ             SI, R8
-	ADDQ             $0x04, R9
-	DECQ             R10
+	VCVTPH2PS        (R9), Z1
+	PREFETCHT0       (R9)(R8*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R10), Z1, Z0
+	ADDQ             DI, R9
+	ADDQ             $0x04, R10
+	DECQ             R11
 	JNZ              accumTileF161AVX512_loop1
 
 accumTileF161AVX512_done1:
-	VMOVUPS Z0, (AX)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF161AVX512_narrow
 
 accumTileF161AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF162AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileF162AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
-	SHLQ $0x01, R8
-	LEAQ (R8)(R8*1), R9
-	SHLQ $0x02, R9
+	MOVQ ldp+24(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldv+56(FP), R9
+	SHLQ $0x01, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileF162AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF162AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF162AVX512_done4
 
 accumTileF162AVX512_loop4:
-	VCVTPH2PS        (R10), Z8
-	VCVTPH2PS        32(R10), Z9
-	VCVTPH2PS        64(R10), Z10
-	VCVTPH2PS        96(R10), Z11
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z8, Z0
-	VFMADD231PS.BCST (R11), Z9, Z1
-	VFMADD231PS.BCST (R11), Z10, Z2
-	VFMADD231PS.BCST (R11), Z11, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z8, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z9, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z10, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z11, Z7
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VCVTPH2PS        (R11), Z8
+	VCVTPH2PS        32(R11), Z9
+	VCVTPH2PS        64(R11), Z10
+	VCVTPH2PS        96(R11), Z11
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R12), Z8, Z0
+	VFMADD231PS.BCST (R12), Z9, Z1
+	VFMADD231PS.BCST (R12), Z10, Z2
+	VFMADD231PS.BCST (R12), Z11, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z8, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z9, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z10, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z11, Z7
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF162AVX512_loop4
 
 accumTileF162AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF162AVX512_wide
 
 accumTileF162AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF162AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF162AVX512_done1
 
 accumTileF162AVX512_loop1:
-	VCVTPH2PS        (R10), Z2
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z2, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z2, Z1
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VCVTPH2PS        (R11), Z2
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z2, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z2, Z1
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF162AVX512_loop1
 
 accumTileF162AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF162AVX512_narrow
 
 accumTileF162AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF163AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	MOVQ ldp+24(FP), DI
+TEXT ·accumTileF163AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
 	SHLQ $0x02, DI
-	MOVQ ldv+56(FP), R8
-	SHLQ $0x01, R8
-	LEAQ (R8)(R8*1), R9
-	SHLQ $0x02, R9
+	MOVQ ldp+24(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldv+56(FP), R9
+	SHLQ $0x01, R9
+	LEAQ (R9)(R9*1), R10
+	SHLQ $0x02, R10
 
 accumTileF163AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF163AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF163AVX512_done4
 
 accumTileF163AVX512_loop4:
-	VCVTPH2PS        (R10), Z12
-	VCVTPH2PS        32(R10), Z13
-	VCVTPH2PS        64(R10), Z14
-	VCVTPH2PS        96(R10), Z15
-	PREFETCHT0       (R10)(R9*1)
-	PREFETCHT0       64(R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z12, Z0
-	VFMADD231PS.BCST (R11), Z13, Z1
-	VFMADD231PS.BCST (R11), Z14, Z2
-	VFMADD231PS.BCST (R11), Z15, Z3
-	VFMADD231PS.BCST (R11)(DI*1), Z12, Z4
-	VFMADD231PS.BCST (R11)(DI*1), Z13, Z5
-	VFMADD231PS.BCST (R11)(DI*1), Z14, Z6
-	VFMADD231PS.BCST (R11)(DI*1), Z15, Z7
-	VFMADD231PS.BCST (R11)(DI*2), Z12, Z8
-	VFMADD231PS.BCST (R11)(DI*2), Z13, Z9
-	VFMADD231PS.BCST (R11)(DI*2), Z14, Z10
-	VFMADD231PS.BCST (R11)(DI*2), Z15, Z11
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VCVTPH2PS        (R11), Z12
+	VCVTPH2PS        32(R11), Z13
+	VCVTPH2PS        64(R11), Z14
+	VCVTPH2PS        96(R11), Z15
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R11)(R10*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R12), Z12, Z0
+	VFMADD231PS.BCST (R12), Z13, Z1
+	VFMADD231PS.BCST (R12), Z14, Z2
+	VFMADD231PS.BCST (R12), Z15, Z3
+	VFMADD231PS.BCST (R12)(R8*1), Z12, Z4
+	VFMADD231PS.BCST (R12)(R8*1), Z13, Z5
+	VFMADD231PS.BCST (R12)(R8*1), Z14, Z6
+	VFMADD231PS.BCST (R12)(R8*1), Z15, Z7
+	VFMADD231PS.BCST (R12)(R8*2), Z12, Z8
+	VFMADD231PS.BCST (R12)(R8*2), Z13, Z9
+	VFMADD231PS.BCST (R12)(R8*2), Z14, Z10
+	VFMADD231PS.BCST (R12)(R8*2), Z15, Z11
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF163AVX512_loop4
 
 accumTileF163AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF163AVX512_wide
 
 accumTileF163AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF163AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	MOVQ    DX, R10
-	MOVQ    CX, R11
-	MOVQ    n+32(FP), R12
-	TESTQ   R12, R12
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	MOVQ    BX, R11
+	MOVQ    DX, R12
+	MOVQ    n+32(FP), R13
+	TESTQ   R13, R13
 	JZ      accumTileF163AVX512_done1
 
 accumTileF163AVX512_loop1:
-	VCVTPH2PS        (R10), Z3
-	PREFETCHT0       (R10)(R9*1)
-	VFMADD231PS.BCST (R11), Z3, Z0
-	VFMADD231PS.BCST (R11)(DI*1), Z3, Z1
-	VFMADD231PS.BCST (R11)(DI*2), Z3, Z2
-	ADDQ             R8, R10
-	ADDQ             $0x04, R11
-	DECQ             R12
+	VCVTPH2PS        (R11), Z3
+	PREFETCHT0       (R11)(R10*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R12), Z3, Z0
+	VFMADD231PS.BCST (R12)(R8*1), Z3, Z1
+	VFMADD231PS.BCST (R12)(R8*2), Z3, Z2
+	ADDQ             R9, R11
+	ADDQ             $0x04, R12
+	DECQ             R13
 	JNZ              accumTileF163AVX512_loop1
 
 accumTileF163AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF163AVX512_narrow
 
 accumTileF163AVX512_end:
 	VZEROUPPER
 	RET
 
-// func accumTileF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// func accumTileF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·accumTileF164AVX512(SB), NOSPLIT, $0-64
-	MOVQ acc+0(FP), AX
-	MOVQ p+16(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ cols+40(FP), BX
-	MOVQ ldacc+8(FP), SI
-	SHLQ $0x02, SI
-	LEAQ (SI)(SI*2), DI
-	MOVQ ldp+24(FP), R8
-	SHLQ $0x02, R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ ldv+56(FP), R10
-	SHLQ $0x01, R10
-	LEAQ (R10)(R10*1), R11
-	SHLQ $0x02, R11
+TEXT ·accumTileF164AVX512(SB), NOSPLIT, $0-72
+	MOVQ next+64(FP), AX
+	MOVQ acc+0(FP), CX
+	MOVQ p+16(FP), DX
+	MOVQ v+48(FP), BX
+	MOVQ cols+40(FP), SI
+	MOVQ ldacc+8(FP), DI
+	SHLQ $0x02, DI
+	LEAQ (DI)(DI*2), R8
+	MOVQ ldp+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ ldv+56(FP), R11
+	SHLQ $0x01, R11
+	LEAQ (R11)(R11*1), R12
+	SHLQ $0x02, R12
 
 accumTileF164AVX512_wide:
-	CMPQ    BX, $0x40
+	CMPQ    SI, $0x40
 	JL      accumTileF164AVX512_narrow
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS (AX)(SI*1), Z4
-	VMOVUPS 64(AX)(SI*1), Z5
-	VMOVUPS 128(AX)(SI*1), Z6
-	VMOVUPS 192(AX)(SI*1), Z7
-	VMOVUPS (AX)(SI*2), Z8
-	VMOVUPS 64(AX)(SI*2), Z9
-	VMOVUPS 128(AX)(SI*2), Z10
-	VMOVUPS 192(AX)(SI*2), Z11
-	VMOVUPS (AX)(DI*1), Z12
-	VMOVUPS 64(AX)(DI*1), Z13
-	VMOVUPS 128(AX)(DI*1), Z14
-	VMOVUPS 192(AX)(DI*1), Z15
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMOVUPS (CX)(DI*1), Z4
+	VMOVUPS 64(CX)(DI*1), Z5
+	VMOVUPS 128(CX)(DI*1), Z6
+	VMOVUPS 192(CX)(DI*1), Z7
+	VMOVUPS (CX)(DI*2), Z8
+	VMOVUPS 64(CX)(DI*2), Z9
+	VMOVUPS 128(CX)(DI*2), Z10
+	VMOVUPS 192(CX)(DI*2), Z11
+	VMOVUPS (CX)(R8*1), Z12
+	VMOVUPS 64(CX)(R8*1), Z13
+	VMOVUPS 128(CX)(R8*1), Z14
+	VMOVUPS 192(CX)(R8*1), Z15
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileF164AVX512_done4
 
 accumTileF164AVX512_loop4:
-	VCVTPH2PS        (R12), Z16
-	VCVTPH2PS        32(R12), Z17
-	VCVTPH2PS        64(R12), Z18
-	VCVTPH2PS        96(R12), Z19
-	PREFETCHT0       (R12)(R11*1)
-	PREFETCHT0       64(R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z16, Z0
-	VFMADD231PS.BCST (R13), Z17, Z1
-	VFMADD231PS.BCST (R13), Z18, Z2
-	VFMADD231PS.BCST (R13), Z19, Z3
-	VFMADD231PS.BCST (R13)(R8*1), Z16, Z4
-	VFMADD231PS.BCST (R13)(R8*1), Z17, Z5
-	VFMADD231PS.BCST (R13)(R8*1), Z18, Z6
-	VFMADD231PS.BCST (R13)(R8*1), Z19, Z7
-	VFMADD231PS.BCST (R13)(R8*2), Z16, Z8
-	VFMADD231PS.BCST (R13)(R8*2), Z17, Z9
-	VFMADD231PS.BCST (R13)(R8*2), Z18, Z10
-	VFMADD231PS.BCST (R13)(R8*2), Z19, Z11
-	VFMADD231PS.BCST (R13)(R9*1), Z16, Z12
-	VFMADD231PS.BCST (R13)(R9*1), Z17, Z13
-	VFMADD231PS.BCST (R13)(R9*1), Z18, Z14
-	VFMADD231PS.BCST (R13)(R9*1), Z19, Z15
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	VCVTPH2PS        (R13), Z16
+	VCVTPH2PS        32(R13), Z17
+	VCVTPH2PS        64(R13), Z18
+	VCVTPH2PS        96(R13), Z19
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	PREFETCHT0       64(R13)(R12*1)
+	PREFETCHT1       64(AX)
+	ADDQ             $0x00000080, AX
+	VFMADD231PS.BCST (R14), Z16, Z0
+	VFMADD231PS.BCST (R14), Z17, Z1
+	VFMADD231PS.BCST (R14), Z18, Z2
+	VFMADD231PS.BCST (R14), Z19, Z3
+	VFMADD231PS.BCST (R14)(R9*1), Z16, Z4
+	VFMADD231PS.BCST (R14)(R9*1), Z17, Z5
+	VFMADD231PS.BCST (R14)(R9*1), Z18, Z6
+	VFMADD231PS.BCST (R14)(R9*1), Z19, Z7
+	VFMADD231PS.BCST (R14)(R9*2), Z16, Z8
+	VFMADD231PS.BCST (R14)(R9*2), Z17, Z9
+	VFMADD231PS.BCST (R14)(R9*2), Z18, Z10
+	VFMADD231PS.BCST (R14)(R9*2), Z19, Z11
+	VFMADD231PS.BCST (R14)(R10*1), Z16, Z12
+	VFMADD231PS.BCST (R14)(R10*1), Z17, Z13
+	VFMADD231PS.BCST (R14)(R10*1), Z18, Z14
+	VFMADD231PS.BCST (R14)(R10*1), Z19, Z15
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileF164AVX512_loop4
 
 accumTileF164AVX512_done4:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, (AX)(SI*1)
-	VMOVUPS Z5, 64(AX)(SI*1)
-	VMOVUPS Z6, 128(AX)(SI*1)
-	VMOVUPS Z7, 192(AX)(SI*1)
-	VMOVUPS Z8, (AX)(SI*2)
-	VMOVUPS Z9, 64(AX)(SI*2)
-	VMOVUPS Z10, 128(AX)(SI*2)
-	VMOVUPS Z11, 192(AX)(SI*2)
-	VMOVUPS Z12, (AX)(DI*1)
-	VMOVUPS Z13, 64(AX)(DI*1)
-	VMOVUPS Z14, 128(AX)(DI*1)
-	VMOVUPS Z15, 192(AX)(DI*1)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000080, DX
-	SUBQ    $0x40, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS Z3, 192(CX)
+	VMOVUPS Z4, (CX)(DI*1)
+	VMOVUPS Z5, 64(CX)(DI*1)
+	VMOVUPS Z6, 128(CX)(DI*1)
+	VMOVUPS Z7, 192(CX)(DI*1)
+	VMOVUPS Z8, (CX)(DI*2)
+	VMOVUPS Z9, 64(CX)(DI*2)
+	VMOVUPS Z10, 128(CX)(DI*2)
+	VMOVUPS Z11, 192(CX)(DI*2)
+	VMOVUPS Z12, (CX)(R8*1)
+	VMOVUPS Z13, 64(CX)(R8*1)
+	VMOVUPS Z14, 128(CX)(R8*1)
+	VMOVUPS Z15, 192(CX)(R8*1)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, BX
+	SUBQ    $0x40, SI
 	JMP     accumTileF164AVX512_wide
 
 accumTileF164AVX512_narrow:
-	CMPQ    BX, $0x10
+	CMPQ    SI, $0x10
 	JL      accumTileF164AVX512_end
-	VMOVUPS (AX), Z0
-	VMOVUPS (AX)(SI*1), Z1
-	VMOVUPS (AX)(SI*2), Z2
-	VMOVUPS (AX)(DI*1), Z3
-	MOVQ    DX, R12
-	MOVQ    CX, R13
-	MOVQ    n+32(FP), R14
-	TESTQ   R14, R14
+	VMOVUPS (CX), Z0
+	VMOVUPS (CX)(DI*1), Z1
+	VMOVUPS (CX)(DI*2), Z2
+	VMOVUPS (CX)(R8*1), Z3
+	MOVQ    BX, R13
+	MOVQ    DX, R14
+	MOVQ    n+32(FP), R15
+	TESTQ   R15, R15
 	JZ      accumTileF164AVX512_done1
 
 accumTileF164AVX512_loop1:
-	VCVTPH2PS        (R12), Z4
-	PREFETCHT0       (R12)(R11*1)
-	VFMADD231PS.BCST (R13), Z4, Z0
-	VFMADD231PS.BCST (R13)(R8*1), Z4, Z1
-	VFMADD231PS.BCST (R13)(R8*2), Z4, Z2
-	VFMADD231PS.BCST (R13)(R9*1), Z4, Z3
-	ADDQ             R10, R12
-	ADDQ             $0x04, R13
-	DECQ             R14
+	VCVTPH2PS        (R13), Z4
+	PREFETCHT0       (R13)(R12*1)
+	PREFETCHT1       (AX)
+	ADDQ             $0x00000040, AX
+	VFMADD231PS.BCST (R14), Z4, Z0
+	VFMADD231PS.BCST (R14)(R9*1), Z4, Z1
+	VFMADD231PS.BCST (R14)(R9*2), Z4, Z2
+	VFMADD231PS.BCST (R14)(R10*1), Z4, Z3
+	ADDQ             R11, R13
+	ADDQ             $0x04, R14
+	DECQ             R15
 	JNZ              accumTileF164AVX512_loop1
 
 accumTileF164AVX512_done1:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, (AX)(SI*1)
-	VMOVUPS Z2, (AX)(SI*2)
-	VMOVUPS Z3, (AX)(DI*1)
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000020, DX
-	SUBQ    $0x10, BX
+	VMOVUPS Z0, (CX)
+	VMOVUPS Z1, (CX)(DI*1)
+	VMOVUPS Z2, (CX)(DI*2)
+	VMOVUPS Z3, (CX)(R8*1)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x10, SI
 	JMP     accumTileF164AVX512_narrow
 
 accumTileF164AVX512_end:

@@ -4,74 +4,74 @@
 
 package kernel
 
-// scoreTileF321AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128.
-func scoreTileF321AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// scoreTileF321AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF321AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 
-// scoreTileF322AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128.
-func scoreTileF322AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// scoreTileF322AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF322AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 
-// scoreTileF323AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128.
-func scoreTileF323AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// scoreTileF323AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF323AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 
-// scoreTileF324AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128.
-func scoreTileF324AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32)
+// scoreTileF324AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF324AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *float32, next *float32)
 
-// scoreTileBF161AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128.
-func scoreTileBF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileBF161AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileBF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileBF162AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128.
-func scoreTileBF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileBF162AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileBF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileBF163AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128.
-func scoreTileBF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileBF163AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileBF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileBF164AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128.
-func scoreTileBF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileBF164AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileBF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileF161AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128.
-func scoreTileF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileF161AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 1, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF161AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileF162AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128.
-func scoreTileF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileF162AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 2, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF162AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileF163AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128.
-func scoreTileF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileF163AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 3, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF163AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// scoreTileF164AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128.
-func scoreTileF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16)
+// scoreTileF164AVX512 sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < 4, j < 128, and prefetches as many bytes from next into L2.
+func scoreTileF164AVX512(s *float32, q *float32, ldq int, d int, scale float32, k *uint16, next *uint16)
 
-// accumTileF321AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16.
-func accumTileF321AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// accumTileF321AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF321AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 
-// accumTileF322AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16.
-func accumTileF322AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// accumTileF322AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF322AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 
-// accumTileF323AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16.
-func accumTileF323AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// accumTileF323AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF323AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 
-// accumTileF324AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16.
-func accumTileF324AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int)
+// accumTileF324AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF324AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *float32, ldv int, next *float32)
 
-// accumTileBF161AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16.
-func accumTileBF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileBF161AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileBF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileBF162AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16.
-func accumTileBF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileBF162AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileBF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileBF163AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16.
-func accumTileBF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileBF163AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileBF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileBF164AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16.
-func accumTileBF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileBF164AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileBF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileF161AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16.
-func accumTileF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileF161AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 1, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF161AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileF162AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16.
-func accumTileF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileF162AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 2, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF162AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileF163AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16.
-func accumTileF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileF163AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 3, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF163AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)
 
-// accumTileF164AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16.
-func accumTileF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int)
+// accumTileF164AVX512 adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < 4, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.
+func accumTileF164AVX512(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v *uint16, ldv int, next *uint16)

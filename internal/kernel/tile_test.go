@@ -55,9 +55,9 @@ func TestScoreTile(t *testing.T) {
 					}
 					run := func(s, q []float32, m int) {
 						if format == "f32" {
-							scoreTile(is, s, q, c.ldq, m, c.d, scale, k32)
+							scoreTile(is, s, q, c.ldq, m, c.d, scale, k32, nil)
 						} else {
-							scoreTileHalf(is, s, q, c.ldq, m, c.d, scale, k16, format == "bf16")
+							scoreTileHalf(is, s, q, c.ldq, m, c.d, scale, k16, k16, format == "bf16")
 						}
 					}
 					run(s, q, c.m)
@@ -116,9 +116,9 @@ func TestAccumTile(t *testing.T) {
 					before := append([]float32(nil), acc...)
 					run := func(acc, p []float32, m int) {
 						if format == "f32" {
-							accumTile(is, acc, c.ldacc, p, c.ldp, m, c.n, c.cols, v32, c.ldv)
+							accumTile(is, acc, c.ldacc, p, c.ldp, m, c.n, c.cols, v32, c.ldv, nil)
 						} else {
-							accumTileHalf(is, acc, c.ldacc, p, c.ldp, m, c.n, c.cols, v16, c.ldv, format == "bf16")
+							accumTileHalf(is, acc, c.ldacc, p, c.ldp, m, c.n, c.cols, v16, c.ldv, v16, format == "bf16")
 						}
 					}
 					run(acc, p, c.m)
@@ -158,21 +158,21 @@ func TestAccumTile(t *testing.T) {
 func TestTilePanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"short k": func() {
-			ScoreTile(make([]float32, TileKeys), make([]float32, 4), 4, 1, 4, 1, make([]float32, 4*TileKeys-1))
+			ScoreTile(make([]float32, TileKeys), make([]float32, 4), 4, 1, 4, 1, make([]float32, 4*TileKeys-1), nil)
 		},
 		"short s": func() {
-			ScoreTile(make([]float32, 2*TileKeys-1), make([]float32, 8), 4, 2, 4, 1, make([]float32, 4*TileKeys))
+			ScoreTile(make([]float32, 2*TileKeys-1), make([]float32, 8), 4, 2, 4, 1, make([]float32, 4*TileKeys), nil)
 		},
 		"ldq < d": func() {
-			ScoreTileHalf(make([]float32, TileKeys), make([]float32, 4), 3, 1, 4, 1, make([]uint16, 4*TileKeys), true)
+			ScoreTileHalf(make([]float32, TileKeys), make([]float32, 4), 3, 1, 4, 1, make([]uint16, 4*TileKeys), nil, true)
 		},
-		"short v": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 31), 16) },
+		"short v": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 31), 16, nil) },
 		"short acc": func() {
-			AccumTileHalf(make([]float32, 31), 16, make([]float32, 4), 2, 2, 2, 16, make([]uint16, 32), 16, false)
+			AccumTileHalf(make([]float32, 31), 16, make([]float32, 4), 2, 2, 2, 16, make([]uint16, 32), 16, nil, false)
 		},
-		"ldv < cols": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 64), 15) },
-		"negative m": func() { AccumTile(nil, 0, nil, 0, -1, 0, 0, nil, 0) },
-		"negative d": func() { ScoreTile(nil, nil, 0, 1, -1, 1, nil) },
+		"ldv < cols": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 64), 15, nil) },
+		"negative m": func() { AccumTile(nil, 0, nil, 0, -1, 0, 0, nil, 0, nil) },
+		"negative d": func() { ScoreTile(nil, nil, 0, 1, -1, 1, nil, nil) },
 	} {
 		func() {
 			defer func() {

@@ -14,7 +14,9 @@
 // and VPSLLD $16, float16 by VCVTPH2PS (package halfop), both exact. The sums run in index order
 // with one FMA per term; the score is multiplied by scale at the end. Both prefetch the rows
 // they will read 8 rows ahead (the hardware prefetcher does not run far enough ahead on these
-// short strided streams).
+// short strided streams), and both bring the memory the caller reads next (next: the tile's
+// values after its keys, the next tile's keys after its values) into L2 while they compute, as
+// many bytes of it as they read, so that the next call does not start by waiting for memory.
 //
 // Run it through go generate in internal/kernel (see tile_amd64.go); the output is committed.
 package main
@@ -92,9 +94,10 @@ func strides(name string, m int) (ld, ld3 Register) {
 // score emits scoreTile<e><m>AVX512.
 func score(e elem, m int) {
 	name := fmt.Sprintf("scoreTile%s%dAVX512", e.name, m)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(s *float32, q *float32, ldq int, d int, scale float32, k %s)", e.ptr))
-	Doc(fmt.Sprintf("%s sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < %d, j < 128.", name, m))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(s *float32, q *float32, ldq int, d int, scale float32, k %s, next %s)", e.ptr, e.ptr))
+	Doc(fmt.Sprintf("%s sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < %d, j < 128, and prefetches as many bytes from next into L2.", name, m))
 	s := Load(Param("s"), GP64())
+	next := Load(Param("next"), GP64())
 	q := Load(Param("q"), GP64())
 	k := Load(Param("k"), GP64())
 	d := Load(Param("d"), GP64())
@@ -128,6 +131,10 @@ func score(e elem, m int) {
 				PREFETCHT0(Mem{Base: p, Disp: ahead*rowBytes + l})
 			}
 		}
+		for l := 0; l < rowBytes/2; l += 64 {
+			PREFETCHT1(Mem{Base: next, Disp: l})
+		}
+		ADDQ(U32(rowBytes/2), next)
 		for r, a := range rows(m, qp, ldq, ldq3) {
 			for c := range kz {
 				VFMADD231PS_BCST(a, kz[c], acc[r][c])
@@ -152,8 +159,9 @@ func score(e elem, m int) {
 // accum emits accumTile<e><m>AVX512.
 func accum(e elem, m int) {
 	name := fmt.Sprintf("accumTile%s%dAVX512", e.name, m)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v %s, ldv int)", e.ptr))
-	Doc(fmt.Sprintf("%s adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < %d, c < cols, cols a multiple of 16.", name, m))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v %s, ldv int, next %s)", e.ptr, e.ptr))
+	Doc(fmt.Sprintf("%s adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < %d, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.", name, m))
+	next := Load(Param("next"), GP64())
 	acc := Load(Param("acc"), GP64())
 	p := Load(Param("p"), GP64())
 	v := Load(Param("v"), GP64())
@@ -171,7 +179,7 @@ func accum(e elem, m int) {
 	SHLQ(U8(2), pf)                                // 8·ldv: ahead rows
 	vp, pp, t := GP64(), GP64(), GP64()
 	// block accumulates w·16 columns from column offset acc/v, then advances them.
-	block := func(w int, next string) {
+	block := func(w int, again string) {
 		a := make([][]VecVirtual, m)
 		for r, row := range rows(m, acc, ldacc, ldacc3) {
 			a[r] = make([]VecVirtual, w)
@@ -194,7 +202,9 @@ func accum(e elem, m int) {
 		}
 		for l := 0; l < w*16*e.size; l += 64 {
 			PREFETCHT0(Mem{Base: vp, Index: pf, Scale: 1, Disp: l})
+			PREFETCHT1(Mem{Base: next, Disp: l})
 		}
+		ADDQ(U32(max(64, w*16*e.size)), next)
 		for r, ar := range rows(m, pp, ldp, ldp3) {
 			for c := range vz {
 				VFMADD231PS_BCST(ar, vz[c], a[r][c])
@@ -213,7 +223,7 @@ func accum(e elem, m int) {
 		ADDQ(U32(w*64), acc)
 		ADDQ(U32(w*16*e.size), v)
 		SUBQ(U8(w*16), cols)
-		JMP(LabelRef(next))
+		JMP(LabelRef(again))
 	}
 	wide, narrow, end := name+"_wide", name+"_narrow", name+"_end"
 	Label(wide)
