@@ -12,8 +12,9 @@ import (
 )
 
 // CacheDType is the element type a KVCache stores its keys and values in. Whatever it is, the
-// attention arithmetic runs in float32: a tile of keys and values is converted into a small
-// float32 scratch and computed on there.
+// attention arithmetic runs in float32: a decode step's kernels convert the keys and values in
+// registers as they read them (on AVX-512), and otherwise a tile of them is converted into a
+// small float32 scratch and computed on there.
 type CacheDType int
 
 const (
@@ -242,9 +243,10 @@ const (
 // Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 512
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
 // merged by their log-sum-exp (flash-decoding); the rows of a K/V head's query group are scored
-// together, so each cached key is read once per step. AttendCache makes no heap allocation
-// once it has seen the largest shape. It computes in float32 whatever Compute says (a step is
-// bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
+// together, so each cached key is read once per step; up to 16 rows, on AVX-512, they are
+// scored and summed by kernels that read the cache in place. AttendCache makes no heap
+// allocation once it has seen the largest shape. It computes in float32 whatever Compute says
+// (a step is bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
 //
 // It returns an error wrapping ErrShape, leaving the cache and r unchanged, when a shape does
 // not fit the cache, the cache has too little room left for Tn positions, or an option is

@@ -166,11 +166,15 @@ func TestTilePanics(t *testing.T) {
 		"ldq < d": func() {
 			ScoreTileHalf(make([]float32, TileKeys), make([]float32, 4), 3, 1, 4, 1, make([]uint16, 4*TileKeys), nil, true)
 		},
-		"short v": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 31), 16, nil) },
+		"short v": func() {
+			AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 31), 16, nil)
+		},
 		"short acc": func() {
 			AccumTileHalf(make([]float32, 31), 16, make([]float32, 4), 2, 2, 2, 16, make([]uint16, 32), 16, nil, false)
 		},
-		"ldv < cols": func() { AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 64), 15, nil) },
+		"ldv < cols": func() {
+			AccumTile(make([]float32, 16), 16, make([]float32, 2), 2, 1, 2, 16, make([]float32, 64), 15, nil)
+		},
 		"negative m": func() { AccumTile(nil, 0, nil, 0, -1, 0, 0, nil, 0, nil) },
 		"negative d": func() { ScoreTile(nil, nil, 0, 1, -1, 1, nil, nil) },
 	} {
