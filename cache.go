@@ -12,8 +12,9 @@ import (
 )
 
 // CacheDType is the element type a KVCache stores its keys and values in. Whatever it is, the
-// attention arithmetic runs in float32: a tile of keys and values is converted into a small
-// float32 scratch and computed on there.
+// attention arithmetic runs in float32: a decode step's kernels convert the keys and values in
+// registers as they read them (on AVX-512), and otherwise a tile of them is converted into a
+// small float32 scratch and computed on there.
 type CacheDType int
 
 const (
@@ -176,11 +177,40 @@ func (c *KVCache) load(d32 []float32, d16 []uint16, off, n int, buf []float32) [
 	return d32[off : off+n]
 }
 
+// score sets s[r·cacheTile + j] for r < nr, j < cacheTile to scale times the dot products of
+// the nr query rows q [nr, D] with the keys of the tile from position t0 (a multiple of
+// cacheTile) of (batch·K/V head) bh, read in place in the cache's type, and has the tile's
+// values fetched into cache meanwhile. Positions past Len in the tile get scores of whatever
+// their storage holds.
+func (c *KVCache) score(bh, t0 int, s, q []float32, nr int, scale float32) {
+	off, n, v := (bh*c.rows+t0)*c.d, c.d*cacheTile, (bh*c.rows+t0)*c.dv
+	if c.dtype == CacheFloat32 {
+		kernel.ScoreTile(s, q, c.d, nr, c.d, scale, c.k32[off:off+n], c.v32[v:])
+		return
+	}
+	kernel.ScoreTileHalf(s, q, c.d, nr, c.d, scale, c.k16[off:off+n], c.v16[v:], c.dtype == CacheBFloat16)
+}
+
+// accum adds p [nr, cacheTile] (nt weights used per row) times the nt values from position t0
+// of (batch·K/V head) bh, read in place in the cache's type, into acc [nr, Dv], and has the
+// next tile's keys fetched into cache meanwhile when next.
+func (c *KVCache) accum(bh, t0, nt int, acc, p []float32, nr int, next bool) {
+	off, n, k := (bh*c.rows+t0)*c.dv, nt*c.dv, (bh*c.rows+t0+cacheTile)*c.d
+	if !next {
+		k = len(c.k32) + len(c.k16) // one of them is empty: no keys to fetch
+	}
+	if c.dtype == CacheFloat32 {
+		kernel.AccumTile(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v32[off:off+n], c.dv, c.k32[k:])
+		return
+	}
+	kernel.AccumTileHalf(acc, c.dv, p, cacheTile, nr, nt, c.dv, c.v16[off:off+n], c.dv, c.k16[k:], c.dtype == CacheBFloat16)
+}
+
 // Work sizes of AttendCache, fixed so that results do not depend on the worker count.
 const (
 	// cacheTile is the keys converted and scored at once, and the block of keys stored
 	// transposed: with D = Dv = 128 its float32 keys and values take 128 KiB, which stays in L2.
-	cacheTile = 128
+	cacheTile = kernel.TileKeys
 	// cacheChunk is the keys of one flash-decoding task (a multiple of cacheTile).
 	cacheChunk = 4 * cacheTile
 	// cacheVRows is the values converted and multiplied at once: 16 KiB in float32 with Dv =
@@ -188,6 +218,10 @@ const (
 	cacheVRows = 32
 	// cacheRows is the most query rows of one K/V head's group a task scores together.
 	cacheRows = 64
+	// cacheTileRows is the most query rows a task scores with kernel.ScoreTile and AccumTile,
+	// on the cache's storage; more rows (a prefill, many query tokens) go through Sgemm on
+	// tiles converted to float32, which reuses each loaded key and value for more rows.
+	cacheTileRows = 16
 )
 
 // AttendCache appends k [B, Hkv, Tn, D] and v [B, Hkv, Tn, Dv] to the cache kv (both nil, or
@@ -209,9 +243,10 @@ const (
 // Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 512
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
 // merged by their log-sum-exp (flash-decoding); the rows of a K/V head's query group are scored
-// together, so each cached key is read once per step. AttendCache makes no heap allocation
-// once it has seen the largest shape. It computes in float32 whatever Compute says (a step is
-// bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
+// together, so each cached key is read once per step; up to 16 rows, on AVX-512, they are
+// scored and summed by kernels that read the cache in place. AttendCache makes no heap
+// allocation once it has seen the largest shape. It computes in float32 whatever Compute says
+// (a step is bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
 //
 // It returns an error wrapping ErrShape, leaving the cache and r unchanged, when a shape does
 // not fit the cache, the cache has too little room left for Tn positions, or an option is
@@ -488,15 +523,20 @@ func (w *cacheWork) partial(worker, task int) {
 	clear(acc)
 	q := w.q[row0*w.d : (row0+nr)*w.d]
 	kv := w.kv
+	tiles := nr <= cacheTileRows && kernel.FastTiles()
 	for t0 := lo / cacheTile * cacheTile; t0 < hi; t0 += cacheTile {
 		nt := min(cacheTile, hi-t0)
-		kt := kv.keys(bkv, t0, sc.kt)
-		s := sc.s[:nr*nt]
-		sc.ws.Sgemm(false, false, nr, nt, w.d, w.scale, q, w.d, kt, cacheTile, 0, s, nt, nil)
+		s := sc.s[:nr*cacheTile]
+		if tiles {
+			kv.score(bkv, t0, s, q, nr, w.scale)
+		} else {
+			kt := kv.keys(bkv, t0, sc.kt)
+			sc.ws.Sgemm(false, false, nr, nt, w.d, w.scale, q, w.d, kt, cacheTile, 0, s, cacheTile, nil)
+		}
 		for r := range nr {
 			h := kvh*w.g + (r0+r)/w.tq
 			bias := w.bias(h)
-			row := s[r*nt : (r+1)*nt]
+			row := s[r*cacheTile : r*cacheTile+nt]
 			attend.Apply(&bias, (r0+r)%w.tq, t0, row)
 			mt := kernel.Smax(row)
 			mNew := max(m[r], mt)
@@ -511,10 +551,14 @@ func (w *cacheWork) partial(worker, task int) {
 			m[r] = mNew
 			l[r] += kernel.Sexp(row, mNew)
 		}
+		if tiles {
+			kv.accum(bkv, t0, nt, acc, s, nr, t0+cacheTile < hi)
+			continue
+		}
 		for v0 := 0; v0 < nt; v0 += cacheVRows {
 			nv := min(cacheVRows, nt-v0)
 			vt := kv.values(bkv, t0+v0, nv, sc.vt)
-			sc.ws.Sgemm(false, false, nr, w.dv, nv, 1, s[v0:], nt, vt, w.dv, 1, acc, w.dv, nil)
+			sc.ws.Sgemm(false, false, nr, w.dv, nv, 1, s[v0:], cacheTile, vt, w.dv, 1, acc, w.dv, nil)
 		}
 	}
 	if w.chunks > 1 {

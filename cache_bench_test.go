@@ -2,21 +2,21 @@ package mha
 
 import (
 	"fmt"
-	"sync"
+	"runtime"
 	"testing"
 
 	"github.com/mhalab/mha/internal/kernel"
 )
 
-// readBandwidth is the machine's memory read ceiling, measured once per test binary.
-var readBandwidth = sync.OnceValue(func() float64 { return kernel.ReadBandwidth(0, 0, 0) })
-
 // BenchmarkDecode times one decode step, a new token against a cache of L tokens (Hq = 32,
 // Hkv = 8, D = Dv = 128, B = 1), on all cores, for each cache type. It reports read-GB/s, the
 // cache bytes one step must read (L·Hkv·(D + Dv) values) over its time, and of-read-bw, that
-// rate as a fraction of kernel.ReadBandwidth on all cores.
+// rate as a fraction of kernel.ReadBandwidth on as many threads as the steps run on
+// (GOMAXPROCS, which -cpu sets), measured once per run of BenchmarkDecode, so once per -cpu
+// value: the ceiling mha bench --decode --threads N compares against.
 func BenchmarkDecode(b *testing.B) {
 	const hq, hkv, d = 32, 8, 128
+	bw := kernel.ReadBandwidth(runtime.GOMAXPROCS(0), 0, 0)
 	for _, l := range []int{4096, 32768} {
 		for _, dtype := range []CacheDType{CacheFloat32, CacheBFloat16, CacheFloat16} {
 			b.Run(fmt.Sprintf("L=%d/%v", l, dtype), func(b *testing.B) {
@@ -31,7 +31,6 @@ func BenchmarkDecode(b *testing.B) {
 				}
 				q, k, v := sdpaRand(4, 1, 1, hq, 1, d), sdpaRand(5, 1, 1, hkv, 1, d), sdpaRand(6, 1, 1, hkv, 1, d)
 				opt := SDPAOptions{Causal: CausalBottomRight}
-				bw := readBandwidth()
 				b.ResetTimer()
 				for range b.N {
 					if err := ctx.AttendCache(&r, kv, q, k, v, &opt); err != nil {

@@ -134,7 +134,7 @@ func TestAttendCacheDecode(t *testing.T) {
 // TestAttendCacheFlashDecoding checks the split of a long cache into chunks: bit-identical
 // results for any worker count, equal to the unsplit SDPA and to the float64 reference.
 func TestAttendCacheFlashDecoding(t *testing.T) {
-	const b, hq, hkv, d, dv, tk = 1, 8, 2, 16, 8, 3*cacheChunk + 77
+	const b, hq, hkv, d, dv, tk = 1, 8, 2, 24, 40, 3*cacheChunk + 77 // Dv: the tile kernels' vector columns and their tail
 	for _, dtype := range cacheDTypes {
 		for _, tc := range []struct {
 			name string

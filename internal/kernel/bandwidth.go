@@ -11,14 +11,22 @@ import (
 // than any CPU's last-level cache, so every pass comes from memory.
 const DefaultBandwidthBytes = 1 << 30
 
+// PassBytes is the most bytes one pass of ReadBandwidth reads, all workers together: 64 MiB,
+// larger than a CPU's last-level cache, and short enough (about a millisecond) that a few of
+// the passes in DefaultPeakDuration find the cores free on a machine other processes share.
+const PassBytes = 64 << 20
+
 // ReadBandwidth measures this machine's memory read bandwidth in bytes per second: workers
 // goroutines, each locked to its own OS thread, read their own part of a buffer of size bytes
 // (rounded down to a multiple of 256 per worker) with the widest vector loads the CPU has, in
-// passes, for about d. The result is the fastest pass's total bytes over its wall time (other
-// processes can only slow a pass down), the ceiling a memory-bound kernel such as a decode step
-// can approach. workers < 1 means runtime.GOMAXPROCS(0); size ≤ 0 means DefaultBandwidthBytes;
-// d ≤ 0 means DefaultPeakDuration. It allocates the buffer, touches every page of it once, and
-// leaves it to the garbage collector.
+// passes of up to PassBytes, for about d. Each pass reads the next window of every part, in
+// turn, so a window comes back only after the whole buffer has been read: from memory, not
+// cache. The result is the fastest pass's total bytes over its wall time (other processes can
+// only slow a pass down; a pass is as slow as its slowest worker, so the passes are short for
+// some to run undisturbed on a busy machine), the ceiling a memory-bound kernel such as a
+// decode step can approach. workers < 1 means runtime.GOMAXPROCS(0); size ≤ 0 means
+// DefaultBandwidthBytes; d ≤ 0 means DefaultPeakDuration. It allocates the buffer, touches
+// every page of it once, and leaves it to the garbage collector.
 func ReadBandwidth(workers, size int, d time.Duration) float64 {
 	return readBandwidth(best, workers, size, d)
 }
@@ -38,37 +46,39 @@ func readBandwidth(i isa, workers, size int, d time.Duration) float64 {
 	if part == 0 {
 		part = 256
 	}
+	window := min(part, max(256, PassBytes/workers/256*256)) // bytes a worker reads per pass
+	windows := part / window
 	buf := make([]uint64, part*workers/8)
 	for j := range buf {
 		buf[j] = uint64(j) // touch every page, so the passes time reads, not page faults
 	}
 	loop := readLoop(i)
 	var ready, pass sync.WaitGroup
-	start := make([]chan struct{}, workers)
+	start := make([]chan int, workers) // each pass sends the window's offset in the part
 	ready.Add(workers)
 	for w := range workers {
-		start[w] = make(chan struct{})
+		start[w] = make(chan int)
 		go func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			p := buf[w*part/8 : (w+1)*part/8]
 			ready.Done()
-			for range start[w] {
-				loop((*byte)(unsafe.Pointer(&p[0])), part/256)
+			for off := range start[w] {
+				loop((*byte)(unsafe.Pointer(&p[off/8])), window/256)
 				pass.Done()
 			}
 		}()
 	}
 	ready.Wait()
 	best := 0.0
-	for t0 := time.Now(); best == 0 || time.Since(t0) < d; {
+	for t0, n := time.Now(), 0; best == 0 || time.Since(t0) < d; n++ {
 		pass.Add(workers)
 		p0 := time.Now()
 		for _, s := range start {
-			s <- struct{}{}
+			s <- n % windows * window
 		}
 		pass.Wait()
-		best = max(best, float64(part*workers)/time.Since(p0).Seconds())
+		best = max(best, float64(window*workers)/time.Since(p0).Seconds())
 	}
 	for _, s := range start {
 		close(s)
