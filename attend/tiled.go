@@ -340,10 +340,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			kernel.RoundBF16s(h.OutB[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
 		} else {
-			out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
-			for c, v := range o[r*dv : (r+1)*dv] {
-				out[c] = v * inv
-			}
+			acc := o[r*dv : (r+1)*dv]
+			kernel.Sscal(inv, acc)
+			copy(h.Out[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
 		}
 		if w != nil && !b.normalized() {
 			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])
