@@ -752,3 +752,59 @@ func TestSDPASparseKInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestLayerSparseKInPlace checks the layer's inference forward that reads K in place (a layout
+// of density ≤ kInPlaceDensity) against the one that writes Kᵀ first, as TestSDPASparseKInPlace
+// does SDPA's: the same bits in the query blocks the two maps share, with rotary, grouped heads
+// and the causal mask; and the reference, and training (which keeps Kᵀ for Backward).
+func TestLayerSparseKInPlace(t *testing.T) {
+	const e, tq, bs, shared = 32, 320, 8, 16
+	nb := tq / bs
+	for _, cfg := range []Config{
+		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3},
+		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3, Rotary: &Rotary{Theta: 10000}},
+	} {
+		l := newLayer(t, cfg)
+		x := randTensor(tensor.NewRNG(4), 2, tq, e)
+		sparse := tensor.NewBool(nb, nb)
+		r := rand.New(rand.NewPCG(6, 0))
+		for qb := range nb {
+			for _, kb := range r.Perm(nb)[:2] {
+				sparse.Data[qb*nb+kb] = true
+			}
+		}
+		denser := &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
+		for i := shared * nb; i < len(denser.Data); i++ {
+			denser.Data[i] = true
+		}
+		var outs [2]*Result
+		for i, m := range []*tensor.Bool{sparse, denser} {
+			opt := &Options{Causal: true, Patterns: []Pattern{{Kind: PatternBlocks, Blocks: m}}, Block: [2]int{bs, bs}}
+			var p plan
+			if _, err := p.layouts.compileSparse(opt.Patterns, opt.Block, cfg.NumHeads, tq, tq); err != nil {
+				t.Fatal(err)
+			}
+			if inPlace := i == 0; (p.layouts.density <= kInPlaceDensity) != inPlace {
+				t.Fatalf("density %v: reads K in place %v, want %v", p.layouts.density, !inPlace, inPlace)
+			}
+			outs[i] = forward(t, l, x, nil, nil, opt)
+			ref, err := l.Reference(x, nil, nil, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "against the reference", outs[i].Output.Data, ref.Output, 1e-5)
+			if i == 0 {
+				train := *opt
+				train.Training = true
+				tr := forward(t, l, x, nil, nil, &train)
+				checkRel(t, "training", tr.Output.Data, as[float64](outs[0].Output.Data), 1e-6)
+			}
+		}
+		for b := range 2 {
+			o := b * tq * e
+			if !slices.Equal(outs[0].Output.Data[o:o+shared*bs*e], outs[1].Output.Data[o:o+shared*bs*e]) {
+				t.Fatalf("rotary %v batch %d: K in place and Kᵀ differ in the rows they share", cfg.Rotary != nil, b)
+			}
+		}
+	}
+}
