@@ -56,8 +56,9 @@ type SDPAOptions struct {
 	// Patterns, when not empty, make the attention sparse: a pair (query i, key j) is kept when
 	// any pattern keeps it (see PatternKind), and then masked as without patterns (causal,
 	// window, padding, masks). The blocks of Block[0] queries × Block[1] keys that keep no pair
-	// are skipped, so that time and memory fall with the blocks kept; Block's zero value is 64 ×
-	// 64. A row that keeps no key gives output 0.
+	// are skipped, so that time and memory fall with the blocks kept (with at most an eighth of
+	// the blocks kept, K is read in place rather than transposed first); Block's zero value is
+	// 64 × 64. A row that keeps no key gives output 0.
 	Patterns []Pattern
 	Block    [2]int
 	// Normalizer, when not nil, replaces the softmax of each row's kept scores: sparsemax,
