@@ -2,6 +2,7 @@ package mha
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -242,5 +243,37 @@ func BenchmarkBackward(b *testing.B) {
 				b.ReportMetric(mult*fwd*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
+	}
+}
+
+// BenchmarkSDPASparse times SDPA with a random block map in issue 14's shape (H = 12, D = 64,
+// T = 16384, blocks of 64 × 64) at densities 1/64, 1/16 and 1/4: each query block keeps
+// 256·density distinct key blocks, as cmd/mha/benchscripts/random_blocks.py draws them. The time
+// should fall in proportion to the density (BENCHMARKS.md, v8 and v13).
+func BenchmarkSDPASparse(b *testing.B) {
+	const h, t, d, nb = 12, 16384, 64, 256
+	rng := tensor.NewRNG(3)
+	q, k, v := tensor.New(1, h, t, d), tensor.New(1, h, t, d), tensor.New(1, h, t, d)
+	rng.Normal(q, 1)
+	rng.Normal(k, 1)
+	rng.Normal(v, 1)
+	for _, frac := range []int{64, 16, 4} {
+		b.Run(fmt.Sprintf("1of%d", frac), func(b *testing.B) {
+			blocks := tensor.NewBool(nb, nb)
+			r := rand.New(rand.NewPCG(uint64(frac), 0))
+			for qb := range nb {
+				for _, kb := range r.Perm(nb)[:nb/frac] {
+					blocks.Data[qb*nb+kb] = true
+				}
+			}
+			opt := SDPAOptions{Patterns: []Pattern{{Kind: PatternBlocks, Blocks: blocks}}}
+			var c SDPAContext
+			var res SDPAResult
+			for b.Loop() {
+				if err := c.SDPAInto(&res, q, k, v, &opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

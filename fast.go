@@ -83,6 +83,7 @@ func (l *Layer) putWork(w *work) {
 	// Drop the references to the caller's tensors and to a Saved.
 	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, gemm{}, wgrad{}, nil, nil
 	w.wh, w.rw, w.out, w.dy, w.gr, w.outb = nil, nil, nil, nil, nil, nil
+	w.kInPlace = false
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.free) < keepWork {
@@ -189,6 +190,9 @@ type work struct {
 	// With a normalizer, the visible pairs and the zero weights of each attention task.
 	visible, zero []int
 	lse           []float32 // where the row log-sum-exps go: Saved.lse or nil
+
+	// Whether an inference forward's attention reads K in place (readsKInPlace): no Kᵀ then.
+	kInPlace bool
 
 	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
@@ -393,11 +397,15 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// where Backward needs Q.
 	// In bfloat16 Kᵀ is not needed: the bfloat16 product reads K's bits as they lie, so the
 	// transpose phase only rotates and converts, with rotary.
+	// A sparse layout of low density reads K in place instead (in inference: Backward needs
+	// Kᵀ), so that only the rotation is left, with rotary.
 	tasks := p.b * c.KVHeads()
-	if !bf {
+	w.kInPlace = s == nil && p.readsKInPlace()
+	switch {
+	case !bf && !w.kInPlace:
 		a.ldkt = paddedStride(tkx)
 		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
-	} else if epi {
+	case c.Rotary == nil: // bfloat16 with epi, or K read in place: nothing to do
 		tasks = 0
 	}
 	if c.Rotary != nil {
@@ -507,11 +515,18 @@ func paddedStride(n int) int {
 	return ld
 }
 
+// readsKInPlace reports whether an inference forward's attention reads K in place rather than a
+// Kᵀ written first: as SDPA's (sdpaPlan.readsKInPlace), for a float32 call with sparse layouts
+// of density ≤ kInPlaceDensity, no weights asked for and no normalizer.
+func (p *plan) readsKInPlace() bool {
+	return len(p.sparse) > 0 && p.layouts.density <= kInPlaceDensity && !p.opt.Compute.bf16() && !p.opt.NeedWeights && !p.normalized()
+}
+
 // transpose runs one task of the transpose phase. The first B·Hkv tasks write Kᵀ of one
 // (batch, K/V head g): kt[b, o_g + i, j] = K[b, j, o_g + i] for i < d_g, walking the keys in
 // blocks, so that each block's rows of K stay in cache while Kᵀ is written in order; with rotary
 // each block is rotated in place first. With rotary, the B·H tasks after them rotate Q of one
-// (batch, head) in place.
+// (batch, head) in place. When the attention reads K in place, the first tasks only rotate it.
 func (w *work) transpose(task int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	hkv, tkx, ld, ekv := c.KVHeads(), p.tkx, a.ldkt, c.KVDim()
@@ -530,6 +545,10 @@ func (w *work) transpose(task int) {
 	}
 	b, g := task/hkv, task%hkv
 	o, d := w.l.kvOffs[g], w.l.kvOffs[g+1]-w.l.kvOffs[g]
+	if w.kInPlace {
+		w.rope.rotate(view(a.k, b*a.rk*a.ldk+o), a.ldk, tkx, w.ropeK0, false)
+		return
+	}
 	if bf {
 		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
 		if c.Rotary != nil {
@@ -588,6 +607,9 @@ func (w *work) head(b, h int) attend.Head[float32] {
 	}
 	if p.opt.Compute.bf16() {
 		hd.Qb, hd.Kb, hd.Vb = view(a.qb, b*a.rq*a.ldq+o), view(a.kb, b*a.rk*a.ldk+ko), view(a.vb, b*a.rk*a.ldv+ko)
+	}
+	if w.kInPlace {
+		hd.Kt, hd.LdKt = nil, 0
 	}
 	if w.outb != nil {
 		hd.OutB = view(w.outb, b*w.ro*w.ldo+o)

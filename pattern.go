@@ -177,6 +177,7 @@ type layoutCache struct {
 	sizes    [5]int    // hq, tq, tk, bq, bk
 	random   []bool    // the BigBird patterns' random blocks, [len(patterns), ⌈Tq/bq⌉, ⌈Tk/bk⌉]
 	perm     []int
+	density  float64 // the fraction of the layouts' blocks that are not empty
 }
 
 // compileSparse checks block and patterns for a call of hq query heads, tq queries and tk keys
@@ -265,6 +266,7 @@ func (c *layoutCache) compile() {
 			}
 		}
 	}
+	kept := 0
 	for h := range n {
 		s := &c.sparse[h]
 		s.BQ, s.BK, s.NBK = bq, bk, nbk
@@ -281,6 +283,9 @@ func (c *layoutCache) compile() {
 					}
 				}
 				s.Kinds[qb*nbk+kb] = kind
+				if kind != attend.Empty {
+					kept++
+				}
 			}
 		}
 		s.Keep = func(i, j int) bool {
@@ -294,6 +299,7 @@ func (c *layoutCache) compile() {
 		}
 		s.Precompute(tq, tk)
 	}
+	c.density = float64(kept) / float64(n*nbq*nbk)
 }
 
 // keeps reports whether p keeps query position pi (= i + Tk − Tq) and key j of head h, in

@@ -670,3 +670,141 @@ func FuzzParsePattern(f *testing.F) {
 		}
 	})
 }
+
+// TestSDPASparseKInPlace checks the forward that reads K in place (a layout of density ≤
+// kInPlaceDensity) against the one that writes Kᵀ first: the query blocks whose kept blocks are
+// the same in a sparse map and a denser one get the same bits, with rotary, causal masks, grouped
+// heads, padding, sinks, dropout and blocks of 64 queries (which Tiled walks by their list of
+// kept blocks); and against the float64 reference.
+func TestSDPASparseKInPlace(t *testing.T) {
+	const b, hq, hkv, tq, tk = 2, 4, 2, 96, 320
+	for _, c := range []struct {
+		name   string
+		d      int
+		block  [2]int
+		shared int // the query blocks the two maps share
+		opt    SDPAOptions
+	}{
+		{"plain", 8, [2]int{8, 8}, 8, SDPAOptions{}},
+		{"rotary causal", 16, [2]int{8, 8}, 8, SDPAOptions{Causal: CausalBottomRight, Rotary: &Rotary{Theta: 10000, Offset: 3}}},
+		{"padding sinks dropout", 8, [2]int{8, 8}, 8, SDPAOptions{Sinks: []float32{0.5, -1, 2, 0}, Dropout: 0.25, DropoutSeed: 7}},
+		{"local", 8, [2]int{8, 8}, 8, SDPAOptions{Causal: CausalTopLeft}},
+		{"wide head window", 72, [2]int{8, 8}, 8, SDPAOptions{Window: &Window{Left: 40, Right: 10}}},
+		{"query blocks of 64", 8, [2]int{64, 16}, 1, SDPAOptions{}},
+		{"query blocks of 64 causal", 16, [2]int{64, 16}, 1, SDPAOptions{Causal: CausalBottomRight, Window: &Window{Left: 100, Right: 0}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bq, bk := c.block[0], c.block[1]
+			nbq, nbk := (tq+bq-1)/bq, tk/bk
+			sparse := tensor.NewBool(nbq, nbk)
+			r := rand.New(rand.NewPCG(5, 0))
+			for qb := range nbq {
+				for _, kb := range r.Perm(nbk)[:2] {
+					sparse.Data[qb*nbk+kb] = true
+				}
+			}
+			// The denser map adds every key block to the query blocks from c.shared on.
+			denser := &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
+			for i := c.shared * nbk; i < len(denser.Data); i++ {
+				denser.Data[i] = true
+			}
+			q, k, v := sdpaRand(1, 1, b, hq, tq, c.d), sdpaRand(2, 1, b, hkv, tk, c.d), sdpaRand(3, 1, b, hkv, tk, c.d)
+			opt := c.opt
+			opt.Block, opt.NeedLSE = c.block, true
+			if c.opt.Sinks != nil {
+				opt.KeyPaddingMask = tensor.NewBool(b, tk)
+				opt.KeyPaddingMask.Data[3], opt.KeyPaddingMask.Data[tk+50] = true, true
+			}
+			var got, want SDPAResult
+			var ctx SDPAContext
+			for _, run := range []struct {
+				m *tensor.Bool
+				r *SDPAResult
+			}{{sparse, &got}, {denser, &want}} {
+				opt.Patterns = []Pattern{{Kind: PatternBlocks, Blocks: run.m}}
+				if c.name == "local" {
+					opt.Patterns = append(opt.Patterns, Pattern{Kind: PatternLocal, Width: 2})
+				}
+				var p sdpaPlan
+				if err := p.check(q, k, v, &opt, new([]float64)); err != nil {
+					t.Fatal(err)
+				}
+				if inPlace := run.m == sparse; p.readsKInPlace() != inPlace {
+					t.Fatalf("density %v: reads K in place %v, want %v", p.layouts.density, !inPlace, inPlace)
+				}
+				if err := ctx.SDPAInto(run.r, q, k, v, &opt); err != nil {
+					t.Fatal(err)
+				}
+				ref, err := SDPAReference(q, k, v, &opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRel(t, "out against the reference", run.r.Out.Data, ref.Out, 1e-5)
+				checkLSE(t, "lse against the reference", run.r.LSE.Data, ref.LSE, 1e-5)
+			}
+			rows := c.shared * bq
+			for bh := range b * hq {
+				o, l := bh*tq*c.d, bh*tq
+				if !slices.Equal(got.Out.Data[o:o+rows*c.d], want.Out.Data[o:o+rows*c.d]) || !slices.Equal(got.LSE.Data[l:l+rows], want.LSE.Data[l:l+rows]) {
+					t.Fatalf("(batch, head) %d: K in place and Kᵀ differ in the rows they share", bh)
+				}
+			}
+		})
+	}
+}
+
+// TestLayerSparseKInPlace checks the layer's inference forward that reads K in place (a layout
+// of density ≤ kInPlaceDensity) against the one that writes Kᵀ first, as TestSDPASparseKInPlace
+// does SDPA's: the same bits in the query blocks the two maps share, with rotary, grouped heads
+// and the causal mask; and the reference, and training (which keeps Kᵀ for Backward).
+func TestLayerSparseKInPlace(t *testing.T) {
+	const e, tq, bs, shared = 32, 320, 8, 16
+	nb := tq / bs
+	for _, cfg := range []Config{
+		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3},
+		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3, Rotary: &Rotary{Theta: 10000}},
+	} {
+		l := newLayer(t, cfg)
+		x := randTensor(tensor.NewRNG(4), 2, tq, e)
+		sparse := tensor.NewBool(nb, nb)
+		r := rand.New(rand.NewPCG(6, 0))
+		for qb := range nb {
+			for _, kb := range r.Perm(nb)[:2] {
+				sparse.Data[qb*nb+kb] = true
+			}
+		}
+		denser := &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
+		for i := shared * nb; i < len(denser.Data); i++ {
+			denser.Data[i] = true
+		}
+		var outs [2]*Result
+		for i, m := range []*tensor.Bool{sparse, denser} {
+			opt := &Options{Causal: true, Patterns: []Pattern{{Kind: PatternBlocks, Blocks: m}}, Block: [2]int{bs, bs}}
+			var p plan
+			if _, err := p.layouts.compileSparse(opt.Patterns, opt.Block, cfg.NumHeads, tq, tq); err != nil {
+				t.Fatal(err)
+			}
+			if inPlace := i == 0; (p.layouts.density <= kInPlaceDensity) != inPlace {
+				t.Fatalf("density %v: reads K in place %v, want %v", p.layouts.density, !inPlace, inPlace)
+			}
+			outs[i] = forward(t, l, x, nil, nil, opt)
+			ref, err := l.Reference(x, nil, nil, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "against the reference", outs[i].Output.Data, ref.Output, 1e-5)
+			if i == 0 {
+				train := *opt
+				train.Training = true
+				tr := forward(t, l, x, nil, nil, &train)
+				checkRel(t, "training", tr.Output.Data, as[float64](outs[0].Output.Data), 1e-6)
+			}
+		}
+		for b := range 2 {
+			o := b * tq * e
+			if !slices.Equal(outs[0].Output.Data[o:o+shared*bs*e], outs[1].Output.Data[o:o+shared*bs*e]) {
+				t.Fatalf("rotary %v batch %d: K in place and Kᵀ differ in the rows they share", cfg.Rotary != nil, b)
+			}
+		}
+	}
+}

@@ -56,8 +56,9 @@ type SDPAOptions struct {
 	// Patterns, when not empty, make the attention sparse: a pair (query i, key j) is kept when
 	// any pattern keeps it (see PatternKind), and then masked as without patterns (causal,
 	// window, padding, masks). The blocks of Block[0] queries × Block[1] keys that keep no pair
-	// are skipped, so that time and memory fall with the blocks kept; Block's zero value is 64 ×
-	// 64. A row that keeps no key gives output 0.
+	// are skipped, so that time and memory fall with the blocks kept (with at most an eighth of
+	// the blocks kept, K is read in place rather than transposed first); Block's zero value is
+	// 64 × 64. A row that keeps no key gives output 0.
 	Patterns []Pattern
 	Block    [2]int
 	// Normalizer, when not nil, replaces the softmax of each row's kept scores: sparsemax,
@@ -462,17 +463,24 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 // rotary, the rotated Q into w.qrot (one task per (batch, query head)) and, when keepK, the
 // rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
 // writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ.
+// When the forward reads K in place (keepK false and p.readsKInPlace) it writes no Kᵀ: with
+// rotary it writes the rotated K into w.krot, and without it K needs nothing.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
 	bf := p.opt.Compute.bf16()
-	if bf {
+	w.kInPlace = !keepK && p.readsKInPlace()
+	switch {
+	case bf:
 		w.qb, w.kb, w.vb = growBits(w.qb, len(p.q)), growBits(w.kb, len(p.k)), growBits(w.vb, len(p.v))
-	} else {
+	case !w.kInPlace:
 		w.ldkt = paddedStride(p.tk)
 		w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
 	}
 	w.q, w.krot = p.q, nil
 	tasks := p.b * p.hkv
+	if w.kInPlace && p.ropeDim == 0 {
+		tasks = 0
+	}
 	if bf && p.ropeDim == 0 {
 		tasks += p.b * p.hq // Q's conversion
 	}
@@ -483,7 +491,7 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 		if len(w.rows) < n {
 			w.rows = make([][]float32, n)
 		}
-		if keepK {
+		if keepK || w.kInPlace {
 			w.krot = kernel.Grow(w.kbuf, len(p.k))
 			w.kbuf = w.krot
 		}
@@ -516,6 +524,20 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 	}
 	*d = headDropout(p.opt.Dropout, p.opt.DropoutSeed, b, h, p.hq)
 	return d
+}
+
+// kInPlaceDensity is the largest density of a sparse layout (the fraction of its blocks that are
+// not empty) at which the forward reads K in place rather than writing Kᵀ first. Kᵀ costs one
+// pass over every key of every head, whatever the layout keeps; reading K in place costs a
+// transposing pack of each key block per query block that keeps it, and makes a dense tile's
+// product 2–7% slower (BENCHMARKS.md, v8 and v13).
+const kInPlaceDensity = 1.0 / 8
+
+// readsKInPlace reports whether the forward's attention reads K in place (kInPlaceDensity): a
+// float32 call with sparse layouts of low density whose tiles walk the kept blocks (no weights
+// asked for and no normalizer, which take every key of a row at once).
+func (p *sdpaPlan) readsKInPlace() bool {
+	return len(p.sparse) > 0 && p.layouts.density <= kInPlaceDensity && !p.opt.Compute.bf16() && !p.opt.NeedWeights && !p.normalized()
 }
 
 // normalized reports whether the call replaces the softmax.
@@ -587,6 +609,9 @@ type sdpaWork struct {
 	// With a normalizer, the visible pairs and the zero weights of each task.
 	visible, zero []int
 
+	// Whether the forward reads K (with rotary, krot) in place: kt is not written then.
+	kInPlace bool
+
 	// With rotary: the table, the rotated Q [B, Hq, Tq, D], each worker's block of rotated keys,
 	// and in the backward the rotated K [B, Hkv, Tk, D] (krot, in kbuf's storage).
 	rope       ropeTable
@@ -637,7 +662,7 @@ func (w *sdpaWork) rotateQ(bh int) {
 }
 
 // transpose writes Kᵀ of one (batch, K/V head) in blocks of keys, as the layer does, rotating
-// each block first with rotary.
+// each block first with rotary; when the forward reads K in place, only the rotated K.
 func (w *sdpaWork) transpose(worker, task int) {
 	p, ld := &w.p, w.ldkt
 	if p.opt.Compute.bf16() {
@@ -660,6 +685,9 @@ func (w *sdpaWork) transpose(worker, task int) {
 			}
 			copy(blk, src[j0*p.d:j1*p.d])
 			w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
+		}
+		if w.kInPlace {
+			continue
 		}
 		for i := range p.d {
 			out := dst[i*ld+j0 : i*ld+j1]
@@ -710,6 +738,13 @@ func (w *sdpaWork) attend(worker, task int) {
 	if p.opt.Compute.bf16() {
 		hd.Qb, hd.Kb, hd.Vb = view(w.qb, bh*p.tq*p.d), view(w.kb, kv*p.tk*p.d), view(w.vb, kv*p.tk*p.dv)
 		hd.LdK = p.d
+	}
+	if w.kInPlace {
+		k := p.k
+		if w.krot != nil {
+			k = w.krot
+		}
+		hd.K, hd.LdK, hd.Kt, hd.LdKt = view(k, kv*p.tk*p.d), p.d, nil, 0
 	}
 	bias := p.bias(b, h)
 	var wts, lse []float32

@@ -560,6 +560,21 @@ func TestSDPAAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(20, call); n != 0 {
 		t.Errorf("sparse: %v allocations per call, want 0", n)
 	}
+	// One of low density, read with K in place (rotated into the work's copy), in query
+	// blocks of 64 walked by their lists of kept blocks.
+	nbq, nbk := ceilDiv(q.Shape[2], 64), ceilDiv(k.Shape[2], 16)
+	blocks := tensor.NewBool(nbq, nbk)
+	for qb := range nbq {
+		blocks.Data[qb*nbk+(qb*7)%nbk] = true
+	}
+	opt.Patterns, opt.Block = []Pattern{{Kind: PatternBlocks, Blocks: blocks}}, [2]int{64, 16}
+	call()
+	if !c.free[0].kInPlace {
+		t.Fatal("the low-density layout did not read K in place")
+	}
+	if n := testing.AllocsPerRun(20, call); n != 0 {
+		t.Errorf("sparse, K in place: %v allocations per call, want 0", n)
+	}
 }
 
 // TestSDPANormalizerAllocs checks that SDPAInto with a normalizer, with weights or without, and

@@ -27,15 +27,27 @@ type Sparse struct {
 	// block b's row r, column c is Masks[Offsets[b] + r·BK + c], true for a kept pair.
 	Masks   []bool
 	Offsets []int32
+	// Cols, when not nil, lists the key blocks that are not empty, query block by query block,
+	// in order: those of query block qb are Cols[ColStart[qb]:ColStart[qb+1]] (see Precompute),
+	// so that Tiled walks them alone rather than every key block.
+	Cols, ColStart []int32
 }
 
 // Precompute evaluates Keep on every pair of the partial blocks of a layout of tq queries and
-// tk keys into Masks, so that the kernels test a bool instead of calling Keep: worth it when the
-// layout serves several heads or batches.
+// tk keys into Masks, so that the kernels test a bool instead of calling Keep, and lists each
+// query block's blocks that are not empty in Cols: worth it when the layout serves several heads
+// or batches.
 func (s *Sparse) Precompute(tq, tk int) {
 	s.Offsets = s.Offsets[:0]
 	s.Masks = s.Masks[:0]
+	s.Cols, s.ColStart = s.Cols[:0], append(s.ColStart[:0], 0)
 	for b, k := range s.Kinds {
+		if k != Empty {
+			s.Cols = append(s.Cols, int32(b%s.NBK))
+		}
+		if b%s.NBK == s.NBK-1 {
+			s.ColStart = append(s.ColStart, int32(len(s.Cols)))
+		}
 		if k != Partial {
 			s.Offsets = append(s.Offsets, -1)
 			continue
@@ -98,6 +110,16 @@ func (s *Sparse) empty(i0, i1, j0, j1 int) bool {
 		}
 	}
 	return true
+}
+
+// cols returns the key blocks that are not empty for queries [i0, i1), in order, when they lie in
+// one query block and Cols lists them; ok is false otherwise (the caller walks every key block).
+func (s *Sparse) cols(i0, i1 int) (kbs []int32, ok bool) {
+	qb := i0 / s.BQ
+	if s.ColStart == nil || qb != (i1-1)/s.BQ {
+		return nil, false
+	}
+	return s.Cols[s.ColStart[qb]:s.ColStart[qb+1]], true
 }
 
 // rows returns the rows [r0, r1) of queries [i0, i1) whose blocks in key block kb are not empty

@@ -40,9 +40,13 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
 // online softmax of FlashAttention-2: it walks the keys in tiles of BlockK, keeping per row the
 // running maximum m and sum l, and rescales the partial output when m grows, so it never holds
-// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt, not h.K. With b.Causal or b.Window it
-// walks only the keys that some row of the block may see (b.Span of i0 and i1−1), so a window of
-// W keys costs O(W) per row; with b.Sparse, only the blocks it keeps.
+// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt or, when h.Kt is nil, K in place from
+// h.K ([Tk, D], the product's packing transposing each tile's keys: cheaper than writing Kᵀ
+// first when few query blocks read each key, as in a sparse layout of low density; the sums are
+// the same, to the bit for D ≤ 256). With b.Causal or b.Window it walks only the keys that some
+// row of the block may see (b.Span of i0 and i1−1), so a window of W keys costs O(W) per row;
+// with b.Sparse, only the blocks it keeps (the list in b.Sparse.Cols when the rows lie in one
+// query block of the layout).
 //
 // When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
 // leaves the rows' attention weights in w, before dropout (apply the same Dropout to them to get
@@ -113,6 +117,8 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		for _, sp := range spans {
 			if bf16 {
 				s.ws.GemmBF16Bits(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kb[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
+			} else if h.Kt == nil {
+				s.ws.Sgemm(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.K[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
 			} else {
 				s.ws.Sgemm(false, false, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[sp.j0:], h.LdKt, 0, sc[r0*ld+c:], ld, nil)
 			}
@@ -239,7 +245,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			pj0, pj1 = 0, 0
 		}
-		for kb := lo / sp.BK; kb*sp.BK < hi; kb++ {
+		block := func(kb int) {
 			j0, j1 := max(kb*sp.BK, lo), min((kb+1)*sp.BK, hi)
 			r0, r1 := sp.rows(i0, i1, kb)
 			for r0 < r1 && b.ranged() && !b.sees(i0+r0, j0, j1) {
@@ -256,6 +262,22 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			default:
 				flush()
 				pj0, pj1, pr0, pr1 = j0, j1, r0, r1
+			}
+		}
+		// The key blocks the rows keep, or every one. (A block skipped ends the run being
+		// joined either way: the next one does not start where it ends.)
+		if kbs, ok := sp.cols(i0, i1); ok {
+			for _, kb := range kbs {
+				if int(kb)*sp.BK >= hi {
+					break
+				}
+				if (int(kb)+1)*sp.BK > lo {
+					block(int(kb))
+				}
+			}
+		} else {
+			for kb := lo / sp.BK; kb*sp.BK < hi; kb++ {
+				block(kb)
 			}
 		}
 		flush()
@@ -318,10 +340,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			kernel.RoundBF16s(h.OutB[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
 		} else {
-			out := h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv]
-			for c, v := range o[r*dv : (r+1)*dv] {
-				out[c] = v * inv
-			}
+			acc := o[r*dv : (r+1)*dv]
+			kernel.Sscal(inv, acc)
+			copy(h.Out[(i0+r)*h.LdOut:(i0+r)*h.LdOut+dv], acc)
 		}
 		if w != nil && !b.normalized() {
 			kernel.Sscal(inv, w[r*h.Tk:(r+1)*h.Tk])
