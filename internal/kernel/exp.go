@@ -68,6 +68,23 @@ func Sexp(x []float32, shift float32) float32 {
 	return sexp(best, x, shift)
 }
 
+// SexpBF16 is Sexp with its results rounded to bfloat16 into dst: it sets dst[i] to
+// RoundBF16(exp(x[i] − shift)) for i < len(x) and returns the sum of the exps before rounding,
+// the bits and the sum of Sexp(x, shift) followed by RoundBF16s(dst, x). It feeds a bfloat16
+// product (GemmBF16Bits) the weights of an online softmax in one pass over the scores. x is
+// scratch: where the CPU has AVX512_BF16 it is read only, elsewhere it receives the exps. It
+// panics when dst is shorter than x.
+func SexpBF16(dst []uint16, x []float32, shift float32) float32 {
+	return sexpBF16(best, dst[:len(x)], x, shift)
+}
+
+// sexpBF16Generic is SexpBF16 in two passes: sexp on path i, then the rounding.
+func sexpBF16Generic(i isa, dst []uint16, x []float32, shift float32) float32 {
+	sum := sexp(i, x, shift)
+	RoundBF16s(dst, x)
+	return sum
+}
+
 // Sscal multiplies every value of x by s.
 func Sscal(s float32, x []float32) {
 	sscal(best, s, x)
