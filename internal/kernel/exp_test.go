@@ -495,3 +495,36 @@ func math32bits(x []float32) []uint32 {
 	}
 	return b
 }
+
+// TestSexpBF16InPlace checks SexpBF16 writing over its own input (dst = Bits(x)) on every path,
+// at every length up to 150 and with specials: the bits and the sum those of the separate dst.
+func TestSexpBF16InPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	specials := []float32{-inf, inf, nan, -100, 95}
+	for _, i := range available() {
+		for n := range 151 {
+			x := make([]float32, n+2)
+			for j := range x {
+				x[j] = float32(r.Float64()*24 - 20)
+				if r.IntN(9) == 0 {
+					x[j] = specials[r.IntN(len(specials))]
+				}
+			}
+			ref := slices.Clone(x[:n])
+			want := make([]uint16, n)
+			wantSum := sexpBF16(i, want, ref, 0.5)
+			tail := slices.Clone(x[n:])
+			sum := sexpBF16(i, Bits(x[:n])[:n], x[:n], 0.5)
+			if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+				t.Fatalf("%v n=%d: sum %v, want %v", i, n, sum, wantSum)
+			}
+			if got := Bits(x)[:n]; !slices.Equal(got, want) {
+				t.Fatalf("%v n=%d: in place %x, want %x", i, n, got, want)
+			}
+			if !slices.Equal(math32bits(x[n:]), math32bits(tail)) {
+				t.Fatalf("%v n=%d: wrote past x", i, n)
+			}
+		}
+	}
+}
