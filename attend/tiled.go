@@ -69,7 +69,10 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // float32, and the scores, the masks and biases, the online softmax, its rescaling and the
 // output accumulators stay float32, as without them. A Normalizer's output sums (when it has
 // no dropout) read the float32 h.V. With h.OutB the rows' outputs go there instead of h.Out,
-// rounded to bfloat16 by kernel.RoundBF16s.
+// rounded to bfloat16 by kernel.RoundBF16s. Where neither w, dropout nor a Normalizer needs the
+// float32 weights, the softmax pass writes them as bfloat16 bits over the first half of their
+// row of scores (kernel.SexpBF16) and the weights·V product reads those (GemmBF16Bits): the same
+// roundings, so the same results, as rounding them while packing.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
@@ -89,6 +92,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 
 	bf16 := h.bf16()
+	// fused: the softmax pass rounds the weights to bfloat16 over the first half of each row of
+	// scores (pb, twice as many values at twice the stride), where the P·V product reads them.
+	fused := bf16 && w == nil && drop == nil && !b.normalized()
+	var pb []uint16
+	if fused {
+		pb = kernel.Bits(s.s)
+	}
 	var q []float32
 	var qb []uint16
 	if bf16 {
@@ -163,7 +173,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			mt := max(m[r], kernel.Smax(row))
 			if math.IsInf(float64(mt), -1) {
-				clear(row) // nothing visible to this row yet
+				clear(row) // nothing visible to this row yet (nor weights in pb, which lie in row)
 				if drop != nil {
 					clear(pv[r*ld : r*ld+nc])
 				}
@@ -177,7 +187,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				}
 				m[r] = mt
 			}
-			l[r] += kernel.Sexp(row, mt)
+			if fused {
+				l[r] += kernel.SexpBF16(pb[2*r*ld:2*r*ld+nc], row, mt)
+			} else {
+				l[r] += kernel.Sexp(row, mt)
+			}
 			if drop != nil {
 				dst := pv[r*ld : r*ld+nc]
 				copy(dst, row)
@@ -193,9 +207,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c = 0
 		for _, sp := range spans {
-			if bf16 {
+			switch {
+			case fused:
+				s.ws.GemmBF16Bits(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pb[2*r0*ld+c:], 2*ld, h.Vb[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+			case bf16:
 				s.ws.GemmBF16Half(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.Vb[sp.j0*h.LdV:], true, h.LdV, 1, o[r0*dv:], dv, nil)
-			} else {
+			default:
 				s.ws.Sgemm(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.V[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
 			}
 			c += sp.j1 - sp.j0

@@ -1,6 +1,9 @@
 package kernel
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 //go:generate sh -c "cd _asm && go run ./exp -out ../exp_amd64.s -stubs ../exp_stubs_amd64.go -pkg kernel"
 
@@ -66,6 +69,33 @@ func Smax(x []float32) float32 {
 // infinity).
 func Sexp(x []float32, shift float32) float32 {
 	return sexp(best, x, shift)
+}
+
+// SexpBF16 is Sexp with its results rounded to bfloat16 into dst: it sets dst[i] to
+// RoundBF16(exp(x[i] − shift)) for i < len(x) and returns the sum of the exps before rounding,
+// the bits and the sum of Sexp(x, shift) followed by RoundBF16s(dst, x). It feeds a bfloat16
+// product (GemmBF16Bits) the weights of an online softmax in one pass over the scores. x is
+// scratch: where the CPU has AVX512_BF16 it is read only, elsewhere it receives the exps. dst
+// may also be Bits(x), x's own memory: every value is read before its bits are stored, and the
+// bits then fill the first half of x's bytes. It panics when dst is shorter than x.
+func SexpBF16(dst []uint16, x []float32, shift float32) float32 {
+	return sexpBF16(best, dst[:len(x)], x, shift)
+}
+
+// Bits returns x's memory viewed as 2·len(x) values of 16 bits: a place for SexpBF16 to write a
+// row's bfloat16 weights over its float32 scores.
+func Bits(x []float32) []uint16 {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&x[0])), 2*len(x))
+}
+
+// sexpBF16Generic is SexpBF16 in two passes: sexp on path i, then the rounding.
+func sexpBF16Generic(i isa, dst []uint16, x []float32, shift float32) float32 {
+	sum := sexp(i, x, shift)
+	RoundBF16s(dst, x)
+	return sum
 }
 
 // Sscal multiplies every value of x by s.

@@ -22,6 +22,14 @@ func sexp(i isa, x []float32, shift float32) float32 {
 	return sexpGeneric(x, shift)
 }
 
+// sexpBF16 is SexpBF16 on path i: one pass of sexpBF16AVX512 where the CPU has AVX512_BF16.
+func sexpBF16(i isa, dst []uint16, x []float32, shift float32) float32 {
+	if i == avx512 && hasBF16 {
+		return sexpBF16AVX512(dst, x, -shift)
+	}
+	return sexpBF16Generic(i, dst, x, shift)
+}
+
 func sscal(i isa, s float32, x []float32) {
 	switch i {
 	case avx512:

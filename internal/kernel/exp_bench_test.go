@@ -91,3 +91,34 @@ func BenchmarkSmax(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSexpBF16 times SexpBF16 (one pass, its exps stored as bfloat16) against Sexp
+// followed by RoundBF16s (two passes, "twopass"), what the bfloat16 attention did before, on
+// the rows of n = 256 keys of its tiles and the other sizes.
+func BenchmarkSexpBF16(b *testing.B) {
+	for _, n := range append(expBenchSizes, 256) {
+		for _, twoPass := range []bool{false, true} {
+			name := "fused"
+			if twoPass {
+				name = "twopass"
+			}
+			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
+				rows := benchRows(n)
+				dst := make([]uint16, n)
+				var s float32
+				k := 0
+				for b.Loop() {
+					if twoPass {
+						s += Sexp(rows[k], 1)
+						RoundBF16s(dst, rows[k])
+					} else {
+						s += SexpBF16(dst, rows[k], 1)
+					}
+					k = (k + 1) % len(rows)
+				}
+				reportGelem(b, n)
+				_ = s
+			})
+		}
+	}
+}

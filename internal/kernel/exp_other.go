@@ -6,6 +6,10 @@ func smax(_ isa, x []float32) float32 { return smaxGeneric(x) }
 
 func sexp(_ isa, x []float32, shift float32) float32 { return sexpGeneric(x, shift) }
 
+func sexpBF16(i isa, dst []uint16, x []float32, shift float32) float32 {
+	return sexpBF16Generic(i, dst, x, shift)
+}
+
 func sscal(_ isa, s float32, x []float32) { sscalGeneric(s, x) }
 
 func sgrad(_ isa, ds, p []float32, delta float32) { sgradGeneric(ds, p, delta) }

@@ -424,3 +424,107 @@ func TestSoftmaxGrad(t *testing.T) {
 	}()
 	SoftmaxGrad(make([]float32, 3), make([]float32, 2), 0)
 }
+
+// TestSexpBF16 checks SexpBF16 on every path against its definition, sexp on the same path
+// followed by RoundBF16: the same bits in dst and the same sum, at every length up to 300
+// (odd ones and the masked tails included), with infinities, NaN, exps that underflow or
+// overflow, and exps at or beside halfway between two bfloat16; dst past len(x) is not written, and on
+// the one-pass path x is not either.
+func TestSexpBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	specials := []float32{-inf, inf, nan, -100, 95, 0, float32(math.Copysign(0, -1))}
+	const guard = 0x5555
+	for _, i := range available() {
+		for n := range 301 {
+			if n > 80 && n%16 != 1 && n%16 != 15 && n != 256 {
+				continue
+			}
+			for trial := range 4 {
+				const shift = 1.25
+				x := make([]float32, n)
+				for j := range x {
+					x[j] = float32(r.Float64()*24 - 20)
+					if trial == 3 && r.IntN(7) == 0 {
+						x[j] = specials[r.IntN(len(specials))]
+					}
+				}
+				ref := slices.Clone(x)
+				wantSum := sexp(i, ref, shift)
+				if trial == 2 {
+					// Exps that are bfloat16 ties: the rounding must go to even.
+					for j := range x {
+						t16 := math.Float32frombits(math.Float32bits(ref[j])&0xffff0000 | 0x8000)
+						x[j] = float32(math.Log(float64(t16))) + shift
+					}
+					ref = slices.Clone(x)
+					wantSum = sexp(i, ref, shift)
+				}
+				in := slices.Clone(x)
+				dst := make([]uint16, n+3)
+				for j := range dst {
+					dst[j] = guard
+				}
+				sum := sexpBF16(i, dst[:n], x, shift)
+				if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+					t.Fatalf("%v n=%d trial %d: sum %v, want %v", i, n, trial, sum, wantSum)
+				}
+				for j, v := range ref {
+					if w := RoundBF16(v); dst[j] != w {
+						t.Fatalf("%v n=%d trial %d: dst[%d] = %#04x, want %#04x (exp(%v − %v) = %v)", i, n, trial, j, dst[j], w, in[j], shift, v)
+					}
+				}
+				for j := n; j < len(dst); j++ {
+					if dst[j] != guard {
+						t.Fatalf("%v n=%d: wrote dst[%d] past len(x)", i, n, j)
+					}
+				}
+				if i == avx512 && hasBF16 && !slices.Equal(math32bits(x), math32bits(in)) {
+					t.Fatalf("%v n=%d: x was written", i, n)
+				}
+			}
+		}
+	}
+}
+
+// math32bits returns the bit patterns of x, so that NaN compares equal to itself.
+func math32bits(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for j, v := range x {
+		b[j] = math.Float32bits(v)
+	}
+	return b
+}
+
+// TestSexpBF16InPlace checks SexpBF16 writing over its own input (dst = Bits(x)) on every path,
+// at every length up to 150 and with specials: the bits and the sum those of the separate dst.
+func TestSexpBF16InPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	specials := []float32{-inf, inf, nan, -100, 95}
+	for _, i := range available() {
+		for n := range 151 {
+			x := make([]float32, n+2)
+			for j := range x {
+				x[j] = float32(r.Float64()*24 - 20)
+				if r.IntN(9) == 0 {
+					x[j] = specials[r.IntN(len(specials))]
+				}
+			}
+			ref := slices.Clone(x[:n])
+			want := make([]uint16, n)
+			wantSum := sexpBF16(i, want, ref, 0.5)
+			tail := slices.Clone(x[n:])
+			sum := sexpBF16(i, Bits(x[:n])[:n], x[:n], 0.5)
+			if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+				t.Fatalf("%v n=%d: sum %v, want %v", i, n, sum, wantSum)
+			}
+			if got := Bits(x)[:n]; !slices.Equal(got, want) {
+				t.Fatalf("%v n=%d: in place %x, want %x", i, n, got, want)
+			}
+			if !slices.Equal(math32bits(x[n:]), math32bits(tail)) {
+				t.Fatalf("%v n=%d: wrote past x", i, n)
+			}
+		}
+	}
+}

@@ -159,9 +159,9 @@ func transposeGeneric(dst []float32, ldd int, src []float32, lds, rows, cols int
 
 // Grow returns buf resliced to n values, or a new slice when its capacity is short: the growth
 // rule of every reusable scratch buffer.
-func Grow(buf []float32, n int) []float32 {
+func Grow[T any](buf []T, n int) []T {
 	if cap(buf) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return buf[:n]
 }

@@ -1,5 +1,5 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
-// behind kernel.Smax, kernel.Sexp, kernel.Sscal and kernel.SoftmaxGrad.
+// behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal and kernel.SoftmaxGrad.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -20,6 +20,8 @@ package main
 
 import (
 	"math"
+
+	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -106,6 +108,7 @@ func main() {
 	data()
 	smax512()
 	sexp512()
+	sexpBF16512()
 	sscal512()
 	sgrad512()
 	smax256()
@@ -246,10 +249,13 @@ type exp512 struct {
 	negShift, log2e, nhi, nlo, c6, tlo, clamp VecVirtual
 	coef                                      [5]VecVirtual // c5, c4, c3, c2, 1
 	acc                                       [4]VecVirtual
+	bits                                      Register // not nil: the exps go there as bfloat16
 }
 
 // block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
-// tail mask kin (not nil), one vector is read and written under the mask only.
+// tail mask kin (not nil), one vector is read and written under the mask only. When e.bits is
+// not nil the vectors at mem are left as they are and their exps are stored at e.bits instead,
+// rounded to bfloat16 (vector u at e.bits + 32·u); the sums are of the unrounded exps.
 func (e *exp512) block(mem []Mem, kin Op) {
 	nv := len(mem)
 	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
@@ -299,9 +305,22 @@ func (e *exp512) block(mem []Mem, kin Op) {
 		VSCALEFPS_Z(nn[u], p[u], k[u], p[u]) // p·2ⁿ, 0 outside k
 	}
 	for u := range nv {
-		if kin != nil {
+		switch {
+		case e.bits != nil:
+			// VCVTNEPS2BF16 comes as an encoded register-only instruction (bf16op) that the
+			// register allocator does not see: it runs on Z31, which avo sees defined by the
+			// VMOVAPS and read by the store, so no virtual register lives there meanwhile.
+			VMOVAPS(p[u], Z31)
+			bf16op.VCVTNEPS2BF16(Z31, Y31)
+			out := Mem{Base: e.bits, Disp: 32 * u}
+			if kin != nil {
+				VMOVDQU16(Y31, kin, out)
+			} else {
+				VMOVDQU16(Y31, out) // EVEX: VMOVDQU cannot name Y31
+			}
+		case kin != nil:
 			VMOVUPS(p[u], kin, mem[u])
-		} else {
+		default:
 			VMOVUPS(p[u], mem[u])
 		}
 	}
@@ -314,7 +333,23 @@ func sexp512() {
 	TEXT("sexpAVX512", NOSPLIT, "func(x []float32, negShift float32) float32")
 	Doc("sexpAVX512 sets x[i] = exp(x[i] + negShift) and returns the sum of the new values.")
 	ptr, n := sliceArgs()
-	var e exp512
+	sexpBody512("sexp512", ptr, n, nil)
+}
+
+// sexpBF16512 emits sexpBF16AVX512: Sexp's exps, in the same order and with the same sums, stored
+// as bfloat16 (VCVTNEPS2BF16) instead of over x. It needs AVX512_BF16.
+func sexpBF16512() {
+	TEXT("sexpBF16AVX512", NOSPLIT, "func(dst []uint16, x []float32, negShift float32) float32")
+	Doc("sexpBF16AVX512 sets dst[i] to the bfloat16 (VCVTNEPS2BF16) of exp(x[i] + negShift) for i < len(x) and returns the sum of the exps before rounding, as sexpAVX512 does; x is not written. It needs AVX512_BF16; dst must be as long as x.")
+	bits := Load(Param("dst").Base(), GP64())
+	ptr, n := sliceArgs()
+	sexpBody512("sexpbf16512", ptr, n, bits)
+}
+
+// sexpBody512 emits the body of sexpAVX512 (bits nil) or sexpBF16AVX512 over the n values at
+// ptr, its labels prefixed by name.
+func sexpBody512(name string, ptr, n, bits Register) {
+	e := exp512{bits: bits}
 	e.negShift = ZMM()
 	VBROADCASTSS(Load(Param("negShift"), XMM()), e.negShift)
 	bcast := func(i int) VecVirtual {
@@ -331,21 +366,29 @@ func sexp512() {
 		e.acc[i] = ZMM()
 		VXORPS(e.acc[i], e.acc[i], e.acc[i])
 	}
-	loop("sexp512_64", ptr, n, 64, func() {
+	// advance moves the pointers on by step values.
+	advance := func(step int) {
+		if bits != nil {
+			ADDQ(U32(2*step), bits)
+		}
+	}
+	loop(name+"_64", ptr, n, 64, func() {
 		e.block([]Mem{at(ptr, 0), at(ptr, 16), at(ptr, 32), at(ptr, 48)}, nil)
+		advance(64)
 	})
-	loop("sexp512_16", ptr, n, 16, func() {
+	loop(name+"_16", ptr, n, 16, func() {
 		e.block([]Mem{at(ptr, 0)}, nil)
+		advance(16)
 	})
 	TESTQ(n, n)
-	JZ(LabelRef("sexp512_reduce"))
+	JZ(LabelRef(name + "_reduce"))
 	kin := K()
 	tailK(n, kin)
 	e.acc[0], e.acc[1] = e.acc[1], e.acc[0] // the tail adds into acc[1]
 	e.block([]Mem{at(ptr, 0)}, kin)
 	e.acc[0], e.acc[1] = e.acc[1], e.acc[0]
 
-	Label("sexp512_reduce")
+	Label(name + "_reduce")
 	VADDPS(e.acc[1], e.acc[0], e.acc[0])
 	VADDPS(e.acc[3], e.acc[2], e.acc[2])
 	VADDPS(e.acc[2], e.acc[0], e.acc[0])
