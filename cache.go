@@ -211,8 +211,11 @@ const (
 	// cacheTile is the keys converted and scored at once, and the block of keys stored
 	// transposed: with D = Dv = 128 its float32 keys and values take 128 KiB, which stays in L2.
 	cacheTile = kernel.TileKeys
-	// cacheChunk is the keys of one flash-decoding task (a multiple of cacheTile).
-	cacheChunk = 4 * cacheTile
+	// cacheChunk is the keys of one flash-decoding task (a multiple of cacheTile). A task's
+	// first tile is read cold (the kernels prefetch each next tile, not the next task's), so
+	// chunks are long: 1024 keys decoded 10–15% faster than 512 (BENCHMARKS.md, v14), and a
+	// 32k cache still gives 8 K/V heads × 32 tasks to balance over the workers.
+	cacheChunk = 8 * cacheTile
 	// cacheVRows is the values converted and multiplied at once: 16 KiB in float32 with Dv =
 	// 128, so that they stay in L1 between the conversion and the product.
 	cacheVRows = 32
@@ -240,7 +243,7 @@ const (
 // caches them, and the queries at theirs; k and q are left as they are), NeedLSE and Workers.
 // KeyPaddingMask, AttnMask, AttnBias, NeedWeights, Patterns and Normalizer are errors.
 //
-// Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 512
+// Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 1024
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
 // merged by their log-sum-exp (flash-decoding); the rows of a K/V head's query group are scored
 // together, so each cached key is read once per step; up to 16 rows, on AVX-512, they are
