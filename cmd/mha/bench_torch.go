@@ -128,7 +128,7 @@ func torchImpls(python, dir string, cfg *benchConfig, stderr io.Writer) []benchI
 // system, so that a call's large temporaries reuse the previous call's memory instead of faulting
 // in fresh pages. mha allocates nothing in steady state; without this PyTorch pays a page fault
 // per 4 KiB of every temporary on every call, which on a virtual machine can cost more than the
-// arithmetic (BENCHMARKS.md, v11).
+// arithmetic (BENCHMARKS.md, v14).
 const jemallocRetain = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 
 // findJemalloc returns the path of Debian's libjemalloc.so.2, or "" when it is not installed.
