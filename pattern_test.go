@@ -696,18 +696,7 @@ func TestSDPASparseKInPlace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			bq, bk := c.block[0], c.block[1]
 			nbq, nbk := (tq+bq-1)/bq, tk/bk
-			sparse := tensor.NewBool(nbq, nbk)
-			r := rand.New(rand.NewPCG(5, 0))
-			for qb := range nbq {
-				for _, kb := range r.Perm(nbk)[:2] {
-					sparse.Data[qb*nbk+kb] = true
-				}
-			}
-			// The denser map adds every key block to the query blocks from c.shared on.
-			denser := &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
-			for i := c.shared * nbk; i < len(denser.Data); i++ {
-				denser.Data[i] = true
-			}
+			sparse, denser := blockMapPair(nbq, nbk, c.shared, 5)
 			q, k, v := sdpaRand(1, 1, b, hq, tq, c.d), sdpaRand(2, 1, b, hkv, tk, c.d), sdpaRand(3, 1, b, hkv, tk, c.d)
 			opt := c.opt
 			opt.Block, opt.NeedLSE = c.block, true
@@ -753,6 +742,25 @@ func TestSDPASparseKInPlace(t *testing.T) {
 	}
 }
 
+// blockMapPair returns a random block map [nbq, nbk] that keeps 2 key blocks per query block
+// (seeded), and a denser one that also keeps every key block of the query blocks from shared on:
+// the two agree on the first shared query blocks, the first is sparse enough to read K in place
+// and the second is not.
+func blockMapPair(nbq, nbk, shared int, seed uint64) (sparse, denser *tensor.Bool) {
+	sparse = tensor.NewBool(nbq, nbk)
+	r := rand.New(rand.NewPCG(seed, 0))
+	for qb := range nbq {
+		for _, kb := range r.Perm(nbk)[:2] {
+			sparse.Data[qb*nbk+kb] = true
+		}
+	}
+	denser = &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
+	for i := shared * nbk; i < len(denser.Data); i++ {
+		denser.Data[i] = true
+	}
+	return sparse, denser
+}
+
 // TestLayerSparseKInPlace checks the layer's inference forward that reads K in place (a layout
 // of density ≤ kInPlaceDensity) against the one that writes Kᵀ first, as TestSDPASparseKInPlace
 // does SDPA's: the same bits in the query blocks the two maps share, with rotary, grouped heads
@@ -766,17 +774,7 @@ func TestLayerSparseKInPlace(t *testing.T) {
 	} {
 		l := newLayer(t, cfg)
 		x := randTensor(tensor.NewRNG(4), 2, tq, e)
-		sparse := tensor.NewBool(nb, nb)
-		r := rand.New(rand.NewPCG(6, 0))
-		for qb := range nb {
-			for _, kb := range r.Perm(nb)[:2] {
-				sparse.Data[qb*nb+kb] = true
-			}
-		}
-		denser := &tensor.Bool{Shape: sparse.Shape, Data: slices.Clone(sparse.Data)}
-		for i := shared * nb; i < len(denser.Data); i++ {
-			denser.Data[i] = true
-		}
+		sparse, denser := blockMapPair(nb, nb, shared, 6)
 		var outs [2]*Result
 		for i, m := range []*tensor.Bool{sparse, denser} {
 			opt := &Options{Causal: true, Patterns: []Pattern{{Kind: PatternBlocks, Blocks: m}}, Block: [2]int{bs, bs}}

@@ -30,6 +30,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/mhalab/mha/internal/kernel/_asm/asmutil"
 
 	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
@@ -148,12 +149,12 @@ func packAT() {
 	Pragma("noescape")
 	Doc("sgemmPackAT512 sets dst[p·mr+i] = src[p·ld+i] for p < kc, i < mr; 1 ≤ mr ≤ 16, kc > 0 (AVX-512).")
 	dst, src, ld, kc, mr := RDI, RSI, RDX, RBX, RCX
-	MOVQ(param("dst"), dst)
-	MOVQ(param("src"), src)
-	MOVQ(param("ld"), ld)
+	MOVQ(asmutil.ParamAddr("dst"), dst)
+	MOVQ(asmutil.ParamAddr("src"), src)
+	MOVQ(asmutil.ParamAddr("ld"), ld)
 	SHLQ(U8(2), ld)
-	MOVQ(param("kc"), kc)
-	MOVQ(param("mr"), mr)
+	MOVQ(asmutil.ParamAddr("kc"), kc)
+	MOVQ(asmutil.ParamAddr("mr"), mr)
 	MOVL(U32(1), EAX)
 	SHLL(CL, EAX)
 	DECL(EAX)
@@ -185,15 +186,6 @@ func packAT() {
 	Label("packat_done")
 	VZEROUPPER()
 	RET()
-}
-
-// param is the stack address of the named argument of the current function.
-func param(name string) Mem {
-	b, err := Param(name).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return b.Addr
 }
 
 // kernel emits one micro-kernel:
@@ -252,12 +244,12 @@ func kernel(c config) {
 	)
 	bases := []GPPhysical{RDI, R10, R11, R12, R13} // row-major A: base of rows 3q, 3q+1, 3q+2
 
-	MOVQ(param("b"), bp)
-	MOVQ(param("sb"), sb)
+	MOVQ(asmutil.ParamAddr("b"), bp)
+	MOVQ(asmutil.ParamAddr("sb"), sb)
 	SHLQ(U8(2), sb)
 	LEAQ(Mem{Base: sb, Index: sb, Scale: 2}, sb3)
-	MOVQ(param("a"), ap)
-	MOVQ(param("sa"), sa)
+	MOVQ(asmutil.ParamAddr("a"), ap)
+	MOVQ(asmutil.ParamAddr("sa"), sa)
 	SHLQ(U8(2), sa)
 	nb := (c.mr + 2) / 3
 	if c.transA {
@@ -353,7 +345,7 @@ func kernel(c config) {
 
 	u := *unroll
 	shift := map[int]int{1: 0, 2: 1, 4: 2}[u]
-	MOVQ(param("k"), cnt)
+	MOVQ(asmutil.ParamAddr("k"), cnt)
 	if u > 1 {
 		SHRQ(U8(shift), cnt)
 		JZ(LabelRef(c.name() + "_tail"))
@@ -371,7 +363,7 @@ func kernel(c config) {
 
 	if u > 1 {
 		Label(c.name() + "_tail")
-		MOVQ(param("k"), cnt)
+		MOVQ(asmutil.ParamAddr("k"), cnt)
 		ANDQ(U8(u-1), cnt)
 		JZ(LabelRef(c.name() + "_epilogue"))
 		Label(c.name() + "_tailloop")
@@ -385,15 +377,15 @@ func kernel(c config) {
 	Label(c.name() + "_epilogue")
 	alpha, beta := c.breg(0), c.breg(1)
 	bias := []VecPhysical{c.treg(0), c.treg(1)}
-	VBROADCASTSS(param("alpha"), alpha)
-	VBROADCASTSS(param("beta"), beta)
+	VBROADCASTSS(asmutil.ParamAddr("alpha"), alpha)
+	VBROADCASTSS(asmutil.ParamAddr("beta"), beta)
 	cp, ldc := RAX, R14 // R14 (g in ABIInternal) is free in ABI0 code; the wrapper restores it
-	MOVQ(param("bias"), RSI)
-	MOVQ(param("c"), cp)
-	MOVQ(param("ldc"), ldc)
+	MOVQ(asmutil.ParamAddr("bias"), RSI)
+	MOVQ(asmutil.ParamAddr("c"), cp)
+	MOVQ(asmutil.ParamAddr("ldc"), ldc)
 	SHLQ(U8(2), ldc)
 	if c.zmm {
-		MOVL(param("mask"), EDX)
+		MOVL(asmutil.ParamAddr("mask"), EDX)
 		KMOVW(RDX.As32(), K1)
 		SHRL(U8(16), RDX.As32())
 		KMOVW(RDX.As32(), K2)
@@ -408,7 +400,7 @@ func kernel(c config) {
 			VFMADD213PS(bias[v], alpha, c.acc(i, v))
 		}
 	}
-	MOVL(param("beta"), EBX)
+	MOVL(asmutil.ParamAddr("beta"), EBX)
 	ANDL(U32(0x7fffffff), RBX.As32())
 	JZ(LabelRef(c.name() + "_beta0"))
 
@@ -492,18 +484,18 @@ func packTranspose(name, sig, doc string, size, step, pf int, load func(src Mem,
 	Doc(doc)
 	dst, src, ld, ld3, nr, kc := RDI, RSI, RDX, R8, R9, RCX
 	row, out, jj := R10, R11, R12
-	MOVQ(param("dst"), dst)
-	MOVQ(param("src"), src)
-	MOVQ(param("ld"), ld)
+	MOVQ(asmutil.ParamAddr("dst"), dst)
+	MOVQ(asmutil.ParamAddr("src"), src)
+	MOVQ(asmutil.ParamAddr("ld"), ld)
 	if size == 4 {
 		SHLQ(U8(2), ld)
 	} else {
 		SHLQ(U8(1), ld)
 	}
 	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
-	MOVQ(param("nr"), nr)
+	MOVQ(asmutil.ParamAddr("nr"), nr)
 	SHLQ(U8(2), nr) // bytes per packed row
-	MOVQ(param("kc"), kc)
+	MOVQ(asmutil.ParamAddr("kc"), kc)
 	SHRQ(U8(3), kc)
 	r := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
 	t := []VecPhysical{Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
@@ -521,7 +513,7 @@ func packTranspose(name, sig, doc string, size, step, pf int, load func(src Mem,
 		return m
 	}
 	row4, pp := R13, RBX
-	MOVQ(param("nj"), jj)
+	MOVQ(asmutil.ParamAddr("nj"), jj)
 	SHRQ(U8(3), jj)
 	Label(name + "_j")
 	// For these 8 rows of src: walk along their kc values, 8 at a time.

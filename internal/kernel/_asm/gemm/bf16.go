@@ -27,6 +27,7 @@ package main
 // The AVX512_BF16 instructions come from package bf16op, which encodes them.
 
 import (
+	"github.com/mhalab/mha/internal/kernel/_asm/asmutil"
 	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -102,15 +103,15 @@ func rowMajor(name, sig, doc string, size, halves int, perm Mem, load func(row0,
 	Pragma("noescape")
 	Doc(doc)
 	dst, src, ld, kc := RDI, RSI, RDX, RCX
-	MOVQ(param("dst"), dst)
-	MOVQ(param("src"), src)
-	MOVQ(param("ld"), ld)
+	MOVQ(asmutil.ParamAddr("dst"), dst)
+	MOVQ(asmutil.ParamAddr("src"), src)
+	MOVQ(asmutil.ParamAddr("ld"), ld)
 	if size == 4 {
 		SHLQ(U8(2), ld)
 	} else {
 		SHLQ(U8(1), ld)
 	}
-	MOVQ(param("kc"), kc)
+	MOVQ(asmutil.ParamAddr("kc"), kc)
 	VMOVDQU64(perm, Z17)
 	Label(name + "_p")
 	for h := range halves {
@@ -134,9 +135,9 @@ func convertBF16() {
 	Pragma("noescape")
 	Doc("bf16Convert sets dst[i] to the bfloat16 of src[i] (VCVTNE2PS2BF16) for i < n, a positive multiple of 32.")
 	dst, src, n := RDI, RSI, RCX
-	MOVQ(param("dst"), dst)
-	MOVQ(param("src"), src)
-	MOVQ(param("n"), n)
+	MOVQ(asmutil.ParamAddr("dst"), dst)
+	MOVQ(asmutil.ParamAddr("src"), src)
+	MOVQ(asmutil.ParamAddr("n"), n)
 	SHRQ(U8(5), n)
 	Label("bf16Convert_loop")
 	VMOVUPS(Mem{Base: src}, Z0)

@@ -24,6 +24,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mhalab/mha/internal/kernel/_asm/asmutil"
 	"github.com/mhalab/mha/internal/kernel/_asm/halfop"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -103,7 +104,7 @@ func score(e elem, m int) {
 	d := Load(Param("d"), GP64())
 	ldq, ldq3 := strides("ldq", m)
 	sc := ZMM()
-	VBROADCASTSS(paramAddr("scale"), sc)
+	VBROADCASTSS(asmutil.ParamAddr("scale"), sc)
 	rowBytes := tileKeys * e.size
 	p, qp, n := GP64(), GP64(), GP64()
 	for half := range 2 {
@@ -237,13 +238,4 @@ func accum(e elem, m int) {
 	Label(end)
 	VZEROUPPER()
 	RET()
-}
-
-// paramAddr is the memory operand of a named argument.
-func paramAddr(name string) Mem {
-	b, err := Param(name).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return b.Addr
 }
