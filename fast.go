@@ -194,6 +194,12 @@ type work struct {
 	// Whether an inference forward's attention reads K in place (readsKInPlace): no Kᵀ then.
 	kInPlace bool
 
+	// With ComputeBFloat16 where the CPU has AVX512_BF16 (packKV), the transpose phase packs
+	// the bits of K and V of each (batch, K/V head) for the GEMM's kernels, once per call, into
+	// kvp (K's then V's), which every query block of the heads reading them shares.
+	packKV bool
+	kvp    []kernel.PackedBF16
+
 	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
 	cres       SDPAResult     // ForwardCache: the attention's result
@@ -396,15 +402,19 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// their own query columns, which they no longer need, or Saved's own buffer in training,
 	// where Backward needs Q.
 	// In bfloat16 Kᵀ is not needed: the bfloat16 product reads K's bits as they lie, so the
-	// transpose phase only rotates and converts, with rotary.
+	// transpose phase only rotates and converts, with rotary, and packs K and V for the
+	// kernels where they run (packKV).
 	// A sparse layout of low density reads K in place instead (in inference: Backward needs
 	// Kᵀ), so that only the rotation is left, with rotary.
 	tasks := p.b * c.KVHeads()
 	w.kInPlace = s == nil && p.readsKInPlace()
+	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case !bf && !w.kInPlace:
 		a.ldkt = paddedStride(tkx)
 		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
+	case w.packKV:
+		w.kvp = slices.Grow(w.kvp[:0], 2*tasks)[:2*tasks]
 	case c.Rotary == nil: // bfloat16 with epi, or K read in place: nothing to do
 		tasks = 0
 	}
@@ -527,6 +537,8 @@ func (p *plan) readsKInPlace() bool {
 // blocks, so that each block's rows of K stay in cache while Kᵀ is written in order; with rotary
 // each block is rotated in place first. With rotary, the B·H tasks after them rotate Q of one
 // (batch, head) in place. When the attention reads K in place, the first tasks only rotate it.
+// In bfloat16 they write no Kᵀ: with rotary they rotate K and write K's and V's bits, and with
+// packKV they pack those bits into w.kvp.
 func (w *work) transpose(task int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	hkv, tkx, ld, ekv := c.KVHeads(), p.tkx, a.ldkt, c.KVDim()
@@ -551,11 +563,15 @@ func (w *work) transpose(task int) {
 	}
 	if bf {
 		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
-		if c.Rotary != nil {
+		if c.Rotary != nil { // without rotary the projections wrote the bits
 			w.rope.rotate(view(a.k, k), a.ldk, tkx, w.ropeK0, false)
+			encodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
+			encodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
 		}
-		encodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
-		encodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
+		if w.packKV {
+			w.kvp[2*task].Pack(true, d, tkx, view(a.kb, k), a.ldk)
+			w.kvp[2*task+1].Pack(false, tkx, d, view(a.vb, v), a.ldv)
+		}
 		return
 	}
 	dst := a.kt[(b*ekv+o)*ld : (b*ekv+o+d)*ld]
@@ -607,6 +623,10 @@ func (w *work) head(b, h int) attend.Head[float32] {
 	}
 	if p.opt.Compute.bf16() {
 		hd.Qb, hd.Kb, hd.Vb = view(a.qb, b*a.rq*a.ldq+o), view(a.kb, b*a.rk*a.ldk+ko), view(a.vb, b*a.rk*a.ldv+ko)
+		if w.packKV {
+			kv := b*w.l.cfg.KVHeads() + w.l.cfg.KVHead(h)
+			hd.Kp, hd.Vp = &w.kvp[2*kv], &w.kvp[2*kv+1]
+		}
 	}
 	if w.kInPlace {
 		hd.Kt, hd.LdKt = nil, 0

@@ -462,16 +462,22 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 // prepare runs phase 0 on n workers: Kᵀ of every (batch, K/V head) into w.kt and, with
 // rotary, the rotated Q into w.qrot (one task per (batch, query head)) and, when keepK, the
 // rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
-// writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ.
+// writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ,
+// and where the CPU has AVX512_BF16 (packKV) K's and V's packings into w.kvp.
 // When the forward reads K in place (keepK false and p.readsKInPlace) it writes no Kᵀ: with
 // rotary it writes the rotated K into w.krot, and without it K needs nothing.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
 	bf := p.opt.Compute.bf16()
 	w.kInPlace = !keepK && p.readsKInPlace()
+	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case bf:
 		w.qb, w.kb, w.vb = growBits(w.qb, len(p.q)), growBits(w.kb, len(p.k)), growBits(w.vb, len(p.v))
+		if w.packKV {
+			nkv := 2 * p.b * p.hkv
+			w.kvp = slices.Grow(w.kvp[:0], nkv)[:nkv]
+		}
 	case !w.kInPlace:
 		w.ldkt = paddedStride(p.tk)
 		w.kt = kernel.Grow(w.kt, p.b*p.hkv*max(p.d, 1)*w.ldkt)
@@ -620,8 +626,12 @@ type sdpaWork struct {
 	krot, kbuf []float32
 
 	// With ComputeBFloat16: Q (rotated with rotary), K (rotated) and V as bfloat16 bits, laid
-	// out as the caller's q, k and v. Kᵀ is not built then.
+	// out as the caller's q, k and v. Kᵀ is not built then. Where the CPU has AVX512_BF16
+	// (packKV), K's and V's bits are also packed for the GEMM's kernels, once per call: kvp
+	// holds K's then V's packing of each (batch, K/V head).
 	qb, kb, vb []uint16
+	packKV     bool
+	kvp        []kernel.PackedBF16
 
 	// The backward's: the gradients, dOut, each worker's scratch, and per (batch, query head)
 	// the sink's and the slope's gradient.
@@ -699,23 +709,28 @@ func (w *sdpaWork) transpose(worker, task int) {
 }
 
 // convertKV writes the bfloat16 bits of K (rotated, with rotary) and V of one (batch, K/V head)
-// into w.kb and w.vb: the transpose phase's task with ComputeBFloat16.
+// into w.kb and w.vb, and with packKV their packings into w.kvp: the transpose phase's task
+// with ComputeBFloat16.
 func (w *sdpaWork) convertKV(worker, task int) {
 	p := &w.p
-	kb := w.kb[task*p.tk*p.d : (task+1)*p.tk*p.d]
-	kernel.RoundBF16s(w.vb[task*p.tk*p.dv:(task+1)*p.tk*p.dv], p.v[task*p.tk*p.dv:])
+	kb, vb := w.kb[task*p.tk*p.d:(task+1)*p.tk*p.d], w.vb[task*p.tk*p.dv:(task+1)*p.tk*p.dv]
+	kernel.RoundBF16s(vb, p.v[task*p.tk*p.dv:])
 	if p.ropeDim == 0 {
 		kernel.RoundBF16s(kb, p.k[task*p.tk*p.d:])
-		return
+	} else {
+		const block = 64
+		w.rows[worker] = kernel.Grow(w.rows[worker], block*p.d)
+		for j0 := 0; j0 < p.tk; j0 += block {
+			j1 := min(j0+block, p.tk)
+			blk := w.rows[worker][:(j1-j0)*p.d]
+			copy(blk, p.k[(task*p.tk+j0)*p.d:])
+			w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
+			kernel.RoundBF16s(kb[j0*p.d:j1*p.d], blk)
+		}
 	}
-	const block = 64
-	w.rows[worker] = kernel.Grow(w.rows[worker], block*p.d)
-	for j0 := 0; j0 < p.tk; j0 += block {
-		j1 := min(j0+block, p.tk)
-		blk := w.rows[worker][:(j1-j0)*p.d]
-		copy(blk, p.k[(task*p.tk+j0)*p.d:])
-		w.rope.rotate(blk, p.d, j1-j0, p.ropeK0+j0, false)
-		kernel.RoundBF16s(kb[j0*p.d:j1*p.d], blk)
+	if w.packKV {
+		w.kvp[2*task].Pack(true, p.d, p.tk, kb, p.d)
+		w.kvp[2*task+1].Pack(false, p.tk, p.dv, vb, p.dv)
 	}
 }
 
@@ -738,6 +753,9 @@ func (w *sdpaWork) attend(worker, task int) {
 	if p.opt.Compute.bf16() {
 		hd.Qb, hd.Kb, hd.Vb = view(w.qb, bh*p.tq*p.d), view(w.kb, kv*p.tk*p.d), view(w.vb, kv*p.tk*p.dv)
 		hd.LdK = p.d
+		if w.packKV {
+			hd.Kp, hd.Vp = &w.kvp[2*kv], &w.kvp[2*kv+1]
+		}
 	}
 	if w.kInPlace {
 		k := p.k

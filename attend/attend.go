@@ -32,11 +32,18 @@ type Float = kernel.Float
 // Normalizer's sums, Q and V (see Tiled). OutB, when set (Tiled only), receives the output as
 // bfloat16 bits, stride LdOut, instead of Out: what a bfloat16 product reading the output
 // next would round it to anyway, in half the bytes.
+//
+// Kp and Vp, when set with Qb, Kb and Vb, are Kb and Vb packed for the bfloat16 GEMM's kernels
+// (Kp.Pack(true, D, Tk, Kb, LdK) and Vp.Pack(false, Tk, Dv, Vb, LdV)), once for all the query
+// blocks that read them: Tiled's products then read the tiles of K and V there where
+// kernel.PackedBF16.Fits allows, instead of packing them from Kb and Vb at every call, with the
+// same results. They must hold what Kb and Vb hold; either may be nil.
 type Head[F Float] struct {
 	Q, K, Kt, V, Out           []F
 	LdQ, LdK, LdKt, LdV, LdOut int
 	Tq, Tk, D, Dv              int
 	Qb, Kb, Vb, OutB           []uint16
+	Kp, Vp                     *kernel.PackedBF16
 }
 
 // bf16 reports whether h carries bfloat16 operands for Tiled.

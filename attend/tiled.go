@@ -72,7 +72,9 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // rounded to bfloat16 by kernel.RoundBF16s. Where neither w, dropout nor a Normalizer needs the
 // float32 weights, the softmax pass writes them as bfloat16 bits over the first half of their
 // row of scores (kernel.SexpBF16) and the weights·V product reads those (GemmBF16Bits): the same
-// roundings, so the same results, as rounding them while packing.
+// roundings, so the same results, as rounding them while packing. With h.Kp and h.Vp the
+// products read K's and, in that case, V's tiles from those packings (kernel.GemmBF16Packed)
+// where they fit, again with the same results.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {
 	rows, dv := i1-i0, h.Dv
 	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
@@ -125,7 +127,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c := 0
 		for _, sp := range spans {
-			if bf16 {
+			if bf16 && h.Kp != nil && h.Kp.Fits(0, h.D, sp.j0, sp.j1-sp.j0) {
+				s.ws.GemmBF16Packed(r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kp, 0, sp.j0, 0, sc[r0*ld+c:], ld)
+			} else if bf16 {
 				s.ws.GemmBF16Bits(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kb[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
 			} else if h.Kt == nil {
 				s.ws.Sgemm(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.K[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
@@ -208,6 +212,8 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		c = 0
 		for _, sp := range spans {
 			switch {
+			case fused && h.Vp != nil && h.Vp.Fits(sp.j0, sp.j1-sp.j0, 0, dv):
+				s.ws.GemmBF16Packed(r1-r0, dv, sp.j1-sp.j0, 1, pb[2*r0*ld+c:], 2*ld, h.Vp, sp.j0, 0, 1, o[r0*dv:], dv)
 			case fused:
 				s.ws.GemmBF16Bits(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pb[2*r0*ld+c:], 2*ld, h.Vb[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
 			case bf16:

@@ -89,6 +89,79 @@ func (w *Workspace) GemmBF16BitsA(transA, transB bool, m, n, k int, alpha float3
 	w.gemmBF16(bestBF16, transA, transB, m, n, k, alpha, operandB{half: a, format: bfloat16}, lda, ob, ldb, beta, c, ldc, bias)
 }
 
+// panelBF16 is the width of PackedBF16's panels: the AVX512_BF16 kernels' tile width.
+const panelBF16 = 32
+
+// PackedBF16 is a B operand of GemmBF16Bits, bfloat16 bits, packed once into the AVX512_BF16
+// kernels' panels (⌈n/32⌉ panels of ⌈k/2⌉ k pairs × 32 columns), so that GemmBF16Packed can
+// multiply parts of it many times without packing them again, as attention's query blocks
+// multiply the tiles of one head's K and V. The zero value holds nothing; Pack fills it, reusing
+// its memory. It is read-only for GemmBF16Packed, so goroutines may share it.
+type PackedBF16 struct {
+	bits []uint16
+	k, n int // op(B) is k×n
+	kp   int // pair rows per panel: ⌈k/2⌉
+}
+
+// Pack packs op(B) into p, replacing what p held: op(B) is k×n, stored n×k (row stride ldb)
+// when trans is set, as GemmBF16Bits's transB says, else k×n. Attention's K [Tk, D] packs with
+// trans, k = D, n = Tk (op(B) = Kᵀ); its V [Tk, Dv] without, k = Tk, n = Dv. Pack reports
+// whether it packed: where GemmBF16 runs on pure Go (HasBF16 false) it packs nothing and leaves
+// p empty, so that GemmBF16Packed takes no part of it. It panics on a negative size or a b too
+// short for its shape.
+func (p *PackedBF16) Pack(trans bool, k, n int, b []uint16, ldb int) bool {
+	if k < 0 || n < 0 {
+		panic(fmt.Sprintf("kernel: negative dimension in PackedBF16.Pack: k=%d n=%d", k, n))
+	}
+	r, c := k, n
+	if trans {
+		r, c = n, k
+	}
+	checkLen("B", b, r, c, ldb)
+	p.k, p.n, p.kp = 0, 0, 0
+	if !hasBF16 {
+		return false
+	}
+	p.k, p.n, p.kp = k, n, (k+1)/2
+	p.pack(trans, b, ldb)
+	return true
+}
+
+// Fits reports whether GemmBF16Packed takes rows [p0, p0+k) and columns [j0, j0+n) of p's
+// op(B), giving GemmBF16Bits's results on them bit for bit: they lie within it, j0 is a
+// multiple of 32 (a panel's first column), p0 is even (a pair's first row), k is even or
+// reaches p's last row (an odd k's pair is completed with p's zero padding, never with the next
+// row), and k ≤ 512, so that GemmBF16Bits would sum the products in one k block.
+func (p *PackedBF16) Fits(p0, k, j0, n int) bool {
+	return p0 >= 0 && k >= 0 && j0 >= 0 && n >= 0 && p0+k <= p.k && j0+n <= p.n &&
+		j0%panelBF16 == 0 && p0%2 == 0 && (k%2 == 0 || p0+k == p.k) && k <= blockKBF16
+}
+
+// GemmBF16Packed computes C = alpha·A·B + beta·C with A m×k row-major bfloat16 bits (stride
+// lda), B rows [p0, p0+k) and columns [j0, j0+n) of b's op(B), and C m×n (stride ldc): what
+// GemmBF16Bits(false, transB, m, n, k, alpha, a, lda, that part of op(B) as b packed it, …,
+// beta, c, ldc, nil) computes, bit for bit, without packing B. Rules on beta are GemmBF16's. It
+// panics on a negative size, on slices too short for their shapes, and unless b.Fits(p0, k,
+// j0, n).
+func (w *Workspace) GemmBF16Packed(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("kernel: negative dimension in GemmBF16Packed: m=%d n=%d k=%d", m, n, k))
+	}
+	if !b.Fits(p0, k, j0, n) {
+		panic(fmt.Sprintf("kernel: GemmBF16Packed cannot take rows %d+%d and columns %d+%d of a packed %d×%d B", p0, k, j0, n, b.k, b.n))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	checkLen("C", c, m, n, ldc)
+	checkLen("A", a, m, k, lda)
+	if k == 0 || alpha == 0 {
+		scaleAddBias(m, n, beta, c, ldc, nil)
+		return
+	}
+	w.bvec.runPacked(m, n, k, alpha, a, lda, b, p0, j0, beta, c, ldc)
+}
+
 // RoundBF16 rounds f to bfloat16 as the AVX512_BF16 conversions VCVTNEPS2BF16 and
 // VCVTNE2PS2BF16 do, and returns its bits: to nearest, ties to even; a subnormal f becomes zero
 // of its sign (F32ToBF16 rounds it instead); a NaN becomes a quiet NaN with the top of its

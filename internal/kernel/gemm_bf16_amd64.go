@@ -82,7 +82,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
 			kp := (kcur + 1) / 2
-			w.packB(transB, kcur, ncur, b, pc, jc, ldb)
+			packBF16B(w.pack, transB, kcur, ncur, b, pc, jc, ldb)
 			bt := beta
 			if pc > 0 {
 				bt = 1
@@ -122,6 +122,56 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 				}
 				i0 += mr
 			}
+		}
+	}
+}
+
+// pack sets p.bits to op(B), p.k×p.n, packed as packBF16B packs it.
+func (p *PackedBF16) pack(trans bool, b []uint16, ldb int) {
+	p.bits = growBits(p.bits, 2*p.kp*((p.n+nrAVX512-1)/nrAVX512*nrAVX512))
+	if p.k > 0 && p.n > 0 {
+		packBF16B(p.bits, trans, p.k, p.n, operandB{half: b, format: bfloat16}, 0, 0, ldb)
+	}
+}
+
+// runPacked is GemmBF16Packed on AVX512_BF16 for m, n, k > 0 and alpha ≠ 0, with the slices
+// and the part of b checked: run's loops for a row-major bfloat16 A and a single k block, with
+// the kernels reading b's panels from pair row p0/2 on instead of a packing of their own.
+func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+	const nr = nrAVX512
+	nc := min(n, blockNBF16)
+	if nc < n {
+		nc = max(nc/nr*nr, nr)
+	}
+	kp := (k + 1) / 2
+	w.apack = growBits(w.apack, 2*kp*packATWidth)
+	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
+	short, taller := m/tiles, m%tiles
+	inPlaceA := k%2 == 0 && lda%2 == 0 // as in run
+	ao := operandB{half: a, format: bfloat16}
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
+		i0 := 0
+		for t := range tiles {
+			mr := short
+			if t < taller {
+				mr++
+			}
+			ap, sa := &w.apack[0], kp
+			if inPlaceA {
+				ap, sa = &a[i0*lda], lda/2
+			} else {
+				w.packA(false, mr, k, ao, lda, i0, 0)
+			}
+			for jr := jc; jr < jc+ncur; jr += nr {
+				mask := ^uint32(0)
+				if nrc := min(nr, n-jr); nrc < nr {
+					mask = 1<<nrc - 1
+				}
+				// Column j0+jr's panel starts at (j0+jr)·2·b.kp, its pair row q 2·q·nr further.
+				kernelsBF16N[mr](kp, ap, sa, &b.bits[(j0+jr)*2*b.kp+p0*nr], nr, &c[i0*ldc+jr], ldc, alpha, beta, &negZero[0], mask)
+			}
+			i0 += mr
 		}
 	}
 }
@@ -201,14 +251,14 @@ func (w *bf16Vector) packAT(mr, kc int, a []float32, lda, i0, pc int) {
 	}
 }
 
-// packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack as ⌈nc/32⌉ panels
+// packBF16B packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into pack as ⌈nc/32⌉ panels
 // of ⌈kc/2⌉ pair rows × 32 pairs, as bfloat16, zero-padded past nc and past an odd kc.
-func (w *bf16Vector) packB(transB bool, kc, nc int, b operandB, pc, jc, ldb int) {
+func packBF16B(pack []uint16, transB bool, kc, nc int, b operandB, pc, jc, ldb int) {
 	const nr = nrAVX512
 	kp, full := (kc+1)/2, kc/2 // pair rows, of which whole
 	for jr := 0; jr < nc; jr += nr {
 		nrc := min(nr, nc-jr)
-		dst := w.pack[jr*2*kp : jr*2*kp+2*kp*nr]
+		dst := pack[jr*2*kp : jr*2*kp+2*kp*nr]
 		// set stores the pair rows q0…kp−1 of columns j0…nrc−1 with Go code, each op(B)(p, j)
 		// at b[off + p·sp + j·sj].
 		set := func(q0, j0, off, sp, sj int) {

@@ -410,3 +410,103 @@ func TestGemmBF16BitsA(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmBF16Packed checks that GemmBF16Packed on parts of a packed B gives GemmBF16Bits's C
+// on the same parts bit for bit (C's padding included): a transposed B as attention's K and a
+// row-major one as its V, odd sizes, panels cut by the part's end, odd strides of A (packed
+// then), beta 0 over NaN and beta 1, and Inf in B (which an odd part's padding must not reach).
+// It checks Fits on the parts it refuses and that GemmBF16Packed panics on them.
+func TestGemmBF16Packed(t *testing.T) {
+	if !hasBF16 {
+		var p PackedBF16
+		if p.Pack(true, 2, 2, make([]uint16, 4), 2) || p.Fits(0, 2, 0, 2) {
+			t.Fatal("Pack packed without AVX512_BF16")
+		}
+		t.Skip("no AVX512_BF16")
+	}
+	r := rand.New(rand.NewPCG(41, 42))
+	bits := func(n int) []uint16 {
+		x := make([]uint16, n)
+		for i := range x {
+			x[i] = RoundBF16(float32(r.NormFloat64()))
+			if r.IntN(50) == 0 {
+				x[i] = RoundBF16(float32(math.Inf(1 - 2*r.IntN(2))))
+			}
+		}
+		return x
+	}
+	var w Workspace
+	var p PackedBF16 // reused across the cases
+	for _, tc := range []struct {
+		trans    bool
+		k, n     int // op(B)
+		ldb      int
+		p0, kk   int // the part: rows [p0, p0+kk), columns [j0, j0+nn)
+		j0, nn   int
+		m, lda   int
+		beta     float32
+		fits     bool
+		describe string
+	}{
+		{true, 64, 333, 64, 0, 64, 0, 256, 128, 64, 0, true, "K tile"},
+		{true, 64, 333, 70, 0, 64, 256, 77, 37, 192, 1, true, "K last tile, masked panel"},
+		{true, 63, 300, 63, 0, 63, 32, 45, 15, 63, 0, true, "odd D, A packed"},
+		{true, 17, 40, 20, 0, 17, 32, 8, 1, 17, 1, true, "one row"},
+		{true, 130, 96, 131, 0, 130, 0, 96, 29, 130, 0, true, "D above a panel's 64 pairs"},
+		{true, 64, 333, 64, 0, 64, 16, 64, 14, 64, 0, false, "j0 not a panel's first column"},
+		{true, 64, 333, 64, 0, 64, 320, 32, 14, 64, 0, false, "past the columns"},
+		{false, 333, 64, 64, 0, 256, 0, 64, 128, 512, 1, true, "V tile"},
+		{false, 333, 64, 64, 256, 77, 0, 64, 128, 512, 1, true, "V last tile, odd, padded"},
+		{false, 333, 40, 41, 2, 100, 0, 40, 13, 101, 0, true, "odd stride of A"},
+		{false, 333, 96, 96, 300, 33, 0, 96, 15, 66, 1, true, "odd k reaching the end"},
+		{false, 333, 64, 64, 32, 64, 0, 32, 14, 64, 0, true, "the first panel alone"},
+		{false, 333, 64, 64, 32, 64, 32, 32, 14, 64, 0, true, "the second panel alone"},
+		{false, 333, 64, 64, 1, 64, 0, 64, 14, 64, 0, false, "odd p0"},
+		{false, 333, 64, 64, 2, 63, 0, 64, 14, 64, 0, false, "odd k short of the end"},
+		{false, 1200, 64, 64, 0, 600, 0, 64, 14, 600, 0, false, "k beyond one k block"},
+	} {
+		br, bc := tc.k, tc.n
+		if tc.trans {
+			br, bc = tc.n, tc.k
+		}
+		b := bits((br-1)*tc.ldb + bc)
+		if !p.Pack(tc.trans, tc.k, tc.n, b, tc.ldb) {
+			t.Fatal("Pack packed nothing")
+		}
+		if got := p.Fits(tc.p0, tc.kk, tc.j0, tc.nn); got != tc.fits {
+			t.Fatalf("%s: Fits = %v, want %v", tc.describe, got, tc.fits)
+		}
+		a := bits((tc.m-1)*tc.lda + tc.kk)
+		ldc := tc.nn + 3
+		if !tc.fits {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s: GemmBF16Packed did not panic", tc.describe)
+					}
+				}()
+				w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 1, a, tc.lda, &p, tc.p0, tc.j0, 0, make([]float32, tc.m*ldc), ldc)
+			}()
+			continue
+		}
+		want, got := make([]float32, tc.m*ldc), make([]float32, tc.m*ldc)
+		for i := range want {
+			want[i] = float32(math.NaN())
+			if tc.beta != 0 {
+				want[i] = float32(r.NormFloat64())
+			}
+		}
+		copy(got, want)
+		off := tc.p0*tc.ldb + tc.j0
+		if tc.trans {
+			off = tc.j0*tc.ldb + tc.p0
+		}
+		w.GemmBF16Bits(false, tc.trans, tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, b[off:], tc.ldb, tc.beta, want, ldc, nil)
+		w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, &p, tc.p0, tc.j0, tc.beta, got, ldc)
+		for i := range want {
+			if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+				t.Fatalf("%s: C[%d] = %v, GemmBF16Bits gives %v", tc.describe, i, got[i], want[i])
+			}
+		}
+	}
+}

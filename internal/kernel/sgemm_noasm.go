@@ -18,6 +18,16 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 	panic("kernel: no AVX512_BF16 kernels in this build")
 }
 
+// runPacked is never called in this build: PackedBF16.Pack packs nothing, so nothing fits.
+func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+	panic("kernel: no AVX512_BF16 kernels in this build")
+}
+
+// pack is never called in this build: hasBF16 is false.
+func (p *PackedBF16) pack(trans bool, b []uint16, ldb int) {
+	panic("kernel: no AVX512_BF16 kernels in this build")
+}
+
 // roundBF16sVector converts nothing in this build: RoundBF16s converts every value in Go.
 func roundBF16sVector(dst []uint16, src []float32) int { return 0 }
 
