@@ -348,7 +348,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	epi := bf && c.Rotary == nil
 	var bits, qb, kb, vb []uint16
 	if bf {
-		a.bits = growBits(a.bits, len(a.buf))
+		a.bits = kernel.Grow(a.bits, len(a.buf))
 		a.qb, a.kb, a.vb = view(a.bits, a.qo), view(a.bits, a.ko), view(a.bits, a.vo)
 		if epi {
 			bits, qb, kb, vb = a.bits, a.qb, a.kb, a.vb
@@ -597,14 +597,6 @@ func encodeRows(dst []uint16, src []float32, ld, rows, n int) {
 	for r := range rows {
 		kernel.RoundBF16s(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
 	}
-}
-
-// growBits returns buf resliced to n values, or a new slice when its capacity is short.
-func growBits(buf []uint16, n int) []uint16 {
-	if cap(buf) < n {
-		return make([]uint16, n)
-	}
-	return buf[:n]
 }
 
 // head returns the operands of batch b, head h, with the output written to (or read from) the

@@ -473,7 +473,7 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case bf:
-		w.qb, w.kb, w.vb = growBits(w.qb, len(p.q)), growBits(w.kb, len(p.k)), growBits(w.vb, len(p.v))
+		w.qb, w.kb, w.vb = kernel.Grow(w.qb, len(p.q)), kernel.Grow(w.kb, len(p.k)), kernel.Grow(w.vb, len(p.v))
 		if w.packKV {
 			nkv := 2 * p.b * p.hkv
 			w.kvp = slices.Grow(w.kvp[:0], nkv)[:nkv]

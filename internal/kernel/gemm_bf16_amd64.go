@@ -53,14 +53,6 @@ type bf16Vector struct {
 	apack []uint16 // one row tile of A: mr rows of kp pairs, or kp pair rows of 16
 }
 
-// growBits is Grow for bit patterns.
-func growBits(buf []uint16, n int) []uint16 {
-	if cap(buf) < n {
-		return make([]uint16, n)
-	}
-	return buf[:n]
-}
-
 // run is gemmBF16 on AVX512_BF16 for m, n, k > 0 and alpha ≠ 0, with the slices checked.
 func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a operandB, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	const nr = nrAVX512
@@ -69,8 +61,8 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 		nc = max(nc/nr*nr, nr)
 	}
 	kpMax := (kc + 1) / 2
-	w.pack = growBits(w.pack, 2*kpMax*((nc+nr-1)/nr*nr))
-	w.apack = growBits(w.apack, 2*kpMax*packATWidth)
+	w.pack = Grow(w.pack, 2*kpMax*((nc+nr-1)/nr*nr))
+	w.apack = Grow(w.apack, 2*kpMax*packATWidth)
 	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
 	short, taller := m/tiles, m%tiles
 
@@ -128,7 +120,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 
 // pack sets p.bits to op(B), p.k×p.n, packed as packBF16B packs it.
 func (p *PackedBF16) pack(trans bool, b []uint16, ldb int) {
-	p.bits = growBits(p.bits, 2*p.kp*((p.n+nrAVX512-1)/nrAVX512*nrAVX512))
+	p.bits = Grow(p.bits, 2*p.kp*((p.n+nrAVX512-1)/nrAVX512*nrAVX512))
 	if p.k > 0 && p.n > 0 {
 		packBF16B(p.bits, trans, p.k, p.n, operandB{half: b, format: bfloat16}, 0, 0, ldb)
 	}
@@ -144,7 +136,7 @@ func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, 
 		nc = max(nc/nr*nr, nr)
 	}
 	kp := (k + 1) / 2
-	w.apack = growBits(w.apack, 2*kp*packATWidth)
+	w.apack = Grow(w.apack, 2*kp*packATWidth)
 	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
 	short, taller := m/tiles, m%tiles
 	inPlaceA := k%2 == 0 && lda%2 == 0 // as in run

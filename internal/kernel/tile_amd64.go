@@ -8,23 +8,23 @@ package kernel
 // the last cols mod 16 are added in Go (the same sums, in the same order, with a multiply and
 // an add where the kernels fuse them). Other instruction sets run the Go loops of tile.go.
 
+// Kernels indexed by the rows they take (1 to 4), one table per stored type.
+var (
+	scoreTilesF32  = [5]func(s, q *float32, ldq, d int, scale float32, k, next *float32){nil, scoreTileF321AVX512, scoreTileF322AVX512, scoreTileF323AVX512, scoreTileF324AVX512}
+	scoreTilesBF16 = [5]func(s, q *float32, ldq, d int, scale float32, k, next *uint16){nil, scoreTileBF161AVX512, scoreTileBF162AVX512, scoreTileBF163AVX512, scoreTileBF164AVX512}
+	scoreTilesF16  = [5]func(s, q *float32, ldq, d int, scale float32, k, next *uint16){nil, scoreTileF161AVX512, scoreTileF162AVX512, scoreTileF163AVX512, scoreTileF164AVX512}
+	accumTilesF32  = [5]func(acc *float32, ldacc int, p *float32, ldp, n, cols int, v *float32, ldv int, next *float32){nil, accumTileF321AVX512, accumTileF322AVX512, accumTileF323AVX512, accumTileF324AVX512}
+	accumTilesBF16 = [5]func(acc *float32, ldacc int, p *float32, ldp, n, cols int, v *uint16, ldv int, next *uint16){nil, accumTileBF161AVX512, accumTileBF162AVX512, accumTileBF163AVX512, accumTileBF164AVX512}
+	accumTilesF16  = [5]func(acc *float32, ldacc int, p *float32, ldp, n, cols int, v *uint16, ldv int, next *uint16){nil, accumTileF161AVX512, accumTileF162AVX512, accumTileF163AVX512, accumTileF164AVX512}
+)
+
 func scoreTile(i isa, s, q []float32, ldq, m, d int, scale float32, k, next []float32) {
 	if i != avx512 || d == 0 {
 		scoreTileGeneric(s, q, ldq, m, d, scale, k, copyF32)
 		return
 	}
 	for r := 0; r < m; r += 4 {
-		s, q, k, next := &s[r*TileKeys], &q[r*ldq], &k[0], prefetchable(next, k)
-		switch min(4, m-r) {
-		case 1:
-			scoreTileF321AVX512(s, q, ldq, d, scale, k, next)
-		case 2:
-			scoreTileF322AVX512(s, q, ldq, d, scale, k, next)
-		case 3:
-			scoreTileF323AVX512(s, q, ldq, d, scale, k, next)
-		default:
-			scoreTileF324AVX512(s, q, ldq, d, scale, k, next)
-		}
+		scoreTilesF32[min(4, m-r)](&s[r*TileKeys], &q[r*ldq], ldq, d, scale, &k[0], prefetchable(next, k))
 	}
 }
 
@@ -33,26 +33,12 @@ func scoreTileHalf(i isa, s, q []float32, ldq, m, d int, scale float32, k, next 
 		scoreTileGeneric(s, q, ldq, m, d, scale, k, halfDecoder(bf16))
 		return
 	}
+	kernels := &scoreTilesF16
+	if bf16 {
+		kernels = &scoreTilesBF16
+	}
 	for r := 0; r < m; r += 4 {
-		s, q, k, next := &s[r*TileKeys], &q[r*ldq], &k[0], prefetchable(next, k)
-		switch n := min(4, m-r); {
-		case bf16 && n == 1:
-			scoreTileBF161AVX512(s, q, ldq, d, scale, k, next)
-		case bf16 && n == 2:
-			scoreTileBF162AVX512(s, q, ldq, d, scale, k, next)
-		case bf16 && n == 3:
-			scoreTileBF163AVX512(s, q, ldq, d, scale, k, next)
-		case bf16:
-			scoreTileBF164AVX512(s, q, ldq, d, scale, k, next)
-		case n == 1:
-			scoreTileF161AVX512(s, q, ldq, d, scale, k, next)
-		case n == 2:
-			scoreTileF162AVX512(s, q, ldq, d, scale, k, next)
-		case n == 3:
-			scoreTileF163AVX512(s, q, ldq, d, scale, k, next)
-		default:
-			scoreTileF164AVX512(s, q, ldq, d, scale, k, next)
-		}
+		kernels[min(4, m-r)](&s[r*TileKeys], &q[r*ldq], ldq, d, scale, &k[0], prefetchable(next, k))
 	}
 }
 
@@ -62,17 +48,7 @@ func accumTile(i isa, acc []float32, ldacc int, p []float32, ldp, m, n, cols int
 		vec = 0
 	}
 	for r := 0; vec > 0 && r < m; r += 4 {
-		acc, p, v, next := &acc[r*ldacc], &p[r*ldp], &v[0], prefetchable(next, v)
-		switch min(4, m-r) {
-		case 1:
-			accumTileF321AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case 2:
-			accumTileF322AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case 3:
-			accumTileF323AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		default:
-			accumTileF324AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		}
+		accumTilesF32[min(4, m-r)](&acc[r*ldacc], ldacc, &p[r*ldp], ldp, n, vec, &v[0], ldv, prefetchable(next, v))
 	}
 	if vec < cols {
 		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, copyF32)
@@ -84,26 +60,12 @@ func accumTileHalf(i isa, acc []float32, ldacc int, p []float32, ldp, m, n, cols
 	if i != avx512 || n == 0 {
 		vec = 0
 	}
+	kernels := &accumTilesF16
+	if bf16 {
+		kernels = &accumTilesBF16
+	}
 	for r := 0; vec > 0 && r < m; r += 4 {
-		acc, p, v, next := &acc[r*ldacc], &p[r*ldp], &v[0], prefetchable(next, v)
-		switch k := min(4, m-r); {
-		case bf16 && k == 1:
-			accumTileBF161AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case bf16 && k == 2:
-			accumTileBF162AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case bf16 && k == 3:
-			accumTileBF163AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case bf16:
-			accumTileBF164AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case k == 1:
-			accumTileF161AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case k == 2:
-			accumTileF162AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		case k == 3:
-			accumTileF163AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		default:
-			accumTileF164AVX512(acc, ldacc, p, ldp, n, vec, v, ldv, next)
-		}
+		kernels[min(4, m-r)](&acc[r*ldacc], ldacc, &p[r*ldp], ldp, n, vec, &v[0], ldv, prefetchable(next, v))
 	}
 	if vec < cols {
 		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, halfDecoder(bf16))
