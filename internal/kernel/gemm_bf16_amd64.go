@@ -63,8 +63,6 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 	kpMax := (kc + 1) / 2
 	w.pack = Grow(w.pack, 2*kpMax*((nc+nr-1)/nr*nr))
 	w.apack = Grow(w.apack, 2*kpMax*packATWidth)
-	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
-	short, taller := m/tiles, m%tiles
 
 	// A row-major bfloat16 A whose rows hold whole pairs (k and lda even; kc is) is read in
 	// place: its pairs are the words the kernel broadcasts.
@@ -83,12 +81,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 			if pc+kcur == k {
 				bs = bias
 			}
-			i0 := 0
-			for t := range tiles {
-				mr := short
-				if t < taller {
-					mr++
-				}
+			for i0, mr := range rowTiles(m, mrAVX512) {
 				ap, sa, kern := &w.apack[0], kp, kernelsBF16N[mr]
 				switch {
 				case inPlaceA:
@@ -112,7 +105,6 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 					}
 					kern(kp, ap, sa, &w.pack[jr*2*kp], nr, &c[coff+jc+jr], ldc, alpha, bt, biasp, mask)
 				}
-				i0 += mr
 			}
 		}
 	}
@@ -137,18 +129,11 @@ func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, 
 	}
 	kp := (k + 1) / 2
 	w.apack = Grow(w.apack, 2*kp*packATWidth)
-	tiles := (m + mrAVX512 - 1) / mrAVX512 // row tiles; the first m%tiles are one row taller
-	short, taller := m/tiles, m%tiles
 	inPlaceA := k%2 == 0 && lda%2 == 0 // as in run
 	ao := operandB{half: a, format: bfloat16}
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
-		i0 := 0
-		for t := range tiles {
-			mr := short
-			if t < taller {
-				mr++
-			}
+		for i0, mr := range rowTiles(m, mrAVX512) {
 			ap, sa := &w.apack[0], kp
 			if inPlaceA {
 				ap, sa = &a[i0*lda], lda/2
@@ -163,7 +148,6 @@ func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, 
 				// Column j0+jr's panel starts at (j0+jr)·2·b.kp, its pair row q 2·q·nr further.
 				kernelsBF16N[mr](kp, ap, sa, &b.bits[(j0+jr)*2*b.kp+p0*nr], nr, &c[i0*ldc+jr], ldc, alpha, beta, &negZero[0], mask)
 			}
-			i0 += mr
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"iter"
+)
 
 // Workspace holds the buffers Sgemm, SgemmHalf and GemmBF16 pack their operands into. The zero value is
 // ready to use; it grows to the largest problem it has seen and then stops allocating: a later
@@ -153,6 +156,27 @@ func transposeGeneric(dst []float32, ldd int, src []float32, lds, rows, cols int
 	for r := range rows {
 		for c, x := range src[r*lds : r*lds+cols] {
 			dst[c*ldd+r] = x
+		}
+	}
+}
+
+// rowTiles splits m > 0 rows into ⌈m/mrMax⌉ tiles of nearly equal height, the first m mod tiles
+// one row taller than the rest, so that no tile is a thin remainder, and yields each tile's
+// first row and height.
+func rowTiles(m, mrMax int) iter.Seq2[int, int] {
+	return func(yield func(i0, mr int) bool) {
+		tiles := (m + mrMax - 1) / mrMax
+		short, taller := m/tiles, m%tiles
+		i0 := 0
+		for t := range tiles {
+			mr := short
+			if t < taller {
+				mr++
+			}
+			if !yield(i0, mr) {
+				return
+			}
+			i0 += mr
 		}
 	}
 }

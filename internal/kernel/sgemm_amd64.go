@@ -104,8 +104,6 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 	if packB {
 		w.pack = Grow(w.pack, kc*((nc+nr-1)/nr*nr))
 	}
-	tiles := (m + mrMax - 1) / mrMax // row tiles; the first m%tiles are one row taller
-	short, taller := m/tiles, m%tiles
 
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
@@ -122,12 +120,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 			if pc+kcur == k {
 				bs = bias
 			}
-			i0 := 0
-			for t := range tiles {
-				mr := short
-				if t < taller {
-					mr++
-				}
+			for i0, mr := range rowTiles(m, mrMax) {
 				var ap *float32
 				sa := lda
 				switch {
@@ -194,7 +187,6 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 						copy(c[cp+i*ldc:cp+i*ldc+nrc], w.tile[i*nrAVX2:i*nrAVX2+nrc])
 					}
 				}
-				i0 += mr
 			}
 		}
 	}
