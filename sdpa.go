@@ -699,12 +699,7 @@ func (w *sdpaWork) transpose(worker, task int) {
 		if w.kInPlace {
 			continue
 		}
-		for i := range p.d {
-			out := dst[i*ld+j0 : i*ld+j1]
-			for j := range out {
-				out[j] = blk[j*p.d+i]
-			}
-		}
+		kernel.Transpose(dst[j0:], ld, blk, p.d, j1-j0, p.d)
 	}
 }
 

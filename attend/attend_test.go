@@ -186,7 +186,8 @@ func TestApplyRangeOptions(t *testing.T) {
 // TestTiledRangedMatchesDense checks Tiled against Dense under causal masks and windows of every
 // alignment and width, narrower and wider than a block, with appended keys past Stride, padding
 // and a sink: the edge tiles that run only some of a block's rows must give every row its whole
-// softmax.
+// softmax. The scratch holds NaN from the start: the scores that the products leave out (the
+// keys no row of a row tile sees) must be masked, never read.
 func TestTiledRangedMatchesDense(t *testing.T) {
 	const tq, stride, d = 150, 290, 5
 	const tk = stride + 2 // two appended keys, never masked
@@ -224,7 +225,12 @@ func TestTiledRangedMatchesDense(t *testing.T) {
 		masked := 0
 		for i0 := 0; i0 < tq; i0 += BlockQ {
 			i1 := min(i0+BlockQ, tq)
-			masked += Tiled(&h, &b, 0.5, nil, i0, i1, nil, lse[i0:i1], new(Scratch))
+			var s Scratch
+			s.grow(BlockQ, BlockK+tailK, d)
+			for i := range s.s {
+				s.s[i] = float32(math.NaN())
+			}
+			masked += Tiled(&h, &b, 0.5, nil, i0, i1, nil, lse[i0:i1], &s)
 		}
 		out64 := make([]float64, tq*d)
 		h64 := Head[float64]{Q: q64, LdQ: d, K: k, LdK: d, V: v64, LdV: d, Out: out64, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}

@@ -7,11 +7,16 @@ import (
 )
 
 // Block sizes of the tiled path: the query rows a caller should hand to one Tiled call, and the
-// keys whose scores Tiled holds at once.
+// keys of one of its tiles (a range's last tile takes up to 64 more).
 const (
 	BlockQ = 64
 	BlockK = 256
 )
+
+// tailK is how many keys at most, left at the end of a range, join its last tile of BlockK
+// rather than take a tile (and every row a softmax step) of their own: a block of 64 queries
+// under a window of 256 keys sees 320.
+const tailK = 64
 
 // Scratch is one worker's memory for Tiled. The zero value is ready to use; it grows to the
 // largest block it has seen and then stops allocating. Give each goroutine its own.
@@ -19,6 +24,7 @@ type Scratch struct {
 	s, o, m, l []float32
 	norm       normScratch // a row's keys for a Normalizer
 	spans      []span      // the key ranges of the tile being gathered
+	groups     []int       // the first row of each row tile of the tile's products, then the last
 	ws         kernel.Workspace
 
 	// Visible and Zero count, over the rows Tiled has normalised with a Normalizer other than
@@ -38,13 +44,14 @@ func (s *Scratch) grow(rows, keys, dv int) {
 }
 
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
-// online softmax of FlashAttention-2: it walks the keys in tiles of BlockK, keeping per row the
-// running maximum m and sum l, and rescales the partial output when m grows, so it never holds
-// more than (i1−i0)·BlockK scores. It reads Kᵀ from h.Kt or, when h.Kt is nil, K in place from
+// online softmax of FlashAttention-2: it walks the keys in tiles of BlockK (a range's last tile
+// taking up to 64 keys more), keeping per row the running maximum m and sum l, and rescales the
+// partial output when m grows, so it never holds more than (i1−i0)·(BlockK+64) scores. It reads Kᵀ from h.Kt or, when h.Kt is nil, K in place from
 // h.K ([Tk, D], the product's packing transposing each tile's keys: cheaper than writing Kᵀ
 // first when few query blocks read each key, as in a sparse layout of low density; the sums are
 // the same, to the bit for D ≤ 256). With b.Causal or b.Window it walks only the keys that some
-// row of the block may see (b.Span of i0 and i1−1), so a window of W keys costs O(W) per row;
+// row of the block may see (b.Span of i0 and i1−1), and each row tile of the products only the
+// keys that some of its rows see, so a window of W keys costs O(W) per row;
 // with b.Sparse, only the blocks it keeps (the list in b.Sparse.Cols when the rows lie in one
 // query block of the layout).
 //
@@ -79,11 +86,11 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	rows, dv := i1-i0, h.Dv
 	// A Normalizer needs the whole rows: one tile of all keys, in w or in s.
 	whole := w != nil || b.normalized()
-	keys := BlockK
+	keys, tail := BlockK, tailK
 	if whole {
-		keys = max(h.Tk, 1)
+		keys, tail = max(h.Tk, 1), 0
 	}
-	s.grow(rows, keys, dv)
+	s.grow(rows, keys+tail, dv)
 	m, l, o := s.m, s.l, s.o
 	for r := range rows {
 		m[r], l[r] = float32(math.Inf(-1)), 0
@@ -108,6 +115,27 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	} else {
 		q = h.Q[i0*h.LdQ:]
 	}
+	// Under the causal mask or a window, the products run one register tile of rows at a time
+	// (s.groups), each over the keys of a span that some of its rows see (cut), widened to whole
+	// cache lines of Kᵀ (16 keys) or to the bfloat16 packing's panels (32): the tile's other
+	// scores are left as they were, and Apply masks them with the rest. The weights·V product
+	// then sums the same products as over the whole span but for the weights 0.
+	ranged := b.ranged() && !whole
+	align := 16
+	if bf16 {
+		align = 32
+	}
+	cut := func(sp span, g0, g1 int) (a, e int) {
+		if !ranged || sp.j1 > b.Stride {
+			return sp.j0, sp.j1
+		}
+		lo, _ := b.Span(i0 + g0)
+		_, hi := b.Span(i0 + g1 - 1)
+		if lo >= hi {
+			return 0, 0
+		}
+		return max(sp.j0, lo/align*align), min(sp.j1, (hi+align-1)/align*align)
+	}
 	// tile runs rows [r0, r1) against the keys of spans, read in place: one product per span
 	// into its columns of the tile's scores, one softmax step over them all, and one product per
 	// span adding its weights times its values.
@@ -117,6 +145,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			nc += sp.j1 - sp.j0
 		}
 		ld := nc
+		s.groups = append(s.groups[:0], 0, r1-r0)
+		if ranged {
+			s.groups = kernel.RowTiles(s.groups[:0], r1-r0)
+		}
 		sc, pv := s.s, s.s // the scores, then the weights the PV product reads
 		if w != nil {
 			sc, ld = w, h.Tk
@@ -127,14 +159,23 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c := 0
 		for _, sp := range spans {
-			if bf16 && h.Kp != nil && h.Kp.Fits(0, h.D, sp.j0, sp.j1-sp.j0) {
-				s.ws.GemmBF16Packed(r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kp, 0, sp.j0, 0, sc[r0*ld+c:], ld)
-			} else if bf16 {
-				s.ws.GemmBF16Bits(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, qb[r0*h.LdQ:], h.LdQ, h.Kb[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
-			} else if h.Kt == nil {
-				s.ws.Sgemm(false, true, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.K[sp.j0*h.LdK:], h.LdK, 0, sc[r0*ld+c:], ld, nil)
-			} else {
-				s.ws.Sgemm(false, false, r1-r0, sp.j1-sp.j0, h.D, scale, q[r0*h.LdQ:], h.LdQ, h.Kt[sp.j0:], h.LdKt, 0, sc[r0*ld+c:], ld, nil)
+			for g := range len(s.groups) - 1 {
+				g0, g1 := r0+s.groups[g], r0+s.groups[g+1]
+				a, e := cut(sp, g0, g1)
+				if a >= e {
+					continue
+				}
+				m, n, cs := g1-g0, e-a, sc[g0*ld+c+a-sp.j0:]
+				switch {
+				case bf16 && h.Kp != nil && h.Kp.Fits(0, h.D, a, n):
+					s.ws.GemmBF16Packed(m, n, h.D, scale, qb[g0*h.LdQ:], h.LdQ, h.Kp, 0, a, 0, cs, ld)
+				case bf16:
+					s.ws.GemmBF16Bits(false, true, m, n, h.D, scale, qb[g0*h.LdQ:], h.LdQ, h.Kb[a*h.LdK:], h.LdK, 0, cs, ld, nil)
+				case h.Kt == nil:
+					s.ws.Sgemm(false, true, m, n, h.D, scale, q[g0*h.LdQ:], h.LdQ, h.K[a*h.LdK:], h.LdK, 0, cs, ld, nil)
+				default:
+					s.ws.Sgemm(false, false, m, n, h.D, scale, q[g0*h.LdQ:], h.LdQ, h.Kt[a:], h.LdKt, 0, cs, ld, nil)
+				}
 			}
 			c += sp.j1 - sp.j0
 		}
@@ -211,37 +252,55 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		c = 0
 		for _, sp := range spans {
-			switch {
-			case fused && h.Vp != nil && h.Vp.Fits(sp.j0, sp.j1-sp.j0, 0, dv):
-				s.ws.GemmBF16Packed(r1-r0, dv, sp.j1-sp.j0, 1, pb[2*r0*ld+c:], 2*ld, h.Vp, sp.j0, 0, 1, o[r0*dv:], dv)
-			case fused:
-				s.ws.GemmBF16Bits(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pb[2*r0*ld+c:], 2*ld, h.Vb[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
-			case bf16:
-				s.ws.GemmBF16Half(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.Vb[sp.j0*h.LdV:], true, h.LdV, 1, o[r0*dv:], dv, nil)
-			default:
-				s.ws.Sgemm(false, false, r1-r0, dv, sp.j1-sp.j0, 1, pv[r0*ld+c:], ld, h.V[sp.j0*h.LdV:], h.LdV, 1, o[r0*dv:], dv, nil)
+			for g := range len(s.groups) - 1 {
+				g0, g1 := r0+s.groups[g], r0+s.groups[g+1]
+				a, e := cut(sp, g0, g1)
+				if a >= e {
+					continue
+				}
+				m, n, off, og := g1-g0, e-a, c+a-sp.j0, o[g0*dv:]
+				switch {
+				case fused && h.Vp != nil && h.Vp.Fits(a, n, 0, dv):
+					s.ws.GemmBF16Packed(m, dv, n, 1, pb[2*g0*ld+off:], 2*ld, h.Vp, a, 0, 1, og, dv)
+				case fused:
+					s.ws.GemmBF16Bits(false, false, m, dv, n, 1, pb[2*g0*ld+off:], 2*ld, h.Vb[a*h.LdV:], h.LdV, 1, og, dv, nil)
+				case bf16:
+					s.ws.GemmBF16Half(false, false, m, dv, n, 1, pv[g0*ld+off:], ld, h.Vb[a*h.LdV:], true, h.LdV, 1, og, dv, nil)
+				default:
+					s.ws.Sgemm(false, false, m, dv, n, 1, pv[g0*ld+off:], ld, h.V[a*h.LdV:], h.LdV, 1, og, dv, nil)
+				}
 			}
 			c += sp.j1 - sp.j0
 		}
 	}
+	// walk runs rows [r0, r1) against keys [j0, j1) in tiles of keys, the last tail keys or
+	// fewer joining the tile before them, so that no row takes a softmax step for a few keys.
 	var one [1]span
-	contiguous := func(j0, j1, r0, r1 int) {
-		one[0] = span{j0, j1}
-		tile(one[:], r0, r1)
+	walk := func(j0, j1, r0, r1 int) {
+		for j0 < j1 {
+			n := j1 - j0
+			if n > keys+tail {
+				n = keys
+			}
+			one[0] = span{j0, j0 + n}
+			tile(one[:], r0, r1)
+			j0 += n
+		}
 	}
 
+	// The keys of [0, Stride) that the causal mask and window leave to some row of the block.
 	// The keys from Stride on are never masked: every row reads them, after the masked ones.
+	lo, hi := 0, b.Stride
+	if b.ranged() {
+		lo, _ = b.Span(i0)
+		_, hi = b.Span(i1 - 1)
+		hi = max(min(hi, b.Stride), lo)
+	}
 	from := 0
 	switch {
 	case b.Sparse != nil && !whole:
-		// Key block by key block, within the span the causal mask and window leave, each
-		// with the rows whose blocks are not empty.
-		lo, hi := 0, b.Stride
-		if b.ranged() {
-			lo, _ = b.Span(i0)
-			_, hi = b.Span(i1 - 1)
-			hi = max(min(hi, b.Stride), lo)
-		}
+		// Key block by key block, within [lo, hi), each with the rows whose blocks are not
+		// empty.
 		// Neighbouring key blocks that the same rows need join one run. A long run is cut into
 		// tiles of BlockK keys; short runs of the same rows are gathered into one tile of up
 		// to BlockK keys, so that scattered blocks cost what as many keys in a row cost.
@@ -257,9 +316,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		flush := func() {
 			switch n := pj1 - pj0; {
 			case n >= keys/2:
-				for j := pj0; j < pj1; j += keys {
-					contiguous(j, min(j+keys, pj1), pr0, pr1)
-				}
+				walk(pj0, pj1, pr0, pr1)
 			case n > 0:
 				if len(spans) > 0 && (pr0 != gr0 || pr1 != gr1 || gn+n > keys) {
 					gather()
@@ -309,19 +366,13 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		from = b.Stride
 	case b.ranged() && !whole:
 		// Under the causal mask or a window, the keys of [0, Stride) that no row of the block
-		// sees are skipped. (Narrower tiles along the mask's edges, running only the rows that
-		// see them, computed fewer masked scores but took longer: BENCHMARKS.md, v7.)
-		lo, _ := b.Span(i0)
-		_, hi := b.Span(i1 - 1)
-		hi = max(min(hi, b.Stride), lo)
-		for j0 := lo; j0 < hi; j0 += keys {
-			contiguous(j0, min(j0+keys, hi), 0, rows)
-		}
+		// sees are skipped; within a tile, each row tile of the products skips the keys none of
+		// its rows sees (cut, above). (Narrower tiles along the mask's edges, each a softmax
+		// step of its own for the rows that see them, took longer: BENCHMARKS.md, v7.)
+		walk(lo, hi, 0, rows)
 		from = b.Stride
 	}
-	for j0 := from; j0 < h.Tk; j0 += keys {
-		contiguous(j0, min(j0+keys, h.Tk), 0, rows)
-	}
+	walk(from, h.Tk, 0, rows)
 
 	for r := range rows {
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)

@@ -181,6 +181,22 @@ func rowTiles(m, mrMax int) iter.Seq2[int, int] {
 	}
 }
 
+// RowTiles appends to dst the first row of each tile into which Sgemm, SgemmHalf and GemmBF16
+// cut m > 0 rows, then m, and returns it: each tile is as tall as one register tile of the
+// kernels this CPU runs (all m rows are one tile on pure Go). A caller that needs only some
+// columns in each tile computes them with one product per tile and still gets full-height
+// kernels.
+func RowTiles(dst []int, m int) []int {
+	mr := tileHeight(best)
+	if mr == 0 {
+		mr = max(m, 1)
+	}
+	for i0 := range rowTiles(m, mr) {
+		dst = append(dst, i0)
+	}
+	return append(dst, m)
+}
+
 // Grow returns buf resliced to n values, or a new slice when its capacity is short: the growth
 // rule of every reusable scratch buffer.
 func Grow[T any](buf []T, n int) []T {

@@ -37,6 +37,17 @@ const (
 	nrAVX2   = 16 // tile width of the AVX2 kernels: two ymm
 )
 
+// tileHeight is the largest tile height of is's kernels, 0 for the generic path.
+func tileHeight(is isa) int {
+	switch is {
+	case avx512:
+		return mrAVX512
+	case avx2:
+		return mrAVX2
+	}
+	return 0
+}
+
 // Blocking. Variables rather than constants so benchmarks can tune them.
 var (
 	blockK = 256 // kc: k values per packed block of B

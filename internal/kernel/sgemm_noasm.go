@@ -35,3 +35,6 @@ func roundBF16sVector(dst []uint16, src []float32) int { return 0 }
 func transpose(_ isa, dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	transposeGeneric(dst, ldd, src, lds, rows, cols)
 }
+
+// tileHeight is 0: this build has only the generic path, which tiles rows its own way.
+func tileHeight(isa) int { return 0 }

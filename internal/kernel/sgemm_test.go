@@ -340,3 +340,34 @@ func TestTranspose(t *testing.T) {
 		}
 	}
 }
+
+// TestRowTiles checks RowTiles' bounds: from 0 to m, each tile no taller than the kernels' tiles
+// (all m rows on pure Go), the heights within one row of each other, and the tiles Sgemm's
+// driver takes.
+func TestRowTiles(t *testing.T) {
+	for m := 1; m <= 100; m++ {
+		b := RowTiles([]int{-1}, m)[1:] // appends after what dst holds
+		if b[0] != 0 || b[len(b)-1] != m {
+			t.Fatalf("m %d: bounds %v, want 0 … %d", m, b, m)
+		}
+		mr := tileHeight(best)
+		if mr == 0 {
+			mr = m
+		}
+		lo, hi := m, 0
+		for i := range len(b) - 1 {
+			h := b[i+1] - b[i]
+			lo, hi = min(lo, h), max(hi, h)
+		}
+		if lo < 1 || hi > mr || hi-lo > 1 || len(b)-1 != (m+mr-1)/mr {
+			t.Fatalf("m %d: bounds %v, want ⌈m/%d⌉ tiles of equal height within a row", m, b, mr)
+		}
+		i := 0
+		for i0, h := range rowTiles(m, mr) {
+			if b[i] != i0 || b[i+1] != i0+h {
+				t.Fatalf("m %d: bounds %v, Sgemm's tile %d is rows %d+%d", m, b, i, i0, h)
+			}
+			i++
+		}
+	}
+}
