@@ -582,12 +582,7 @@ func (w *work) transpose(task int) {
 		if c.Rotary != nil {
 			w.rope.rotate(src[j0*a.ldk:], a.ldk, j1-j0, w.ropeK0+j0, false)
 		}
-		for i := range d {
-			out := dst[i*ld+j0 : i*ld+j1]
-			for j := range out {
-				out[j] = src[(j0+j)*a.ldk+i]
-			}
-		}
+		kernel.Transpose(dst[j0:], ld, src[j0*a.ldk:], a.ldk, j1-j0, d)
 	}
 }
 
