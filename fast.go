@@ -168,6 +168,11 @@ type work struct {
 	out     []float32 // where the heads write: Q's block, or Saved.concat
 	outb    []uint16  // ComputeBFloat16 without Heads.Keep and gates: where the heads write instead, as bits (Q's bits)
 	ldo, ro int       // its row stride and rows per batch
+	// With ComputeBFloat16: the inputs the projections read (query, then key and value where
+	// they are other tensors), and their bfloat16 bits, which phaseEncode writes once per call
+	// rather than every projection task rounding its rows of them again.
+	enc     [3][]float32
+	xb      [3][]uint16
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
 	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
 	wh      []float32 // where the per-head weights go (before dropout)
@@ -214,6 +219,7 @@ const (
 	phaseAttend
 	phaseWeights
 	phaseBackward
+	phaseEncode
 )
 
 // Do runs one task of the current phase.
@@ -231,6 +237,58 @@ func (w *work) Do(worker, task int) {
 		w.finishWeights(worker, task)
 	case phaseBackward:
 		w.backward(worker, task)
+	case phaseEncode:
+		w.encode(task)
+	}
+}
+
+// encodeChunk is the values of an input one phaseEncode task rounds to bfloat16.
+const encodeChunk = 1 << 16
+
+// encodeInputs writes the bfloat16 bits of the projections' inputs (phaseEncode) and returns
+// them for the query, key and value inputs: key's are query's when key is the query tensor, and
+// value's are key's when value is the key tensor.
+func (w *work) encodeInputs() (xq, xk, xv []uint16) {
+	p := &w.p
+	same := func(a, b []float32) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+	w.enc = [3][]float32{p.q}
+	if !same(p.k, p.q) {
+		w.enc[1] = p.k
+	}
+	if !same(p.v, p.k) && !same(p.v, p.q) {
+		w.enc[2] = p.v
+	}
+	tasks := 0
+	for i, x := range w.enc {
+		w.xb[i] = kernel.Grow(w.xb[i], len(x))
+		tasks += ceilDiv(len(x), encodeChunk)
+	}
+	w.run(phaseEncode, tasks)
+	xq, xk, xv = w.xb[0], w.xb[1], w.xb[2]
+	if w.enc[1] == nil {
+		xk = xq
+	}
+	switch {
+	case w.enc[2] != nil:
+	case same(p.v, p.k):
+		xv = xk
+	default:
+		xv = xq
+	}
+	return xq, xk, xv
+}
+
+// encode rounds one chunk of the inputs to bfloat16 (phaseEncode).
+func (w *work) encode(task int) {
+	for i, x := range w.enc {
+		if n := ceilDiv(len(x), encodeChunk); task >= n {
+			task -= n
+			continue
+		}
+		j0 := task * encodeChunk
+		j1 := min(j0+encodeChunk, len(x))
+		kernel.RoundBF16s(w.xb[i][j0:j1], x[j0:j1])
+		return
 	}
 }
 
@@ -354,23 +412,27 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 			bits, qb, kb, vb = a.bits, a.qb, a.kb, a.vb
 		}
 	}
+	var xq, xk, xv []uint16
+	if bf {
+		xq, xk, xv = w.encodeInputs()
+	}
 	if a.fused {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits}
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits, xb: xq}
 		w.run(phaseGemm, w.g.tasks())
 	} else {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb}
+		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb, xb: xq}
 		w.run(phaseGemm, w.g.tasks())
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb}
+			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb, xb: xk}
 			w.run(phaseGemm, w.g.tasks())
 		} else {
 			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb},
+				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb, xb: xk},
+				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb, xb: xv},
 			} {
 				w.g = g
 				w.run(phaseGemm, w.g.tasks())
@@ -721,28 +783,23 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	if g.trans {
 		w = g.w.from(c0 * g.ldw)
 	}
-	c := g.c[(b*g.cRows+r0)*g.ldc+c0:]
-	if g.xb != nil {
-		ws.GemmBF16BitsA(false, g.trans, rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, w.f, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-		return
+	c, xo := g.c[(b*g.cRows+r0)*g.ldc+c0:], (b*g.xRows+r0)*g.ldx
+	half := w.f == nil && w.h != nil
+	switch {
+	case g.xb != nil:
+		ws.GemmBF16BitsA(false, g.trans, rows, cols, g.k, 1, g.xb[xo:], g.ldx, w.f, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+	case g.bf16 && half:
+		ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+	case g.bf16:
+		ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
+	case half:
+		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
+	default:
+		ws.Sgemm(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
 	}
-	x := g.x[(b*g.xRows+r0)*g.ldx:]
-	if g.bf16 {
-		if w.f == nil && w.h != nil {
-			ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-		} else {
-			ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
-		}
-		if g.bits != nil {
-			encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
-		}
-		return
+	if g.bits != nil {
+		encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
 	}
-	if w.f == nil && w.h != nil {
-		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-		return
-	}
-	ws.Sgemm(false, g.trans, rows, cols, g.k, 1, x, g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
 }
 
 // wgrad is one parallel weight gradient of a projection Y = X·Wᵀ + b: it adds Σ_batches
