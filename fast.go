@@ -173,6 +173,7 @@ type work struct {
 	// rather than every projection task rounding its rows of them again.
 	enc     [3][]float32
 	xb      [3][]uint16
+	wp      []wpack   // per worker: its block of a projection's weights, packed (gemm.packed)
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
 	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
 	wh      []float32 // where the per-head weights go (before dropout)
@@ -226,7 +227,11 @@ const (
 func (w *work) Do(worker, task int) {
 	switch w.phase {
 	case phaseGemm:
-		w.g.do(&w.ws[worker], task)
+		if w.g.packed {
+			w.g.doPacked(&w.ws[worker], &w.wp[worker], task)
+		} else {
+			w.g.do(&w.ws[worker], task)
+		}
 	case phaseWgrad:
 		w.wg.do(&w.ws[worker], task)
 	case phaseTranspose:
@@ -275,6 +280,7 @@ func (w *work) encodeInputs() (xq, xk, xv []uint16) {
 	default:
 		xv = xq
 	}
+	w.enc = [3][]float32{} // the caller's tensors are not kept past the call
 	return xq, xk, xv
 }
 
@@ -290,6 +296,14 @@ func (w *work) encode(task int) {
 		kernel.RoundBF16s(w.xb[i][j0:j1], x[j0:j1])
 		return
 	}
+}
+
+// runGemm runs the projection g on the call's workers, with its weights packed once per block
+// of columns where that applies (gemm.pack).
+func (w *work) runGemm(g gemm) {
+	w.g = g
+	w.g.pack()
+	w.run(phaseGemm, w.g.tasks())
 }
 
 // run runs phase ph's tasks on the call's workers.
@@ -308,6 +322,7 @@ func (w *work) workers() int {
 		w.scratch = make([]attend.Scratch, n)
 		w.back = make([]attend.BackScratch, n)
 		w.ws = make([]kernel.Workspace, n)
+		w.wp = make([]wpack, n)
 		w.rows = make([][]float32, n)
 		w.masked = make([]int, n)
 	}
@@ -417,25 +432,21 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		xq, xk, xv = w.encodeInputs()
 	}
 	if a.fused {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits, xb: xq}
-		w.run(phaseGemm, w.g.tasks())
+		w.runGemm(gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits, xb: xq})
 	} else {
-		w.g = gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb, xb: xq}
-		w.run(phaseGemm, w.g.tasks())
+		w.runGemm(gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb, xb: xq})
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.g = gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb, xb: xk}
-			w.run(phaseGemm, w.g.tasks())
+			w.runGemm(gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb, xb: xk})
 		} else {
 			for _, g := range [...]gemm{
 				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb, xb: xk},
 				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb, xb: xv},
 			} {
-				w.g = g
-				w.run(phaseGemm, w.g.tasks())
+				w.runGemm(g)
 			}
 		}
 	}
@@ -554,8 +565,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
 		x, ldx, xRows = *buf, e, p.tq
 	}
-	w.g = gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, xb: w.outb}
-	w.run(phaseGemm, w.g.tasks())
+	w.runGemm(gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, xb: w.outb})
 	r.FullyMasked = 0
 	for _, m := range w.masked {
 		r.FullyMasked += m
@@ -761,12 +771,38 @@ type gemm struct {
 	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
 	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
 	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
+	// packed: the tasks are blocks of packCols columns of C over all rows, each packing its
+	// block of W once (doPacked); set by pack.
+	packed bool
+}
+
+// packCols is the columns of C, rows of a transposed W, that one task of a packed gemm owns.
+const packCols = 128
+
+// pack sets g.packed where it applies: a bfloat16 product of X's bits and a transposed W in
+// float32 or bfloat16, on a CPU whose AVX512_BF16 kernels read packed panels
+// (kernel.GemmBF16Packed). Then each block of W is packed once per call rather than once for
+// every block of rows.
+func (g *gemm) pack() {
+	g.packed = g.xb != nil && g.trans && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
+}
+
+// wpack is one worker's packing of a block of a projection's weights (gemm.doPacked).
+type wpack struct {
+	p    kernel.PackedBF16
+	bits []uint16 // the block of a float32 W rounded to bfloat16, before it is packed
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
 const gemmRows, gemmCols = 256, 256
 
 func (g *gemm) tasks() int {
+	if g.packed {
+		if g.rows == 0 || g.batches == 0 {
+			return 0
+		}
+		return ceilDiv(g.n, packCols)
+	}
 	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
 }
 
@@ -799,6 +835,38 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	}
 	if g.bits != nil {
 		encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
+	}
+}
+
+// doPacked runs one task of a packed gemm: it packs rows [c0, c0+packCols) of the transposed W
+// into pk and computes those columns of C for every row of every batch, in the row blocks of
+// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results).
+func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
+	c0 := task * packCols
+	cols := min(packCols, g.n-c0)
+	w := g.w.from(c0 * g.ldw)
+	bits, ld := w.h, g.ldw
+	if w.f != nil {
+		pk.bits = kernel.Grow(pk.bits, cols*g.k)
+		for r := range cols {
+			kernel.RoundBF16s(pk.bits[r*g.k:(r+1)*g.k], w.f[r*g.ldw:r*g.ldw+g.k])
+		}
+		bits, ld = pk.bits, g.k
+	}
+	pk.p.Pack(true, g.k, cols, bits, ld)
+	var bias []float32
+	if g.bias != nil {
+		bias = g.bias[c0 : c0+cols]
+	}
+	for b := range g.batches {
+		for r0 := 0; r0 < g.rows; r0 += gemmRows {
+			rows := min(gemmRows, g.rows-r0)
+			c := g.c[(b*g.cRows+r0)*g.ldc+c0:]
+			ws.GemmBF16Packed(rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, &pk.p, 0, 0, g.beta, c, g.ldc, bias)
+			if g.bits != nil {
+				encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
+			}
+		}
 	}
 }
 

@@ -168,7 +168,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				m, n, cs := g1-g0, e-a, sc[g0*ld+c+a-sp.j0:]
 				switch {
 				case bf16 && h.Kp != nil && h.Kp.Fits(0, h.D, a, n):
-					s.ws.GemmBF16Packed(m, n, h.D, scale, qb[g0*h.LdQ:], h.LdQ, h.Kp, 0, a, 0, cs, ld)
+					s.ws.GemmBF16Packed(m, n, h.D, scale, qb[g0*h.LdQ:], h.LdQ, h.Kp, 0, a, 0, cs, ld, nil)
 				case bf16:
 					s.ws.GemmBF16Bits(false, true, m, n, h.D, scale, qb[g0*h.LdQ:], h.LdQ, h.Kb[a*h.LdK:], h.LdK, 0, cs, ld, nil)
 				case h.Kt == nil:
@@ -261,7 +261,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 				m, n, off, og := g1-g0, e-a, c+a-sp.j0, o[g0*dv:]
 				switch {
 				case fused && h.Vp != nil && h.Vp.Fits(a, n, 0, dv):
-					s.ws.GemmBF16Packed(m, dv, n, 1, pb[2*g0*ld+off:], 2*ld, h.Vp, a, 0, 1, og, dv)
+					s.ws.GemmBF16Packed(m, dv, n, 1, pb[2*g0*ld+off:], 2*ld, h.Vp, a, 0, 1, og, dv, nil)
 				case fused:
 					s.ws.GemmBF16Bits(false, false, m, dv, n, 1, pb[2*g0*ld+off:], 2*ld, h.Vb[a*h.LdV:], h.LdV, 1, og, dv, nil)
 				case bf16:

@@ -129,21 +129,22 @@ func (p *PackedBF16) Pack(trans bool, k, n int, b []uint16, ldb int) bool {
 
 // Fits reports whether GemmBF16Packed takes rows [p0, p0+k) and columns [j0, j0+n) of p's
 // op(B), giving GemmBF16Bits's results on them bit for bit: they lie within it, j0 is a
-// multiple of 32 (a panel's first column), p0 is even (a pair's first row), k is even or
+// multiple of 32 (a panel's first column), p0 is even (a pair's first row), and k is even or
 // reaches p's last row (an odd k's pair is completed with p's zero padding, never with the next
-// row), and k ≤ 512, so that GemmBF16Bits would sum the products in one k block.
+// row).
 func (p *PackedBF16) Fits(p0, k, j0, n int) bool {
 	return p0 >= 0 && k >= 0 && j0 >= 0 && n >= 0 && p0+k <= p.k && j0+n <= p.n &&
-		j0%panelBF16 == 0 && p0%2 == 0 && (k%2 == 0 || p0+k == p.k) && k <= blockKBF16
+		j0%panelBF16 == 0 && p0%2 == 0 && (k%2 == 0 || p0+k == p.k)
 }
 
 // GemmBF16Packed computes C = alpha·A·B + beta·C with A m×k row-major bfloat16 bits (stride
-// lda), B rows [p0, p0+k) and columns [j0, j0+n) of b's op(B), and C m×n (stride ldc): what
-// GemmBF16Bits(false, transB, m, n, k, alpha, a, lda, that part of op(B) as b packed it, …,
-// beta, c, ldc, nil) computes, bit for bit, without packing B. Rules on beta are GemmBF16's. It
-// panics on a negative size, on slices too short for their shapes, and unless b.Fits(p0, k,
-// j0, n).
-func (w *Workspace) GemmBF16Packed(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+// lda), B rows [p0, p0+k) and columns [j0, j0+n) of b's op(B), and C m×n (stride ldc), then,
+// when bias is not nil, adds bias[j] to column j of every row of C: what GemmBF16Bits(false,
+// transB, m, n, k, alpha, a, lda, that part of op(B) as b packed it, …, beta, c, ldc, bias)
+// computes, bit for bit, without packing B (a layer's weights, say, packed once for the many
+// row blocks of its projection). Rules on beta and bias are GemmBF16's. It panics on a negative
+// size, on slices too short for their shapes, and unless b.Fits(p0, k, j0, n).
+func (w *Workspace) GemmBF16Packed(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int, bias []float32) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("kernel: negative dimension in GemmBF16Packed: m=%d n=%d k=%d", m, n, k))
 	}
@@ -155,11 +156,14 @@ func (w *Workspace) GemmBF16Packed(m, n, k int, alpha float32, a []uint16, lda i
 	}
 	checkLen("C", c, m, n, ldc)
 	checkLen("A", a, m, k, lda)
+	if bias != nil && len(bias) < n {
+		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
+	}
 	if k == 0 || alpha == 0 {
-		scaleAddBias(m, n, beta, c, ldc, nil)
+		scaleAddBias(m, n, beta, c, ldc, bias)
 		return
 	}
-	w.bvec.runPacked(m, n, k, alpha, a, lda, b, p0, j0, beta, c, ldc)
+	w.bvec.runPacked(m, n, k, alpha, a, lda, b, p0, j0, beta, c, ldc, bias)
 }
 
 // RoundBF16 rounds f to bfloat16 as the AVX512_BF16 conversions VCVTNEPS2BF16 and

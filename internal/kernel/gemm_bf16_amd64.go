@@ -119,34 +119,49 @@ func (p *PackedBF16) pack(trans bool, b []uint16, ldb int) {
 }
 
 // runPacked is GemmBF16Packed on AVX512_BF16 for m, n, k > 0 and alpha ≠ 0, with the slices
-// and the part of b checked: run's loops for a row-major bfloat16 A and a single k block, with
-// the kernels reading b's panels from pair row p0/2 on instead of a packing of their own.
-func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+// and the part of b checked: run's loops for a row-major bfloat16 A, k blocks included, with the
+// kernels reading b's panels from pair row p0/2 on instead of a packing of their own.
+func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int, bias []float32) {
 	const nr = nrAVX512
-	nc := min(n, blockNBF16)
+	kc, nc := min(k, blockKBF16), min(n, blockNBF16)
 	if nc < n {
 		nc = max(nc/nr*nr, nr)
 	}
-	kp := (k + 1) / 2
-	w.apack = Grow(w.apack, 2*kp*packATWidth)
+	w.apack = Grow(w.apack, 2*((kc+1)/2)*packATWidth)
 	inPlaceA := k%2 == 0 && lda%2 == 0 // as in run
 	ao := operandB{half: a, format: bfloat16}
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
-		for i0, mr := range rowTiles(m, mrAVX512) {
-			ap, sa := &w.apack[0], kp
-			if inPlaceA {
-				ap, sa = &a[i0*lda], lda/2
-			} else {
-				w.packA(false, mr, k, ao, lda, i0, 0)
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			kp := (kcur + 1) / 2
+			bt := beta
+			if pc > 0 {
+				bt = 1
 			}
-			for jr := jc; jr < jc+ncur; jr += nr {
-				mask := ^uint32(0)
-				if nrc := min(nr, n-jr); nrc < nr {
-					mask = 1<<nrc - 1
+			var bs []float32 // bias of this pass: only the last adds it
+			if pc+kcur == k {
+				bs = bias
+			}
+			for i0, mr := range rowTiles(m, mrAVX512) {
+				ap, sa := &w.apack[0], kp
+				if inPlaceA {
+					ap, sa = &a[i0*lda+pc], lda/2
+				} else {
+					w.packA(false, mr, kcur, ao, lda, i0, pc)
 				}
-				// Column j0+jr's panel starts at (j0+jr)·2·b.kp, its pair row q 2·q·nr further.
-				kernelsBF16N[mr](kp, ap, sa, &b.bits[(j0+jr)*2*b.kp+p0*nr], nr, &c[i0*ldc+jr], ldc, alpha, beta, &negZero[0], mask)
+				for jr := jc; jr < jc+ncur; jr += nr {
+					mask := ^uint32(0)
+					if nrc := min(nr, n-jr); nrc < nr {
+						mask = 1<<nrc - 1
+					}
+					biasp := &negZero[0]
+					if bs != nil {
+						biasp = &bs[jr]
+					}
+					// Column j0+jr's panel starts at (j0+jr)·2·b.kp, its pair row q 2·q·nr further.
+					kernelsBF16N[mr](kp, ap, sa, &b.bits[(j0+jr)*2*b.kp+(p0+pc)*nr], nr, &c[i0*ldc+jr], ldc, alpha, bt, biasp, mask)
+				}
 			}
 		}
 	}

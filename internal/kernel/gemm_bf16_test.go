@@ -414,7 +414,8 @@ func TestGemmBF16BitsA(t *testing.T) {
 // TestGemmBF16Packed checks that GemmBF16Packed on parts of a packed B gives GemmBF16Bits's C
 // on the same parts bit for bit (C's padding included): a transposed B as attention's K and a
 // row-major one as its V, odd sizes, panels cut by the part's end, odd strides of A (packed
-// then), beta 0 over NaN and beta 1, and Inf in B (which an odd part's padding must not reach).
+// then), beta 0 over NaN and beta 1, k over several k blocks (a projection's weights) with a
+// bias, and Inf in B (which an odd part's padding must not reach).
 // It checks Fits on the parts it refuses and that GemmBF16Packed panics on them.
 func TestGemmBF16Packed(t *testing.T) {
 	if !hasBF16 {
@@ -447,23 +448,27 @@ func TestGemmBF16Packed(t *testing.T) {
 		beta     float32
 		fits     bool
 		describe string
+		bias     bool
 	}{
-		{true, 64, 333, 64, 0, 64, 0, 256, 128, 64, 0, true, "K tile"},
-		{true, 64, 333, 70, 0, 64, 256, 77, 37, 192, 1, true, "K last tile, masked panel"},
-		{true, 63, 300, 63, 0, 63, 32, 45, 15, 63, 0, true, "odd D, A packed"},
-		{true, 17, 40, 20, 0, 17, 32, 8, 1, 17, 1, true, "one row"},
-		{true, 130, 96, 131, 0, 130, 0, 96, 29, 130, 0, true, "D above a panel's 64 pairs"},
-		{true, 64, 333, 64, 0, 64, 16, 64, 14, 64, 0, false, "j0 not a panel's first column"},
-		{true, 64, 333, 64, 0, 64, 320, 32, 14, 64, 0, false, "past the columns"},
-		{false, 333, 64, 64, 0, 256, 0, 64, 128, 512, 1, true, "V tile"},
-		{false, 333, 64, 64, 256, 77, 0, 64, 128, 512, 1, true, "V last tile, odd, padded"},
-		{false, 333, 40, 41, 2, 100, 0, 40, 13, 101, 0, true, "odd stride of A"},
-		{false, 333, 96, 96, 300, 33, 0, 96, 15, 66, 1, true, "odd k reaching the end"},
-		{false, 333, 64, 64, 32, 64, 0, 32, 14, 64, 0, true, "the first panel alone"},
-		{false, 333, 64, 64, 32, 64, 32, 32, 14, 64, 0, true, "the second panel alone"},
-		{false, 333, 64, 64, 1, 64, 0, 64, 14, 64, 0, false, "odd p0"},
-		{false, 333, 64, 64, 2, 63, 0, 64, 14, 64, 0, false, "odd k short of the end"},
-		{false, 1200, 64, 64, 0, 600, 0, 64, 14, 600, 0, false, "k beyond one k block"},
+		{true, 64, 333, 64, 0, 64, 0, 256, 128, 64, 0, true, "K tile", false},
+		{true, 64, 333, 70, 0, 64, 256, 77, 37, 192, 1, true, "K last tile, masked panel", false},
+		{true, 63, 300, 63, 0, 63, 32, 45, 15, 63, 0, true, "odd D, A packed", false},
+		{true, 17, 40, 20, 0, 17, 32, 8, 1, 17, 1, true, "one row", false},
+		{true, 130, 96, 131, 0, 130, 0, 96, 29, 130, 0, true, "D above a panel's 64 pairs", false},
+		{true, 64, 333, 64, 0, 64, 16, 64, 14, 64, 0, false, "j0 not a panel's first column", false},
+		{true, 64, 333, 64, 0, 64, 320, 32, 14, 64, 0, false, "past the columns", false},
+		{false, 333, 64, 64, 0, 256, 0, 64, 128, 512, 1, true, "V tile", false},
+		{false, 333, 64, 64, 256, 77, 0, 64, 128, 512, 1, true, "V last tile, odd, padded", false},
+		{false, 333, 40, 41, 2, 100, 0, 40, 13, 101, 0, true, "odd stride of A", false},
+		{false, 333, 96, 96, 300, 33, 0, 96, 15, 66, 1, true, "odd k reaching the end", false},
+		{false, 333, 64, 64, 32, 64, 0, 32, 14, 64, 0, true, "the first panel alone", false},
+		{false, 333, 64, 64, 32, 64, 32, 32, 14, 64, 0, true, "the second panel alone", false},
+		{false, 333, 64, 64, 1, 64, 0, 64, 14, 64, 0, false, "odd p0", false},
+		{false, 333, 64, 64, 2, 63, 0, 64, 14, 64, 0, false, "odd k short of the end", false},
+		{false, 1200, 64, 64, 0, 600, 0, 64, 14, 600, 0, true, "k over two k blocks", false},
+		{false, 1200, 64, 64, 500, 700, 32, 32, 14, 700, 1, true, "k from row 500 to the end, bias", true},
+		{true, 768, 300, 770, 0, 768, 32, 256, 29, 768, 0, true, "a projection's weights: k over two blocks, bias", true},
+		{true, 768, 300, 770, 0, 768, 32, 256, 29, 771, 1, true, "the same, A packed, beta 1", true},
 	} {
 		br, bc := tc.k, tc.n
 		if tc.trans {
@@ -485,7 +490,7 @@ func TestGemmBF16Packed(t *testing.T) {
 						t.Errorf("%s: GemmBF16Packed did not panic", tc.describe)
 					}
 				}()
-				w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 1, a, tc.lda, &p, tc.p0, tc.j0, 0, make([]float32, tc.m*ldc), ldc)
+				w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 1, a, tc.lda, &p, tc.p0, tc.j0, 0, make([]float32, tc.m*ldc), ldc, nil)
 			}()
 			continue
 		}
@@ -501,8 +506,15 @@ func TestGemmBF16Packed(t *testing.T) {
 		if tc.trans {
 			off = tc.j0*tc.ldb + tc.p0
 		}
-		w.GemmBF16Bits(false, tc.trans, tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, b[off:], tc.ldb, tc.beta, want, ldc, nil)
-		w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, &p, tc.p0, tc.j0, tc.beta, got, ldc)
+		var bias []float32
+		if tc.bias {
+			bias = make([]float32, tc.nn)
+			for j := range bias {
+				bias[j] = float32(r.NormFloat64())
+			}
+		}
+		w.GemmBF16Bits(false, tc.trans, tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, b[off:], tc.ldb, tc.beta, want, ldc, bias)
+		w.GemmBF16Packed(tc.m, tc.nn, tc.kk, 0.375, a, tc.lda, &p, tc.p0, tc.j0, tc.beta, got, ldc, bias)
 		for i := range want {
 			if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
 				t.Fatalf("%s: C[%d] = %v, GemmBF16Bits gives %v", tc.describe, i, got[i], want[i])

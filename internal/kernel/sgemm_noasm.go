@@ -19,7 +19,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 }
 
 // runPacked is never called in this build: PackedBF16.Pack packs nothing, so nothing fits.
-func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int) {
+func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int, bias []float32) {
 	panic("kernel: no AVX512_BF16 kernels in this build")
 }
 
