@@ -73,39 +73,46 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 			kcur := min(kc, k-pc)
 			kp := (kcur + 1) / 2
 			packBF16B(w.pack, transB, kcur, ncur, b, pc, jc, ldb)
-			bt := beta
-			if pc > 0 {
-				bt = 1
+			w.kblock(transA, inPlaceA, m, k, kcur, pc, ncur, jc, alpha, a, lda, beta, c, ldc, bias,
+				func(jr int) *uint16 { return &w.pack[jr*2*kp] })
+		}
+	}
+}
+
+// kblock runs the kernels over k block [pc, pc+kcur) (of k) for columns [jc, jc+ncur) of C: it
+// reads A's row tiles in place (inPlaceA) or packs them, and B's panel for column jc+jr at
+// panel(jr), its pair rows nr words apart. The first k block applies beta, the last adds the
+// bias.
+func (w *bf16Vector) kblock(transA, inPlaceA bool, m, k, kcur, pc, ncur, jc int, alpha float32, a operandB, lda int, beta float32, c []float32, ldc int, bias []float32, panel func(jr int) *uint16) {
+	const nr = nrAVX512
+	kp := (kcur + 1) / 2
+	if pc > 0 {
+		beta = 1
+	}
+	if pc+kcur < k {
+		bias = nil
+	}
+	for i0, mr := range rowTiles(m, mrAVX512) {
+		ap, sa, kern := &w.apack[0], kp, kernelsBF16N[mr]
+		switch {
+		case inPlaceA:
+			ap, sa = &a.half[i0*lda+pc], lda/2
+		case transA && a.format == f32:
+			w.packAT(mr, kcur, a.f32, lda, i0, pc)
+			sa, kern = packATWidth, kernelsBF16T[mr]
+		default:
+			w.packA(transA, mr, kcur, a, lda, i0, pc)
+		}
+		for jr := 0; jr < ncur; jr += nr {
+			mask := ^uint32(0)
+			if nrc := min(nr, ncur-jr); nrc < nr {
+				mask = 1<<nrc - 1
 			}
-			var bs []float32 // bias of this pass: only the last adds it
-			if pc+kcur == k {
-				bs = bias
+			biasp := &negZero[0]
+			if bias != nil {
+				biasp = &bias[jc+jr]
 			}
-			for i0, mr := range rowTiles(m, mrAVX512) {
-				ap, sa, kern := &w.apack[0], kp, kernelsBF16N[mr]
-				switch {
-				case inPlaceA:
-					ap, sa = &a.half[i0*lda+pc], lda/2
-				case transA && a.format == f32:
-					w.packAT(mr, kcur, a.f32, lda, i0, pc)
-					sa, kern = packATWidth, kernelsBF16T[mr]
-				default:
-					w.packA(transA, mr, kcur, a, lda, i0, pc)
-				}
-				coff := i0 * ldc
-				for jr := 0; jr < ncur; jr += nr {
-					nrc := min(nr, ncur-jr)
-					mask := ^uint32(0)
-					if nrc < nr {
-						mask = 1<<nrc - 1
-					}
-					biasp := &negZero[0]
-					if bs != nil {
-						biasp = &bs[jc+jr]
-					}
-					kern(kp, ap, sa, &w.pack[jr*2*kp], nr, &c[coff+jc+jr], ldc, alpha, bt, biasp, mask)
-				}
-			}
+			kern(kp, ap, sa, panel(jr), nr, &c[i0*ldc+jc+jr], ldc, alpha, beta, biasp, mask)
 		}
 	}
 }
@@ -119,8 +126,8 @@ func (p *PackedBF16) pack(trans bool, b []uint16, ldb int) {
 }
 
 // runPacked is GemmBF16Packed on AVX512_BF16 for m, n, k > 0 and alpha ≠ 0, with the slices
-// and the part of b checked: run's loops for a row-major bfloat16 A, k blocks included, with the
-// kernels reading b's panels from pair row p0/2 on instead of a packing of their own.
+// and the part of b checked: run's loops for a row-major bfloat16 A, with the kernels reading
+// b's panels from pair row p0/2 on instead of a packing of their own.
 func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, b *PackedBF16, p0, j0 int, beta float32, c []float32, ldc int, bias []float32) {
 	const nr = nrAVX512
 	kc, nc := min(k, blockKBF16), min(n, blockNBF16)
@@ -134,35 +141,9 @@ func (w *bf16Vector) runPacked(m, n, k int, alpha float32, a []uint16, lda int, 
 		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
-			kp := (kcur + 1) / 2
-			bt := beta
-			if pc > 0 {
-				bt = 1
-			}
-			var bs []float32 // bias of this pass: only the last adds it
-			if pc+kcur == k {
-				bs = bias
-			}
-			for i0, mr := range rowTiles(m, mrAVX512) {
-				ap, sa := &w.apack[0], kp
-				if inPlaceA {
-					ap, sa = &a[i0*lda+pc], lda/2
-				} else {
-					w.packA(false, mr, kcur, ao, lda, i0, pc)
-				}
-				for jr := jc; jr < jc+ncur; jr += nr {
-					mask := ^uint32(0)
-					if nrc := min(nr, n-jr); nrc < nr {
-						mask = 1<<nrc - 1
-					}
-					biasp := &negZero[0]
-					if bs != nil {
-						biasp = &bs[jr]
-					}
-					// Column j0+jr's panel starts at (j0+jr)·2·b.kp, its pair row q 2·q·nr further.
-					kernelsBF16N[mr](kp, ap, sa, &b.bits[(j0+jr)*2*b.kp+(p0+pc)*nr], nr, &c[i0*ldc+jr], ldc, alpha, bt, biasp, mask)
-				}
-			}
+			// Column j's panel starts at j·2·b.kp, its pair row q 2·q·nr further.
+			w.kblock(false, inPlaceA, m, k, kcur, pc, ncur, jc, alpha, ao, lda, beta, c, ldc, bias,
+				func(jr int) *uint16 { return &b.bits[(j0+jc+jr)*2*b.kp+(p0+pc)*nr] })
 		}
 	}
 }
