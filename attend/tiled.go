@@ -46,14 +46,14 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
 // online softmax of FlashAttention-2: it walks the keys in tiles of BlockK (a range's last tile
 // taking up to 64 keys more), keeping per row the running maximum m and sum l, and rescales the
-// partial output when m grows, so it never holds more than (i1−i0)·(BlockK+64) scores. It reads Kᵀ from h.Kt or, when h.Kt is nil, K in place from
-// h.K ([Tk, D], the product's packing transposing each tile's keys: cheaper than writing Kᵀ
-// first when few query blocks read each key, as in a sparse layout of low density; the sums are
-// the same, to the bit for D ≤ 256). With b.Causal or b.Window it walks only the keys that some
-// row of the block may see (b.Span of i0 and i1−1), and each row tile of the products only the
-// keys that some of its rows see, so a window of W keys costs O(W) per row;
-// with b.Sparse, only the blocks it keeps (the list in b.Sparse.Cols when the rows lie in one
-// query block of the layout).
+// partial output when m grows, so it never holds more than (i1−i0)·(BlockK+64) scores. It reads
+// Kᵀ from h.Kt or, when h.Kt is nil, K in place from h.K ([Tk, D], the product's packing
+// transposing each tile's keys: cheaper than writing Kᵀ first when few query blocks read each
+// key, as in a sparse layout of low density; the sums are the same, to the bit for D ≤ 256).
+// With b.Causal or b.Window it walks only the keys that some row of the block may see (b.Span of
+// i0 and i1−1), and each row tile of the products only the keys that some of its rows see, so a
+// window of W keys costs O(W) per row; with b.Sparse, only the blocks it keeps (the list in
+// b.Sparse.Cols when the rows lie in one query block of the layout).
 //
 // When w is not nil it must hold (i1−i0)·h.Tk values: Tiled then treats all keys as one tile and
 // leaves the rows' attention weights in w, before dropout (apply the same Dropout to them to get
