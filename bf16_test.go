@@ -441,8 +441,7 @@ func TestBF16Allocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		call()
-		if n := testing.AllocsPerRun(20, call); n != 0 {
+		if n := steadyAllocs(call); n != 0 {
 			t.Errorf("ForwardInto %+v: %v allocations per call, want 0", *opt, n)
 		}
 	}
@@ -458,8 +457,7 @@ func TestBF16Allocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		call()
-		if n := testing.AllocsPerRun(20, call); n != 0 {
+		if n := steadyAllocs(call); n != 0 {
 			t.Errorf("SDPAInto weights %v: %v allocations per call, want 0", weights, n)
 		}
 	}

@@ -289,8 +289,7 @@ func TestAttendCacheAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step()
-	if n := testing.AllocsPerRun(50, step); n != 0 {
+	if n := steadyAllocs(step); n != 0 {
 		t.Errorf("%v allocations per decode step, want 0", n)
 	}
 }

@@ -223,8 +223,7 @@ func TestForwardIntoAllocatesNothing(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				call()
-				if n := testing.AllocsPerRun(20, call); n != 0 {
+				if n := steadyAllocs(call); n != 0 {
 					t.Errorf("ForwardInto allocates %v times per call, want 0", n)
 				}
 			})

@@ -576,9 +576,10 @@ func TestSDPAAllocs(t *testing.T) {
 }
 
 // steadyAllocs returns the heap allocations per call of call in steady state: after eight
-// calls, not one, because with more workers than cores (TestSDPAAllocs runs 3 on CI's 2) a
-// worker that the scheduler happened not to run until the others had taken every task of a
-// call grows its scratch on its first task, which may otherwise fall into the measurement.
+// calls, not one, because a worker that the scheduler happened not to run until the others had
+// taken every task of a call (likelier with more workers than cores: several tests run 3 on CI's
+// 2) grows its scratch on its first task, which may otherwise fall into the measurement. Every
+// allocation test of a parallel call measures with it.
 func steadyAllocs(call func()) float64 {
 	for range 8 {
 		call()
@@ -615,7 +616,7 @@ func TestSDPANormalizerAllocs(t *testing.T) {
 			dOut = sdpaRand(5, 1, r.Out.Shape...)
 			backward()
 			for name, call := range map[string]func(){"forward": forward, "backward": backward} {
-				if n := testing.AllocsPerRun(10, call); n != 0 {
+				if n := steadyAllocs(call); n != 0 {
 					t.Errorf("%s, weights %v: %v allocations per %s, want 0", norm, weights, n, name)
 				}
 			}
@@ -889,8 +890,7 @@ func TestSDPABackwardAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	call()
-	if n := testing.AllocsPerRun(20, call); n != 0 {
+	if n := steadyAllocs(call); n != 0 {
 		t.Errorf("%v allocations per call, want 0", n)
 	}
 }
