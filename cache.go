@@ -547,11 +547,10 @@ func (w *cacheWork) partial(worker, task int) {
 				clear(row) // nothing visible yet in this row
 				continue
 			}
-			if mNew != m[r] { // else alpha would be exp(0) = 1: most tiles, once the maximum settles
-				if alpha := float32(math.Exp(float64(m[r] - mNew))); alpha != 1 {
-					l[r] *= alpha
-					kernel.Sscal(alpha, acc[r*w.dv:(r+1)*w.dv])
-				}
+			if mNew != m[r] { // else alpha = exp(0) = 1: most tiles, once the maximum settles
+				alpha := float32(math.Exp(float64(m[r] - mNew)))
+				l[r] *= alpha
+				kernel.Sscal(alpha, acc[r*w.dv:(r+1)*w.dv])
 			}
 			m[r] = mNew
 			l[r] += kernel.Sexp(row, mNew)

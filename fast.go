@@ -597,11 +597,10 @@ func paddedStride(n int) int {
 	return ld
 }
 
-// readsKInPlace reports whether an inference forward's attention reads K in place rather than a
-// Kᵀ written first: as SDPA's (sdpaPlan.readsKInPlace), for a float32 call with sparse layouts
-// of density ≤ kInPlaceDensity, no weights asked for and no normalizer.
+// readsKInPlace reports whether this call's inference forward reads K in place rather than a Kᵀ
+// written first (the function readsKInPlace, as SDPA decides).
 func (p *plan) readsKInPlace() bool {
-	return len(p.sparse) > 0 && p.layouts.density <= kInPlaceDensity && !p.opt.Compute.bf16() && !p.opt.NeedWeights && !p.normalized()
+	return readsKInPlace(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
 }
 
 // transpose runs one task of the transpose phase. The first B·Hkv tasks write Kᵀ of one

@@ -539,11 +539,18 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 // product 2–7% slower (BENCHMARKS.md, v8 and v13).
 const kInPlaceDensity = 1.0 / 8
 
-// readsKInPlace reports whether the forward's attention reads K in place (kInPlaceDensity): a
-// float32 call with sparse layouts of low density whose tiles walk the kept blocks (no weights
-// asked for and no normalizer, which take every key of a row at once).
+// readsKInPlace reports whether a forward's attention reads K in place (kInPlaceDensity): a
+// float32 call (not bf16) with sparse layouts compiled by c of low density, whose tiles walk the
+// kept blocks (no weights asked for and no normalizer, which take every key of a row at once).
+// SDPA and the layer's inference forward both decide by it.
+func readsKInPlace(sparse []attend.Sparse, c *layoutCache, bf16, weights, normalized bool) bool {
+	return len(sparse) > 0 && c.density <= kInPlaceDensity && !bf16 && !weights && !normalized
+}
+
+// readsKInPlace reports whether this call's forward reads K in place (the function
+// readsKInPlace).
 func (p *sdpaPlan) readsKInPlace() bool {
-	return len(p.sparse) > 0 && p.layouts.density <= kInPlaceDensity && !p.opt.Compute.bf16() && !p.opt.NeedWeights && !p.normalized()
+	return readsKInPlace(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
 }
 
 // normalized reports whether the call replaces the softmax.

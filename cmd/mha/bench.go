@@ -159,7 +159,8 @@ nn.MultiheadAttention(E, H, batch_first=True) in eval mode under inference_mode 
 fused fast path when there is no mask and H is even), or in train mode with --backward;
 "torch-sdpa" the same computation around F._scaled_dot_product_attention (which has a backward
 in 1.13); "torch-jemalloc" "torch" with libjemalloc preloaded (when Debian's libjemalloc2 is
-installed) and told to keep freed pages, so that its temporaries do not fault in anew each call. --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
+installed) and told to keep freed pages, so that its temporaries do not fault in anew each
+call. --ort adds ONNX Runtime (npm's onnxruntime-node, installed once into the user cache
 directory) on a torch.onnx export of the same module, checked against PyTorch's output before
 it is timed. Each prints the ratio of mha's speed to theirs per T.
 
