@@ -33,8 +33,12 @@ type Scratch struct {
 	Visible, Zero int
 }
 
-// span is the keys [j0, j1).
-type span struct{ j0, j1 int }
+// span is the keys [j0, j1); full says the layout keeps every pair of them for the rows the tile
+// runs, so that it masks none of them.
+type span struct {
+	j0, j1 int
+	full   bool
+}
 
 func (s *Scratch) grow(rows, keys, dv int) {
 	s.s = kernel.Grow(s.s, rows*keys)
@@ -141,8 +145,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	// span adding its weights times its values.
 	tile := func(spans []span, r0, r1 int) {
 		j0, nc := spans[0].j0, 0
+		bare := b.unbiased() // Apply has nothing to do: full blocks run without a mask
 		for _, sp := range spans {
 			nc += sp.j1 - sp.j0
+			bare = bare && sp.full
 		}
 		ld := nc
 		s.groups = append(s.groups[:0], 0, r1-r0)
@@ -181,10 +187,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 		for r := r0; r < r1; r++ {
 			row := sc[r*ld : r*ld+nc]
-			c := 0
-			for _, sp := range spans {
-				Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
-				c += sp.j1 - sp.j0
+			if !bare {
+				c := 0
+				for _, sp := range spans {
+					Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
+					c += sp.j1 - sp.j0
+				}
 			}
 			if b.normalized() {
 				// The whole row is here: its weights directly, summing to 1.
@@ -274,15 +282,16 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 	}
 	// walk runs rows [r0, r1) against keys [j0, j1) in tiles of keys, the last tail keys or
-	// fewer joining the tile before them, so that no row takes a softmax step for a few keys.
+	// fewer joining the tile before them, so that no row takes a softmax step for a few keys;
+	// full says the layout keeps all of them for those rows.
 	var one [1]span
-	walk := func(j0, j1, r0, r1 int) {
+	walk := func(j0, j1, r0, r1 int, full bool) {
 		for j0 < j1 {
 			n := j1 - j0
 			if n > keys+tail {
 				n = keys
 			}
-			one[0] = span{j0, j0 + n}
+			one[0] = span{j0, j0 + n, full}
 			tile(one[:], r0, r1)
 			j0 += n
 		}
@@ -306,6 +315,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		// to BlockK keys, so that scattered blocks cost what as many keys in a row cost.
 		sp := b.Sparse
 		var pj0, pj1, pr0, pr1 int // the run being joined
+		var pfull bool
 		spans, gn, gr0, gr1 := s.spans[:0], 0, 0, 0
 		gather := func() {
 			if len(spans) > 0 {
@@ -316,12 +326,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		flush := func() {
 			switch n := pj1 - pj0; {
 			case n >= keys/2:
-				walk(pj0, pj1, pr0, pr1)
+				walk(pj0, pj1, pr0, pr1, pfull)
 			case n > 0:
 				if len(spans) > 0 && (pr0 != gr0 || pr1 != gr1 || gn+n > keys) {
 					gather()
 				}
-				spans, gn, gr0, gr1 = append(spans, span{pj0, pj1}), gn+n, pr0, pr1
+				spans, gn, gr0, gr1 = append(spans, span{pj0, pj1, pfull}), gn+n, pr0, pr1
 			}
 			pj0, pj1 = 0, 0
 		}
@@ -338,10 +348,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			case r0 >= r1:
 				flush()
 			case pj0 < pj1 && pj1 == j0 && r0 == pr0 && r1 == pr1:
-				pj1 = j1
+				pj1, pfull = j1, pfull && sp.full(i0+r0, i0+r1, kb)
 			default:
 				flush()
-				pj0, pj1, pr0, pr1 = j0, j1, r0, r1
+				pj0, pj1, pr0, pr1, pfull = j0, j1, r0, r1, sp.full(i0+r0, i0+r1, kb)
 			}
 		}
 		// The key blocks the rows keep, or every one. (A block skipped ends the run being
@@ -369,10 +379,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		// sees are skipped; within a tile, each row tile of the products skips the keys none of
 		// its rows sees (cut, above). (Narrower tiles along the mask's edges, each a softmax
 		// step of its own for the rows that see them, took longer: BENCHMARKS.md, v7.)
-		walk(lo, hi, 0, rows)
+		walk(lo, hi, 0, rows, b.Sparse == nil)
 		from = b.Stride
 	}
-	walk(from, h.Tk, 0, rows)
+	walk(from, h.Tk, 0, rows, b.Sparse == nil || from >= b.Stride)
 
 	for r := range rows {
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
