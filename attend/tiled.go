@@ -31,6 +31,59 @@ type Scratch struct {
 	// Softmax, the pairs that their masks, window and layout leave visible and those of them
 	// whose weight came out exactly 0. Tiled adds to them; the caller resets them.
 	Visible, Zero int
+
+	ahead      [][]float32 // rows of K and V to prefetch during the next call (Prefetch)
+	aheadAt    int         // the first of them not yet asked for
+	aheadLines int         // the cache lines they take
+}
+
+// Prefetch has the next Tiled call on s ask, while it computes, for the rows of Q, V and, when h
+// reads K in place (h.K), K that a later call for query rows [i0, i1) of h under b will read:
+// the rows' own and those of the key blocks they keep in b.Sparse, scattered rows that the
+// processor does not fetch ahead by itself. The requests are spread over the call's softmax steps so that
+// they overlap its products, and they land in L2 (kernel.Prefetch). Prefetch does so only for
+// float32 Q, K, V and rows that lie in one query block of a layout whose Cols are listed
+// (Sparse.Precompute); otherwise it does nothing. The next call forgets it either way. It
+// changes no result.
+func (s *Scratch) Prefetch(h *Head[float32], b *Bias, i0, i1 int) {
+	s.ahead, s.aheadAt, s.aheadLines = s.ahead[:0], 0, 0
+	if b.Sparse == nil || h.bf16() || i0 >= i1 {
+		return
+	}
+	kbs, ok := b.Sparse.cols(i0, i1)
+	if !ok {
+		return
+	}
+	bk := b.Sparse.BK
+	s.ahead = append(s.ahead, h.Q[i0*h.LdQ:(i1-1)*h.LdQ+h.D])
+	for _, kb := range kbs {
+		j0, j1 := int(kb)*bk, min(int(kb+1)*bk, h.Tk)
+		if j0 >= j1 {
+			break
+		}
+		if h.K != nil {
+			s.ahead = append(s.ahead, h.K[j0*h.LdK:(j1-1)*h.LdK+h.D])
+		}
+		s.ahead = append(s.ahead, h.V[j0*h.LdV:(j1-1)*h.LdV+h.Dv])
+	}
+	for _, x := range s.ahead {
+		s.aheadLines += (len(x) + 15) / 16
+	}
+}
+
+// prefetch asks for the next n or more cache lines of s.ahead.
+func (s *Scratch) prefetch(n int) {
+	for n > 0 && s.aheadAt < len(s.ahead) {
+		x := s.ahead[s.aheadAt]
+		k := min(len(x), 16*n)
+		kernel.Prefetch(x[:k])
+		n -= (k + 15) / 16
+		if k < len(x) {
+			s.ahead[s.aheadAt] = x[k:]
+		} else {
+			s.aheadAt++
+		}
+	}
 }
 
 // span is the keys [j0, j1); full says the layout keeps every pair of them for the rows the tile
@@ -102,6 +155,17 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	clear(o)
 	if drop != nil && drop.P == 0 {
 		drop = nil
+	}
+	// The lines Prefetch asked for, a share at each softmax step: rows steps per tile.
+	var ahead int
+	if len(s.ahead) > 0 {
+		steps := rows * max(1, (h.Tk+keys-1)/keys)
+		if sp := b.Sparse; sp != nil && !whole {
+			if kbs, ok := sp.cols(i0, i1); ok {
+				steps = rows * max(1, (len(kbs)*sp.BK+keys-1)/keys)
+			}
+		}
+		ahead = (s.aheadLines + steps - 1) / steps
 	}
 
 	bf16 := h.bf16()
@@ -186,6 +250,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			c += sp.j1 - sp.j0
 		}
 		for r := r0; r < r1; r++ {
+			s.prefetch(ahead)
 			row := sc[r*ld : r*ld+nc]
 			if !bare {
 				c := 0
@@ -383,6 +448,8 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		from = b.Stride
 	}
 	walk(from, h.Tk, 0, rows, b.Sparse == nil || from >= b.Stride)
+	s.prefetch(s.aheadLines) // what the steps did not ask for
+	s.ahead = s.ahead[:0]
 
 	for r := range rows {
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
