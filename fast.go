@@ -530,7 +530,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], nt)[:nt], slices.Grow(w.zero[:0], nt)[:nt]
 	}
-	w.runQ = runBlocks(p.walkedDensity(), nt, w.workers())
+	w.runQ = runBlocks(p.walkedDensity() <= prefetchDensity, nt, w.workers())
 	w.run(phaseAttend, p.b*heads*ceilDiv(w.qBlocks, w.runQ))
 	if p.opt.NeedWeights {
 		if p.opt.PerHeadWeights {

@@ -824,7 +824,7 @@ func TestSparseRunsOfBlocks(t *testing.T) {
 		}
 		patterns := []Pattern{{Kind: PatternBlocks, Blocks: m}}
 		// Workers 1: runs of 4 blocks (32 blocks, at least 8 tasks a worker); 4: runs of 1.
-		if runBlocks(float64(keep)/nb, 2*nb, 1) != 4 || runBlocks(float64(keep)/nb, 2*nb, 4) != 1 {
+		if runBlocks(true, 2*nb, 1) != 4 || runBlocks(true, 2*nb, 4) != 1 {
 			t.Fatal("runBlocks does not give the runs this test needs")
 		}
 		q, k, v := sdpaRand(1, 1, 1, 2, tq, 16), sdpaRand(2, 1, 1, 1, tq, 16), sdpaRand(3, 1, 1, 1, tq, 16)

@@ -243,7 +243,7 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, run of query blocks).
 	w.prepare(pool, n, false)
 	w.phase = 1
-	w.run = runBlocks(p.walkedDensity(), p.b*p.hq*w.qBlocks, n)
+	w.run = runBlocks(p.prefetches(), p.b*p.hq*w.qBlocks, n)
 	tasks := p.b * p.hq * ceilDiv(w.qBlocks, w.run)
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], tasks)[:tasks], slices.Grow(w.zero[:0], tasks)[:tasks]
@@ -534,21 +534,41 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 }
 
 // runBlocks returns how many query blocks of a head one attention task runs in turn: 1, or, when
-// the blocks prefetch (the tiles walk a sparse layout of density ≤ prefetchDensity), up to 4, so
-// that each block prefetches the scattered key and value blocks of the next one on the same
-// worker (attend.Scratch.Prefetch), leaving at least 8 tasks per worker of the blocks' count.
-func runBlocks(density float64, blocks, workers int) int {
-	if density > prefetchDensity {
+// the blocks prefetch, up to 4, so that each block prefetches the rows of the next one on the
+// same worker (attend.Scratch.Prefetch), leaving at least 8 tasks per worker of the blocks'
+// count.
+func runBlocks(prefetch bool, blocks, workers int) int {
+	if !prefetch {
 		return 1
 	}
 	return max(1, min(4, blocks/(8*workers)))
 }
 
-// prefetchDensity is the largest density of a sparse layout at which each query block
-// prefetches the key and value blocks of the next (runBlocks). The processor fetches a dense
-// tile's keys ahead by itself, but not a layout's scattered blocks: at density 1/64 a block
-// waited for them a fifth of its time; at 1/2 prefetching gained nothing (BENCHMARKS.md, v16).
-const prefetchDensity = 1.0 / 4
+// Where a query block reads few keys, it waits for its own rows of Q and, in a sparse layout,
+// for the scattered key blocks it keeps, which the processor does not fetch ahead by itself:
+// at density 1/64 a block waited for them a fifth of its time. The query blocks then prefetch
+// the next one's (runBlocks) in a sparse layout of density ≤ prefetchDensity (at 1/2 it gained
+// nothing) and under a window of at most prefetchKeys keys (BENCHMARKS.md, v16).
+const (
+	prefetchDensity = 1.0 / 4
+	prefetchKeys    = 4 * attend.BlockK
+)
+
+// prefetches reports whether this call's query blocks prefetch the next one's rows: a float32
+// forward that walks a sparse layout of density ≤ prefetchDensity, or whose rows see at most
+// prefetchKeys keys of a window.
+func (p *sdpaPlan) prefetches() bool {
+	o := &p.opt
+	switch {
+	case p.walkedDensity() <= prefetchDensity:
+		return true
+	case o.Window == nil || o.Window.Left < 0 || o.Compute.bf16() || o.NeedWeights || p.normalized():
+		return false
+	case o.Causal != NotCausal:
+		return o.Window.Left < prefetchKeys
+	}
+	return o.Window.Right >= 0 && o.Window.Left+o.Window.Right < prefetchKeys
+}
 
 // kInPlaceDensity is the largest density of a sparse layout (the fraction of its blocks that are
 // not empty) at which the forward reads K in place rather than writing Kᵀ first. Kᵀ costs one

@@ -37,26 +37,27 @@ type Scratch struct {
 	aheadLines int         // the cache lines they take
 }
 
-// Prefetch has the next Tiled call on s ask, while it computes, for the rows of Q, V and, when h
-// reads K in place (h.K), K that a later call for query rows [i0, i1) of h under b will read:
-// the rows' own and those of the key blocks they keep in b.Sparse, scattered rows that the
-// processor does not fetch ahead by itself. The requests are spread over the call's softmax steps so that
-// they overlap its products, and they land in L2 (kernel.Prefetch). Prefetch does so only for
-// float32 Q, K, V and rows that lie in one query block of a layout whose Cols are listed
-// (Sparse.Precompute); otherwise it does nothing. The next call forgets it either way. It
-// changes no result.
+// Prefetch has the next Tiled call on s ask, while it computes, for rows that a later call for
+// query rows [i0, i1) of h under b will read and that the processor does not fetch ahead by
+// itself: the rows' own of Q, and with b.Sparse, when they lie in one query block of a layout
+// whose Cols are listed (Sparse.Precompute), the rows of V and, when h reads K in place (h.K),
+// of K of the key blocks they keep. The requests are spread over the call's softmax steps so
+// that they overlap its products, and they land in L2 (kernel.Prefetch). Worth it where a query
+// block reads few keys (a narrow window, a sparse layout of low density), so that it does not
+// pay for these fetches over many tiles. Prefetch does nothing with bfloat16 Q, K, V. The next
+// call forgets it either way. It changes no result.
 func (s *Scratch) Prefetch(h *Head[float32], b *Bias, i0, i1 int) {
 	s.ahead, s.aheadAt, s.aheadLines = s.ahead[:0], 0, 0
-	if b.Sparse == nil || h.bf16() || i0 >= i1 {
+	if h.bf16() || i0 >= i1 {
 		return
 	}
-	kbs, ok := b.Sparse.cols(i0, i1)
-	if !ok {
-		return
-	}
-	bk := b.Sparse.BK
 	s.ahead = append(s.ahead, h.Q[i0*h.LdQ:(i1-1)*h.LdQ+h.D])
+	var kbs []int32
+	if b.Sparse != nil {
+		kbs, _ = b.Sparse.cols(i0, i1)
+	}
 	for _, kb := range kbs {
+		bk := b.Sparse.BK
 		j0, j1 := int(kb)*bk, min(int(kb+1)*bk, h.Tk)
 		if j0 >= j1 {
 			break
