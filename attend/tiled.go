@@ -32,7 +32,7 @@ type Scratch struct {
 	// whose weight came out exactly 0. Tiled adds to them; the caller resets them.
 	Visible, Zero int
 
-	ahead      [][]float32 // rows of K and V to prefetch during the next call (Prefetch)
+	ahead      [][]float32 // rows of Q, K and V to prefetch during the next call (Prefetch)
 	aheadAt    int         // the first of them not yet asked for
 	aheadLines int         // the cache lines they take
 }
@@ -157,17 +157,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	if drop != nil && drop.P == 0 {
 		drop = nil
 	}
-	// The lines Prefetch asked for, a share at each softmax step: rows steps per tile.
-	var ahead int
-	if len(s.ahead) > 0 {
-		steps := rows * max(1, (h.Tk+keys-1)/keys)
-		if sp := b.Sparse; sp != nil && !whole {
-			if kbs, ok := sp.cols(i0, i1); ok {
-				steps = rows * max(1, (len(kbs)*sp.BK+keys-1)/keys)
-			}
-		}
-		ahead = (s.aheadLines + steps - 1) / steps
-	}
+	var ahead int // lines to prefetch at each softmax step (Prefetch), set below
 
 	bf16 := h.bf16()
 	// fused: the softmax pass rounds the weights to bfloat16 over the first half of each row of
@@ -370,6 +360,18 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		lo, _ = b.Span(i0)
 		_, hi = b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
+	}
+	// The lines Prefetch asked for, a share at each softmax step (a row of a tile), by the keys
+	// the rows walk: those of [lo, hi), or those their layout keeps, and the appended ones.
+	if s.aheadLines > 0 {
+		n := hi - lo
+		if sp := b.Sparse; sp != nil {
+			if kbs, ok := sp.cols(i0, i1); ok {
+				n = len(kbs) * sp.BK
+			}
+		}
+		steps := rows * max(1, (n+h.Tk-b.Stride+keys-1)/keys)
+		ahead = (s.aheadLines + steps - 1) / steps
 	}
 	from := 0
 	switch {
