@@ -185,6 +185,7 @@ type work struct {
 	g       gemm      // the current GEMM phase
 	wg      wgrad     // the current weight-gradient phase
 	qBlocks int       // query blocks per head
+	runQ    int       // query blocks per attention task (runBlocks)
 	scratch []attend.Scratch
 	back    []attend.BackScratch
 	ws      []kernel.Workspace
@@ -197,7 +198,7 @@ type work struct {
 	visible, zero []int
 	lse           []float32 // where the row log-sum-exps go: Saved.lse or nil
 
-	// Whether an inference forward's attention reads K in place (readsKInPlace): no Kᵀ then.
+	// Whether an inference forward's attention reads K in place (kInPlaceDensity): no Kᵀ then.
 	kInPlace bool
 
 	// With ComputeBFloat16 where the CPU has AVX512_BF16 (packKV), the transpose phase packs
@@ -480,7 +481,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	// A sparse layout of low density reads K in place instead (in inference: Backward needs
 	// Kᵀ), so that only the rotation is left, with rotary.
 	tasks := p.b * c.KVHeads()
-	w.kInPlace = s == nil && p.readsKInPlace()
+	w.kInPlace = s == nil && p.walkedDensity() <= kInPlaceDensity
 	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case !bf && !w.kInPlace:
@@ -529,7 +530,8 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], nt)[:nt], slices.Grow(w.zero[:0], nt)[:nt]
 	}
-	w.run(phaseAttend, nt)
+	w.runQ = runBlocks(p.walkedDensity() <= prefetchDensity, nt, w.workers())
+	w.run(phaseAttend, p.b*heads*ceilDiv(w.qBlocks, w.runQ))
 	if p.opt.NeedWeights {
 		if p.opt.PerHeadWeights {
 			r.Weights = reuse(r.Weights, p.b*heads*p.tq*tkx, p.b, heads, p.tq, tkx)
@@ -597,10 +599,10 @@ func paddedStride(n int) int {
 	return ld
 }
 
-// readsKInPlace reports whether this call's inference forward reads K in place rather than a Kᵀ
-// written first (the function readsKInPlace, as SDPA decides).
-func (p *plan) readsKInPlace() bool {
-	return readsKInPlace(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
+// walkedDensity is the function walkedDensity for this call, as SDPA decides: an inference
+// forward reads K in place at densities up to kInPlaceDensity rather than a Kᵀ written first.
+func (p *plan) walkedDensity() float64 {
+	return walkedDensity(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
 }
 
 // transpose runs one task of the transpose phase. The first B·Hkv tasks write Kᵀ of one
@@ -695,10 +697,21 @@ func (w *work) head(b, h int) attend.Head[float32] {
 	return hd
 }
 
-// attend runs one (batch, head, query block) task.
+// attend runs one task: a run of w.runQ query blocks of one (batch, head).
 func (w *work) attend(worker, task int) {
+	runs := ceilDiv(w.qBlocks, w.runQ)
+	bh, blk0 := task/runs, task%runs*w.runQ
+	blk1 := min(blk0+w.runQ, w.qBlocks)
+	for blk := blk0; blk < blk1; blk++ {
+		w.attendBlock(worker, bh, blk, blk+1 < blk1)
+	}
+}
+
+// attendBlock runs query block blk of (batch, head) bh, prefetching for the next block when
+// ahead.
+func (w *work) attendBlock(worker, bh, blk int, ahead bool) {
 	p, heads, tkx := &w.p, w.l.cfg.NumHeads, w.p.tkx
-	bh, blk := task/w.qBlocks, task%w.qBlocks
+	task := bh*w.qBlocks + blk
 	b, h := bh/heads, bh%heads
 	bq := p.opt.Compute.blockQ()
 	i0 := blk * bq
@@ -713,6 +726,9 @@ func (w *work) attend(worker, task int) {
 		lse = w.lse[bh*p.tq+i0 : bh*p.tq+i1]
 	}
 	sc := &w.scratch[worker]
+	if ahead {
+		sc.Prefetch(&hd, &bias, i1, min(i1+bq, p.tq))
+	}
 	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale(w.l.cfg, h)), p.dropout(b, h, heads, w.l.cfg.Dropout), i0, i1, wts, lse, sc)
 	if p.normalized() {
 		w.visible[task], w.zero[task], sc.Visible, sc.Zero = sc.Visible, sc.Zero, 0, 0

@@ -718,7 +718,7 @@ func TestSDPASparseKInPlace(t *testing.T) {
 				if err := p.check(q, k, v, &opt, new([]float64)); err != nil {
 					t.Fatal(err)
 				}
-				if inPlace := run.m == sparse; p.readsKInPlace() != inPlace {
+				if inPlace := run.m == sparse; (p.walkedDensity() <= kInPlaceDensity) != inPlace {
 					t.Fatalf("density %v: reads K in place %v, want %v", p.layouts.density, !inPlace, inPlace)
 				}
 				if err := ctx.SDPAInto(run.r, q, k, v, &opt); err != nil {
@@ -803,6 +803,57 @@ func TestLayerSparseKInPlace(t *testing.T) {
 			if !slices.Equal(outs[0].Output.Data[o:o+shared*bs*e], outs[1].Output.Data[o:o+shared*bs*e]) {
 				t.Fatalf("rotary %v batch %d: K in place and Kᵀ differ in the rows they share", cfg.Rotary != nil, b)
 			}
+		}
+	}
+}
+
+// TestSparseRunsOfBlocks checks that a sparse forward whose tasks run several query blocks in
+// turn, each prefetching the next one's keys and values (runBlocks), gives the same bits as one
+// whose tasks run one block each, in SDPA and in the layer, at a density that reads K in place
+// and at one that writes Kᵀ (prefetching only V); and SDPA's against the float64 reference.
+func TestSparseRunsOfBlocks(t *testing.T) {
+	const bs, nb = 64, 16
+	const tq = bs * nb
+	for _, keep := range []int{2, 4} {
+		m := tensor.NewBool(nb, nb)
+		r := rand.New(rand.NewPCG(uint64(keep), 0))
+		for qb := range nb {
+			for _, kb := range r.Perm(nb)[:keep] {
+				m.Data[qb*nb+kb] = true
+			}
+		}
+		patterns := []Pattern{{Kind: PatternBlocks, Blocks: m}}
+		// Workers 1: runs of 4 blocks (32 blocks, at least 8 tasks a worker); 4: runs of 1.
+		if runBlocks(true, 2*nb, 1) != 4 || runBlocks(true, 2*nb, 4) != 1 {
+			t.Fatal("runBlocks does not give the runs this test needs")
+		}
+		q, k, v := sdpaRand(1, 1, 1, 2, tq, 16), sdpaRand(2, 1, 1, 1, tq, 16), sdpaRand(3, 1, 1, 1, tq, 16)
+		var outs [2]*SDPAResult
+		for i, workers := range []int{1, 4} {
+			opt := &SDPAOptions{Workers: workers, Patterns: patterns, Block: [2]int{bs, bs}}
+			res, err := SDPA(q, k, v, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = res
+		}
+		if !slices.Equal(outs[0].Out.Data, outs[1].Out.Data) {
+			t.Fatalf("SDPA keeping %d of %d blocks: runs of 4 blocks and of 1 differ", keep, nb)
+		}
+		ref, err := SDPAReference(q, k, v, &SDPAOptions{Patterns: patterns, Block: [2]int{bs, bs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRel(t, "against the reference", outs[0].Out.Data, ref.Out, 1e-5)
+
+		l := newLayer(t, Config{EmbedDim: 32, NumHeads: 2, Seed: 5})
+		x := randTensor(tensor.NewRNG(6), 1, tq, 32)
+		var louts [2]*Result
+		for i, workers := range []int{1, 4} {
+			louts[i] = forward(t, l, x, nil, nil, &Options{Workers: workers, Patterns: patterns, Block: [2]int{bs, bs}})
+		}
+		if !slices.Equal(louts[0].Output.Data, louts[1].Output.Data) {
+			t.Fatalf("layer keeping %d of %d blocks: runs of 4 blocks and of 1 differ", keep, nb)
 		}
 	}
 }

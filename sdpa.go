@@ -240,10 +240,11 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 	}
 	clear(w.masked)
 
-	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, query block).
+	// Kᵀ of every (batch, K/V head), then one task per (batch, query head, run of query blocks).
 	w.prepare(pool, n, false)
 	w.phase = 1
-	tasks := p.b * p.hq * w.qBlocks
+	w.run = runBlocks(p.prefetches(), p.b*p.hq*w.qBlocks, n)
+	tasks := p.b * p.hq * ceilDiv(w.qBlocks, w.run)
 	if p.normalized() {
 		w.visible, w.zero = slices.Grow(w.visible[:0], tasks)[:tasks], slices.Grow(w.zero[:0], tasks)[:tasks]
 	}
@@ -464,12 +465,12 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 // rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
 // writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ,
 // and where the CPU has AVX512_BF16 (packKV) K's and V's packings into w.kvp.
-// When the forward reads K in place (keepK false and p.readsKInPlace) it writes no Kᵀ: with
+// When the forward reads K in place (keepK false and p.walkedDensity() ≤ kInPlaceDensity) it writes no Kᵀ: with
 // rotary it writes the rotated K into w.krot, and without it K needs nothing.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
 	bf := p.opt.Compute.bf16()
-	w.kInPlace = !keepK && p.readsKInPlace()
+	w.kInPlace = !keepK && p.walkedDensity() <= kInPlaceDensity
 	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case bf:
@@ -532,6 +533,43 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 	return d
 }
 
+// runBlocks returns how many query blocks of a head one attention task runs in turn: 1, or, when
+// the blocks prefetch, up to 4, so that each block prefetches the rows of the next one on the
+// same worker (attend.Scratch.Prefetch), leaving at least 8 tasks per worker of the blocks'
+// count.
+func runBlocks(prefetch bool, blocks, workers int) int {
+	if !prefetch {
+		return 1
+	}
+	return max(1, min(4, blocks/(8*workers)))
+}
+
+// Where a query block reads few keys, it waits for its own rows of Q and, in a sparse layout,
+// for the scattered key blocks it keeps, which the processor does not fetch ahead by itself:
+// at density 1/64 a block waited for them a fifth of its time. The query blocks then prefetch
+// the next one's (runBlocks) in a sparse layout of density ≤ prefetchDensity (at 1/2 it gained
+// nothing) and under a window of at most prefetchKeys keys (BENCHMARKS.md, v16).
+const (
+	prefetchDensity = 1.0 / 4
+	prefetchKeys    = 4 * attend.BlockK
+)
+
+// prefetches reports whether this call's query blocks prefetch the next one's rows: a float32
+// forward that walks a sparse layout of density ≤ prefetchDensity, or whose rows see at most
+// prefetchKeys keys of a window.
+func (p *sdpaPlan) prefetches() bool {
+	o := &p.opt
+	switch {
+	case p.walkedDensity() <= prefetchDensity:
+		return true
+	case o.Window == nil || o.Window.Left < 0 || o.Compute.bf16() || o.NeedWeights || p.normalized():
+		return false
+	case o.Causal != NotCausal:
+		return o.Window.Left < prefetchKeys
+	}
+	return o.Window.Right >= 0 && o.Window.Left+o.Window.Right < prefetchKeys
+}
+
 // kInPlaceDensity is the largest density of a sparse layout (the fraction of its blocks that are
 // not empty) at which the forward reads K in place rather than writing Kᵀ first. Kᵀ costs one
 // pass over every key of every head, whatever the layout keeps; reading K in place costs a
@@ -539,18 +577,20 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 // product 2–7% slower (BENCHMARKS.md, v8 and v13).
 const kInPlaceDensity = 1.0 / 8
 
-// readsKInPlace reports whether a forward's attention reads K in place (kInPlaceDensity): a
-// float32 call (not bf16) with sparse layouts compiled by c of low density, whose tiles walk the
-// kept blocks (no weights asked for and no normalizer, which take every key of a row at once).
-// SDPA and the layer's inference forward both decide by it.
-func readsKInPlace(sparse []attend.Sparse, c *layoutCache, bf16, weights, normalized bool) bool {
-	return len(sparse) > 0 && c.density <= kInPlaceDensity && !bf16 && !weights && !normalized
+// walkedDensity returns the density of the sparse layouts compiled by c whose kept blocks a
+// float32 forward's tiles walk, or +Inf when they walk none: no layout, bf16, or weights asked
+// for or a normalizer (which take every key of a row at once). SDPA and the layer both decide
+// by it whether the forward reads K in place (kInPlaceDensity) and prefetches (runBlocks).
+func walkedDensity(sparse []attend.Sparse, c *layoutCache, bf16, weights, normalized bool) float64 {
+	if len(sparse) == 0 || bf16 || weights || normalized {
+		return math.Inf(1)
+	}
+	return c.density
 }
 
-// readsKInPlace reports whether this call's forward reads K in place (the function
-// readsKInPlace).
-func (p *sdpaPlan) readsKInPlace() bool {
-	return readsKInPlace(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
+// walkedDensity is the function walkedDensity for this call.
+func (p *sdpaPlan) walkedDensity() float64 {
+	return walkedDensity(p.sparse, &p.layouts, p.opt.Compute.bf16(), p.opt.NeedWeights, p.normalized())
 }
 
 // normalized reports whether the call replaces the softmax.
@@ -617,6 +657,7 @@ type sdpaWork struct {
 	q       []float32 // the Q the kernel reads: the caller's, or qrot
 	slopes  []float64 // the default ALiBi slopes
 	qBlocks int
+	run     int // query blocks per attention task (runBlocks)
 	scratch []attend.Scratch
 	masked  []int
 	// With a normalizer, the visible pairs and the zero weights of each task.
@@ -736,10 +777,21 @@ func (w *sdpaWork) convertKV(worker, task int) {
 	}
 }
 
-// attend runs one (batch, query head, query block) task.
+// attend runs one task: a run of w.run query blocks of one (batch, query head).
 func (w *sdpaWork) attend(worker, task int) {
+	runs := ceilDiv(w.qBlocks, w.run)
+	bh, blk0 := task/runs, task%runs*w.run
+	blk1 := min(blk0+w.run, w.qBlocks)
+	for blk := blk0; blk < blk1; blk++ {
+		w.attendBlock(worker, bh, blk, blk+1 < blk1)
+	}
+}
+
+// attendBlock runs query block blk of (batch, query head) bh, prefetching for the next block
+// when ahead.
+func (w *sdpaWork) attendBlock(worker, bh, blk int, ahead bool) {
 	p := &w.p
-	bh, blk := task/w.qBlocks, task%w.qBlocks
+	task := bh*w.qBlocks + blk
 	b, h := bh/p.hq, bh%p.hq
 	kv := b*p.hkv + p.kvHead(h)
 	bq := p.opt.Compute.blockQ()
@@ -777,6 +829,9 @@ func (w *sdpaWork) attend(worker, task int) {
 	var d attend.Dropout
 	drop := p.dropout(&d, b, h)
 	sc := &w.scratch[worker]
+	if ahead {
+		sc.Prefetch(&hd, &bias, i1, min(i1+bq, p.tq))
+	}
 	w.masked[worker] += attend.Tiled(&hd, &bias, float32(p.scale), drop, i0, i1, wts, lse, sc)
 	if p.normalized() {
 		w.visible[task], w.zero[task], sc.Visible, sc.Zero = sc.Visible, sc.Zero, 0, 0

@@ -573,6 +573,15 @@ func TestSDPAAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("sparse, K in place: %v allocations per call, want 0", n)
 	}
+	// On one worker, whose tasks run several query blocks, each prefetching the next's.
+	opt.Workers = 1
+	n = steadyAllocs(call)
+	if c.free[0].run < 2 {
+		t.Fatalf("one worker runs %d query blocks a task, want several", c.free[0].run)
+	}
+	if n != 0 {
+		t.Errorf("sparse, runs of query blocks: %v allocations per call, want 0", n)
+	}
 }
 
 // steadyAllocs returns the heap allocations per call of call in steady state: after eight

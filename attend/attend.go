@@ -118,6 +118,12 @@ func (b *Bias) sees(i, j0, j1 int) bool {
 	return lo < hi && lo < j1 && hi > j0
 }
 
+// unbiased reports whether nothing but a sparse layout changes the scores: no soft cap, mask,
+// padding, added bias, slope, causal mask or window.
+func (b *Bias) unbiased() bool {
+	return b.Softcap == 0 && b.Add == nil && b.Slope == 0 && b.Mask == nil && b.KeyPad == nil && !b.ranged()
+}
+
 // ranged reports whether Causal or Window limit the visible keys.
 func (b *Bias) ranged() bool { return b.Causal || b.Window }
 

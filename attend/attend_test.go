@@ -306,8 +306,11 @@ func TestSparseMatchesMask(t *testing.T) {
 				}
 				out, lse := make([]float32, tq*d), make([]float32, tq)
 				h := Head[float32]{Q: q, LdQ: d, K: kk, LdK: d, Kt: kkt, LdKt: tk, V: vv, LdV: d, Out: out, LdOut: d, Tq: tq, Tk: tk, D: d, Dv: d}
+				var s Scratch
 				for i0 := 0; i0 < tq; i0 += BlockQ {
-					Tiled(&h, b, 0.5, nil, i0, min(i0+BlockQ, tq), nil, lse[i0:min(i0+BlockQ, tq)], new(Scratch))
+					// Prefetching the next block's keys and values changes nothing.
+					s.Prefetch(&h, b, min(i0+BlockQ, tq), min(i0+2*BlockQ, tq))
+					Tiled(&h, b, 0.5, nil, i0, min(i0+BlockQ, tq), nil, lse[i0:min(i0+BlockQ, tq)], &s)
 				}
 				return out, lse
 			}

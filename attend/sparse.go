@@ -122,6 +122,16 @@ func (s *Sparse) cols(i0, i1 int) (kbs []int32, ok bool) {
 	return s.Cols[s.ColStart[qb]:s.ColStart[qb+1]], true
 }
 
+// full reports whether the layout keeps every pair of queries [i0, i1) and key block kb.
+func (s *Sparse) full(i0, i1, kb int) bool {
+	for qb := i0 / s.BQ; qb <= (i1-1)/s.BQ; qb++ {
+		if s.Kinds[qb*s.NBK+kb] != Full {
+			return false
+		}
+	}
+	return true
+}
+
 // rows returns the rows [r0, r1) of queries [i0, i1) whose blocks in key block kb are not empty
 // (r0 = r1 when none is), relative to i0.
 func (s *Sparse) rows(i0, i1, kb int) (r0, r1 int) {

@@ -31,10 +31,68 @@ type Scratch struct {
 	// Softmax, the pairs that their masks, window and layout leave visible and those of them
 	// whose weight came out exactly 0. Tiled adds to them; the caller resets them.
 	Visible, Zero int
+
+	ahead      [][]float32 // rows of Q, K and V to prefetch during the next call (Prefetch)
+	aheadAt    int         // the first of them not yet asked for
+	aheadLines int         // the cache lines they take
 }
 
-// span is the keys [j0, j1).
-type span struct{ j0, j1 int }
+// Prefetch has the next Tiled call on s ask, while it computes, for rows that a later call for
+// query rows [i0, i1) of h under b will read and that the processor does not fetch ahead by
+// itself: the rows' own of Q, and with b.Sparse, when they lie in one query block of a layout
+// whose Cols are listed (Sparse.Precompute), the rows of V and, when h reads K in place (h.K),
+// of K of the key blocks they keep. The requests are spread over the call's softmax steps so
+// that they overlap its products, and they land in L2 (kernel.Prefetch). Worth it where a query
+// block reads few keys (a narrow window, a sparse layout of low density), so that it does not
+// pay for these fetches over many tiles. Prefetch does nothing with bfloat16 Q, K, V. The next
+// call forgets it either way. It changes no result.
+func (s *Scratch) Prefetch(h *Head[float32], b *Bias, i0, i1 int) {
+	s.ahead, s.aheadAt, s.aheadLines = s.ahead[:0], 0, 0
+	if h.bf16() || i0 >= i1 {
+		return
+	}
+	s.ahead = append(s.ahead, h.Q[i0*h.LdQ:(i1-1)*h.LdQ+h.D])
+	var kbs []int32
+	if b.Sparse != nil {
+		kbs, _ = b.Sparse.cols(i0, i1)
+	}
+	for _, kb := range kbs {
+		bk := b.Sparse.BK
+		j0, j1 := int(kb)*bk, min(int(kb+1)*bk, h.Tk)
+		if j0 >= j1 {
+			break
+		}
+		if h.K != nil {
+			s.ahead = append(s.ahead, h.K[j0*h.LdK:(j1-1)*h.LdK+h.D])
+		}
+		s.ahead = append(s.ahead, h.V[j0*h.LdV:(j1-1)*h.LdV+h.Dv])
+	}
+	for _, x := range s.ahead {
+		s.aheadLines += (len(x) + 15) / 16
+	}
+}
+
+// prefetch asks for the next n or more cache lines of s.ahead.
+func (s *Scratch) prefetch(n int) {
+	for n > 0 && s.aheadAt < len(s.ahead) {
+		x := s.ahead[s.aheadAt]
+		k := min(len(x), 16*n)
+		kernel.Prefetch(x[:k])
+		n -= (k + 15) / 16
+		if k < len(x) {
+			s.ahead[s.aheadAt] = x[k:]
+		} else {
+			s.aheadAt++
+		}
+	}
+}
+
+// span is the keys [j0, j1); full says the layout keeps every pair of them for the rows the tile
+// runs, so that it masks none of them.
+type span struct {
+	j0, j1 int
+	full   bool
+}
 
 func (s *Scratch) grow(rows, keys, dv int) {
 	s.s = kernel.Grow(s.s, rows*keys)
@@ -99,6 +157,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	if drop != nil && drop.P == 0 {
 		drop = nil
 	}
+	var ahead int // lines to prefetch at each softmax step (Prefetch), set below
 
 	bf16 := h.bf16()
 	// fused: the softmax pass rounds the weights to bfloat16 over the first half of each row of
@@ -141,8 +200,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	// span adding its weights times its values.
 	tile := func(spans []span, r0, r1 int) {
 		j0, nc := spans[0].j0, 0
+		bare := b.unbiased() // Apply has nothing to do: full blocks run without a mask
 		for _, sp := range spans {
 			nc += sp.j1 - sp.j0
+			bare = bare && sp.full
 		}
 		ld := nc
 		s.groups = append(s.groups[:0], 0, r1-r0)
@@ -180,11 +241,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			c += sp.j1 - sp.j0
 		}
 		for r := r0; r < r1; r++ {
+			s.prefetch(ahead)
 			row := sc[r*ld : r*ld+nc]
-			c := 0
-			for _, sp := range spans {
-				Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
-				c += sp.j1 - sp.j0
+			if !bare {
+				c := 0
+				for _, sp := range spans {
+					Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
+					c += sp.j1 - sp.j0
+				}
 			}
 			if b.normalized() {
 				// The whole row is here: its weights directly, summing to 1.
@@ -274,15 +338,16 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		}
 	}
 	// walk runs rows [r0, r1) against keys [j0, j1) in tiles of keys, the last tail keys or
-	// fewer joining the tile before them, so that no row takes a softmax step for a few keys.
+	// fewer joining the tile before them, so that no row takes a softmax step for a few keys;
+	// full says the layout keeps all of them for those rows.
 	var one [1]span
-	walk := func(j0, j1, r0, r1 int) {
+	walk := func(j0, j1, r0, r1 int, full bool) {
 		for j0 < j1 {
 			n := j1 - j0
 			if n > keys+tail {
 				n = keys
 			}
-			one[0] = span{j0, j0 + n}
+			one[0] = span{j0, j0 + n, full}
 			tile(one[:], r0, r1)
 			j0 += n
 		}
@@ -296,6 +361,18 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		_, hi = b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
 	}
+	// The lines Prefetch asked for, a share at each softmax step (a row of a tile), by the keys
+	// the rows walk: those of [lo, hi), or those their layout keeps, and the appended ones.
+	if s.aheadLines > 0 {
+		n := hi - lo
+		if sp := b.Sparse; sp != nil {
+			if kbs, ok := sp.cols(i0, i1); ok {
+				n = len(kbs) * sp.BK
+			}
+		}
+		steps := rows * max(1, (n+h.Tk-b.Stride+keys-1)/keys)
+		ahead = (s.aheadLines + steps - 1) / steps
+	}
 	from := 0
 	switch {
 	case b.Sparse != nil && !whole:
@@ -306,6 +383,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		// to BlockK keys, so that scattered blocks cost what as many keys in a row cost.
 		sp := b.Sparse
 		var pj0, pj1, pr0, pr1 int // the run being joined
+		var pfull bool
 		spans, gn, gr0, gr1 := s.spans[:0], 0, 0, 0
 		gather := func() {
 			if len(spans) > 0 {
@@ -316,12 +394,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		flush := func() {
 			switch n := pj1 - pj0; {
 			case n >= keys/2:
-				walk(pj0, pj1, pr0, pr1)
+				walk(pj0, pj1, pr0, pr1, pfull)
 			case n > 0:
 				if len(spans) > 0 && (pr0 != gr0 || pr1 != gr1 || gn+n > keys) {
 					gather()
 				}
-				spans, gn, gr0, gr1 = append(spans, span{pj0, pj1}), gn+n, pr0, pr1
+				spans, gn, gr0, gr1 = append(spans, span{pj0, pj1, pfull}), gn+n, pr0, pr1
 			}
 			pj0, pj1 = 0, 0
 		}
@@ -338,10 +416,10 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			case r0 >= r1:
 				flush()
 			case pj0 < pj1 && pj1 == j0 && r0 == pr0 && r1 == pr1:
-				pj1 = j1
+				pj1, pfull = j1, pfull && sp.full(i0+r0, i0+r1, kb)
 			default:
 				flush()
-				pj0, pj1, pr0, pr1 = j0, j1, r0, r1
+				pj0, pj1, pr0, pr1, pfull = j0, j1, r0, r1, sp.full(i0+r0, i0+r1, kb)
 			}
 		}
 		// The key blocks the rows keep, or every one. (A block skipped ends the run being
@@ -369,10 +447,12 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		// sees are skipped; within a tile, each row tile of the products skips the keys none of
 		// its rows sees (cut, above). (Narrower tiles along the mask's edges, each a softmax
 		// step of its own for the rows that see them, took longer: BENCHMARKS.md, v7.)
-		walk(lo, hi, 0, rows)
+		walk(lo, hi, 0, rows, b.Sparse == nil)
 		from = b.Stride
 	}
-	walk(from, h.Tk, 0, rows)
+	walk(from, h.Tk, 0, rows, b.Sparse == nil || from >= b.Stride)
+	s.prefetch(s.aheadLines) // what the steps did not ask for
+	s.ahead = s.ahead[:0]
 
 	for r := range rows {
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
