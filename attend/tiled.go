@@ -452,7 +452,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 	}
 	walk(from, h.Tk, 0, rows, b.Sparse == nil || from >= b.Stride)
 	s.prefetch(s.aheadLines) // what the steps did not ask for
-	s.ahead = s.ahead[:0]
+	s.ahead, s.aheadAt, s.aheadLines = s.ahead[:0], 0, 0
 
 	for r := range rows {
 		sink := b.HasSink && !math.IsInf(b.Sink, -1)
