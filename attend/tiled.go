@@ -40,12 +40,12 @@ type Scratch struct {
 // Prefetch has the next Tiled call on s ask, while it computes, for rows that a later call for
 // query rows [i0, i1) of h under b will read and that the processor does not fetch ahead by
 // itself: the rows' own of Q, and with b.Sparse, when they lie in one query block of a layout
-// whose Cols are listed (Sparse.Precompute), the rows of V and, when h reads K in place (h.K),
-// of K of the key blocks they keep. The requests are spread over the call's softmax steps so
-// that they overlap its products, and they land in L2 (kernel.Prefetch). Worth it where a query
-// block reads few keys (a narrow window, a sparse layout of low density), so that it does not
-// pay for these fetches over many tiles. Prefetch does nothing with bfloat16 Q, K, V. The next
-// call forgets it either way. It changes no result.
+// whose Cols are listed (Sparse.Precompute), the rows of V and, when h reads K in place (h.Kt
+// is nil), of K of the key blocks they keep. The requests are spread over the call's softmax
+// steps so that they overlap its products, and they land in L2 (kernel.Prefetch). Worth it
+// where a query block reads few keys (a narrow window, a sparse layout of low density), so that
+// it does not pay for these fetches over many tiles. Prefetch does nothing with bfloat16 Q, K,
+// V. The next call forgets it either way. It changes no result.
 func (s *Scratch) Prefetch(h *Head[float32], b *Bias, i0, i1 int) {
 	s.ahead, s.aheadAt, s.aheadLines = s.ahead[:0], 0, 0
 	if h.bf16() || i0 >= i1 {
@@ -62,7 +62,7 @@ func (s *Scratch) Prefetch(h *Head[float32], b *Bias, i0, i1 int) {
 		if j0 >= j1 {
 			break
 		}
-		if h.K != nil {
+		if h.Kt == nil {
 			s.ahead = append(s.ahead, h.K[j0*h.LdK:(j1-1)*h.LdK+h.D])
 		}
 		s.ahead = append(s.ahead, h.V[j0*h.LdV:(j1-1)*h.LdV+h.Dv])
