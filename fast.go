@@ -699,9 +699,7 @@ func (w *work) head(b, h int) attend.Head[float32] {
 
 // attend runs one task: a run of w.runQ query blocks of one (batch, head).
 func (w *work) attend(worker, task int) {
-	runs := ceilDiv(w.qBlocks, w.runQ)
-	bh, blk0 := task/runs, task%runs*w.runQ
-	blk1 := min(blk0+w.runQ, w.qBlocks)
+	bh, blk0, blk1 := blockRun(task, w.qBlocks, w.runQ)
 	for blk := blk0; blk < blk1; blk++ {
 		w.attendBlock(worker, bh, blk, blk+1 < blk1)
 	}

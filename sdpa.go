@@ -544,6 +544,14 @@ func runBlocks(prefetch bool, blocks, workers int) int {
 	return max(1, min(4, blocks/(8*workers)))
 }
 
+// blockRun returns the (batch, head) bh and the query blocks [blk0, blk1) of attention task
+// task, when each task runs run of a head's qBlocks query blocks in turn (runBlocks).
+func blockRun(task, qBlocks, run int) (bh, blk0, blk1 int) {
+	runs := ceilDiv(qBlocks, run)
+	bh, blk0 = task/runs, task%runs*run
+	return bh, blk0, min(blk0+run, qBlocks)
+}
+
 // Where a query block reads few keys, it waits for its own rows of Q and, in a sparse layout,
 // for the scattered key blocks it keeps, which the processor does not fetch ahead by itself:
 // at density 1/64 a block waited for them a fifth of its time. The query blocks then prefetch
@@ -779,9 +787,7 @@ func (w *sdpaWork) convertKV(worker, task int) {
 
 // attend runs one task: a run of w.run query blocks of one (batch, query head).
 func (w *sdpaWork) attend(worker, task int) {
-	runs := ceilDiv(w.qBlocks, w.run)
-	bh, blk0 := task/runs, task%runs*w.run
-	blk1 := min(blk0+w.run, w.qBlocks)
+	bh, blk0, blk1 := blockRun(task, w.qBlocks, w.run)
 	for blk := blk0; blk < blk1; blk++ {
 		w.attendBlock(worker, bh, blk, blk+1 < blk1)
 	}
