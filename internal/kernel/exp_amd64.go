@@ -41,6 +41,14 @@ func sscal(i isa, s float32, x []float32) {
 	}
 }
 
+func saxpy(i isa, alpha float32, x, y []float32) {
+	if i == avx512 {
+		saxpyAVX512(alpha, x, y)
+		return
+	}
+	saxpyGeneric(alpha, x, y)
+}
+
 func sgrad(i isa, ds, p []float32, delta float32) {
 	switch i {
 	case avx512:

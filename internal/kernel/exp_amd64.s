@@ -633,6 +633,64 @@ sscal512_done:
 	VZEROUPPER
 	RET
 
+// func saxpyAVX512(alpha float32, x []float32, y []float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·saxpyAVX512(SB), NOSPLIT, $0-56
+	MOVQ         x_base+8(FP), AX
+	MOVQ         x_len+16(FP), CX
+	MOVQ         y_base+32(FP), DX
+	MOVSS        alpha+0(FP), X0
+	VBROADCASTSS X0, Z0
+
+saxpy512_64:
+	CMPQ    CX, $0x00000040
+	JB      saxpy512_64_done
+	VMULPS  (AX), Z0, Z1
+	VADDPS  (DX), Z1, Z1
+	VMOVUPS Z1, (DX)
+	VMULPS  64(AX), Z0, Z1
+	VADDPS  64(DX), Z1, Z1
+	VMOVUPS Z1, 64(DX)
+	VMULPS  128(AX), Z0, Z1
+	VADDPS  128(DX), Z1, Z1
+	VMOVUPS Z1, 128(DX)
+	VMULPS  192(AX), Z0, Z1
+	VADDPS  192(DX), Z1, Z1
+	VMOVUPS Z1, 192(DX)
+	ADDQ    $0x00000100, DX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, CX
+	JMP     saxpy512_64
+
+saxpy512_64_done:
+saxpy512_16:
+	CMPQ    CX, $0x00000010
+	JB      saxpy512_16_done
+	VMULPS  (AX), Z0, Z1
+	VADDPS  (DX), Z1, Z1
+	VMOVUPS Z1, (DX)
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, CX
+	JMP     saxpy512_16
+
+saxpy512_16_done:
+	TESTQ     CX, CX
+	JZ        saxpy512_done
+	MOVL      $0x00000001, BX
+	SHLL      CL, BX
+	DECL      BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS.Z (DX), K1, Z0
+	VADDPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)
+
+saxpy512_done:
+	VZEROUPPER
+	RET
+
 // func sgradAVX512(ds []float32, p []float32, delta float32)
 // Requires: AVX, AVX512F, SSE
 TEXT ·sgradAVX512(SB), NOSPLIT, $0-52

@@ -12,4 +12,6 @@ func sexpBF16(i isa, dst []uint16, x []float32, shift float32) float32 {
 
 func sscal(_ isa, s float32, x []float32) { sscalGeneric(s, x) }
 
+func saxpy(_ isa, alpha float32, x, y []float32) { saxpyGeneric(alpha, x, y) }
+
 func sgrad(_ isa, ds, p []float32, delta float32) { sgradGeneric(ds, p, delta) }

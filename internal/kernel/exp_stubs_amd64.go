@@ -16,6 +16,9 @@ func sexpBF16AVX512(dst []uint16, x []float32, negShift float32) float32
 // sscalAVX512 multiplies every value of x by s.
 func sscalAVX512(s float32, x []float32)
 
+// saxpyAVX512 sets y[i] += alpha·x[i] for i < len(x), rounding the product before the sum; y must be at least as long as x.
+func saxpyAVX512(alpha float32, x []float32, y []float32)
+
 // sgradAVX512 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.
 func sgradAVX512(ds []float32, p []float32, delta float32)
 

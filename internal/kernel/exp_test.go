@@ -384,6 +384,40 @@ func TestSscal(t *testing.T) {
 	}
 }
 
+// TestAxpy checks every path of the float32 Axpy against Go's y += alpha*x, bit for bit, for
+// every tail length, and that nothing outside y's first len(x) values is written.
+func TestAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, i := range available() {
+		for n := range 71 {
+			x, _ := guarded(r, n, 0, -5, 5)
+			y, intact := guarded(r, n, 3, -5, 5)
+			want := append([]float32(nil), y...)
+			const alpha = 0.37
+			for j, v := range x {
+				want[j] += alpha * v
+			}
+			saxpy(i, alpha, x, y)
+			for j := range y {
+				if y[j] != want[j] {
+					t.Fatalf("%v n=%d: y[%d] = %v, want %v", i, n, j, y[j], want[j])
+				}
+			}
+			if !intact() {
+				t.Errorf("%v n=%d: Axpy wrote outside y", i, n)
+			}
+		}
+	}
+	// The generic entry point takes the same path for float32 and stays Go for float64.
+	x32, y32 := []float32{1, 2, 3}, []float32{1, 1, 1}
+	Axpy(2, x32, y32)
+	x64, y64 := []float64{1, 2, 3}, []float64{1, 1, 1}
+	Axpy(2, x64, y64)
+	if !slices.Equal(y32, []float32{3, 5, 7}) || !slices.Equal(y64, []float64{3, 5, 7}) {
+		t.Errorf("Axpy gave %v and %v, want 3 5 7", y32, y64)
+	}
+}
+
 // TestSoftmaxGrad checks every path and tail length against the Go expression, bit for bit,
 // with infinities and NaN among the inputs, that nothing outside ds is written, and that p is
 // only read.

@@ -4,7 +4,10 @@
 // the layer runs.
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Float is the element type of every kernel.
 type Float interface {
@@ -114,8 +117,26 @@ func Dot[F Float](x, y []F) F {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// Axpy computes y[i] += alpha·x[i] over len(x) values; y must be at least as long as x.
+// Axpy computes y[i] += alpha·x[i] over len(x) values, the product rounded before the sum; y must
+// be at least as long as x. float32 runs on the fastest instruction set the CPU has.
 func Axpy[F Float](alpha F, x, y []F) {
+	y = y[:len(x)]
+	if unsafe.Sizeof(alpha) == 4 && len(x) > 0 { // float32: a constant of the instantiation
+		saxpy(best, *(*float32)(unsafe.Pointer(&alpha)), f32s(x), f32s(y))
+		return
+	}
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
+
+// f32s is x, whose elements are 4 bytes (a float32 type), as a []float32.
+func f32s[F Float](x []F) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
+}
+
+// saxpyGeneric is Axpy in Go, for float32.
+func saxpyGeneric(alpha float32, x, y []float32) {
 	y = y[:len(x)]
 	for i, v := range x {
 		y[i] += alpha * v

@@ -110,6 +110,7 @@ func main() {
 	sexp512()
 	sexpBF16512()
 	sscal512()
+	saxpy512()
 	sgrad512()
 	smax256()
 	sexp256()
@@ -427,6 +428,49 @@ func sscal512() {
 	VMULPS(s, v, v)
 	VMOVUPS(v, k, at(ptr, 0))
 	Label("sscal512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// saxpy512 emits saxpyAVX512: y += alpha·x, the product rounded before the sum (VMULPS, then
+// VADDPS), as Go's y[i] += alpha*x[i] without fused multiply-adds.
+func saxpy512() {
+	TEXT("saxpyAVX512", NOSPLIT, "func(alpha float32, x, y []float32)")
+	Doc("saxpyAVX512 sets y[i] += alpha·x[i] for i < len(x), rounding the product before the sum; y must be at least as long as x.")
+	ptr, n := sliceArgs()
+	y := Load(Param("y").Base(), GP64())
+	a := ZMM()
+	VBROADCASTSS(Load(Param("alpha"), XMM()), a)
+	body := func(u int, v VecVirtual, k Op) {
+		if k != nil {
+			VMOVUPS_Z(at(ptr, 16*u), k, v)
+			VMULPS(a, v, v)
+			t := ZMM()
+			VMOVUPS_Z(at(y, 16*u), k, t)
+			VADDPS(t, v, v)
+			VMOVUPS(v, k, at(y, 16*u))
+			return
+		}
+		VMULPS(at(ptr, 16*u), a, v)
+		VADDPS(at(y, 16*u), v, v)
+		VMOVUPS(v, at(y, 16*u))
+	}
+	loop("saxpy512_64", ptr, n, 64, func() {
+		for u := range 4 {
+			body(u, ZMM(), nil)
+		}
+		ADDQ(U32(256), y)
+	})
+	loop("saxpy512_16", ptr, n, 16, func() {
+		body(0, ZMM(), nil)
+		ADDQ(U32(64), y)
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("saxpy512_done"))
+	k := K()
+	tailK(n, k)
+	body(0, ZMM(), k)
+	Label("saxpy512_done")
 	VZEROUPPER()
 	RET()
 }
