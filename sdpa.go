@@ -465,8 +465,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 // rotated K into w.krot. It points w.q at the Q the kernel reads. With ComputeBFloat16 it
 // writes the bits of Q, K and V (rotated with rotary) into w.qb, w.kb and w.vb instead of Kᵀ,
 // and where the CPU has AVX512_BF16 (packKV) K's and V's packings into w.kvp.
-// When the forward reads K in place (keepK false and p.walkedDensity() ≤ kInPlaceDensity) it writes no Kᵀ: with
-// rotary it writes the rotated K into w.krot, and without it K needs nothing.
+// When the forward reads K in place (keepK false and p.walkedDensity() ≤ kInPlaceDensity) it
+// writes no Kᵀ: with rotary it writes the rotated K into w.krot, and without it K needs nothing.
 func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	p := &w.p
 	bf := p.opt.Compute.bf16()
@@ -535,8 +535,8 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 
 // runBlocks returns how many query blocks of a head one attention task runs in turn: 1, or, when
 // the blocks prefetch, up to 4, so that each block prefetches the rows of the next one on the
-// same worker (attend.Scratch.Prefetch), leaving at least 8 tasks per worker of the blocks'
-// count.
+// same worker (attend.Scratch.Prefetch), as long as the blocks still make at least 8 tasks per
+// worker.
 func runBlocks(prefetch bool, blocks, workers int) int {
 	if !prefetch {
 		return 1
