@@ -357,7 +357,9 @@ func FuzzAttendCache(f *testing.F) {
 				}
 				return
 			}
-			checkRel(t, "out", r.Out.Data, ref.Out, 1e-4)
+			// Against the outputs' scale, not each output's: an output can be a sum of cancelling
+			// terms far smaller than they are (checkOut).
+			checkOut(t, r.Out.Data, ref.Out, sliceT(v, 0, span[1]).Data, span[1])
 			if opt.NeedLSE {
 				checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-4)
 			}

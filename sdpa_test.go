@@ -182,7 +182,7 @@ func checkRel[F float32 | float64](t *testing.T, what string, got []F, want []fl
 // of ‖want‖ and 0.1·√len·max|v|: an output that is a weighted sum of tk values (v) with
 // cancelling signs can be far smaller than its terms, and float32 sums of tk terms are exact to
 // about tk·2⁻²⁴ of the largest, so a relative error of the output alone is ill-conditioned there.
-func checkOut(t *testing.T, got []float32, want []float64, v []float32, tk uint8) {
+func checkOut(t *testing.T, got []float32, want []float64, v []float32, tk int) {
 	t.Helper()
 	var vmax, diff, norm float64
 	for _, x := range v {
@@ -784,7 +784,7 @@ func FuzzSDPAShapes(f *testing.F) {
 			}
 			return
 		}
-		checkOut(t, r.Out.Data, ref.Out, v.Data, tk)
+		checkOut(t, r.Out.Data, ref.Out, v.Data, int(tk))
 		checkLSE(t, "lse", r.LSE.Data, ref.LSE, 1e-4)
 		if opt.NeedWeights {
 			checkRel(t, "weights", r.Weights.Data, ref.Weights, 1e-4)
