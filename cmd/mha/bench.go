@@ -92,8 +92,9 @@ type benchConfig struct {
 	kvHeads, window int
 	decode          bool
 	cacheDType      string
-	sparse          sparseFlags // patterns and normalizer, as given
-	readBW          float64     // bytes/s, measured with --decode
+	sparse          sparseFlags     // patterns and normalizer, as given
+	pairs           map[int]float64 // with patterns, the pairs they keep at each T, over all heads
+	readBW          float64         // bytes/s, measured with --decode
 }
 
 // flops is the work of one timed call at sequence length t. A forward is 8·T·E²·B for the four
@@ -137,7 +138,10 @@ memory. The peak is measured at start with the same thread count by a register-o
 
 FLOPs per forward = 8·T·E²·B (the four projections) + 4·T²·E·B (Q·Kᵀ and weights·V). Causal
 attention is counted with the same FLOPs, so the work it skips shows as a higher rate (and the
-percentage of peak may pass 100).
+percentage of peak may pass 100). The attention core's modes (--gqa, --window, --pattern,
+--decode) time mha.SDPA or a KV cache step without projections and count 4·D·H·B FLOPs per
+(query, key) pair the call lets through: a window's pairs, or those the sparse patterns keep
+(under the causal mask or window when given), so that their rate is the kernels' efficiency.
 
 --backward times one training step instead: mha.Layer.ForwardTrain and Layer.Backward with a
 fixed random gradient of the output dY [B, T, E], giving the gradients of the input and of every

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -27,14 +28,17 @@ func (c *benchConfig) headDim() int { return c.embed / c.heads }
 
 // sdpaFlops is the work of one call of the core at sequence (or cache) length t: 4·D·H·B per
 // visible (query, key) pair. Full and causal attention count T² pairs (causal in full, as the
-// layer's count does); a window counts the pairs it lets through, Σ_i min(i + 1, W + 1), so that
-// its rate says how close the kernel comes to O(T·W) work; a decode step counts its one query
-// against the t cached keys.
+// layer's count does); a window counts the pairs it lets through, Σ_i min(i + 1, W + 1), and
+// sparse patterns the pairs they keep (c.pairs, under the causal mask or window when there is
+// one), so that the rate says how close the kernel comes to O(T·W) or O(T·s) work; a decode
+// step counts its one query against the t cached keys.
 func (c *benchConfig) sdpaFlops(t int) float64 {
 	pairs := float64(t) * float64(t)
 	switch {
 	case c.decode:
 		pairs = float64(t)
+	case c.pairs != nil:
+		return 4 * float64(c.headDim()) * float64(c.batch) * c.pairs[t]
 	case c.window > 0:
 		w := min(c.window+1, t)
 		pairs = float64(w)*float64(t) - float64(w)*float64(w-1)/2
@@ -49,16 +53,31 @@ func (c *benchConfig) cacheBytes(t int, dtype mha.CacheDType) float64 {
 
 // sdpaMode describes the mode for the table's header.
 func (c *benchConfig) sdpaMode() string {
+	if c.decode {
+		return fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
+	}
 	s := fmt.Sprintf("attention core (mha.SDPA, no projections): Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
 	switch {
-	case c.decode:
-		s = fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
 	case c.window > 0:
-		s += fmt.Sprintf(", causal sliding window W=%d (FLOPs count the pairs it lets through)", c.window)
-	case len(c.sparse.patterns) > 0 || c.sparse.normalizer != "softmax":
-		s += fmt.Sprintf(", patterns %v, normalizer %s (FLOPs count every pair, as dense attention's: the rate against dense's is the speed-up)", c.sparse.patterns, c.sparse.normalizer)
+		s += fmt.Sprintf(", causal sliding window W=%d", c.window)
 	case c.causal:
-		s += ", causal (bottom-right; counted in full)"
+		s += ", causal (bottom-right)"
+	}
+	if len(c.sparse.patterns) > 0 {
+		s += fmt.Sprintf(", patterns %v", c.sparse.patterns)
+	}
+	if c.sparse.normalizer != "softmax" {
+		s += ", normalizer " + c.sparse.normalizer
+	}
+	switch {
+	case len(c.sparse.patterns) > 0 && (c.causal || c.window > 0):
+		s += " (FLOPs count the pairs the patterns keep under the mask)"
+	case len(c.sparse.patterns) > 0:
+		s += " (FLOPs count the pairs the patterns keep)"
+	case c.window > 0:
+		s += " (FLOPs count the pairs the window lets through)"
+	case c.causal:
+		s += " (FLOPs count every pair)"
 	}
 	return s
 }
@@ -179,7 +198,8 @@ func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
 	if _, err := cacheDType(f.cacheDType); err != nil {
 		return err
 	}
-	if _, _, _, err := f.sparse.parse(); err != nil {
+	patterns, block, _, err := f.sparse.parse()
+	if err != nil {
 		return err
 	}
 	if f.decode > 0 && (len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax") {
@@ -193,5 +213,57 @@ func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
 		cfg.decode = true
 		cfg.seqs = []int{f.decode}
 	}
+	if len(patterns) > 0 && !f.worker {
+		cfg.pairs = map[int]float64{}
+		for _, t := range cfg.seqs {
+			n, err := keptPairs(patterns, block, cfg.heads, t, cfg.causal, cfg.window)
+			if err != nil {
+				return fmt.Errorf("--pattern at --seq %d: %w", t, err)
+			}
+			cfg.pairs[t] = n
+		}
+	}
 	return nil
+}
+
+// keptPairs returns the (query, key) pairs of self-attention over t positions that patterns,
+// laid out in blocks as SDPA lays them out, leave to the heads query heads, summed over the
+// heads: those kept by a pattern and, with causal or a window of w keys back (w > 0, causal
+// too), seen under the mask.
+func keptPairs(patterns []mha.Pattern, block [2]int, heads, t int, causal bool, w int) (float64, error) {
+	layouts, err := mha.SparseLayouts(patterns, block, heads, t, t)
+	if err != nil {
+		return 0, err
+	}
+	pairs := 0
+	for _, s := range layouts {
+		for b, kind := range s.Kinds {
+			if kind == attend.Empty {
+				continue
+			}
+			i0, j0 := b/s.NBK*s.BQ, b%s.NBK*s.BK
+			for i := i0; i < min(i0+s.BQ, t); i++ {
+				lo, hi := j0, min(j0+s.BK, t)
+				if causal || w > 0 {
+					hi = min(hi, i+1)
+				}
+				if w > 0 {
+					lo = max(lo, i-w)
+				}
+				if kind == attend.Full {
+					pairs += max(hi-lo, 0)
+					continue
+				}
+				for j := lo; j < hi; j++ {
+					if s.Keep(i, j) {
+						pairs++
+					}
+				}
+			}
+		}
+	}
+	if len(layouts) == 1 {
+		return float64(pairs) * float64(heads), nil
+	}
+	return float64(pairs), nil
 }

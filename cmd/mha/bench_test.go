@@ -12,6 +12,7 @@ import (
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
 )
 
 // TestMain lets this test binary stand in for the mha binary in mha bench's children: bench
@@ -403,6 +404,68 @@ func TestSDPAFlops(t *testing.T) {
 	}
 	if got, want := cfg.cacheBytes(10, mha.CacheBFloat16), float64(10*2*2*4*2*2); got != want {
 		t.Errorf("cache bytes %v, want %v", got, want)
+	}
+}
+
+// TestKeptPairs counts the pairs that sparse patterns keep against the patterns' definitions
+// applied pair by pair: r = i − j, local:W keeps |r| ≤ W, strided:S keeps |r| < S or S | r,
+// global:I keeps row and column I, a block map keeps the pairs of its true blocks; then the
+// causal mask (j ≤ i) and a window of w keys back (i − w ≤ j ≤ i).
+func TestKeptPairs(t *testing.T) {
+	const n, heads = 37, 3
+	rng := tensor.NewRNG(5)
+	nb := (n + 7) / 8
+	blocks := tensor.NewBool(heads, nb, nb)
+	for i := range blocks.Data {
+		blocks.Data[i] = rng.Float64() < 0.4
+	}
+	abs := func(x int) int { return max(x, -x) }
+	for _, tc := range []struct {
+		patterns []string
+		keep     func(h, i, j int) bool
+	}{
+		{[]string{"local:4", "global:0", "global:30"}, func(_, i, j int) bool {
+			return abs(i-j) <= 4 || i == 0 || j == 0 || i == 30 || j == 30
+		}},
+		{[]string{"strided:5"}, func(_, i, j int) bool { return abs(i-j) < 5 || (i-j)%5 == 0 }},
+		{[]string{"blocks", "local:1"}, func(h, i, j int) bool {
+			return blocks.Data[(h*nb+i/8)*nb+j/8] || abs(i-j) <= 1
+		}},
+	} {
+		var ps []mha.Pattern
+		for _, s := range tc.patterns {
+			if s == "blocks" {
+				ps = append(ps, mha.Pattern{Kind: mha.PatternBlocks, Blocks: blocks})
+				continue
+			}
+			p, err := mha.ParsePattern(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		for _, mask := range []struct {
+			causal bool
+			w      int
+		}{{false, 0}, {true, 0}, {true, 6}} {
+			want := 0
+			for h := range heads {
+				for i := range n {
+					for j := range n {
+						if tc.keep(h, i, j) && (!mask.causal || j <= i) && (mask.w == 0 || j >= i-mask.w) {
+							want++
+						}
+					}
+				}
+			}
+			got, err := keptPairs(ps, [2]int{8, 8}, heads, n, mask.causal, mask.w)
+			if err != nil || got != float64(want) {
+				t.Errorf("%v causal %v window %d: %v pairs (%v), want %d", tc.patterns, mask.causal, mask.w, got, err, want)
+			}
+		}
+	}
+	if _, err := keptPairs(nil, [2]int{}, heads, n, false, 0); err == nil {
+		t.Error("no pattern: no error")
 	}
 }
 
