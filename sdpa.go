@@ -534,15 +534,20 @@ func (p *sdpaPlan) dropout(d *attend.Dropout, b, h int) *attend.Dropout {
 }
 
 // runBlocks returns how many query blocks of a head one attention task runs in turn: 1, or, when
-// the blocks prefetch, up to 4, so that each block prefetches the rows of the next one on the
-// same worker (attend.Scratch.Prefetch), as long as the blocks still make at least 8 tasks per
-// worker.
+// the blocks prefetch, up to maxRun, so that each block prefetches the rows of the next one on
+// the same worker (attend.Scratch.Prefetch), as long as the blocks still make at least 8 tasks
+// per worker.
 func runBlocks(prefetch bool, blocks, workers int) int {
 	if !prefetch {
 		return 1
 	}
-	return max(1, min(4, blocks/(8*workers)))
+	return max(1, min(maxRun, blocks/(8*workers)))
 }
+
+// maxRun is the longest run of query blocks (runBlocks). A run's first block has nothing
+// prefetched for it: runs of 16 rather than 4 took 3–5% off a layout of density 1/64 and a
+// window of 256 keys, and runs of 64 no more (BENCHMARKS.md, v17).
+const maxRun = 16
 
 // blockRun returns the (batch, head) bh and the query blocks [blk0, blk1) of attention task
 // task, when each task runs run of a head's qBlocks query blocks in turn (runBlocks).
