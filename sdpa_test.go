@@ -147,10 +147,14 @@ func sdpaGoldens(t *testing.T) []*sdpaGolden {
 	return gs
 }
 
-// checkLSE compares log-sum-exps: the same infinities, and finite values within tol (relative).
+// checkLSE compares log-sum-exps: the same infinities, and finite values within tol of the
+// reference, relative to the values or 1, whichever is larger: √(Σ (got − want)² / Σ max(1,
+// want²)). An lse near 0 is a cancelling sum m + ln l (row maximum and log of the sum), whose
+// float32 error scales with |m| + ln Tk, not with it: FuzzAttendCache met lse = 1.18e-4 off by
+// 4.3e-8 (3.7e-4 relative to itself).
 func checkLSE[F float32 | float64](t *testing.T, what string, got []F, want []float64, tol float64) {
 	t.Helper()
-	var gf, wf []float64
+	var num, den float64
 	for i, w := range want {
 		g := float64(got[i])
 		if math.IsInf(w, 0) || math.IsInf(g, 0) || math.IsNaN(g) {
@@ -159,10 +163,13 @@ func checkLSE[F float32 | float64](t *testing.T, what string, got []F, want []fl
 			}
 			continue
 		}
-		gf, wf = append(gf, g), append(wf, w)
+		num += (g - w) * (g - w)
+		den += max(1, w*w)
 	}
-	if e := tensor.RelError(gf, wf); e > tol {
-		t.Errorf("%s: lse relative error %.3g > %.3g", what, e, tol)
+	if den > 0 {
+		if e := math.Sqrt(num / den); e > tol {
+			t.Errorf("%s: lse error %.3g > %.3g (relative to max(1, |lse|))", what, e, tol)
+		}
 	}
 }
 
