@@ -65,6 +65,7 @@ type benchFlags struct {
 	gqa, window, decode           int
 	cacheDType                    string // the worker's, with --decode
 	sparse                        sparseFlags
+	dense                         bool   // --dense: time dense attention beside --pattern/--normalizer
 	seqSet                        bool   // --seq was given
 	model                         string // --model: time a Hugging Face folder (bench_model.go)
 	steps                         int    // decode steps with --model
@@ -94,6 +95,7 @@ type benchConfig struct {
 	cacheDType      string
 	sparse          sparseFlags     // patterns and normalizer, as given
 	pairs           map[int]float64 // with patterns, the pairs they keep at each T, over all heads
+	dense           bool            // also time dense attention of the same shape (mha-dense rows)
 	readBW          float64         // bytes/s, measured with --decode
 }
 
@@ -128,7 +130,7 @@ func (c *benchConfig) pass() string {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --gqa Hkv|--decode L [--ggml DIR] | bench --model DIR [--steps 32] [--torch] [--json]",
+		Use:   "bench [--seq 512,1024,2048,4096] [--embed 768] [--heads 12] [--backward] [--torch] [--ort] [--json] | bench --gqa Hkv|--decode L [--ggml DIR] | bench --pattern P [--dense] | bench --model DIR [--steps 32] [--torch] [--json]",
 		Short: "Time self-attention forward calls or training steps, against this machine's FMA peak, PyTorch and ONNX Runtime",
 		Long: `Bench times mha's self-attention forward call (mha.Layer.ForwardInto on x [B, T, E]) for each
 sequence length T in --seq and reports the median and the fastest of --runs calls after --warmup
@@ -142,6 +144,10 @@ percentage of peak may pass 100). The attention core's modes (--gqa, --window, -
 --decode) time mha.SDPA or a KV cache step without projections and count 4·D·H·B FLOPs per
 (query, key) pair the call lets through: a window's pairs, or those the sparse patterns keep
 (under the causal mask or window when given), so that their rate is the kernels' efficiency.
+--dense, with --pattern or --normalizer, times dense softmax attention of the same shape (the
+same mask and window) in the same run, as rows mha-dense (mha-dense-<type> with several
+--compute types), and prints the speed-up over it and, with patterns, each call's time against
+dense's share of the pairs kept (1 where time falls in proportion to them).
 
 --backward times one training step instead: mha.Layer.ForwardTrain and Layer.Backward with a
 fixed random gradient of the output dY [B, T, E], giving the gradients of the input and of every
@@ -222,6 +228,7 @@ then prints {"model":…} first and one object per implementation.
 	fl.IntVar(&f.gqa, "gqa", 0, "time the attention core (mha.SDPA, no projections) with this many K/V heads shared by the --heads query heads")
 	fl.IntVar(&f.window, "window", 0, "time the attention core with a causal sliding window of W keys before each query")
 	f.sparse.register(fl)
+	fl.BoolVar(&f.dense, "dense", false, "with --pattern or --normalizer, also time dense softmax attention of the same shape in the same run (rows mha-dense), with the speed-up and the sparse time against dense's share of the pairs kept")
 	fl.IntVar(&f.decode, "decode", 0, "time one new token against a KV cache of L tokens, per cache type (f32, bf16, f16), against the read bandwidth")
 	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
 	fl.StringVar(&f.model, "model", "", "time a whole model instead: the Hugging Face folder DIR's prefill (--seq, default 128,512) and decode tokens/s, memory, against the read bandwidth")
@@ -288,6 +295,9 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	}
 	if f.backward && f.ort {
 		return nil, errors.New("--ort times ONNX Runtime's forward only (its inference session has no backward), want --backward without --ort")
+	}
+	if f.dense && len(f.sparse.patterns) == 0 && f.sparse.normalizer == "softmax" {
+		return nil, errors.New("--dense times dense attention beside --pattern or --normalizer: want it with one of them")
 	}
 	if f.gqa != 0 || f.window != 0 || f.decode != 0 || len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax" {
 		if err := f.sdpaConfig(cfg); err != nil {
@@ -633,11 +643,11 @@ func mhaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchIm
 // float16 for ggml with F16 K/V (its K·Q products read f16 operands), float32 for the rest.
 func (c *benchConfig) implCompute(impl string) string {
 	switch {
-	case impl == "mha" && len(c.computes) > 0:
+	case (impl == "mha" || impl == "mha-dense") && len(c.computes) > 0:
 		return c.computes[0].Effective().String()
-	case strings.HasPrefix(impl, "mha-float32"):
+	case strings.HasSuffix(impl, "float32"):
 		return "float32"
-	case strings.HasPrefix(impl, "mha-bfloat16"):
+	case strings.HasSuffix(impl, "bfloat16"):
 		return mha.ComputeBFloat16.Effective().String()
 	case impl == "ggml-f16":
 		return "float16"
@@ -717,7 +727,7 @@ func measure(im benchImpl, t int) (*measurement, error) {
 // row turns a measurement into a benchRow.
 func (c *benchConfig) row(impl string, t int, m *measurement, peak float64) benchRow {
 	med, fastest := median(m.ms), slices.Min(m.ms)
-	gflops := c.flops(t) / (med / 1e3) / 1e9
+	gflops := c.implFlops(impl, t) / (med / 1e3) / 1e9
 	mib := func(kib int64) float64 {
 		if kib < 0 {
 			return -1

@@ -31,8 +31,8 @@ func newBenchPrinter(w io.Writer, asJSON bool, cfg *benchConfig, impls []benchIm
 
 // Column layout of the human table.
 const (
-	benchHead = "%6s  %-14s  %10s  %10s  %8s  %7s  %12s  %9s\n"
-	benchRowF = "%6d  %-14s  %10s  %10s  %8s  %6s%%  %12s  %9s\n"
+	benchHead = "%6s  %-18s  %10s  %10s  %8s  %7s  %12s  %9s\n"
+	benchRowF = "%6d  %-18s  %10s  %10s  %8s  %6s%%  %12s  %9s\n"
 )
 
 // header prints the FMA peak and what is measured.
@@ -125,6 +125,41 @@ func (p *benchPrinter) ratios() error {
 		fmt.Fprintf(p.w, "%6d", t)
 		for _, name := range others {
 			fmt.Fprintf(p.w, "  %*s", max(len(name), 6), fmt.Sprintf("%.2f×", p.ms[t][name]/p.ms[t][p.names[0]]))
+		}
+		if _, err := fmt.Fprintln(p.w); err != nil {
+			return err
+		}
+	}
+	return p.proportion()
+}
+
+// proportion prints, with --dense and sparse patterns, each mha row's time against its mha-dense
+// row's share of the pairs the patterns keep: median ms ÷ (kept pairs ÷ dense pairs × dense's
+// median ms), 1 where the time falls in proportion to the pairs kept.
+func (p *benchPrinter) proportion() error {
+	c := p.cfg
+	if !c.dense || c.pairs == nil {
+		return nil
+	}
+	var sparse []string
+	for _, name := range p.names {
+		if name == "mha" || strings.HasPrefix(name, "mha-") && !strings.HasPrefix(name, "mha-dense") {
+			sparse = append(sparse, name)
+		}
+	}
+	fmt.Fprintln(p.w)
+	fmt.Fprintln(p.w, "time against dense attention's share (median ms ÷ (pairs kept ÷ dense pairs × mha-dense's median ms); 1 is proportional):")
+	fmt.Fprintf(p.w, "%6s  %10s", "T", "kept")
+	for _, name := range sparse {
+		fmt.Fprintf(p.w, "  %*s", max(len(name), 6), name)
+	}
+	fmt.Fprintln(p.w)
+	for _, t := range c.seqs {
+		share := c.flops(t) / c.denseConfig().flops(t)
+		fmt.Fprintf(p.w, "%6d  %10s", t, fmtRate(share))
+		for _, name := range sparse {
+			dense := strings.Replace(name, "mha", "mha-dense", 1)
+			fmt.Fprintf(p.w, "  %*s", max(len(name), 6), fmt.Sprintf("%.2f×", p.ms[t][name]/(share*p.ms[t][dense])))
 		}
 		if _, err := fmt.Fprintln(p.w); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/attend"
@@ -153,7 +154,14 @@ func (c *benchConfig) sdpaArgs() []string {
 // sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
 func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
 	if !cfg.decode {
-		return mhaImpls(cfg, worker)
+		impls := mhaImpls(cfg, worker)
+		if cfg.dense {
+			for _, im := range mhaImpls(cfg.denseConfig(), worker) {
+				im.name = strings.Replace(im.name, "mha", "mha-dense", 1)
+				impls = append(impls, im)
+			}
+		}
+		return impls
 	}
 	var impls []benchImpl
 	for _, d := range cacheDTypes {
@@ -183,6 +191,23 @@ func torchSDPAImpl(python, dir string, cfg *benchConfig) benchImpl {
 	}}
 }
 
+// denseConfig is cfg without its sparse patterns and normalizer: the dense softmax attention
+// that --dense times beside them, under the same causal mask and window.
+func (c *benchConfig) denseConfig() *benchConfig {
+	d := *c
+	d.sparse, d.pairs, d.dense = sparseFlags{normalizer: "softmax"}, nil, false
+	return &d
+}
+
+// implFlops is the work of one call of implementation impl at sequence length t: flops, or for
+// an mha-dense row the dense attention's.
+func (c *benchConfig) implFlops(impl string, t int) float64 {
+	if strings.HasPrefix(impl, "mha-dense") {
+		return c.denseConfig().flops(t)
+	}
+	return c.flops(t)
+}
+
 // sdpaConfig checks the core's flags and puts them into cfg.
 func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
 	switch {
@@ -205,6 +230,7 @@ func (f *benchFlags) sdpaConfig(cfg *benchConfig) error {
 	if f.decode > 0 && (len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax") {
 		return fmt.Errorf("--decode times the KV cache, which takes no --pattern or --normalizer yet")
 	}
+	cfg.dense = f.dense && !f.worker
 	cfg.kvHeads, cfg.window, cfg.cacheDType, cfg.sparse = f.heads, f.window, f.cacheDType, f.sparse
 	if f.gqa > 0 {
 		cfg.kvHeads = f.gqa

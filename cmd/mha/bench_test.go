@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -376,7 +377,27 @@ func TestBenchSDPA(t *testing.T) {
 	if len(rows) != 1 || rows[0].KVHeads != 2 || rows[0].T != 40 {
 		t.Errorf("--pattern rows %+v", rows)
 	}
-	for _, bad := range [][]string{{"--pattern", "ring:1"}, {"--normalizer", "topk:0"}, {"--decode", "30", "--pattern", "local:2"}} {
+	// --dense: a dense row beside the sparse one, its FLOPs over every pair, the sparse row's over
+	// the pairs kept (local:4 over 40 keys: Σ_i (min(i, 4) + min(39 − i, 4) + 1) per head).
+	_, rows = benchLines(t, "--pattern", "local:4", "--block", "8,8", "--dense", "--heads", "2", "--embed", "16", "--seq", "40", "--runs", "2", "--warmup", "1")
+	if len(rows) != 2 || rows[0].Impl != "mha" || rows[1].Impl != "mha-dense" {
+		t.Fatalf("--dense rows %+v, want mha and mha-dense", rows)
+	}
+	kept := 0
+	for i := range 40 {
+		kept += min(i, 4) + min(39-i, 4) + 1
+	}
+	for i, pairs := range []int{2 * kept, 2 * 40 * 40} {
+		flops := float64(rows[i].GFLOPS) * float64(rows[i].MS) * 1e6
+		if want := float64(4 * 8 * pairs); math.Abs(flops-want) > 2e-3*want {
+			t.Errorf("%s: %v FLOPs a call, want %v", rows[i].Impl, flops, want)
+		}
+	}
+	code, stdout, stderr := runCLI("bench", "--pattern", "local:4", "--block", "8,8", "--dense", "--heads", "2", "--embed", "16", "--seq", "40", "--runs", "1", "--warmup", "0")
+	if code != 0 || !strings.Contains(stdout, "mha-dense") || !strings.Contains(stdout, "time against dense attention's share") {
+		t.Errorf("--dense table: exit %d, stderr %q:\n%s", code, stderr, stdout)
+	}
+	for _, bad := range [][]string{{"--pattern", "ring:1"}, {"--normalizer", "topk:0"}, {"--decode", "30", "--pattern", "local:2"}, {"--dense"}, {"--gqa", "2", "--dense"}} {
 		args := append([]string{"bench", "--heads", "2", "--embed", "16"}, bad...)
 		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q", bad, code, stderr)
