@@ -503,7 +503,11 @@ func runBench(f *benchFlags, cfg *benchConfig, stdout, stderr io.Writer) error {
 		}
 		if f.torch {
 			if cfg.sdpa() {
-				info = append(info, fmt.Sprintf("PyTorch %s, BLAS %s; torch-eager = its plain eager equivalent (1.13 has no GQA, window or KV cache call): K/V repeated per head, q·kᵀ/√D + an explicit mask, softmax, ·v, float32", probe.Version, probe.blasName()))
+				line := fmt.Sprintf("PyTorch %s, BLAS %s; torch-eager = its plain eager equivalent (1.13 has no GQA, window or KV cache call): K/V repeated per head, q·kᵀ/√D + an explicit mask, softmax, ·v, float32", probe.Version, probe.blasName())
+				if len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax" {
+					line += "; it has no sparse patterns or normalizers: it runs dense softmax attention, its FLOPs counted over every pair"
+				}
+				info = append(info, line)
 			} else {
 				info = append(info, probe.describe(cfg))
 			}

@@ -143,7 +143,7 @@ func (p *benchPrinter) proportion() error {
 	}
 	var sparse []string
 	for _, name := range p.names {
-		if name == "mha" || strings.HasPrefix(name, "mha-") && !strings.HasPrefix(name, "mha-dense") {
+		if c.sparseRow(name) {
 			sparse = append(sparse, name)
 		}
 	}

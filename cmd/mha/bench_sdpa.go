@@ -199,10 +199,16 @@ func (c *benchConfig) denseConfig() *benchConfig {
 	return &d
 }
 
-// implFlops is the work of one call of implementation impl at sequence length t: flops, or for
-// an mha-dense row the dense attention's.
+// sparseRow reports whether implementation impl runs the sparse patterns: mha's own rows do;
+// mha-dense and PyTorch's torch-eager (which has no patterns) run dense attention.
+func (c *benchConfig) sparseRow(impl string) bool {
+	return impl == "mha" || strings.HasPrefix(impl, "mha-") && !strings.HasPrefix(impl, "mha-dense")
+}
+
+// implFlops is the work of one call of implementation impl at sequence length t: flops, or
+// dense attention's for a row that does not run the sparse patterns (sparseRow).
 func (c *benchConfig) implFlops(impl string, t int) float64 {
-	if strings.HasPrefix(impl, "mha-dense") {
+	if c.pairs != nil && !c.sparseRow(impl) {
 		return c.denseConfig().flops(t)
 	}
 	return c.flops(t)

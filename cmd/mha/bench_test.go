@@ -419,6 +419,15 @@ func TestSDPAFlops(t *testing.T) {
 	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*100); got != want {
 		t.Errorf("full flops %v, want %v", got, want)
 	}
+	// With patterns (37 pairs kept over the 4 heads), mha's rows count the pairs kept; mha-dense
+	// and torch-eager, which run dense attention, every pair.
+	cfg.pairs = map[int]float64{10: 37}
+	for impl, pairs := range map[string]int{"mha": 37, "mha-bfloat16": 37, "mha-dense": 400, "mha-dense-float32": 400, "torch-eager": 400} {
+		if got, want := cfg.implFlops(impl, 10), float64(4*4*2*pairs); got != want {
+			t.Errorf("%s flops %v, want %v", impl, got, want)
+		}
+	}
+	cfg.pairs = nil
 	cfg.decode = true
 	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*10); got != want {
 		t.Errorf("decode flops %v, want %v", got, want)
