@@ -72,9 +72,9 @@ func (c *benchConfig) sdpaMode() string {
 	}
 	switch {
 	case len(c.sparse.patterns) > 0 && (c.causal || c.window > 0):
-		s += " (FLOPs count the pairs the patterns keep under the mask)"
+		s += " (FLOPs count the pairs the patterns keep under the mask; rows of dense attention, its pairs)"
 	case len(c.sparse.patterns) > 0:
-		s += " (FLOPs count the pairs the patterns keep)"
+		s += " (FLOPs count the pairs the patterns keep; rows of dense attention, every pair)"
 	case c.window > 0:
 		s += " (FLOPs count the pairs the window lets through)"
 	case c.causal:
@@ -151,7 +151,8 @@ func (c *benchConfig) sdpaArgs() []string {
 	return append(args, "--normalizer", c.sparse.normalizer)
 }
 
-// sdpaImpls are mha's implementations in the core's modes: one, or one per cache type.
+// sdpaImpls are mha's implementations in the core's modes: one (per compute type), with --dense
+// the same without patterns and normalizer beside it (mha-dense), or one per cache type.
 func sdpaImpls(cfg *benchConfig, worker func(args ...string) *exec.Cmd) []benchImpl {
 	if !cfg.decode {
 		impls := mhaImpls(cfg, worker)
