@@ -161,6 +161,19 @@ func loop(name string, ptr, n Register, step int, body func()) {
 	Label(name + "_done")
 }
 
+// loop2 is loop for two slices walked together: it advances both a and b.
+func loop2(name string, a, b, n Register, step int, body func()) {
+	Label(name)
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_done"))
+	body()
+	ADDQ(U32(4*step), a)
+	ADDQ(U32(4*step), b)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name))
+	Label(name + "_done")
+}
+
 // ---------------------------------------------------------------------------------------------
 // AVX-512
 
@@ -455,15 +468,13 @@ func saxpy512() {
 		VADDPS(at(y, 16*u), v, v)
 		VMOVUPS(v, at(y, 16*u))
 	}
-	loop("saxpy512_64", ptr, n, 64, func() {
+	loop2("saxpy512_64", ptr, y, n, 64, func() {
 		for u := range 4 {
 			body(u, ZMM(), nil)
 		}
-		ADDQ(U32(256), y)
 	})
-	loop("saxpy512_16", ptr, n, 16, func() {
+	loop2("saxpy512_16", ptr, y, n, 16, func() {
 		body(0, ZMM(), nil)
-		ADDQ(U32(64), y)
 	})
 	TESTQ(n, n)
 	JZ(LabelRef("saxpy512_done"))
@@ -483,26 +494,13 @@ func gradArgs() (ds, p, n Register) {
 	return ds, p, n
 }
 
-// gradLoop is loop for two pointers.
-func gradLoop(name string, ds, p, n Register, step int, body func()) {
-	Label(name)
-	CMPQ(n, U32(step))
-	JB(LabelRef(name + "_done"))
-	body()
-	ADDQ(U32(4*step), ds)
-	ADDQ(U32(4*step), p)
-	SUBQ(U32(step), n)
-	JMP(LabelRef(name))
-	Label(name + "_done")
-}
-
 func sgrad512() {
 	TEXT("sgradAVX512", NOSPLIT, "func(ds, p []float32, delta float32)")
 	Doc("sgradAVX512 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.")
 	ds, p, n := gradArgs()
 	d := ZMM()
 	VBROADCASTSS(Load(Param("delta"), XMM()), d)
-	gradLoop("sgrad512_64", ds, p, n, 64, func() {
+	loop2("sgrad512_64", ds, p, n, 64, func() {
 		v := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
 		for u := range v {
 			VMOVUPS(at(ds, 16*u), v[u])
@@ -517,7 +515,7 @@ func sgrad512() {
 			VMOVUPS(v[u], at(ds, 16*u))
 		}
 	})
-	gradLoop("sgrad512_16", ds, p, n, 16, func() {
+	loop2("sgrad512_16", ds, p, n, 16, func() {
 		v := ZMM()
 		VMOVUPS(at(ds, 0), v)
 		VSUBPS(d, v, v)
@@ -748,7 +746,7 @@ func sgrad256() {
 	ds, p, n := gradArgs()
 	d := YMM()
 	VBROADCASTSS(Load(Param("delta"), XMM()), d)
-	gradLoop("sgrad256_32", ds, p, n, 32, func() {
+	loop2("sgrad256_32", ds, p, n, 32, func() {
 		v := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
 		for u := range v {
 			VMOVUPS(at(ds, 8*u), v[u])
@@ -763,7 +761,7 @@ func sgrad256() {
 			VMOVUPS(v[u], at(ds, 8*u))
 		}
 	})
-	gradLoop("sgrad256_8", ds, p, n, 8, func() {
+	loop2("sgrad256_8", ds, p, n, 8, func() {
 		v := YMM()
 		VMOVUPS(at(ds, 0), v)
 		VSUBPS(d, v, v)
