@@ -13,6 +13,11 @@ const (
 	BlockK = 256
 )
 
+// softmaxRows is how many rows of a tile Tiled's softmax step takes at a time: their maxima
+// first, then their rescaling factors in one vector exp, then their exponentials, the rows'
+// scores (16 rows of up to BlockK+tailK keys, 20 KiB) still in L1 from the first pass.
+const softmaxRows = 16
+
 // tailK is how many keys at most, left at the end of a range, join its last tile of BlockK
 // rather than take a tile (and every row a softmax step) of their own: a block of 64 queries
 // under a window of 256 keys sees 320.
@@ -22,6 +27,7 @@ const tailK = 64
 // largest block it has seen and then stops allocating. Give each goroutine its own.
 type Scratch struct {
 	s, o, m, l []float32
+	alpha      []float32   // per row of a tile, the factor that rescales its sums (Tiled)
 	norm       normScratch // a row's keys for a Normalizer
 	spans      []span      // the key ranges of the tile being gathered
 	groups     []int       // the first row of each row tile of the tile's products, then the last
@@ -99,6 +105,7 @@ func (s *Scratch) grow(rows, keys, dv int) {
 	s.o = kernel.Grow(s.o, rows*dv)
 	s.m = kernel.Grow(s.m, rows)
 	s.l = kernel.Grow(s.l, rows)
+	s.alpha = kernel.Grow(s.alpha, rows)
 }
 
 // Tiled computes query rows [i0, i1) of h.Out = softmax(scale·Q·Kᵀ + bias)·V in float32 with the
@@ -149,7 +156,7 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		keys, tail = max(h.Tk, 1), 0
 	}
 	s.grow(rows, keys+tail, dv)
-	m, l, o := s.m, s.l, s.o
+	m, l, o, alpha := s.m, s.l, s.o, s.alpha
 	for r := range rows {
 		m[r], l[r] = float32(math.Inf(-1)), 0
 	}
@@ -240,74 +247,91 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			c += sp.j1 - sp.j0
 		}
-		for r := r0; r < r1; r++ {
-			s.prefetch(ahead)
-			row := sc[r*ld : r*ld+nc]
-			if !bare {
-				c := 0
-				for _, sp := range spans {
-					Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
-					c += sp.j1 - sp.j0
+		// The rows go in groups of softmaxRows: a first pass masks them and finds their maxima,
+		// one vector pass exponentiates their rescaling factors, and a second pass their scores,
+		// read again from L1.
+		for q0 := r0; q0 < r1; q0 += softmaxRows {
+			q1 := min(q0+softmaxRows, r1)
+			for r := q0; r < q1; r++ {
+				row := sc[r*ld : r*ld+nc]
+				if !bare {
+					c := 0
+					for _, sp := range spans {
+						Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
+						c += sp.j1 - sp.j0
+					}
 				}
-			}
-			if b.normalized() {
-				// The whole row is here: its weights directly, summing to 1.
-				m[r], l[r] = 0, 0
-				visible, kept := normalize(b.Normalizer, row, &s.norm)
-				if visible > 0 {
-					l[r] = 1
-				}
-				s.Visible += visible
-				s.Zero += visible - kept
-				if drop != nil {
-					dst := pv[r*ld : r*ld+nc]
-					copy(dst, row)
-					apply(*drop, i0+r, j0, dst)
-					continue
-				}
-				// The weights are 0 but on the keys normalize kept (s.norm.keys holds them,
-				// with some zeros): the row's output is the sum over those alone, where the
-				// product over the tile would multiply every key's value by 0.
-				if kept > 0 {
-					acc := o[r*dv : (r+1)*dv]
-					for _, j := range s.norm.keys {
-						if p := row[j]; p != 0 {
-							for c, x := range h.V[(j0+j)*h.LdV:][:dv] {
-								acc[c] += p * x
+				if b.normalized() {
+					s.prefetch(ahead)
+					// The whole row is here: its weights directly, summing to 1.
+					m[r], l[r] = 0, 0
+					visible, kept := normalize(b.Normalizer, row, &s.norm)
+					if visible > 0 {
+						l[r] = 1
+					}
+					s.Visible += visible
+					s.Zero += visible - kept
+					if drop != nil {
+						dst := pv[r*ld : r*ld+nc]
+						copy(dst, row)
+						apply(*drop, i0+r, j0, dst)
+						continue
+					}
+					// The weights are 0 but on the keys normalize kept (s.norm.keys holds them,
+					// with some zeros): the row's output is the sum over those alone, where the
+					// product over the tile would multiply every key's value by 0.
+					if kept > 0 {
+						acc := o[r*dv : (r+1)*dv]
+						for _, j := range s.norm.keys {
+							if p := row[j]; p != 0 {
+								for c, x := range h.V[(j0+j)*h.LdV:][:dv] {
+									acc[c] += p * x
+								}
 							}
 						}
 					}
+					continue
 				}
-				continue
-			}
-			mt := max(m[r], kernel.Smax(row))
-			if math.IsInf(float64(mt), -1) {
-				clear(row) // nothing visible to this row yet (nor weights in pb, which lie in row)
-				if drop != nil {
-					clear(pv[r*ld : r*ld+nc])
-				}
-				continue
-			}
-			if mt != m[r] {
+				// The row's new maximum, and the exponent of the factor that rescales what the
+				// row has summed so far (0 when it has nothing yet: exp(0) = 1).
+				mt := max(m[r], kernel.Smax(row))
+				alpha[r] = 0
 				if l[r] != 0 {
-					alpha := float32(math.Exp(float64(m[r] - mt)))
-					l[r] *= alpha
-					kernel.Sscal(alpha, o[r*dv:(r+1)*dv])
+					alpha[r] = m[r] - mt
 				}
 				m[r] = mt
 			}
-			if fused {
-				l[r] += kernel.SexpBF16(pb[2*r*ld:2*r*ld+nc], row, mt)
-			} else {
-				l[r] += kernel.Sexp(row, mt)
+			if b.normalized() {
+				continue
 			}
-			if drop != nil {
-				dst := pv[r*ld : r*ld+nc]
-				copy(dst, row)
-				c := 0
-				for _, sp := range spans {
-					apply(*drop, i0+r, sp.j0, dst[c:c+sp.j1-sp.j0])
-					c += sp.j1 - sp.j0
+			kernel.Sexp(alpha[q0:q1], 0)
+			for r := q0; r < q1; r++ {
+				s.prefetch(ahead)
+				row, mt := sc[r*ld:r*ld+nc], m[r]
+				if math.IsInf(float64(mt), -1) {
+					clear(row) // nothing visible to this row yet (nor weights in pb, which lie in row)
+					if drop != nil {
+						clear(pv[r*ld : r*ld+nc])
+					}
+					continue
+				}
+				if a := alpha[r]; a != 1 {
+					l[r] *= a
+					kernel.Sscal(a, o[r*dv:(r+1)*dv])
+				}
+				if fused {
+					l[r] += kernel.SexpBF16(pb[2*r*ld:2*r*ld+nc], row, mt)
+				} else {
+					l[r] += kernel.Sexp(row, mt)
+				}
+				if drop != nil {
+					dst := pv[r*ld : r*ld+nc]
+					copy(dst, row)
+					c := 0
+					for _, sp := range spans {
+						apply(*drop, i0+r, sp.j0, dst[c:c+sp.j1-sp.j0])
+						c += sp.j1 - sp.j0
+					}
 				}
 			}
 		}
