@@ -262,7 +262,6 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 					}
 				}
 				if b.normalized() {
-					s.prefetch(ahead)
 					// The whole row is here: its weights directly, summing to 1.
 					m[r], l[r] = 0, 0
 					visible, kept := normalize(b.Normalizer, row, &s.norm)
@@ -385,8 +384,9 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 		_, hi = b.Span(i1 - 1)
 		hi = max(min(hi, b.Stride), lo)
 	}
-	// The lines Prefetch asked for, a share at each softmax step (a row of a tile), by the keys
-	// the rows walk: those of [lo, hi), or those their layout keeps, and the appended ones.
+	// The lines Prefetch asked for, a share at each softmax step (a row's exponentials; a
+	// Normalizer's rows take none, and what is left goes at the end), by the keys the rows walk:
+	// those of [lo, hi), or those their layout keeps, and the appended ones.
 	if s.aheadLines > 0 {
 		n := hi - lo
 		if sp := b.Sparse; sp != nil {
