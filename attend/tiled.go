@@ -247,50 +247,61 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			}
 			c += sp.j1 - sp.j0
 		}
-		// The rows go in groups of softmaxRows: a first pass masks them and finds their maxima,
-		// one vector pass exponentiates their rescaling factors, and a second pass their scores,
-		// read again from L1.
-		for q0 := r0; q0 < r1; q0 += softmaxRows {
-			q1 := min(q0+softmaxRows, r1)
-			for r := q0; r < q1; r++ {
+		// mask applies the tile's masks and biases to the scores of its row r.
+		mask := func(r int, row []float32) {
+			if bare {
+				return
+			}
+			c := 0
+			for _, sp := range spans {
+				Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
+				c += sp.j1 - sp.j0
+			}
+		}
+		if b.normalized() {
+			for r := r0; r < r1; r++ {
 				row := sc[r*ld : r*ld+nc]
-				if !bare {
-					c := 0
-					for _, sp := range spans {
-						Apply(b, i0+r, sp.j0, row[c:c+sp.j1-sp.j0])
-						c += sp.j1 - sp.j0
-					}
+				mask(r, row)
+				// The whole row is here: its weights directly, summing to 1.
+				m[r], l[r] = 0, 0
+				visible, kept := normalize(b.Normalizer, row, &s.norm)
+				if visible > 0 {
+					l[r] = 1
 				}
-				if b.normalized() {
-					// The whole row is here: its weights directly, summing to 1.
-					m[r], l[r] = 0, 0
-					visible, kept := normalize(b.Normalizer, row, &s.norm)
-					if visible > 0 {
-						l[r] = 1
-					}
-					s.Visible += visible
-					s.Zero += visible - kept
-					if drop != nil {
-						dst := pv[r*ld : r*ld+nc]
-						copy(dst, row)
-						apply(*drop, i0+r, j0, dst)
-						continue
-					}
-					// The weights are 0 but on the keys normalize kept (s.norm.keys holds them,
-					// with some zeros): the row's output is the sum over those alone, where the
-					// product over the tile would multiply every key's value by 0.
-					if kept > 0 {
-						acc := o[r*dv : (r+1)*dv]
-						for _, j := range s.norm.keys {
-							if p := row[j]; p != 0 {
-								for c, x := range h.V[(j0+j)*h.LdV:][:dv] {
-									acc[c] += p * x
-								}
+				s.Visible += visible
+				s.Zero += visible - kept
+				if drop != nil {
+					dst := pv[r*ld : r*ld+nc]
+					copy(dst, row)
+					apply(*drop, i0+r, j0, dst)
+					continue
+				}
+				// The weights are 0 but on the keys normalize kept (s.norm.keys holds them,
+				// with some zeros): the row's output is the sum over those alone, where the
+				// product over the tile would multiply every key's value by 0.
+				if kept > 0 {
+					acc := o[r*dv : (r+1)*dv]
+					for _, j := range s.norm.keys {
+						if p := row[j]; p != 0 {
+							for c, x := range h.V[(j0+j)*h.LdV:][:dv] {
+								acc[c] += p * x
 							}
 						}
 					}
-					continue
 				}
+			}
+			if drop == nil {
+				return // the rows' outputs are summed above
+			}
+		}
+		// The softmax step takes the rows in groups of softmaxRows: a first pass masks them and
+		// finds their maxima, one vector exp gives their rescaling factors, and a second pass
+		// takes the exponentials of their scores, read again from L1.
+		for q0 := r0; q0 < r1 && !b.normalized(); q0 += softmaxRows {
+			q1 := min(q0+softmaxRows, r1)
+			for r := q0; r < q1; r++ {
+				row := sc[r*ld : r*ld+nc]
+				mask(r, row)
 				// The row's new maximum, and the exponent of the factor that rescales what the
 				// row has summed so far (0 when it has nothing yet: exp(0) = 1).
 				mt := max(m[r], kernel.Smax(row))
@@ -299,9 +310,6 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 					alpha[r] = m[r] - mt
 				}
 				m[r] = mt
-			}
-			if b.normalized() {
-				continue
 			}
 			kernel.Sexp(alpha[q0:q1], 0)
 			for r := q0; r < q1; r++ {
@@ -333,9 +341,6 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 					}
 				}
 			}
-		}
-		if b.normalized() && drop == nil {
-			return // the rows' outputs are summed above
 		}
 		c = 0
 		for _, sp := range spans {
