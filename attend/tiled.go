@@ -143,8 +143,8 @@ func (s *Scratch) grow(rows, keys, dv int) {
 // no dropout) read the float32 h.V. With h.OutB the rows' outputs go there instead of h.Out,
 // rounded to bfloat16 by kernel.RoundBF16s. Where neither w, dropout nor a Normalizer needs the
 // float32 weights, the softmax pass writes them as bfloat16 bits over the first half of their
-// row of scores (kernel.SexpBF16) and the weights·V product reads those (GemmBF16Bits): the same
-// roundings, so the same results, as rounding them while packing. With h.Kp and h.Vp the
+// row of scores (kernel.SexpBF16, whose exps are within 1·10⁻⁵ of Sexp's before their rounding
+// to bfloat16) and the weights·V product reads those (GemmBF16Bits). With h.Kp and h.Vp the
 // products read K's and, in that case, V's tiles from those packings (kernel.GemmBF16Packed)
 // where they fit, again with the same results.
 func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, w, lse []float32, s *Scratch) (fullyMasked int) {

@@ -10,7 +10,7 @@ func smaxAVX512(x []float32) float32
 // sexpAVX512 sets x[i] = exp(x[i] + negShift) and returns the sum of the new values.
 func sexpAVX512(x []float32, negShift float32) float32
 
-// sexpBF16AVX512 sets dst[i] to the bfloat16 (VCVTNEPS2BF16) of exp(x[i] + negShift) for i < len(x) and returns the sum of the exps before rounding, as sexpAVX512 does; x is not written. It needs AVX512_BF16; dst must be as long as x.
+// sexpBF16AVX512 sets dst[i] to the bfloat16 of exp(x[i] + negShift), computed within 1e-5 relative, for i < len(x) and returns the sum of the exps before rounding; x is not written. It needs AVX512_BF16; dst must be as long as x.
 func sexpBF16AVX512(dst []uint16, x []float32, negShift float32) float32
 
 // sscalAVX512 multiplies every value of x by s.

@@ -459,11 +459,13 @@ func TestSoftmaxGrad(t *testing.T) {
 	SoftmaxGrad(make([]float32, 3), make([]float32, 2), 0)
 }
 
-// TestSexpBF16 checks SexpBF16 on every path against its definition, sexp on the same path
-// followed by RoundBF16: the same bits in dst and the same sum, at every length up to 300
+// TestSexpBF16 checks SexpBF16 on every path against its definition, at every length up to 300
 // (odd ones and the masked tails included), with infinities, NaN, exps that underflow or
-// overflow, and exps at or beside halfway between two bfloat16; dst past len(x) is not written, and on
-// the one-pass path x is not either.
+// overflow, and exps at or beside halfway between two bfloat16: on the one-pass path
+// (AVX512_BF16) each value of dst is the bfloat16 of a value within bf16ExpTol of exp(x − shift)
+// (float64) and the sum within bf16ExpTol of theirs; elsewhere dst and the sum are the bits of
+// sexp on the same path followed by RoundBF16. dst past len(x) is not written, and on the
+// one-pass path x is not either.
 func TestSexpBF16(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	inf, nan := float32(math.Inf(1)), float32(math.NaN())
@@ -500,12 +502,16 @@ func TestSexpBF16(t *testing.T) {
 					dst[j] = guard
 				}
 				sum := sexpBF16(i, dst[:n], x, shift)
-				if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
-					t.Fatalf("%v n=%d trial %d: sum %v, want %v", i, n, trial, sum, wantSum)
-				}
-				for j, v := range ref {
-					if w := RoundBF16(v); dst[j] != w {
-						t.Fatalf("%v n=%d trial %d: dst[%d] = %#04x, want %#04x (exp(%v − %v) = %v)", i, n, trial, j, dst[j], w, in[j], shift, v)
+				if onePass := i == avx512 && hasBF16; onePass {
+					checkSexpBF16(t, dst[:n], sum, in, shift)
+				} else {
+					if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+						t.Fatalf("%v n=%d trial %d: sum %v, want %v", i, n, trial, sum, wantSum)
+					}
+					for j, v := range ref {
+						if w := RoundBF16(v); dst[j] != w {
+							t.Fatalf("%v n=%d trial %d: dst[%d] = %#04x, want %#04x (exp(%v − %v) = %v)", i, n, trial, j, dst[j], w, in[j], shift, v)
+						}
 					}
 				}
 				for j := n; j < len(dst); j++ {
@@ -518,6 +524,73 @@ func TestSexpBF16(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// bf16ExpTol is the relative error SexpBF16's one-pass exps may have before their rounding to
+// bfloat16: 2.9·10⁻⁶ from the polynomial, up to 5·10⁻⁶ from rounding t·log2e, and float32's
+// arithmetic; a bfloat16 ULP is 2⁻⁸ of the value or more.
+const bf16ExpTol = 1e-5
+
+// checkSexpBF16 checks dst and sum, SexpBF16(dst, x, shift) on the one-pass path, against
+// float64: each dst[j] is the bfloat16 of a value within bf16ExpTol of e = exp(float32(x[j] −
+// shift)) relative (0 where e is below 2⁻¹²⁶ by more than that, NaN where e is), and the sum is
+// within bf16ExpTol of Σe relative, plus float32 summation's (n/4 + 8)·2⁻²⁴, plus 2⁻¹²⁶ for
+// each flushed exp.
+func checkSexpBF16(t *testing.T, dst []uint16, sum float32, x []float32, shift float32) {
+	t.Helper()
+	var want float64
+	for j, v := range x {
+		e := math.Exp(float64(v - shift))
+		want += e
+		got := float64(math.Float32frombits(uint32(dst[j]) << 16))
+		switch {
+		case math.IsNaN(e):
+			if !math.IsNaN(got) {
+				t.Fatalf("dst[%d] = %v, want NaN (exp(%v − %v))", j, got, v, shift)
+			}
+			continue
+		case e*(1+bf16ExpTol) < 0x1p-126:
+			if got != 0 {
+				t.Fatalf("dst[%d] = %v, want 0 (exp(%v − %v) = %v is below 2⁻¹²⁶)", j, got, v, shift, e)
+			}
+			continue
+		}
+		lo, hi := RoundBF16(float32(e*(1-bf16ExpTol))), RoundBF16(float32(e*(1+bf16ExpTol)))
+		if b := dst[j]; b != lo && b != hi && !(e*(1-bf16ExpTol) < 0x1p-126 && b == 0) {
+			t.Fatalf("dst[%d] = %v, want the bfloat16 of exp(%v − %v) = %v within %g", j, got, v, shift, e, bf16ExpTol)
+		}
+	}
+	switch {
+	case math.IsNaN(want):
+		if sum == sum {
+			t.Fatalf("sum %v, want NaN", sum)
+		}
+	case math.IsInf(float64(sum), 1) && want > math.MaxFloat32*(1-bf16ExpTol):
+		// the float32 sum overflowed, as it must when want does by more than the tolerance
+	default:
+		// Exps below 2⁻¹²⁶ are flushed: up to that much each.
+		if d := math.Abs(float64(sum) - want); !(d <= want*(bf16ExpTol+float64(len(x)/4+8)*0x1p-24)+float64(len(x))*0x1p-126) {
+			t.Fatalf("sum %v, want %v (off by %.2g relative)", sum, want, d/want)
+		}
+	}
+}
+
+// TestSexpBF16Sweep checks the one-pass SexpBF16 (AVX512_BF16) on 2²⁰ arguments spread evenly
+// over [−100, 100], beyond both ends of float32's exp, against float64 (checkSexpBF16).
+func TestSexpBF16Sweep(t *testing.T) {
+	if !(best == avx512 && hasBF16) {
+		t.Skip("no AVX512_BF16: SexpBF16 is Sexp then RoundBF16s, checked by TestSexpBF16")
+	}
+	const n = 1 << 20
+	x := make([]float32, n)
+	for j := range x {
+		x[j] = float32(-100 + 200*float64(j)/n)
+	}
+	for lo := 0; lo < n; lo += 1024 { // rows of 1024, so that each sum is checked on its own
+		row := x[lo : lo+1024]
+		dst := make([]uint16, len(row))
+		checkSexpBF16(t, dst, sexpBF16(best, dst, row, 0), row, 0)
 	}
 }
 

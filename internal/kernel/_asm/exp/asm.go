@@ -5,7 +5,8 @@
 //
 // The exp algorithm is the one written out in Go in exp.go (expGeneric); the constants below
 // must stay bit-identical to the ones there (exp_test.go sweeps every path against float64
-// math.Exp, so a mismatch shows up as a failure).
+// math.Exp, so a mismatch shows up as a failure). SexpBF16's one pass, whose exps are rounded
+// to bfloat16, uses a cheaper one of its own (blockBF16), held to 1e-5 by TestSexpBF16.
 //
 //	t = x − shift
 //	n = round(t·log2e)                 to nearest even
@@ -46,6 +47,12 @@ const (
 	kPosInf // +Inf
 	kNegInf // −Inf
 	kNaN    // a quiet NaN
+	kB4     // the bfloat16 path's 2^r polynomial: b4…b1
+	kB3
+	kB2
+	kB1
+	kUlo    // the bfloat16 path's least u = t·log2e kept: 2^u ≥ 2⁻¹²⁶
+	kUclamp // the bfloat16 path clamps u to this: 2^u then overflows to +Inf by itself
 	kRows
 )
 
@@ -66,6 +73,12 @@ var rowBits = [kRows]uint32{
 	kPosInf:  0x7f800000,
 	kNegInf:  0xff800000,
 	kNaN:     0x7fc00000,
+	kB4:      0x3c1d009d, // 9.58266575e-3
+	kB3:      0x3d64ffbb, // 5.59079461e-2
+	kB2:      0x3e7601c4, // 0.240241110
+	kB1:      0x3f317093, // 0.693123996
+	kUlo:     0xc2fc0000, // −126
+	kUclamp:  0x43010000, // 129
 }
 
 // VCMPPS predicates.
@@ -258,7 +271,8 @@ func hsum256(y VecVirtual, op func(a, b Op)) {
 	op(h, x)
 }
 
-// exp512 holds the registers of the AVX-512 exp.
+// exp512 holds the registers of the AVX-512 exp. For blockBF16 (bits not nil), c6 holds b4,
+// coef[1:] b3, b2, b1 and 1, tlo ulo and clamp uclamp; nhi, nlo and coef[0] are unused.
 type exp512 struct {
 	negShift, log2e, nhi, nlo, c6, tlo, clamp VecVirtual
 	coef                                      [5]VecVirtual // c5, c4, c3, c2, 1
@@ -268,9 +282,12 @@ type exp512 struct {
 
 // block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
 // tail mask kin (not nil), one vector is read and written under the mask only. When e.bits is
-// not nil the vectors at mem are left as they are and their exps are stored at e.bits instead,
-// rounded to bfloat16 (vector u at e.bits + 32·u); the sums are of the unrounded exps.
+// not nil, blockBF16 does the work instead.
 func (e *exp512) block(mem []Mem, kin Op) {
+	if e.bits != nil {
+		e.blockBF16(mem, kin)
+		return
+	}
 	nv := len(mem)
 	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
 	for u := range nv {
@@ -343,6 +360,87 @@ func (e *exp512) block(mem []Mem, kin Op) {
 	}
 }
 
+// blockBF16 is block for the bfloat16 path (e.bits not nil), with an exp accurate enough to
+// be rounded to bfloat16 and cheaper than Sexp's: u = t·log2e, n = round(u), r = u − n,
+// 2^r = 1 + b1·r + … + b4·r⁴ (relative error 2.9·10⁻⁶ on |r| ≤ 1/2), times 2ⁿ. With the
+// rounding of u, the exps are within 1·10⁻⁵ of exp(t) relative, 0 where u < −126.
+func (e *exp512) blockBF16(mem []Mem, kin Op) {
+	nv := len(mem)
+	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
+	for u := range nv {
+		t[u], nn[u], p[u], k[u] = ZMM(), ZMM(), ZMM(), K()
+	}
+	for u := range nv {
+		if kin != nil {
+			VMOVUPS_Z(mem[u], kin, t[u])
+			VADDPS(e.negShift, t[u], t[u])
+		} else {
+			VADDPS(mem[u], e.negShift, t[u]) // t = x + (−shift) = x − shift
+		}
+	}
+	for u := range nv {
+		VMULPS(e.log2e, t[u], t[u]) // u = t·log2e
+	}
+	for u := range nv {
+		// k: lanes to keep, u ≥ ulo or NaN; the others (−Inf included) become 0.
+		if kin != nil {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], kin, k[u])
+		} else {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], k[u])
+		}
+	}
+	for u := range nv {
+		VMINPS(t[u], e.clamp, t[u]) // NaN stays
+	}
+	for u := range nv {
+		VRNDSCALEPS(U8(roundNearest), t[u], nn[u])
+	}
+	for u := range nv {
+		VSUBPS(nn[u], t[u], t[u]) // r = u − n, exact
+	}
+	for u := range nv {
+		VMOVAPS(e.c6, p[u]) // b4
+	}
+	for _, c := range e.coef[1:] { // b3, b2, b1, 1
+		for u := range nv {
+			VFMADD213PS(c, t[u], p[u])
+		}
+	}
+	for u := range nv {
+		VSCALEFPS_Z(nn[u], p[u], k[u], p[u])
+	}
+	e.storeBF16(p, kin)
+	for u := range nv {
+		VADDPS(p[u], e.acc[u], e.acc[u])
+	}
+}
+
+// storeBF16 stores the vectors p rounded to bfloat16 at e.bits (vector u at e.bits + 32·u),
+// under the mask kin when it is not nil: two vectors at a time by VCVTNE2PS2BF16 where it can.
+// The instructions come encoded, register-only (bf16op), so the register allocator does not
+// see them: they run on Z30 and Z31, which avo sees defined by the VMOVAPS before them and Z31
+// read by the store after, so no virtual register lives there meanwhile.
+func (e *exp512) storeBF16(p []VecVirtual, kin Op) {
+	for u := 0; u < len(p); u++ {
+		out := Mem{Base: e.bits, Disp: 32 * u}
+		if kin == nil && u+1 < len(p) {
+			VMOVAPS(p[u], Z30)
+			VMOVAPS(p[u+1], Z31)
+			bf16op.VCVTNE2PS2BF16(Z30, Z31, Z31, true)
+			VMOVDQU16(Z31, out)
+			u++
+			continue
+		}
+		VMOVAPS(p[u], Z31)
+		bf16op.VCVTNEPS2BF16(Z31, Y31)
+		if kin != nil {
+			VMOVDQU16(Y31, kin, out)
+		} else {
+			VMOVDQU16(Y31, out) // EVEX: VMOVDQU cannot name Y31
+		}
+	}
+}
+
 func sexp512() {
 	TEXT("sexpAVX512", NOSPLIT, "func(x []float32, negShift float32) float32")
 	Doc("sexpAVX512 sets x[i] = exp(x[i] + negShift) and returns the sum of the new values.")
@@ -350,11 +448,11 @@ func sexp512() {
 	sexpBody512("sexp512", ptr, n, nil)
 }
 
-// sexpBF16512 emits sexpBF16AVX512: Sexp's exps, in the same order and with the same sums, stored
-// as bfloat16 (VCVTNEPS2BF16) instead of over x. It needs AVX512_BF16.
+// sexpBF16512 emits sexpBF16AVX512: exps by blockBF16's cheaper polynomial, stored as bfloat16
+// (VCVTNE2PS2BF16, VCVTNEPS2BF16) instead of over x, summed as Sexp sums. It needs AVX512_BF16.
 func sexpBF16512() {
 	TEXT("sexpBF16AVX512", NOSPLIT, "func(dst []uint16, x []float32, negShift float32) float32")
-	Doc("sexpBF16AVX512 sets dst[i] to the bfloat16 (VCVTNEPS2BF16) of exp(x[i] + negShift) for i < len(x) and returns the sum of the exps before rounding, as sexpAVX512 does; x is not written. It needs AVX512_BF16; dst must be as long as x.")
+	Doc("sexpBF16AVX512 sets dst[i] to the bfloat16 of exp(x[i] + negShift), computed within 1e-5 relative, for i < len(x) and returns the sum of the exps before rounding; x is not written. It needs AVX512_BF16; dst must be as long as x.")
 	bits := Load(Param("dst").Base(), GP64())
 	ptr, n := sliceArgs()
 	sexpBody512("sexpbf16512", ptr, n, bits)
@@ -371,10 +469,17 @@ func sexpBody512(name string, ptr, n, bits Register) {
 		VBROADCASTSS(row(i), z)
 		return z
 	}
-	e.log2e, e.nhi, e.nlo, e.c6 = bcast(kLog2e), bcast(kNegLn2H), bcast(kNegLn2L), bcast(kC6)
-	e.tlo, e.clamp = bcast(kTlo), bcast(kClamp)
-	for i, r := range []int{kC5, kC4, kC3, kC2, kOne} {
-		e.coef[i] = bcast(r)
+	if bits != nil {
+		e.log2e, e.c6, e.tlo, e.clamp = bcast(kLog2e), bcast(kB4), bcast(kUlo), bcast(kUclamp)
+		for i, r := range []int{kB3, kB2, kB1, kOne} {
+			e.coef[i+1] = bcast(r)
+		}
+	} else {
+		e.log2e, e.nhi, e.nlo, e.c6 = bcast(kLog2e), bcast(kNegLn2H), bcast(kNegLn2L), bcast(kC6)
+		e.tlo, e.clamp = bcast(kTlo), bcast(kClamp)
+		for i, r := range []int{kC5, kC4, kC3, kC2, kOne} {
+			e.coef[i] = bcast(r)
+		}
 	}
 	for i := range e.acc {
 		e.acc[i] = ZMM()
