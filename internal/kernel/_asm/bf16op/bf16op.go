@@ -1,11 +1,11 @@
 // Package bf16op emits the AVX512_BF16 instructions for the generators: VDPBF16PS,
 // VCVTNE2PS2BF16 and VCVTNEPS2BF16, the one home of their encoding, used by gemm (the bfloat16
-// GEMM's kernels and packers), exp (SexpBF16's stores) and peak (the VDPBF16PS peak loop). Neither avo v0.5.0 nor the Go
-// 1.26 assembler knows these instructions, so they are emitted as LONG and WORD directives
-// holding their EVEX encoding (register operands only), each after a comment that spells the
-// instruction in Go assembler order. The encodings were checked against llvm-mc -show-encoding
-// (register numbers below and above 8 and 16 in every operand), and TestVDPBF16PSOrder and
-// TestRoundBF16Hardware check the instructions' results on the CPU.
+// GEMM's kernels and packers), exp (SexpBF16's stores) and peak (the VDPBF16PS peak loop).
+// Neither avo v0.5.0 nor the Go 1.26 assembler knows these instructions, so they are emitted as
+// LONG and WORD directives holding their EVEX encoding (register operands only), each after a
+// comment that spells the instruction in Go assembler order. The encodings were checked against
+// llvm-mc -show-encoding (register numbers below and above 8 and 16 in every operand), and
+// TestVDPBF16PSOrder and TestRoundBF16Hardware check the instructions' results on the CPU.
 package bf16op
 
 import (
