@@ -74,13 +74,13 @@ func Sexp(x []float32, shift float32) float32 {
 // SexpBF16 is Sexp with its results rounded to bfloat16 into dst: it sets dst[i] to
 // RoundBF16(exp(x[i] − shift)) for i < len(x) and returns the sum of the exps before rounding.
 // It feeds a bfloat16 product (GemmBF16Bits) the weights of an online softmax in one pass over
-// the scores. Where the CPU has AVX512_BF16 it computes each exp with a cheaper polynomial
+// the scores. On the AVX512_BF16 path it computes each exp with a cheaper polynomial
 // than Sexp's, within 1·10⁻⁵ relative of exp(t) (t = x[i] − shift rounded to float32; a
 // bfloat16 ULP is 2⁻⁸ relative or more), so dst[i] is RoundBF16 of a value that close to
 // exp(t), and the sum is of those values; exps below 2⁻¹²⁶ give 0, overflow +Inf and NaN NaN,
 // as in Sexp. Elsewhere it gives the bits and the sum of Sexp(x, shift) followed by
-// RoundBF16s(dst, x). x is scratch: where the CPU has AVX512_BF16 it is read only, elsewhere
-// it receives the exps. dst may also be Bits(x), x's own memory: every value is read before its
+// RoundBF16s(dst, x). x is scratch: on the AVX512_BF16 path it is read only, elsewhere it
+// receives the exps. dst may also be Bits(x), x's own memory: every value is read before its
 // bits are stored, and the bits then fill the first half of x's bytes. It panics when dst is
 // shorter than x.
 func SexpBF16(dst []uint16, x []float32, shift float32) float32 {
