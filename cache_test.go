@@ -65,10 +65,11 @@ var cacheDTypes = []CacheDType{CacheFloat32, CacheFloat16, CacheBFloat16}
 // TestAttendCacheDecode prefills T positions, then decodes N one at a time, and checks every
 // call against SDPAReference (float64) over the keys cached so far, with the inputs rounded to
 // the cache's type first; with bottom-right causal attention, the outputs of all calls together
-// must also equal one SDPA forward over all T + N positions. With rotary, a half cache stores
+// must also equal one SDPA forward over all T + N positions. The steps cross from the cache's
+// first tile of 128 positions into its second. With rotary, a half cache stores
 // the rotated keys rounded, not the rounded keys rotated, so the tolerance is that of a half.
 func TestAttendCacheDecode(t *testing.T) {
-	const b, d, dv, prefill, steps = 2, 8, 6, 37, 9
+	const b, d, dv, prefill, steps = 2, 8, 6, cacheTile - 3, 9
 	const total = prefill + steps
 	for _, dtype := range cacheDTypes {
 		for _, tc := range cacheCases() {
