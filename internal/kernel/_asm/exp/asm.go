@@ -280,16 +280,11 @@ type exp512 struct {
 	bits                                      Register // not nil: the exps go there as bfloat16
 }
 
-// block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
-// tail mask kin (not nil), one vector is read and written under the mask only. When e.bits is
-// not nil, blockBF16 does the work instead.
-func (e *exp512) block(mem []Mem, kin Op) {
-	if e.bits != nil {
-		e.blockBF16(mem, kin)
-		return
-	}
+// shifted loads the len(mem) vectors at mem (under the tail mask kin when it is not nil) as
+// t = x − shift, and returns them with the registers a block computes in: n, p and the masks.
+func (e *exp512) shifted(mem []Mem, kin Op) (t, nn, p []VecVirtual, k []Register) {
 	nv := len(mem)
-	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
+	t, nn, p, k = make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
 	for u := range nv {
 		t[u], nn[u], p[u], k[u] = ZMM(), ZMM(), ZMM(), K()
 	}
@@ -301,6 +296,19 @@ func (e *exp512) block(mem []Mem, kin Op) {
 			VADDPS(mem[u], e.negShift, t[u]) // t = x + (−shift) = x − shift
 		}
 	}
+	return t, nn, p, k
+}
+
+// block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
+// tail mask kin (not nil), one vector is read and written under the mask only. When e.bits is
+// not nil, blockBF16 does the work instead.
+func (e *exp512) block(mem []Mem, kin Op) {
+	if e.bits != nil {
+		e.blockBF16(mem, kin)
+		return
+	}
+	nv := len(mem)
+	t, nn, p, k := e.shifted(mem, kin)
 	for u := range nv {
 		// k: lanes to keep, t ≥ tlo or NaN; the others (−Inf included) become 0.
 		if kin != nil {
@@ -366,18 +374,7 @@ func (e *exp512) block(mem []Mem, kin Op) {
 // rounding of u, the exps are within 1·10⁻⁵ of exp(t) relative, 0 where u < −126.
 func (e *exp512) blockBF16(mem []Mem, kin Op) {
 	nv := len(mem)
-	t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
-	for u := range nv {
-		t[u], nn[u], p[u], k[u] = ZMM(), ZMM(), ZMM(), K()
-	}
-	for u := range nv {
-		if kin != nil {
-			VMOVUPS_Z(mem[u], kin, t[u])
-			VADDPS(e.negShift, t[u], t[u])
-		} else {
-			VADDPS(mem[u], e.negShift, t[u]) // t = x + (−shift) = x − shift
-		}
-	}
+	t, nn, p, k := e.shifted(mem, kin)
 	for u := range nv {
 		VMULPS(e.log2e, t[u], t[u]) // u = t·log2e
 	}
