@@ -299,6 +299,22 @@ func (e *exp512) shifted(mem []Mem, kin Op) (t, nn, p []VecVirtual, k []Register
 	return t, nn, p, k
 }
 
+// bound sets k[u] to the lanes of t[u] to keep, t ≥ e.tlo or NaN (the others, −Inf included,
+// become 0), under kin when it is not nil, and clamps t[u] to at most e.clamp, NaN staying NaN
+// (VMINPS returns its second source, t, when either is NaN).
+func (e *exp512) bound(t []VecVirtual, k []Register, kin Op) {
+	for u := range t {
+		if kin != nil {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], kin, k[u])
+		} else {
+			VCMPPS(U8(cmpNLT), e.tlo, t[u], k[u])
+		}
+	}
+	for u := range t {
+		VMINPS(t[u], e.clamp, t[u])
+	}
+}
+
 // block512 replaces the len(mem) vectors at mem by their exp and adds them to acc[0…]. With a
 // tail mask kin (not nil), one vector is read and written under the mask only. When e.bits is
 // not nil, blockBF16 does the work instead.
@@ -309,17 +325,7 @@ func (e *exp512) block(mem []Mem, kin Op) {
 	}
 	nv := len(mem)
 	t, nn, p, k := e.shifted(mem, kin)
-	for u := range nv {
-		// k: lanes to keep, t ≥ tlo or NaN; the others (−Inf included) become 0.
-		if kin != nil {
-			VCMPPS(U8(cmpNLT), e.tlo, t[u], kin, k[u])
-		} else {
-			VCMPPS(U8(cmpNLT), e.tlo, t[u], k[u])
-		}
-	}
-	for u := range nv {
-		VMINPS(t[u], e.clamp, t[u]) // min(clamp, t), NaN stays: VMINPS returns the 2nd source
-	}
+	e.bound(t, k, kin)
 	for u := range nv {
 		VMULPS(e.log2e, t[u], nn[u])
 	}
@@ -378,17 +384,7 @@ func (e *exp512) blockBF16(mem []Mem, kin Op) {
 	for u := range nv {
 		VMULPS(e.log2e, t[u], t[u]) // u = t·log2e
 	}
-	for u := range nv {
-		// k: lanes to keep, u ≥ ulo or NaN; the others (−Inf included) become 0.
-		if kin != nil {
-			VCMPPS(U8(cmpNLT), e.tlo, t[u], kin, k[u])
-		} else {
-			VCMPPS(U8(cmpNLT), e.tlo, t[u], k[u])
-		}
-	}
-	for u := range nv {
-		VMINPS(t[u], e.clamp, t[u]) // NaN stays
-	}
+	e.bound(t, k, kin) // with ulo and uclamp
 	for u := range nv {
 		VRNDSCALEPS(U8(roundNearest), t[u], nn[u])
 	}
