@@ -303,7 +303,7 @@ func (w *work) encode(task int) {
 // of columns where that applies (gemm.pack).
 func (w *work) runGemm(g gemm) {
 	w.g = g
-	w.g.pack()
+	w.g.pack(w.workers())
 	w.run(phaseGemm, w.g.tasks())
 }
 
@@ -794,16 +794,22 @@ const packCols = 128
 
 // pack sets g.packed where it applies: a bfloat16 product of X's bits and a transposed W in
 // float32 or bfloat16, on a CPU whose AVX512_BF16 kernels read packed panels
-// (kernel.GemmBF16Packed). Then each block of W is packed once per call rather than once for
-// every block of rows.
-func (g *gemm) pack() {
-	g.packed = g.xb != nil && g.trans && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
+// (kernel.GemmBF16Packed), or a float32 product with a transposed float32 W whose blocks of
+// packCols columns are at least as many as the workers (kernel.PackedF32, on AVX-512). Then
+// each block of W is packed once per call rather than once for every block of rows.
+func (g *gemm) pack(workers int) {
+	if g.bf16 {
+		g.packed = g.xb != nil && g.trans && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
+		return
+	}
+	g.packed = g.trans && g.w.f != nil && ceilDiv(g.n, packCols) >= workers
 }
 
 // wpack is one worker's packing of a block of a projection's weights (gemm.doPacked).
 type wpack struct {
 	p    kernel.PackedBF16
 	bits []uint16 // the block of a float32 W rounded to bfloat16, before it is packed
+	f    kernel.PackedF32
 }
 
 // Task blocks of the projection GEMMs: rows and columns of C per task.
@@ -853,11 +859,16 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 
 // doPacked runs one task of a packed gemm: it packs rows [c0, c0+packCols) of the transposed W
 // into pk and computes those columns of C for every row of every batch, in the row blocks of
-// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results).
+// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
+// kernel.SgemmPacked Sgemm's; see doPackedF32).
 func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
 	c0 := task * packCols
 	cols := min(packCols, g.n-c0)
 	w := g.w.from(c0 * g.ldw)
+	if !g.bf16 {
+		g.doPackedF32(ws, &pk.f, c0, cols, w.f)
+		return
+	}
 	bits, ld := w.h, g.ldw
 	if w.f != nil {
 		pk.bits = kernel.Grow(pk.bits, cols*g.k)
@@ -878,6 +889,28 @@ func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
 			ws.GemmBF16Packed(rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, &pk.p, 0, 0, g.beta, c, g.ldc, bias)
 			if g.bits != nil {
 				encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
+			}
+		}
+	}
+}
+
+// doPackedF32 is doPacked for a float32 product, the columns [c0, c0+cols) of C whose rows of W
+// start at wf: that block of W packed once (kernel.PackedF32) where the CPU's kernels read packed
+// panels, else each block of rows through Sgemm as do runs it. The sums are Sgemm's either way.
+func (g *gemm) doPackedF32(ws *kernel.Workspace, pk *kernel.PackedF32, c0, cols int, wf []float32) {
+	var bias []float32
+	if g.bias != nil {
+		bias = g.bias[c0 : c0+cols]
+	}
+	packed := pk.Pack(g.k, cols, wf, g.ldw)
+	for b := range g.batches {
+		for r0 := 0; r0 < g.rows; r0 += gemmRows {
+			rows := min(gemmRows, g.rows-r0)
+			x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+			if packed {
+				ws.SgemmPacked(rows, 1, x, g.ldx, pk, g.beta, c, g.ldc, bias)
+			} else {
+				ws.Sgemm(false, true, rows, cols, g.k, 1, x, g.ldx, wf, g.ldw, g.beta, c, g.ldc, bias)
 			}
 		}
 	}

@@ -48,6 +48,61 @@ func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a
 	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
 }
 
+// PackedF32 is a transposed B operand of Sgemm, a projection's weights W [n, k] say, packed
+// once into the AVX-512 kernels' panels (⌈n/32⌉ panels of k rows × 32 columns of Wᵀ), so that
+// SgemmPacked can multiply it by many blocks of rows without packing it again. The zero value
+// holds nothing; Pack fills it, reusing its memory. It is read-only for SgemmPacked, so
+// goroutines may share it.
+type PackedF32 struct {
+	f    []float32
+	k, n int // op(B) = Bᵀ is k×n
+}
+
+// Pack packs op(B) = Bᵀ into p, replacing what p held: B is stored n×k with row stride ldb, as
+// Sgemm's b with transB. It reports whether it packed: only the AVX-512 kernels read packed
+// panels, so on other instruction sets (and under purego) it packs nothing and leaves p empty,
+// and the caller multiplies with Sgemm instead. It panics on a negative size or a b too short
+// for its shape.
+func (p *PackedF32) Pack(k, n int, b []float32, ldb int) bool {
+	if k < 0 || n < 0 {
+		panic(fmt.Sprintf("kernel: negative dimension in PackedF32.Pack: k=%d n=%d", k, n))
+	}
+	checkLen("B", b, n, k, ldb)
+	p.k, p.n = 0, 0
+	if best != avx512 {
+		return false
+	}
+	p.k, p.n = k, n
+	p.pack(b, ldb)
+	return true
+}
+
+// SgemmPacked computes C = alpha·A·op(B) + beta·C with A m×k row-major (stride lda), op(B) the
+// k×n operand b holds, and C m×n (stride ldc), then, when bias is not nil, adds bias[j] to
+// column j of every row of C: Sgemm(false, true, m, n, k, alpha, a, lda, B, ldb, beta, c, ldc,
+// bias) on the B that b packed, bit for bit, without packing B. An empty b (Pack returned false)
+// has n = 0: there is no C to compute. Rules on beta and bias are Sgemm's; it panics when A, C or
+// bias is too short for the dimensions.
+func (w *Workspace) SgemmPacked(m int, alpha float32, a []float32, lda int, b *PackedF32, beta float32, c []float32, ldc int, bias []float32) {
+	n, k := b.n, b.k
+	if m < 0 {
+		panic(fmt.Sprintf("kernel: negative dimension in SgemmPacked: m=%d", m))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	checkLen("A", a, m, k, lda)
+	checkLen("C", c, m, n, ldc)
+	if bias != nil && len(bias) < n {
+		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
+	}
+	if k == 0 || alpha == 0 {
+		scaleAddBias(m, n, beta, c, ldc, bias)
+		return
+	}
+	w.vec.runPacked(m, alpha, a, lda, b, beta, c, ldc, bias)
+}
+
 // sgemm is Sgemm on the instruction set is, which must be one of available().
 func (w *Workspace) sgemm(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.gemm(is, transA, transB, m, n, k, alpha, a, lda, operandB{f32: b}, ldb, beta, c, ldc, bias)

@@ -22,7 +22,8 @@ import "math"
 //     and reading it in place measured as fast as peak, so it is never packed.
 //   - B is read in place when it is row-major and the problem is small (the attention tiles),
 //     otherwise packed, kc×nc at a time, into nr-wide k-major panels that stay in L2. A
-//     transposed B is always packed: that is where transB is handled.
+//     transposed B is always packed: that is where transB is handled. A PackedF32 holds such
+//     panels of a whole transposed B, for SgemmPacked to run these loops on without packing.
 //   - k is cut into kc blocks when B is packed; the first block applies beta, the last the bias.
 //   - A half-precision B (SgemmHalf) is always packed, and decoded as it is: a transposed one
 //     by sgemmPackBTBF16 or sgemmPackBTF16, sgemmPackBT with a decoding load, a row-major one
@@ -203,6 +204,45 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 	}
 }
 
+// runPacked is SgemmPacked on AVX-512 for m, n, k > 0 and alpha ≠ 0, with the slices checked:
+// run's loops for a row-major A and a transposed B, in run's k blocks, with the kernels reading
+// b's panels instead of a packing of their own.
+func (w *sgemmVector) runPacked(m int, alpha float32, a []float32, lda int, b *PackedF32, beta float32, c []float32, ldc int, bias []float32) {
+	const nr = nrAVX512
+	k, n := b.k, b.n
+	kc := min(k, blockK)
+	for pc := 0; pc < k; pc += kc {
+		kcur := min(kc, k-pc)
+		bt := beta
+		if pc > 0 {
+			bt = 1
+		}
+		var bs []float32 // bias of this pass: only the last adds it
+		if pc+kcur == k {
+			bs = bias
+		}
+		for i0, mr := range rowTiles(m, mrAVX512) {
+			for jr := 0; jr < n; jr += nr {
+				mask := ^uint32(0)
+				if nrc := n - jr; nrc < nr {
+					mask = 1<<nrc - 1
+				}
+				biasp := &negZero[0]
+				if bs != nil {
+					biasp = &bs[jr]
+				}
+				kernels512N[mr](kcur, &a[i0*lda+pc], lda, &b.f[jr*k+pc*nr], nr, &c[i0*ldc+jr], ldc, alpha, bt, biasp, mask)
+			}
+		}
+	}
+}
+
+// pack sets p.f to op(B), p.k×p.n, B stored p.n×p.k: packPanels' panels of all p.k rows.
+func (p *PackedF32) pack(b []float32, ldb int) {
+	p.f = Grow(p.f, p.k*((p.n+nrAVX512-1)/nrAVX512*nrAVX512))
+	packPanels(avx512, p.f, true, p.k, p.n, nrAVX512, operandB{f32: b}, 0, 0, ldb)
+}
+
 // inPlaceB returns the address and k-stride of the kc×nr panel of a row-major B whose top-left
 // value is b[pc·ldb+j]. Only nrc ≤ nr of its columns are wanted, but the kernel reads nr; when
 // those reads would run past the end of b the panel is copied, zero-padded, into w.edge.
@@ -220,13 +260,18 @@ func (w *sgemmVector) inPlaceB(b []float32, ldb, pc, kc, j, nr, nrc int) (*float
 	return &w.edge[0], nr
 }
 
-// packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack as ⌈nc/nr⌉ panels of
-// kc×nr values, k-major, the last one zero-padded. A half-precision B is decoded on the
-// instruction set is.
+// packB packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into w.pack (packPanels).
 func (w *sgemmVector) packB(is isa, transB bool, kc, nc, nr int, b operandB, pc, jc, ldb int) {
+	packPanels(is, w.pack, transB, kc, nc, nr, b, pc, jc, ldb)
+}
+
+// packPanels packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into pack as ⌈nc/nr⌉ panels
+// of kc×nr values, k-major, the last one zero-padded. A half-precision B is decoded on the
+// instruction set is.
+func packPanels(is isa, pack []float32, transB bool, kc, nc, nr int, b operandB, pc, jc, ldb int) {
 	for jr := 0; jr < nc; jr += nr {
 		nrc := min(nr, nc-jr)
-		dst := w.pack[jr*kc : jr*kc+kc*nr]
+		dst := pack[jr*kc : jr*kc+kc*nr]
 		switch {
 		case !transB:
 			off := pc*ldb + jc + jr

@@ -10,6 +10,17 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 	panic("kernel: no " + is.String() + " kernels in this build")
 }
 
+// runPacked is never called in this build: PackedF32.Pack packs nothing, so SgemmPacked has
+// nothing to multiply.
+func (w *sgemmVector) runPacked(m int, alpha float32, a []float32, lda int, b *PackedF32, beta float32, c []float32, ldc int, bias []float32) {
+	panic("kernel: no AVX-512 kernels in this build")
+}
+
+// pack is never called in this build: best is never avx512.
+func (p *PackedF32) pack(b []float32, ldb int) {
+	panic("kernel: no AVX-512 kernels in this build")
+}
+
 // bf16Vector stands in for GemmBF16's assembly path's buffers; this build has no assembly.
 type bf16Vector struct{}
 

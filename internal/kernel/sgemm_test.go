@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -368,6 +369,54 @@ func TestRowTiles(t *testing.T) {
 				t.Fatalf("m %d: bounds %v, Sgemm's tile %d is rows %d+%d", m, b, i, i0, h)
 			}
 			i++
+		}
+	}
+}
+
+// TestSgemmPacked checks SgemmPacked against Sgemm(false, true, …) on the same B, bit for bit,
+// across k blocks, edge panels and row tiles, with and without bias and beta, one PackedF32
+// reused from larger to smaller B; where the AVX-512 kernels are not in use, Pack packs nothing.
+func TestSgemmPacked(t *testing.T) {
+	var p PackedF32
+	if best != avx512 {
+		if p.Pack(3, 2, make([]float32, 6), 3) || p.n != 0 {
+			t.Fatal("Pack packed without the AVX-512 kernels")
+		}
+		t.Skip("no AVX-512 kernels")
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	var w Workspace
+	for _, tc := range []struct {
+		m, n, k, lda, ldb, ldc int
+		beta                   float32
+		bias                   bool
+	}{
+		{256, 256, 768, 768, 768, 2304, 0, true}, // a projection's task
+		{100, 300, 800, 801, 803, 310, 1, true},
+		{15, 33, 257, 260, 257, 40, 0, false},
+		{14, 32, 256, 256, 256, 32, 1, false},
+		{13, 31, 255, 255, 255, 31, 0, true},
+		{1, 1, 1, 1, 1, 1, 0, true},
+		{7, 100, 7, 9, 8, 100, 1, false},
+		{3, 5, 0, 1, 1, 5, 1, true}, // k = 0: C = beta·C + bias
+	} {
+		a, b := to32(randSlice(r, tc.m*tc.lda)), to32(randSlice(r, tc.n*tc.ldb))
+		c0 := to32(randSlice(r, tc.m*tc.ldc))
+		var bias []float32
+		if tc.bias {
+			bias = to32(randSlice(r, tc.n))
+		}
+		want := slices.Clone(c0)
+		w.Sgemm(false, true, tc.m, tc.n, tc.k, 0.7, a, tc.lda, b, tc.ldb, tc.beta, want, tc.ldc, bias)
+		if !p.Pack(tc.k, tc.n, b, tc.ldb) {
+			t.Fatal("Pack did not pack on AVX-512")
+		}
+		got := slices.Clone(c0)
+		w.SgemmPacked(tc.m, 0.7, a, tc.lda, &p, tc.beta, got, tc.ldc, bias)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%+v: c[%d] = %v, Sgemm gives %v", tc, i, got[i], want[i])
+			}
 		}
 	}
 }
