@@ -228,9 +228,12 @@ const (
 func (w *work) Do(worker, task int) {
 	switch w.phase {
 	case phaseGemm:
-		if w.g.packed {
+		switch {
+		case w.g.packed:
 			w.g.doPacked(&w.ws[worker], &w.wp[worker], task)
-		} else {
+		case w.g.group > 0:
+			w.g.doPackedF32(&w.ws[worker], &w.wp[worker].f, task)
+		default:
 			w.g.do(&w.ws[worker], task)
 		}
 	case phaseWgrad:
@@ -787,6 +790,10 @@ type gemm struct {
 	// packed: the tasks are blocks of packCols columns of C over all rows, each packing its
 	// block of W once (doPacked); set by pack.
 	packed bool
+	// group, for a float32 product with a transposed float32 W: the blocks of gemmRows rows
+	// that one task runs against its block of gemmCols columns of W, packed once for them
+	// (doPackedF32); 0 otherwise. Set by pack.
+	group int
 }
 
 // packCols is the columns of C, rows of a transposed W, that one task of a packed gemm owns.
@@ -794,16 +801,24 @@ const packCols = 128
 
 // pack sets g.packed where it applies: a bfloat16 product of X's bits and a transposed W in
 // float32 or bfloat16, on a CPU whose AVX512_BF16 kernels read packed panels
-// (kernel.GemmBF16Packed), or a float32 product with a transposed float32 W whose blocks of
-// packCols columns are at least as many as the workers (kernel.PackedF32, on AVX-512). Then
-// each block of W is packed once per call rather than once for every block of rows.
+// (kernel.GemmBF16Packed). Then each block of W is packed once per call rather than once for
+// every block of rows. For a float32 product with a transposed float32 W it sets g.group: up to
+// f32Group blocks of rows per task, as many as leave the workers four tasks each.
 func (g *gemm) pack(workers int) {
-	if g.bf16 {
+	g.packed, g.group = false, 0
+	switch {
+	case g.bf16:
 		g.packed = g.xb != nil && g.trans && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
-		return
+	case g.trans && g.w.f != nil:
+		blocks := g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
+		g.group = max(1, min(f32Group, blocks/(4*workers)))
 	}
-	g.packed = g.trans && g.w.f != nil && ceilDiv(g.n, packCols) >= workers
 }
+
+// f32Group is the most blocks of gemmRows rows a task of a float32 projection runs against its
+// block of W, packed once: X's rows a task reads (f32Group·gemmRows of them) then stay in L3
+// for the tasks after it, which take the next blocks of W.
+const f32Group = 4
 
 // wpack is one worker's packing of a block of a projection's weights (gemm.doPacked).
 type wpack struct {
@@ -816,6 +831,9 @@ type wpack struct {
 const gemmRows, gemmCols = 256, 256
 
 func (g *gemm) tasks() int {
+	if g.group > 0 {
+		return g.batches * ceilDiv(ceilDiv(g.rows, gemmRows), g.group) * ceilDiv(g.n, gemmCols)
+	}
 	if g.packed {
 		if g.rows == 0 || g.batches == 0 {
 			return 0
@@ -859,16 +877,11 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 
 // doPacked runs one task of a packed gemm: it packs rows [c0, c0+packCols) of the transposed W
 // into pk and computes those columns of C for every row of every batch, in the row blocks of
-// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
-// kernel.SgemmPacked Sgemm's; see doPackedF32).
+// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results).
 func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
 	c0 := task * packCols
 	cols := min(packCols, g.n-c0)
 	w := g.w.from(c0 * g.ldw)
-	if !g.bf16 {
-		g.doPackedF32(ws, &pk.f, c0, cols, w.f)
-		return
-	}
 	bits, ld := w.h, g.ldw
 	if w.f != nil {
 		pk.bits = kernel.Grow(pk.bits, cols*g.k)
@@ -894,24 +907,31 @@ func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
 	}
 }
 
-// doPackedF32 is doPacked for a float32 product, the columns [c0, c0+cols) of C whose rows of W
-// start at wf: that block of W packed once (kernel.PackedF32) where the CPU's kernels read packed
-// panels, else each block of rows through Sgemm as do runs it. The sums are Sgemm's either way.
-func (g *gemm) doPackedF32(ws *kernel.Workspace, pk *kernel.PackedF32, c0, cols int, wf []float32) {
+// doPackedF32 runs one task of a float32 gemm with g.group set: it packs one block of gemmCols
+// rows of the transposed W (kernel.PackedF32) and computes those columns of C for g.group
+// blocks of gemmRows rows of one batch, through SgemmPacked, or through Sgemm where the CPU's
+// kernels do not read packed panels. The sums are do's either way. Consecutive tasks take the
+// same rows and the next block of W.
+func (g *gemm) doPackedF32(ws *kernel.Workspace, pk *kernel.PackedF32, task int) {
+	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
+	groups := ceilDiv(rowBlocks, g.group)
+	b, rest := task/(groups*colBlocks), task%(groups*colBlocks)
+	r1 := min(g.rows, (rest/colBlocks+1)*g.group*gemmRows)
+	c0 := rest % colBlocks * gemmCols
+	cols := min(gemmCols, g.n-c0)
+	wf := g.w.from(c0 * g.ldw).f
 	var bias []float32
 	if g.bias != nil {
 		bias = g.bias[c0 : c0+cols]
 	}
 	packed := pk.Pack(g.k, cols, wf, g.ldw)
-	for b := range g.batches {
-		for r0 := 0; r0 < g.rows; r0 += gemmRows {
-			rows := min(gemmRows, g.rows-r0)
-			x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
-			if packed {
-				ws.SgemmPacked(rows, 1, x, g.ldx, pk, g.beta, c, g.ldc, bias)
-			} else {
-				ws.Sgemm(false, true, rows, cols, g.k, 1, x, g.ldx, wf, g.ldw, g.beta, c, g.ldc, bias)
-			}
+	for r0 := rest / colBlocks * g.group * gemmRows; r0 < r1; r0 += gemmRows {
+		rows := min(gemmRows, r1-r0)
+		x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
+		if packed {
+			ws.SgemmPacked(rows, 1, x, g.ldx, pk, g.beta, c, g.ldc, bias)
+		} else {
+			ws.Sgemm(false, true, rows, cols, g.k, 1, x, g.ldx, wf, g.ldw, g.beta, c, g.ldc, bias)
 		}
 	}
 }
