@@ -173,7 +173,7 @@ type work struct {
 	// rather than every projection task rounding its rows of them again.
 	enc     [3][]float32
 	xb      [3][]uint16
-	wp      []wpack   // per worker: its block of a projection's weights, packed (gemm.packed)
+	wp      []wpack   // per worker: its block of a projection's weights, packed (gemm.doPacked)
 	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
 	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
 	wh      []float32 // where the per-head weights go (before dropout)
@@ -228,12 +228,9 @@ const (
 func (w *work) Do(worker, task int) {
 	switch w.phase {
 	case phaseGemm:
-		switch {
-		case w.g.packed:
+		if w.g.group > 0 {
 			w.g.doPacked(&w.ws[worker], &w.wp[worker], task)
-		case w.g.group > 0:
-			w.g.doPackedF32(&w.ws[worker], &w.wp[worker].f, task)
-		default:
+		} else {
 			w.g.do(&w.ws[worker], task)
 		}
 	case phaseWgrad:
@@ -787,38 +784,33 @@ type gemm struct {
 	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
 	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
 	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
-	// packed: the tasks are blocks of packCols columns of C over all rows, each packing its
-	// block of W once (doPacked); set by pack.
-	packed bool
-	// group, for a float32 product with a transposed float32 W: the blocks of gemmRows rows
-	// that one task runs against its block of gemmCols columns of W, packed once for them
-	// (doPackedF32); 0 otherwise. Set by pack.
+	// group, where W is packed once per task (set by pack; 0 where it is not): the blocks of
+	// gemmRows rows of one batch that a task runs against its block of gemmCols columns of C,
+	// rows of the transposed W (doPacked).
 	group int
 }
 
-// packCols is the columns of C, rows of a transposed W, that one task of a packed gemm owns.
-const packCols = 128
-
-// pack sets g.packed where it applies: a bfloat16 product of X's bits and a transposed W in
-// float32 or bfloat16, on a CPU whose AVX512_BF16 kernels read packed panels
-// (kernel.GemmBF16Packed). Then each block of W is packed once per call rather than once for
-// every block of rows. For a float32 product with a transposed float32 W it sets g.group: up to
-// f32Group blocks of rows per task, as many as leave the workers four tasks each.
+// pack sets g.group where W is packed once per task: a transposed float32 W (kernel.PackedF32,
+// on AVX-512), or a bfloat16 product of X's bits and a transposed W in float32 or bfloat16 on a
+// CPU whose AVX512_BF16 kernels read packed panels (kernel.GemmBF16Packed). Then each block of
+// W is packed once for up to packGroup blocks of rows rather than once for every one: as many as
+// leave the workers four tasks each.
 func (g *gemm) pack(workers int) {
-	g.packed, g.group = false, 0
-	switch {
-	case g.bf16:
-		g.packed = g.xb != nil && g.trans && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
-	case g.trans && g.w.f != nil:
+	g.group = 0
+	packs := g.trans && g.w.f != nil
+	if g.bf16 {
+		packs = g.trans && g.xb != nil && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
+	}
+	if packs {
 		blocks := g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
-		g.group = max(1, min(f32Group, blocks/(4*workers)))
+		g.group = max(1, min(packGroup, blocks/(4*workers)))
 	}
 }
 
-// f32Group is the most blocks of gemmRows rows a task of a float32 projection runs against its
-// block of W, packed once: X's rows a task reads (f32Group·gemmRows of them) then stay in L3
-// for the tasks after it, which take the next blocks of W.
-const f32Group = 4
+// packGroup is the most blocks of gemmRows rows a task of a packed projection runs against its
+// block of W: X's rows a task reads (packGroup·gemmRows of them) then stay in L3 for the tasks
+// after it, which take the same rows and the next blocks of W.
+const packGroup = 4
 
 // wpack is one worker's packing of a block of a projection's weights (gemm.doPacked).
 type wpack struct {
@@ -833,12 +825,6 @@ const gemmRows, gemmCols = 256, 256
 func (g *gemm) tasks() int {
 	if g.group > 0 {
 		return g.batches * ceilDiv(ceilDiv(g.rows, gemmRows), g.group) * ceilDiv(g.n, gemmCols)
-	}
-	if g.packed {
-		if g.rows == 0 || g.batches == 0 {
-			return 0
-		}
-		return ceilDiv(g.n, packCols)
 	}
 	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
 }
@@ -875,63 +861,48 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	}
 }
 
-// doPacked runs one task of a packed gemm: it packs rows [c0, c0+packCols) of the transposed W
-// into pk and computes those columns of C for every row of every batch, in the row blocks of
-// do, with the same sums (kernel.GemmBF16Packed gives GemmBF16BitsA's results).
+// doPacked runs one task of a gemm with g.group set: it packs one block of gemmCols rows of the
+// transposed W, columns [c0, c0+cols) of C, and computes them for g.group blocks of gemmRows
+// rows of one batch, with do's sums: kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
+// SgemmPacked Sgemm's (where the CPU's kernels do not read packed float32 panels, Sgemm runs
+// instead). Consecutive tasks take the same rows and the next block of W.
 func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
-	c0 := task * packCols
-	cols := min(packCols, g.n-c0)
+	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
+	groups := ceilDiv(rowBlocks, g.group)
+	b, rest := task/(groups*colBlocks), task%(groups*colBlocks)
+	r0, c0 := rest/colBlocks*g.group*gemmRows, rest%colBlocks*gemmCols
+	r1, cols := min(g.rows, r0+g.group*gemmRows), min(gemmCols, g.n-c0)
 	w := g.w.from(c0 * g.ldw)
-	bits, ld := w.h, g.ldw
-	if w.f != nil {
+	var bias []float32
+	if g.bias != nil {
+		bias = g.bias[c0 : c0+cols]
+	}
+	packed := true
+	switch {
+	case !g.bf16:
+		packed = pk.f.Pack(g.k, cols, w.f, g.ldw)
+	case w.f != nil:
 		pk.bits = kernel.Grow(pk.bits, cols*g.k)
 		for r := range cols {
 			kernel.RoundBF16s(pk.bits[r*g.k:(r+1)*g.k], w.f[r*g.ldw:r*g.ldw+g.k])
 		}
-		bits, ld = pk.bits, g.k
+		pk.p.Pack(true, g.k, cols, pk.bits, g.k)
+	default:
+		pk.p.Pack(true, g.k, cols, w.h, g.ldw)
 	}
-	pk.p.Pack(true, g.k, cols, bits, ld)
-	var bias []float32
-	if g.bias != nil {
-		bias = g.bias[c0 : c0+cols]
-	}
-	for b := range g.batches {
-		for r0 := 0; r0 < g.rows; r0 += gemmRows {
-			rows := min(gemmRows, g.rows-r0)
-			c := g.c[(b*g.cRows+r0)*g.ldc+c0:]
-			ws.GemmBF16Packed(rows, cols, g.k, 1, g.xb[(b*g.xRows+r0)*g.ldx:], g.ldx, &pk.p, 0, 0, g.beta, c, g.ldc, bias)
+	for ; r0 < r1; r0 += gemmRows {
+		rows := min(gemmRows, r1-r0)
+		x, c := (b*g.xRows+r0)*g.ldx, g.c[(b*g.cRows+r0)*g.ldc+c0:]
+		switch {
+		case g.bf16:
+			ws.GemmBF16Packed(rows, cols, g.k, 1, g.xb[x:], g.ldx, &pk.p, 0, 0, g.beta, c, g.ldc, bias)
 			if g.bits != nil {
 				encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
 			}
-		}
-	}
-}
-
-// doPackedF32 runs one task of a float32 gemm with g.group set: it packs one block of gemmCols
-// rows of the transposed W (kernel.PackedF32) and computes those columns of C for g.group
-// blocks of gemmRows rows of one batch, through SgemmPacked, or through Sgemm where the CPU's
-// kernels do not read packed panels. The sums are do's either way. Consecutive tasks take the
-// same rows and the next block of W.
-func (g *gemm) doPackedF32(ws *kernel.Workspace, pk *kernel.PackedF32, task int) {
-	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
-	groups := ceilDiv(rowBlocks, g.group)
-	b, rest := task/(groups*colBlocks), task%(groups*colBlocks)
-	r1 := min(g.rows, (rest/colBlocks+1)*g.group*gemmRows)
-	c0 := rest % colBlocks * gemmCols
-	cols := min(gemmCols, g.n-c0)
-	wf := g.w.from(c0 * g.ldw).f
-	var bias []float32
-	if g.bias != nil {
-		bias = g.bias[c0 : c0+cols]
-	}
-	packed := pk.Pack(g.k, cols, wf, g.ldw)
-	for r0 := rest / colBlocks * g.group * gemmRows; r0 < r1; r0 += gemmRows {
-		rows := min(gemmRows, r1-r0)
-		x, c := g.x[(b*g.xRows+r0)*g.ldx:], g.c[(b*g.cRows+r0)*g.ldc+c0:]
-		if packed {
-			ws.SgemmPacked(rows, 1, x, g.ldx, pk, g.beta, c, g.ldc, bias)
-		} else {
-			ws.Sgemm(false, true, rows, cols, g.k, 1, x, g.ldx, wf, g.ldw, g.beta, c, g.ldc, bias)
+		case packed:
+			ws.SgemmPacked(rows, 1, g.x[x:], g.ldx, &pk.f, g.beta, c, g.ldc, bias)
+		default:
+			ws.Sgemm(false, true, rows, cols, g.k, 1, g.x[x:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
 		}
 	}
 }
