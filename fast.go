@@ -299,8 +299,8 @@ func (w *work) encode(task int) {
 	}
 }
 
-// runGemm runs the projection g on the call's workers, with its weights packed once per block
-// of columns where that applies (gemm.pack).
+// runGemm runs the projection g on the call's workers, with each block of its weights packed
+// once for several blocks of rows where that applies (gemm.pack).
 func (w *work) runGemm(g gemm) {
 	w.g = g
 	w.g.pack(w.workers())
