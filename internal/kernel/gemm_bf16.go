@@ -151,19 +151,9 @@ func (w *Workspace) GemmBF16Packed(m, n, k int, alpha float32, a []uint16, lda i
 	if !b.Fits(p0, k, j0, n) {
 		panic(fmt.Sprintf("kernel: GemmBF16Packed cannot take rows %d+%d and columns %d+%d of a packed %d×%d B", p0, k, j0, n, b.k, b.n))
 	}
-	if m == 0 || n == 0 {
-		return
+	if !packedTrivial(m, n, k, alpha, a, lda, beta, c, ldc, bias) {
+		w.bvec.runPacked(m, n, k, alpha, a, lda, b, p0, j0, beta, c, ldc, bias)
 	}
-	checkLen("C", c, m, n, ldc)
-	checkLen("A", a, m, k, lda)
-	if bias != nil && len(bias) < n {
-		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
-	}
-	if k == 0 || alpha == 0 {
-		scaleAddBias(m, n, beta, c, ldc, bias)
-		return
-	}
-	w.bvec.runPacked(m, n, k, alpha, a, lda, b, p0, j0, beta, c, ldc, bias)
 }
 
 // RoundBF16 rounds f to bfloat16 as the AVX512_BF16 conversions VCVTNEPS2BF16 and

@@ -86,12 +86,7 @@ func (w *bf16Vector) run(transA, transB bool, m, n, k int, alpha float32, a oper
 func (w *bf16Vector) kblock(transA, inPlaceA bool, m, k, kcur, pc, ncur, jc int, alpha float32, a operandB, lda int, beta float32, c []float32, ldc int, bias []float32, panel func(jr int) *uint16) {
 	const nr = nrAVX512
 	kp := (kcur + 1) / 2
-	if pc > 0 {
-		beta = 1
-	}
-	if pc+kcur < k {
-		bias = nil
-	}
+	beta, bias = kBlock(pc, kcur, k, beta, bias)
 	for i0, mr := range rowTiles(m, mrAVX512) {
 		ap, sa, kern := &w.apack[0], kp, kernelsBF16N[mr]
 		switch {

@@ -88,19 +88,41 @@ func (w *Workspace) SgemmPacked(m int, alpha float32, a []float32, lda int, b *P
 	if m < 0 {
 		panic(fmt.Sprintf("kernel: negative dimension in SgemmPacked: m=%d", m))
 	}
-	if m == 0 || n == 0 {
-		return
+	if !packedTrivial(m, n, k, alpha, a, lda, beta, c, ldc, bias) {
+		w.vec.runPacked(m, alpha, a, lda, b, beta, c, ldc, bias)
 	}
-	checkLen("A", a, m, k, lda)
+}
+
+// packedTrivial checks the A, C and bias of a product with a packed B (SgemmPacked,
+// GemmBF16Packed) against its sizes, panicking when one is too short, and does the product where
+// there is nothing to multiply: nothing where C is empty, C = beta·C + bias where k or alpha is
+// 0. It reports whether that was the whole product.
+func packedTrivial[E float32 | uint16](m, n, k int, alpha float32, a []E, lda int, beta float32, c []float32, ldc int, bias []float32) bool {
+	if m == 0 || n == 0 {
+		return true
+	}
 	checkLen("C", c, m, n, ldc)
+	checkLen("A", a, m, k, lda)
 	if bias != nil && len(bias) < n {
 		panic(fmt.Sprintf("kernel: bias has %d values, too few for %d columns", len(bias), n))
 	}
 	if k == 0 || alpha == 0 {
 		scaleAddBias(m, n, beta, c, ldc, bias)
-		return
+		return true
 	}
-	w.vec.runPacked(m, alpha, a, lda, b, beta, c, ldc, bias)
+	return false
+}
+
+// kBlock returns the beta and the bias of the pass over k block [pc, pc+kcur) of k: the first
+// block applies beta and the later ones add into C (beta 1); only the last adds the bias.
+func kBlock(pc, kcur, k int, beta float32, bias []float32) (float32, []float32) {
+	if pc > 0 {
+		beta = 1
+	}
+	if pc+kcur < k {
+		bias = nil
+	}
+	return beta, bias
 }
 
 // sgemm is Sgemm on the instruction set is, which must be one of available().

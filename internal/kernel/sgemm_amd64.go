@@ -124,14 +124,7 @@ func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float3
 			if packB {
 				w.packB(is, transB, kcur, ncur, nr, b, pc, jc, ldb)
 			}
-			bt := beta
-			if pc > 0 {
-				bt = 1
-			}
-			var bs []float32 // bias of this pass: only the last adds it
-			if pc+kcur == k {
-				bs = bias
-			}
+			bt, bs := kBlock(pc, kcur, k, beta, bias)
 			for i0, mr := range rowTiles(m, mrMax) {
 				var ap *float32
 				sa := lda
@@ -213,14 +206,7 @@ func (w *sgemmVector) runPacked(m int, alpha float32, a []float32, lda int, b *P
 	kc := min(k, blockK)
 	for pc := 0; pc < k; pc += kc {
 		kcur := min(kc, k-pc)
-		bt := beta
-		if pc > 0 {
-			bt = 1
-		}
-		var bs []float32 // bias of this pass: only the last adds it
-		if pc+kcur == k {
-			bs = bias
-		}
+		bt, bs := kBlock(pc, kcur, k, beta, bias)
 		for i0, mr := range rowTiles(m, mrAVX512) {
 			for jr := 0; jr < n; jr += nr {
 				mask := ^uint32(0)
