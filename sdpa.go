@@ -474,7 +474,9 @@ func (w *sdpaWork) prepare(pool *parallel.Pool, n int, keepK bool) {
 	w.packKV = bf && kernel.HasBF16()
 	switch {
 	case bf:
-		w.qb, w.kb, w.vb = kernel.Grow(w.qb, len(p.q)), kernel.Grow(w.kb, len(p.k)), kernel.Grow(w.vb, len(p.v))
+		// At least one value each, so that no view of them is nil where D or Dv is 0: Tiled
+		// reads nil bits as no bfloat16 operands, and would look for a Kᵀ never written.
+		w.qb, w.kb, w.vb = kernel.Grow(w.qb, max(1, len(p.q))), kernel.Grow(w.kb, max(1, len(p.k))), kernel.Grow(w.vb, max(1, len(p.v)))
 		if w.packKV {
 			nkv := 2 * p.b * p.hkv
 			w.kvp = slices.Grow(w.kvp[:0], nkv)[:nkv]
