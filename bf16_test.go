@@ -71,7 +71,6 @@ func bf16Cases() []struct {
 func TestBF16SDPARounded(t *testing.T) {
 	q, k, v, _ := propertyCase(NotCausal)
 	qr, kr, vr := roundBF16(q), roundBF16(k), roundBF16(v)
-	const b, hq, hkv, tq, tk, dv = 2, 4, 2, 67, 261, 5
 	for _, c := range bf16Cases() {
 		t.Run(c.name, func(t *testing.T) {
 			opt := c.opt
@@ -103,35 +102,46 @@ func TestBF16SDPARounded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Weights != nil {
-				for i, w := range ref.Weights {
-					if d := math.Abs(float64(got.Weights.Data[i]) - w); d > 1e-5 {
-						t.Fatalf("weight %d: %v, reference %v", i, got.Weights.Data[i], w)
-					}
-				}
-			}
-			var worst float64
-			for bh := range b * hq {
-				kv := bh/hq*hkv + bh%hq/(hq/hkv)
-				for i := range tq {
-					w := ref.Weights[(bh*tq+i)*tk:][:tk]
-					for c := range dv {
-						var bound float64
-						for j, p := range w {
-							bound += math.Abs(p * float64(vr.Data[(kv*tk+j)*dv+c]))
-						}
-						o := (bh*tq+i)*dv + c
-						d := math.Abs(float64(got.Out.Data[o]) - ref.Out[o])
-						worst = max(worst, d/(bound+1e-30))
-						if d > bound/256+1e-5 {
-							t.Fatalf("out[%d]: %v, reference %v, bound %.3g", o, got.Out.Data[o], ref.Out[o], bound/256+1e-5)
-						}
-					}
-				}
-			}
+			worst := checkBF16Out(t, got, ref, vr.Data)
 			t.Logf("largest |out − ref| / Σ w|v|: %.3g (bound 2⁻⁸ = %.3g)", worst, 1.0/256)
 		})
 	}
+}
+
+// checkBF16Out checks a result of SDPA in bfloat16 against ref, the float64 reference of the same
+// operands rounded to bfloat16 (vr: V's rounded values), as TestBF16SDPARounded explains: the
+// weights, when r has them, within 10⁻⁵, and each output |out − ref| ≤ 2⁻⁸·Σ_j w_j·|v_j| + 10⁻⁵
+// with w the reference's weights. It returns the largest |out − ref| / Σ_j w_j·|v_j|.
+func checkBF16Out(t *testing.T, r *SDPAResult, ref *SDPATrace, vr []float32) (worst float64) {
+	t.Helper()
+	if r.Weights != nil {
+		for i, w := range ref.Weights {
+			if d := math.Abs(float64(r.Weights.Data[i]) - w); d > 1e-5 {
+				t.Fatalf("weight %d: %v, reference %v", i, r.Weights.Data[i], w)
+			}
+		}
+	}
+	got := r.Out.Data
+	hq, hkv, tq, tk, dv := ref.Hq, ref.Hkv, ref.Tq, ref.Tk, ref.Dv
+	for bh := range ref.B * hq {
+		kv := bh/hq*hkv + bh%hq/(hq/hkv)
+		for i := range tq {
+			w := ref.Weights[(bh*tq+i)*tk:][:tk]
+			for c := range dv {
+				var bound float64
+				for j, p := range w {
+					bound += math.Abs(p * float64(vr[(kv*tk+j)*dv+c]))
+				}
+				o := (bh*tq+i)*dv + c
+				d := math.Abs(float64(got[o]) - ref.Out[o])
+				worst = max(worst, d/(bound+1e-30))
+				if d > bound/256+1e-5 {
+					t.Fatalf("out[%d]: %v, reference %v, bound %.3g", o, got[o], ref.Out[o], bound/256+1e-5)
+				}
+			}
+		}
+	}
+	return worst
 }
 
 // caseValues is value stream seed of testdata/gen_bf16_accuracy.py: n values uniform in

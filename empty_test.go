@@ -20,6 +20,7 @@ type shapeCase struct {
 	causal, needWeights, perHead bool
 	pad, mask, bias, perHeadMask bool // key padding, bool attn mask, float attn mask; masks per head
 	probe, training, backward    bool // probe: gate, shift, keep the heads, the last one uniform
+	bf16                         bool // Forward also in ComputeBFloat16
 	mismatch                     int  // which input gets a wrong size; see the mismatch constants
 	seed                         uint64
 }
@@ -212,6 +213,13 @@ func numElements(shape []int) int {
 // do not depend, say) keep float32's absolute rounding error.
 func checkClose[F float32 | float64](t *testing.T, name string, got []F, want []float64) {
 	t.Helper()
+	checkWithin(t, name, got, want, 1e-4, 1e-5)
+}
+
+// checkWithin fails unless got is within rel of want relative to want's norm, or within rms
+// root-mean-square.
+func checkWithin[F float32 | float64](t *testing.T, name string, got []F, want []float64, rel, rms float64) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s has %d values, the reference %d", name, len(got), len(want))
 	}
@@ -221,8 +229,8 @@ func checkClose[F float32 | float64](t *testing.T, name string, got []F, want []
 		d2 += d * d
 		w2 += w * w
 	}
-	if d, n := math.Sqrt(d2), float64(len(want)); d > 1e-4*math.Sqrt(w2) && d > 1e-5*math.Sqrt(n) {
-		t.Fatalf("%s differs from the reference by %.3g (norm %.3g, %d values), want ≤ 1e-4 relative or 1e-5 RMS", name, d, math.Sqrt(w2), len(want))
+	if d, n := math.Sqrt(d2), float64(len(want)); d > rel*math.Sqrt(w2) && d > rms*math.Sqrt(n) {
+		t.Fatalf("%s differs from the reference by %.3g (norm %.3g, %d values), want ≤ %g relative or %g RMS", name, d, math.Sqrt(w2), len(want), rel, rms)
 	}
 }
 
@@ -253,6 +261,11 @@ func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
 			var s Saved
 			checkShapeError(t, "ForwardTrain", l.ForwardTrain(&r, &s, q, k, v, &o))
 			checkShapeError(t, "Backward after a failed ForwardTrain", l.Backward(&Grads{}, &s, dy))
+			if c.bf16 {
+				o.Compute = ComputeBFloat16
+				_, err := l.Forward(q, k, v, &o)
+				checkShapeError(t, fmt.Sprintf("Forward in bfloat16 (NeedWeights %v)", nw), err)
+			}
 		}
 		return nil, nil, nil
 	}
@@ -323,6 +336,29 @@ func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
 		checkResult(fmt.Sprintf("Forward (NeedWeights %v)", nw), r, nw)
 		if nw == c.needWeights {
 			res = r
+		}
+	}
+	if c.bf16 {
+		// bfloat16 rounds the inputs, weights, Q, K, V and the attention weights to 8 bits
+		// (2⁻⁹ relative each): a few 10⁻³ of the output's norm (BENCHMARKS.md), within 5·10⁻² on
+		// these small random cases, or within 10⁻² RMS where the output is much smaller than
+		// its terms (the output projection's sums cancel).
+		for _, nw := range []bool{false, true} {
+			o := *opt
+			o.NeedWeights, o.Compute = nw, ComputeBFloat16
+			r, err := l.Forward(q, k, v, &o)
+			if err != nil {
+				t.Fatalf("Forward in bfloat16 (NeedWeights %v): %v", nw, err)
+			}
+			name := fmt.Sprintf("Forward in bfloat16 (NeedWeights %v)", nw)
+			checkTensor(t, name+" output", r.Output, outShape)
+			checkWithin(t, name+" output", r.Output.Data, tr.Output, 5e-2, 1e-2)
+			if r.FullyMasked != tr.FullyMasked {
+				t.Fatalf("%s: %d fully masked rows, the reference %d", name, r.FullyMasked, tr.FullyMasked)
+			}
+			if nw {
+				checkTensor(t, name+" weights", r.Weights, wShape)
+			}
 		}
 	}
 	if !c.backward {
@@ -497,7 +533,7 @@ func FuzzForwardShapes(f *testing.F) {
 	add := func(b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32) {
 		f.Add(b, tq, tk, e, h, kdim, vdim, mismatch, flags, uint64(flags)+1)
 	}
-	const cross, kvSame, unbatched, needWeights, backward = 1 << 3, 1 << 4, 1 << 5, 1 << 7, 1 << 15
+	const cross, kvSame, unbatched, needWeights, backward, bf16 = 1 << 3, 1 << 4, 1 << 5, 1 << 7, 1 << 15, 1 << 19
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, backward)                   // the 70-byte file of cmd/mha: query [1 0 4]
 	add(0, 5, 0, 8, 2, 0, 0, 0xff, backward|needWeights)       // B = 0
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, unbatched|backward)         // query [0 4]
@@ -506,6 +542,9 @@ func FuzzForwardShapes(f *testing.F) {
 	add(2, 3, 4, 6, 3, 2, 7, 0xff, 0xffff)                     // everything on
 	add(2, 3, 4, 6, 3, 2, 7, mismatchGradOutput, cross|0xbf00) // a wrong gradOutput
 	add(2, 3, 4, 6, 3, 0, 0, mismatchAttnMask, 0x1e00)         // a wrong attn_mask
+	add(2, 9, 9, 8, 2, 0, 0, 0xff, bf16|0x3fff)                // bfloat16 with everything on
+	add(1, 7, 0, 6, 3, 0, 0, 0xff, bf16|cross|0x7)             // bfloat16, Tk = 0
+	add(2, 3, 4, 6, 3, 0, 0, mismatchQueryWidth, bf16)         // bfloat16, a wrong query
 	f.Fuzz(func(t *testing.T, b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32, seed uint64) {
 		bit := func(i int) bool { return flags>>i&1 != 0 }
 		c := shapeCase{
@@ -514,6 +553,7 @@ func FuzzForwardShapes(f *testing.F) {
 			b: int(b % 4), tq: int(tq % 10), tk: int(tk % 10),
 			cross: bit(3), kvSame: bit(4), unbatched: bit(5), causal: bit(6), needWeights: bit(7), perHead: bit(8),
 			pad: bit(9), mask: bit(10), bias: bit(11), perHeadMask: bit(12), probe: bit(13), training: bit(14), backward: bit(15),
+			bf16: bit(19),
 			seed: seed,
 		}
 		if heads := c.cfg.NumHeads; !bit(18) && heads > 0 && c.cfg.EmbedDim >= heads {

@@ -857,3 +857,195 @@ func TestSparseRunsOfBlocks(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSDPAPatterns checks sparse SDPA on random unions of patterns, block sizes, grouped heads,
+// causal masks, windows, padding, ALiBi, soft-capping, normalizers, dropout and worker counts
+// against SDPA given the same pairs as a boolean mask (forward, log-sum-exp, weights, zero
+// fractions and backward) and against the float64 reference; in bfloat16 against the reference
+// of the rounded operands. Errors must be the reference's.
+func FuzzSDPAPatterns(f *testing.F) {
+	// shape packs B−1 (1 bit), Hkv−1 (1), Hq/Hkv−1 (2), Tq (8), Tk (9), D−1 (3), Dv−1 (3) and
+	// the blocks (a bit: given; then BQ−1 and BK−1, 6 bits each; 7 in the next 3 bits: BK 0).
+	shape := func(b, hkv, group, tq, tk, d, dv, bq, bk int) uint64 {
+		s := uint64(b-1) | uint64(hkv-1)<<1 | uint64(group-1)<<2 | uint64(tq)<<4 | uint64(tk)<<12 | uint64(d-1)<<21 | uint64(dv-1)<<24
+		if bq > 0 {
+			s |= 1<<27 | uint64(bq-1)<<28 | uint64(bk-1)<<34
+		}
+		return s
+	}
+	// flags: causal mode (2 bits), a window (1 + 4 + 4), padding, normalizer (3 + top-k's K−1 in
+	// 3), NeedWeights, dropout, bfloat16, workers (2), ALiBi, soft-capping.
+	const window, padding, weights, dropout, bf16, alibi, softcap = 1 << 2, 1 << 11, 1 << 18, 1 << 19, 1 << 20, 1 << 23, 1 << 24
+	norm := func(n int) uint32 { return uint32(n) << 12 }
+	f.Add(shape(1, 1, 1, 70, 70, 8, 8, 16, 16), uint64(1|5<<8), uint32(0), uint64(1))                            // local
+	f.Add(shape(2, 2, 2, 33, 90, 4, 3, 8, 16), uint64(1|9<<8), uint32(2|padding|weights), uint64(2))             // local, causal bottom-right, GQA
+	f.Add(shape(1, 1, 2, 64, 64, 8, 8, 16, 8), uint64(2|4<<13|2<<16), uint32(1|dropout), uint64(3))              // dilated, causal top-left
+	f.Add(shape(1, 2, 1, 80, 280, 5, 4, 0, 0), uint64(4|6<<19), uint32(2|window|3<<3|2<<7), uint64(4))           // strided, window
+	f.Add(shape(2, 1, 3, 50, 61, 3, 2, 8, 8), uint64(8|3<<24), uint32(padding|norm(2)|weights), uint64(5))       // global, sparsemax
+	f.Add(shape(1, 1, 1, 96, 96, 6, 6, 16, 16), uint64(16|3<<26|2<<29|2<<31), uint32(norm(3)), uint64(6))        // bigbird, entmax-1.5
+	f.Add(shape(2, 2, 2, 45, 77, 4, 4, 16, 32), uint64(32|1<<33|2<<34), uint32(norm(5)|2<<15), uint64(7))        // blocks per head, top-3
+	f.Add(shape(1, 1, 1, 130, 299, 7, 5, 24, 40), uint64(33|2<<8|3<<34), uint32(2|norm(4)|alibi), uint64(8))     // blocks + local, entmax-1.25
+	f.Add(shape(2, 2, 1, 100, 100, 8, 8, 0, 0), uint64(13|3<<8|16<<19), uint32(2|softcap|3<<21), uint64(9))      // a union, soft-capped
+	f.Add(shape(1, 1, 2, 67, 261, 8, 5, 16, 16), uint64(16|8<<26|1<<29|3<<31), uint32(bf16|weights), uint64(10)) // bigbird in bfloat16
+	f.Add(shape(1, 1, 1, 20, 30, 2, 2, 5, 5)|7<<40, uint64(1), uint32(0), uint64(11))                            // blocks of 5 × 0: an error
+	f.Add(shape(1, 1, 1, 9, 9, 2, 2, 0, 0), uint64(1), uint32(norm(2)|dropout), uint64(12))                      // sparsemax with dropout: an error
+	f.Fuzz(func(t *testing.T, shape, pat uint64, flags uint32, seed uint64) {
+		field := func(x uint64, at, bits uint) int { return int(x >> at & (1<<bits - 1)) }
+		b, hkv := 1+field(shape, 0, 1), 1+field(shape, 1, 1)
+		hq := hkv * (1 + field(shape, 2, 2)%3)
+		tq, tk := field(shape, 4, 8)%150, field(shape, 12, 9)%300
+		d, dv := 1+field(shape, 21, 3), 1+field(shape, 24, 3)
+		var block [2]int
+		if shape>>27&1 != 0 {
+			block = [2]int{1 + field(shape, 28, 6), 1 + field(shape, 34, 6)}
+			if field(shape, 40, 3) == 7 {
+				block[1] = 0
+			}
+		}
+		bq, bk := block[0], block[1]
+		if bq == 0 && bk == 0 {
+			bq, bk = 64, 64
+		}
+
+		rng := rand.New(rand.NewPCG(seed, pat))
+		var patterns []Pattern
+		if pat&1 != 0 {
+			patterns = append(patterns, Pattern{Kind: PatternLocal, Width: field(pat, 8, 5)})
+		}
+		if pat&2 != 0 {
+			patterns = append(patterns, Pattern{Kind: PatternDilated, Width: field(pat, 13, 3), Dilation: 1 + field(pat, 16, 2)})
+		}
+		if pat&4 != 0 {
+			patterns = append(patterns, Pattern{Kind: PatternStrided, Stride: 1 + field(pat, 19, 5)})
+		}
+		if pat&8 != 0 {
+			g := Pattern{Kind: PatternGlobal}
+			for range 1 + field(pat, 24, 2) {
+				g.Positions = append(g.Positions, rng.IntN(max(tq, tk)+3))
+			}
+			patterns = append(patterns, g)
+		}
+		if pat&16 != 0 {
+			patterns = append(patterns, Pattern{Kind: PatternBigBird, Width: field(pat, 26, 3), Globals: field(pat, 29, 2), Random: field(pat, 31, 2), Seed: seed})
+		}
+		if pat&32 != 0 && bq > 0 && bk > 0 {
+			nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
+			shape := []int{nbq, nbk}
+			if field(pat, 33, 1) != 0 {
+				shape = []int{hq, nbq, nbk}
+			}
+			m := tensor.NewBool(shape...)
+			density := []float64{1.0 / 8, 1.0 / 4, 1.0 / 2, 7.0 / 8}[field(pat, 34, 2)]
+			for i := range m.Data {
+				m.Data[i] = rng.Float64() < density
+			}
+			patterns = append(patterns, Pattern{Kind: PatternBlocks, Blocks: m})
+		}
+
+		opt := SDPAOptions{Causal: CausalMode(flags & 3 % 3), Patterns: patterns, Block: block, NeedLSE: true,
+			NeedWeights: flags>>18&1 != 0, Workers: int(flags >> 21 & 3), ALiBi: flags>>23&1 != 0}
+		if flags>>2&1 != 0 {
+			opt.Window = &Window{int(flags>>3&15) - 1, int(flags>>7&15) - 1}
+		}
+		if flags>>11&1 != 0 {
+			opt.KeyPaddingMask = tensor.NewBool(b, tk)
+			for j := range opt.KeyPaddingMask.Data {
+				opt.KeyPaddingMask.Data[j] = rng.IntN(4) == 0
+			}
+		}
+		switch flags >> 12 & 7 {
+		case 1:
+			opt.Normalizer = &Normalizer{Kind: Softmax}
+		case 2:
+			opt.Normalizer = &Normalizer{Kind: Sparsemax}
+		case 3:
+			opt.Normalizer = &Normalizer{Kind: Entmax, Alpha: 1.5}
+		case 4:
+			opt.Normalizer = &Normalizer{Kind: Entmax, Alpha: 1.25}
+		case 5:
+			opt.Normalizer = &Normalizer{Kind: TopK, K: 1 + int(flags>>15&7)}
+		}
+		if flags>>19&1 != 0 {
+			opt.Dropout, opt.DropoutSeed = 0.25, seed
+		}
+		if flags>>24&1 != 0 {
+			opt.Softcap = 3
+		}
+		bf16 := flags>>20&1 != 0
+		if bf16 {
+			opt.Compute = ComputeBFloat16
+		}
+
+		q, k, v := sdpaRand(seed, 1.5, b, hq, tq, d), sdpaRand(seed+1, 1.5, b, hkv, tk, d), sdpaRand(seed+2, 1, b, hkv, tk, dv)
+		got, err := SDPA(q, k, v, &opt)
+		qr, kr, vr := q, k, v
+		if bf16 {
+			qr, kr, vr = roundBF16(q), roundBF16(k), roundBF16(v)
+		}
+		ref, rerr := SDPAReference(qr, kr, vr, &opt)
+		if err != nil || rerr != nil {
+			if err == nil || rerr == nil || !errors.Is(err, ErrShape) || err.Error() != rerr.Error() {
+				t.Fatalf("SDPA error %v, reference error %v, want the same ErrShape", err, rerr)
+			}
+			return
+		}
+		if got.FullyMasked != ref.FullyMasked {
+			t.Fatalf("fully masked rows %d, reference %d", got.FullyMasked, ref.FullyMasked)
+		}
+		normalized := opt.Normalizer != nil && opt.Normalizer.Kind != Softmax
+		if bf16 {
+			checkBF16Out(t, got, ref, vr.Data)
+			return
+		}
+		checkOut(t, got.Out.Data, ref.Out, v.Data, tk)
+		if !normalized {
+			checkLSE(t, "lse against the reference", got.LSE.Data, ref.LSE, 1e-4)
+		}
+		if opt.NeedWeights {
+			checkRel(t, "weights against the reference", got.Weights.Data, ref.Weights, 1e-4)
+		}
+
+		// The same pairs as a mask.
+		masked := opt
+		masked.Patterns, masked.Block = nil, [2]int{}
+		if len(patterns) > 0 {
+			masked.AttnMask = tensor.NewBool(b, hq, tq, tk)
+			for i := range masked.AttnMask.Data {
+				h, qi, j := i/(tq*tk)%hq, i/tk%tq, i%tk
+				masked.AttnMask.Data[i] = !keptByDefinition(patterns, h, qi, j, tq, tk, bq, bk)
+			}
+		}
+		want, err := SDPA(q, k, v, &masked)
+		if err != nil {
+			t.Fatalf("SDPA with the pairs as a mask: %v", err)
+		}
+		checkRel(t, "out against the mask", got.Out.Data, as[float64](want.Out.Data), 1e-6)
+		if normalized {
+			for i, x := range got.LSE.Data {
+				if !math.IsNaN(float64(x)) {
+					t.Fatalf("lse[%d] = %v with the %s normalizer, want NaN", i, x, opt.Normalizer)
+				}
+			}
+		} else {
+			checkLSE(t, "lse against the mask", got.LSE.Data, as[float64](want.LSE.Data), 1e-6)
+		}
+		if opt.NeedWeights {
+			checkRel(t, "weights against the mask", got.Weights.Data, as[float64](want.Weights.Data), 1e-6)
+		}
+		if !slices.Equal(got.ZeroFraction, want.ZeroFraction) {
+			t.Fatalf("zero fractions %v, with the mask %v", got.ZeroFraction, want.ZeroFraction)
+		}
+		dy := sdpaRand(seed+3, 1, b, hq, tq, dv)
+		gg, err := SDPABackward(q, k, v, got, dy, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, err := SDPABackward(q, k, v, want, dy, &masked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRel(t, "dq against the mask", gg.Q.Data, as[float64](gw.Q.Data), 1e-5)
+		checkRel(t, "dk against the mask", gg.K.Data, as[float64](gw.K.Data), 1e-5)
+		checkRel(t, "dv against the mask", gg.V.Data, as[float64](gw.V.Data), 1e-5)
+	})
+}

@@ -121,7 +121,8 @@ type SDPAResult struct {
 	// LSE is nil unless SDPAOptions.NeedLSE: [B, Hq, Tq], each row's log of the sum of the
 	// exponentials of its logits, the sink's included. It is +Inf for a row whose keys are all
 	// masked and that has no sink (flash-attn's convention: exp(s − lse) is then 0), and the
-	// sink's logit for such a row with one.
+	// sink's logit for such a row with one. With a Normalizer other than softmax it is NaN in
+	// every row, fully masked or not.
 	LSE *tensor.Tensor
 	// Weights is nil unless SDPAOptions.NeedWeights: [B, Hq, Tq, Tk]. With a sink, a row sums to
 	// less than 1.

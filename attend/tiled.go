@@ -492,11 +492,14 @@ func Tiled(h *Head[float32], b *Bias, scale float32, drop *Dropout, i0, i1 int, 
 			} else {
 				clear(h.Out[(i0+r)*h.LdOut : (i0+r)*h.LdOut+dv])
 			}
-			if lse != nil {
+			switch {
+			case lse == nil:
+			case b.normalized():
+				lse[r] = float32(math.NaN())
+			case sink:
+				lse[r] = float32(b.Sink)
+			default:
 				lse[r] = float32(math.Inf(1))
-				if sink {
-					lse[r] = float32(b.Sink)
-				}
 			}
 			continue
 		}
