@@ -21,8 +21,14 @@ type shapeCase struct {
 	pad, mask, bias, perHeadMask bool // key padding, bool attn mask, float attn mask; masks per head
 	probe, training, backward    bool // probe: gate, shift, keep the heads, the last one uniform
 	bf16                         bool // Forward also in ComputeBFloat16
-	mismatch                     int  // which input gets a wrong size; see the mismatch constants
-	seed                         uint64
+	// Today's options: a window, soft-capping, ALiBi, sparse patterns (local and a global
+	// token, in blocks of 2 × 3), a normalizer (1 sparsemax, 2 entmax-1.5, 3 top-2); and in the
+	// Config one K/V head, sinks, rotary.
+	window, softcap, alibi, sparse bool
+	normalizer                     int
+	mqa, sinks, rotary             bool
+	mismatch                       int // which input gets a wrong size; see the mismatch constants
+	seed                           uint64
 }
 
 // The wrong sizes a shapeCase can give one input.
@@ -79,6 +85,13 @@ func (c *shapeCase) normalize() {
 // inputs builds the layer (nil with New's error) and the call's inputs and gradOutput.
 func (c *shapeCase) inputs() (l *Layer, q, k, v *tensor.Tensor, opt *Options, dy *tensor.Tensor, err error) {
 	cfg := c.cfg
+	if c.mqa {
+		cfg.NumKVHeads = 1
+	}
+	if c.rotary {
+		cfg.Rotary = &Rotary{Theta: 10000}
+	}
+	cfg.Sinks = c.sinks
 	if l, err = New(cfg); err != nil {
 		return nil, nil, nil, nil, nil, nil, err
 	}
@@ -109,7 +122,25 @@ func (c *shapeCase) inputs() (l *Layer, q, k, v *tensor.Tensor, opt *Options, dy
 			v = k
 		}
 	}
-	opt = &Options{Causal: c.causal, NeedWeights: c.needWeights, PerHeadWeights: c.perHead, Training: c.training, DropoutSeed: c.seed}
+	opt = &Options{Causal: c.causal, NeedWeights: c.needWeights, PerHeadWeights: c.perHead, Training: c.training, DropoutSeed: c.seed, ALiBi: c.alibi}
+	if c.window {
+		opt.Window = &Window{Left: int(c.seed % 4), Right: int(c.seed/4%3) - 1}
+	}
+	if c.softcap {
+		opt.Softcap = 2.5
+	}
+	if c.sparse {
+		opt.Patterns = []Pattern{{Kind: PatternLocal, Width: 1}, {Kind: PatternGlobal, Positions: []int{0}}}
+		opt.Block = [2]int{2, 3}
+	}
+	switch c.normalizer {
+	case 1:
+		opt.Normalizer = &Normalizer{Kind: Sparsemax}
+	case 2:
+		opt.Normalizer = &Normalizer{Kind: Entmax, Alpha: 1.5}
+	case 3:
+		opt.Normalizer = &Normalizer{Kind: TopK, K: 2}
+	}
 	if c.pad {
 		tk := c.tk
 		if c.mismatch == mismatchKeyPadding {
@@ -174,6 +205,12 @@ func (c *shapeCase) inputs() (l *Layer, q, k, v *tensor.Tensor, opt *Options, dy
 func (c *shapeCase) wantsError() bool {
 	selfBad := !c.cross && !c.cfg.sameDims()
 	return selfBad || (c.mismatch != mismatchNone && c.mismatch != mismatchGradOutput)
+}
+
+// excludable reports whether the case has options that other options or the layer's Config may
+// exclude.
+func (c *shapeCase) excludable() bool {
+	return c.window || c.softcap || c.alibi || c.sparse || c.normalizer != 0 || c.mqa || c.sinks || c.rotary
 }
 
 // checkShapeError fails unless err wraps ErrShape.
@@ -250,6 +287,26 @@ func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
 		return nil, nil, nil
 	}
 	tr, err := l.Reference(q, k, v, opt)
+	if err != nil && !c.wantsError() && errors.Is(err, ErrShape) && c.excludable() {
+		// Options that exclude each other (a normalizer with dropout, say): every path must
+		// refuse them as the reference does.
+		for _, nw := range []bool{false, true} {
+			o := *opt
+			o.NeedWeights = nw
+			_, ferr := l.Forward(q, k, v, &o)
+			var r Result
+			var s Saved
+			terr := l.ForwardTrain(&r, &s, q, k, v, &o)
+			o.Compute = ComputeBFloat16
+			_, berr := l.Forward(q, k, v, &o)
+			for _, e := range []error{ferr, terr, berr} {
+				if e == nil || e.Error() != err.Error() {
+					t.Fatalf("Reference: %v; Forward, ForwardTrain, Forward in bfloat16 (NeedWeights %v): %v, %v, %v", err, nw, ferr, terr, berr)
+				}
+			}
+		}
+		return nil, nil, nil
+	}
 	if c.wantsError() {
 		checkShapeError(t, "Reference", err)
 		for _, nw := range []bool{false, true} {
@@ -365,13 +422,22 @@ func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
 		return l, res, tr
 	}
 
-	want := refGrads(t, l, q, k, v, opt, dy.Data)
-	if k != nil && k == v {
-		want["key"] = slices.Clone(want["key"])
-		for j, y := range want["value"] {
-			want["key"][j] += y
+	// The gradients: derived by refGrads, or by finite differences for the options it does not
+	// derive, except with a normalizer, whose kinks (keys entering or leaving a row's support)
+	// a step may cross; those cases check the gradients' shapes and finiteness only.
+	var want map[string][]float64
+	switch {
+	case !c.excludable():
+		want = refGrads(t, l, q, k, v, opt, dy.Data)
+		if k != nil && k == v {
+			want["key"] = slices.Clone(want["key"])
+			for j, y := range want["value"] {
+				want["key"][j] += y
+			}
+			delete(want, "value")
 		}
-		delete(want, "value")
+	case c.normalizer == 0:
+		want = fdGrads(t, l, q, k, v, opt, dy.Data, 1.0/1024)
 	}
 	for _, nw := range []bool{false, true} {
 		o := *opt
@@ -425,7 +491,7 @@ func (c shapeCase) check(t *testing.T) (*Layer, *Result, *Trace) {
 		for name, w := range want {
 			checkClose(t, "gradient of "+name, got[name], w)
 		}
-		if len(got) != len(want) {
+		if want != nil && len(got) != len(want) {
 			t.Fatalf("gradients of %d tensors, the reference has %d", len(got), len(want))
 		}
 	}
@@ -534,6 +600,7 @@ func FuzzForwardShapes(f *testing.F) {
 		f.Add(b, tq, tk, e, h, kdim, vdim, mismatch, flags, uint64(flags)+1)
 	}
 	const cross, kvSame, unbatched, needWeights, backward, bf16 = 1 << 3, 1 << 4, 1 << 5, 1 << 7, 1 << 15, 1 << 19
+	const window, softcap, alibi, sparse, mqa, sinks, rotary = 1 << 20, 1 << 21, 1 << 22, 1 << 23, 1 << 26, 1 << 27, 1 << 28
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, backward)                   // the 70-byte file of cmd/mha: query [1 0 4]
 	add(0, 5, 0, 8, 2, 0, 0, 0xff, backward|needWeights)       // B = 0
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, unbatched|backward)         // query [0 4]
@@ -545,6 +612,10 @@ func FuzzForwardShapes(f *testing.F) {
 	add(2, 9, 9, 8, 2, 0, 0, 0xff, bf16|0x3fff)                // bfloat16 with everything on
 	add(1, 7, 0, 6, 3, 0, 0, 0xff, bf16|cross|0x7)             // bfloat16, Tk = 0
 	add(2, 3, 4, 6, 3, 0, 0, mismatchQueryWidth, bf16)         // bfloat16, a wrong query
+	add(2, 9, 9, 8, 4, 0, 0, 0xff, window|softcap|alibi|mqa|rotary|backward|needWeights|bf16)
+	add(2, 9, 9, 8, 2, 0, 0, 0xff, sparse|1<<24|sinks|cross|backward|0x600)    // sparsemax, sinks: an error
+	add(1, 9, 7, 6, 3, 0, 0, 0xff, sparse|2<<24|cross|0x640|backward|bf16)     // entmax-1.5, causal, padding, mask
+	add(2, 8, 0, 6, 2, 0, 0, 0xff, sparse|3<<24|window|backward|needWeights|4) // top-2, add_zero_attn
 	f.Fuzz(func(t *testing.T, b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32, seed uint64) {
 		bit := func(i int) bool { return flags>>i&1 != 0 }
 		c := shapeCase{
@@ -553,7 +624,8 @@ func FuzzForwardShapes(f *testing.F) {
 			b: int(b % 4), tq: int(tq % 10), tk: int(tk % 10),
 			cross: bit(3), kvSame: bit(4), unbatched: bit(5), causal: bit(6), needWeights: bit(7), perHead: bit(8),
 			pad: bit(9), mask: bit(10), bias: bit(11), perHeadMask: bit(12), probe: bit(13), training: bit(14), backward: bit(15),
-			bf16: bit(19),
+			bf16: bit(19), window: bit(20), softcap: bit(21), alibi: bit(22), sparse: bit(23), normalizer: int(flags >> 24 & 3),
+			mqa: bit(26), sinks: bit(27), rotary: bit(28),
 			seed: seed,
 		}
 		if heads := c.cfg.NumHeads; !bit(18) && heads > 0 && c.cfg.EmbedDim >= heads {

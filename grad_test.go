@@ -209,6 +209,65 @@ func backward(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy *
 	return out
 }
 
+// fdGrads returns the central finite differences, with steps of h, of the loss Σ dy·Output
+// (plus Σ HeadsIn·Concat when opt keeps the heads, as backward adds headsIn) computed in float64
+// by Layer.Reference, with respect to every value of the query, key and value inputs (key alone
+// when key is value), of the gate when opt has one, and of every parameter, named as backward
+// names them: the gradients Backward must give, for the options refGrads does not derive.
+func fdGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy []float32, h float32) map[string][]float64 {
+	t.Helper()
+	var hin *tensor.Tensor
+	if opt.Heads.Keep {
+		b, tq := 1, q.Shape[len(q.Shape)-2]
+		if len(q.Shape) == 3 {
+			b = q.Shape[0]
+		}
+		hin = headsIn(opt, b, tq, l.cfg.EmbedDim)
+	}
+	loss := func() float64 {
+		tr, err := l.Reference(q, k, v, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := 0.0
+		for i, y := range tr.Output {
+			s += y * float64(dy[i])
+		}
+		if hin != nil {
+			for i, c := range tr.Concat {
+				s += c * float64(hin.Data[i])
+			}
+		}
+		return s
+	}
+	diff := func(x []float32) []float64 {
+		g := make([]float64, len(x))
+		for i, old := range x {
+			x[i] = old + h
+			up := loss()
+			x[i] = old - h
+			down := loss()
+			x[i] = old
+			g[i] = (up - down) / (float64(old+h) - float64(old-h)) // the float32 steps actually taken
+		}
+		return g
+	}
+	want := map[string][]float64{"query": diff(q.Data)}
+	if k != nil {
+		want["key"] = diff(k.Data)
+		if v != k {
+			want["value"] = diff(v.Data)
+		}
+	}
+	if opt.Heads.Gate != nil {
+		want["gate"] = diff(opt.Heads.Gate.Data)
+	}
+	for _, p := range l.Parameters() {
+		want[p.Name] = diff(p.T.Data)
+	}
+	return want
+}
+
 // compareGrads checks every gradient in want against got within tol relative error and returns
 // the worst error.
 func compareGrads(t *testing.T, got map[string][]float32, want map[string][]float64, tol float64) float64 {

@@ -255,43 +255,11 @@ func TestLayerGQABackward(t *testing.T) {
 			rng := tensor.NewRNG(12)
 			dy := randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
 			got := backward(t, l, q, k, v, opt, dy)
-			loss := func() float64 {
-				tr, err := l.Reference(q, k, v, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := 0.0
-				for i, y := range tr.Output {
-					s += y * float64(dy.Data[i])
-				}
-				return s
+			h := float32(1.0 / 256)
+			if c.norm != nil && c.norm.Kind == Sparsemax {
+				h = 1.0 / 65536 // sparsemax is piecewise linear: stay between its kinks
 			}
-			diff := func(x []float32) []float64 {
-				g := make([]float64, len(x))
-				for i, old := range x {
-					h := float32(1.0 / 256)
-					if c.norm != nil && c.norm.Kind == Sparsemax {
-						h = 1.0 / 65536 // sparsemax is piecewise linear: stay between its kinks
-					}
-					x[i] = old + h
-					up := loss()
-					x[i] = old - h
-					down := loss()
-					x[i] = old
-					g[i] = (up - down) / (float64(old+h) - float64(old-h)) // the float32 steps actually taken
-				}
-				return g
-			}
-			want := map[string][]float64{"query": diff(q.Data)}
-			if k != nil {
-				want["key"] = diff(k.Data)
-				if v != k {
-					want["value"] = diff(v.Data)
-				}
-			}
-			for _, p := range l.Parameters() {
-				want[p.Name] = diff(p.T.Data)
-			}
+			want := fdGrads(t, l, q, k, v, opt, dy.Data, h)
 			compareGrads(t, got, want, 1e-4)
 		})
 	}

@@ -865,7 +865,8 @@ func TestSparseRunsOfBlocks(t *testing.T) {
 // of the rounded operands. Errors must be the reference's.
 func FuzzSDPAPatterns(f *testing.F) {
 	// shape packs B−1 (1 bit), Hkv−1 (1), Hq/Hkv−1 (2), Tq (8), Tk (9), D−1 (3), Dv−1 (3) and
-	// the blocks (a bit: given; then BQ−1 and BK−1, 6 bits each; 7 in the next 3 bits: BK 0).
+	// the blocks (a bit: given; then BQ−1 and BK−1, 6 bits each; 7 in the next 3 bits: BK 0);
+	// bit 43 makes B 0.
 	shape := func(b, hkv, group, tq, tk, d, dv, bq, bk int) uint64 {
 		s := uint64(b-1) | uint64(hkv-1)<<1 | uint64(group-1)<<2 | uint64(tq)<<4 | uint64(tk)<<12 | uint64(d-1)<<21 | uint64(dv-1)<<24
 		if bq > 0 {
@@ -892,6 +893,9 @@ func FuzzSDPAPatterns(f *testing.F) {
 	f.Fuzz(func(t *testing.T, shape, pat uint64, flags uint32, seed uint64) {
 		field := func(x uint64, at, bits uint) int { return int(x >> at & (1<<bits - 1)) }
 		b, hkv := 1+field(shape, 0, 1), 1+field(shape, 1, 1)
+		if field(shape, 43, 1) != 0 {
+			b = 0
+		}
 		hq := hkv * (1 + field(shape, 2, 2)%3)
 		tq, tk := field(shape, 4, 8)%150, field(shape, 12, 9)%300
 		d, dv := 1+field(shape, 21, 3), 1+field(shape, 24, 3)

@@ -266,7 +266,10 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 // and zero pairs counted per task, [b, hq, tasks per head].
 func zeroFractions(dst []float64, visible, zero []int, b, hq int) []float64 {
 	dst = slices.Grow(dst[:0], hq)[:hq]
-	per := len(visible) / (b * hq)
+	per := 0 // tasks per (batch, head); an empty batch has none
+	if b > 0 && hq > 0 {
+		per = len(visible) / (b * hq)
+	}
 	for h := range hq {
 		var v, z int
 		for bb := range b {
