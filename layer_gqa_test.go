@@ -557,7 +557,8 @@ func TestLayerForwardCache(t *testing.T) {
 	}
 	l := newLayer(t, Config{EmbedDim: e, NumHeads: 2})
 	kv, _ := l.NewKVCache(1, 4, CacheFloat32)
-	for _, bad := range []*Options{{NeedWeights: true}, {Heads: HeadOptions{Keep: true}}, {AttnMask: tensor.NewBool(1, 1)}} {
+	for _, bad := range []*Options{{NeedWeights: true}, {Heads: HeadOptions{Keep: true}}, {AttnMask: tensor.NewBool(1, 1)},
+		{Patterns: []Pattern{{Kind: PatternLocal, Width: 2}}}, {Normalizer: &Normalizer{Kind: Sparsemax}}} {
 		if _, err := l.ForwardCache(kv, tensor.New(1, 1, e), bad); !errors.Is(err, ErrShape) {
 			t.Errorf("options %+v: %v, want ErrShape", bad, err)
 		}

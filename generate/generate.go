@@ -1,6 +1,8 @@
 // Package generate continues a prompt with an nn model through its KV cache: a prefill of the
 // prompt, then one token per step, chosen greedily or sampled with a temperature, top-k and
-// top-p (nucleus) filtering, from a seeded generator, so the same seed gives the same tokens.
+// top-p (nucleus) filtering, from a seeded generator, so the same seed gives the same tokens. A
+// model with sparse attention (nn.Config.SparseAttention), which a KV cache does not compute,
+// runs a Forward of the whole sequence at every step instead.
 package generate
 
 import (
@@ -14,6 +16,7 @@ import (
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/tensor"
 )
 
 // Options control a generation. The zero value is greedy decoding of one token with a float32
@@ -33,7 +36,8 @@ type Options struct {
 	Seed uint64
 	// Stop ends the generation after any of these tokens (the model's end of sequence).
 	Stop []int
-	// Cache is the storage of the keys and values (the arithmetic stays float32).
+	// Cache is the storage of the keys and values (the arithmetic stays float32); a model with
+	// sparse attention has no cache.
 	Cache mha.CacheDType
 	// Workers bounds the goroutines each step runs on; 0 means GOMAXPROCS.
 	Workers int
@@ -70,19 +74,33 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 	case len(prompt)+n > m.Config().SeqLen:
 		return res, fmt.Errorf("generate: %d prompt tokens and %d more exceed the model's %d positions", len(prompt), n, m.Config().SeqLen)
 	}
-	cache, err := m.NewCache(1, len(prompt)+n, opt.Cache)
-	if err != nil {
-		return res, fmt.Errorf("generate: %w", err)
+	// The next token's logits after input: through the cache, or, for a model with sparse
+	// attention, which a cache does not compute, from a Forward of the whole sequence so far.
+	var next func(input []int) (*tensor.Tensor, error)
+	run := &nn.RunOptions{Workers: opt.Workers}
+	if m.Config().SparseAttention() {
+		seq := make([]int, 0, len(prompt)+n)
+		next = func(input []int) (*tensor.Tensor, error) {
+			seq = append(seq, input...)
+			return m.Forward(seq, 1, len(seq), run)
+		}
+	} else {
+		cache, err := m.NewCache(1, len(prompt)+n, opt.Cache)
+		if err != nil {
+			return res, fmt.Errorf("generate: %w", err)
+		}
+		next = func(input []int) (*tensor.Tensor, error) {
+			return m.ForwardCached(cache, input, 1, len(input), run)
+		}
 	}
 	s := newSampler(opt)
-	run := &nn.RunOptions{Workers: opt.Workers}
 	start := time.Now()
 	input := prompt
 	for len(res.Tokens) < n {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		logits, err := m.ForwardCached(cache, input, 1, len(input), run)
+		logits, err := next(input)
 		if err != nil {
 			return res, fmt.Errorf("generate: %w", err)
 		}

@@ -12,18 +12,35 @@ import (
 
 func model(t *testing.T) *nn.Model {
 	t.Helper()
-	m, err := nn.NewModel(nn.Config{Vocab: 13, SeqLen: 32, DModel: 16, Heads: 4, KVHeads: 2, Layers: 2, FFN: 24,
-		Norm: nn.PreNorm, Positions: nn.NoPositions, NormKind: nn.RMSNorm, Activation: nn.SwiGLU, Rope: &nn.Rope{Theta: 100}, Seed: 7})
+	return newModel(t, config())
+}
+
+func config() nn.Config {
+	return nn.Config{Vocab: 13, SeqLen: 32, DModel: 16, Heads: 4, KVHeads: 2, Layers: 2, FFN: 24,
+		Norm: nn.PreNorm, Positions: nn.NoPositions, NormKind: nn.RMSNorm, Activation: nn.SwiGLU, Rope: &nn.Rope{Theta: 100}, Seed: 7}
+}
+
+func newModel(t *testing.T, cfg nn.Config) *nn.Model {
+	t.Helper()
+	m, err := nn.NewModel(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-// TestGreedyMatchesForward checks that greedy decoding through the cache picks, at every step,
-// the most likely next token of a Forward of the whole sequence so far.
+// TestGreedyMatchesForward checks that greedy decoding picks, at every step, the most likely next
+// token of a Forward of the whole sequence so far: through the cache, and for a model with
+// sparse attention, which has none.
 func TestGreedyMatchesForward(t *testing.T) {
-	m := model(t)
+	sparse := config()
+	sparse.Patterns, sparse.Block, sparse.Normalizer = []string{"local:2", "global:0"}, []int{4, 4}, "sparsemax"
+	for name, cfg := range map[string]nn.Config{"cached": config(), "sparse": sparse} {
+		t.Run(name, func(t *testing.T) { greedyMatchesForward(t, newModel(t, cfg)) })
+	}
+}
+
+func greedyMatchesForward(t *testing.T, m *nn.Model) {
 	prompt := []int{1, 5, 2, 9}
 	var streamed []int
 	res, err := Run(context.Background(), m, prompt, Options{MaxTokens: 8}, func(tok int) error {

@@ -74,3 +74,28 @@ func TestForwardCached(t *testing.T) {
 		}
 	}
 }
+
+// TestNewCacheSparse checks that a model with sparse attention, which a KV cache does not
+// compute, gets no cache.
+func TestNewCacheSparse(t *testing.T) {
+	for _, sparse := range []Config{{Patterns: []string{"local:2"}}, {Normalizer: "entmax15"}} {
+		cfg := hfConfigs()["llama"]
+		cfg.Patterns, cfg.Normalizer = sparse.Patterns, sparse.Normalizer
+		if !cfg.SparseAttention() {
+			t.Errorf("patterns %q, normalizer %q: SparseAttention is false", cfg.Patterns, cfg.Normalizer)
+		}
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.NewCache(1, 4, mha.CacheFloat32); err == nil {
+			t.Errorf("patterns %q, normalizer %q: NewCache gave a cache", cfg.Patterns, cfg.Normalizer)
+		}
+	}
+	if cfg := hfConfigs()["llama"]; cfg.SparseAttention() {
+		t.Error("a dense model's SparseAttention is true")
+	}
+	if cfg := (Config{Normalizer: "softmax"}); cfg.SparseAttention() {
+		t.Error("the softmax normalizer counts as sparse")
+	}
+}

@@ -236,6 +236,14 @@ func (c Config) Attention() mha.Config {
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
 }
 
+// SparseAttention reports whether the blocks' attention is sparse: Patterns keep only some pairs,
+// or a Normalizer other than softmax replaces the softmax. A KV cache cannot serve such a model
+// (Model.NewCache refuses it): its decode runs Forward on the whole sequence.
+func (c Config) SparseAttention() bool {
+	ps, n, err := c.sparsity()
+	return err == nil && (len(ps) > 0 || n != nil)
+}
+
 // sparsity parses Patterns and Normalizer.
 func (c Config) sparsity() ([]mha.Pattern, *mha.Normalizer, error) {
 	var ps []mha.Pattern
