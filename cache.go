@@ -241,7 +241,7 @@ const (
 // evicted and still count against the capacity), ALiBi and Slopes, Softcap, Sinks, Rotary (the
 // new keys are rotated at their positions Offset + j before they are stored, as Hugging Face
 // caches them, and the queries at theirs; k and q are left as they are), NeedLSE and Workers.
-// KeyPaddingMask, AttnMask, AttnBias, NeedWeights, Patterns and Normalizer are errors.
+// KeyPaddingMask, AttnMask, AttnBias, NeedWeights, Dropout, Patterns and Normalizer are errors.
 //
 // Decoding (Tq·Hq/Hkv ≤ 64 query rows per K/V head) splits the cached keys into chunks of 1024
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
@@ -399,6 +399,8 @@ func (w *cacheWork) check(kv *KVCache, q, k, v *tensor.Tensor, opt *SDPAOptions)
 		return 0, fmt.Errorf("%w: AttendCache takes no key padding mask, attention mask or bias", ErrShape)
 	case o.NeedWeights:
 		return 0, fmt.Errorf("%w: AttendCache does not return weights; use SDPA", ErrShape)
+	case o.Dropout != 0:
+		return 0, fmt.Errorf("%w: AttendCache does not apply dropout (%v), a training option; use SDPA", ErrShape, o.Dropout)
 	case len(o.Patterns) > 0 || (o.Normalizer != nil && o.Normalizer.Kind != Softmax):
 		return 0, fmt.Errorf("%w: AttendCache does not take sparse patterns or normalizers yet; use SDPA", ErrShape)
 	}
