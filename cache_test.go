@@ -306,6 +306,7 @@ func FuzzAttendCache(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint8(2), uint64(3))
 	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(200), uint8(1), uint8(0), uint8(2), int8(-1), int8(3), uint8(1), uint8(0xf0), uint8(1), uint64(4))
 	f.Add(uint8(1), uint8(4), uint8(2), uint8(2), uint8(30), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(1), uint8(0), uint64(0x1_0230_1103))
+	f.Add(uint8(1), uint8(2), uint8(1), uint8(0), uint8(3), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(0), uint8(0), uint64(0xc900)) // no queries, rotary
 	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tn, d, dv, causal uint8, left, right int8, softcap, flags, dtype uint8, seed uint64) {
 		b, hq, hkv, tq, d, dv = b%3, hq%7, hkv%4, tq%9, d%6, dv%5
 		tnI := int(tn)*7 + int(seed%7) // up to ~1800: several flash-decoding chunks

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mhalab/mha/internal/kernel"
@@ -568,5 +569,165 @@ func TestLayerForwardCache(t *testing.T) {
 	}
 	if _, err := l.ForwardCache(kv, tensor.New(1, 1, e+1), nil); !errors.Is(err, ErrShape) {
 		t.Errorf("x [1 1 %d]: %v, want ErrShape", e+1, err)
+	}
+}
+
+// FuzzForwardCache checks the layer's cached decode against Forward on the whole sequence: a
+// prefill and steps of random lengths (0 included), on random head counts and sizes, grouped
+// K/V heads, rotary, sinks, biases or none, causal or not, windows, soft-capping, ALiBi, every
+// cache type and compute type and worker count (checkCached). A step past the capacity must fail and leave the cache
+// as it was; a layer or options the cache cannot serve must fail as they should.
+func FuzzForwardCache(f *testing.F) {
+	// cfg packs H−1 (2 bits), Hkv choice (2: H, 1, H/2), d−1 (3), B−1 (1), NoBias, Sinks, rotary
+	// (and its layout, 2 bits), appended keys, unequal head scales; opts packs causal, a window
+	// (1 + 3 + 2), soft-capping, ALiBi, the cache type (2), bfloat16 compute, workers (2), one
+	// position short of the capacity; steps holds up to 8 step lengths of 4 bits.
+	f.Add(uint32(0x003), uint32(0x001), uint64(0x1115), uint64(1))
+	f.Add(uint32(0x1ff), uint32(0x3fb), uint64(0x21_3107), uint64(2))
+	f.Add(uint32(0x0a7), uint32(0x0c5), uint64(0x1111_1119), uint64(3))
+	f.Add(uint32(0x062), uint32(0x141), uint64(0x0f0), uint64(4))
+	f.Add(uint32(0x203), uint32(0x001), uint64(0x3), uint64(5))  // appended keys: an error
+	f.Add(uint32(0x403), uint32(0x001), uint64(0x3), uint64(6))  // head scales of their own: an error
+	f.Add(uint32(0x003), uint32(0x401), uint64(0x24), uint64(7)) // the last step one past the capacity
+	f.Fuzz(func(t *testing.T, cfgBits, opts uint32, steps, seed uint64) {
+		bit := func(x uint32, i int) bool { return x>>i&1 != 0 }
+		heads := 1 + int(cfgBits&3)
+		hkv := []int{heads, 1, max(1, heads/2), heads}[cfgBits>>2&3]
+		if heads%hkv != 0 {
+			hkv = heads
+		}
+		d := 1 + int(cfgBits>>4&7)
+		b := 1 + int(cfgBits>>7&1)
+		cfg := Config{EmbedDim: heads * d, NumHeads: heads, NumKVHeads: hkv, NoBias: bit(cfgBits, 8), Sinks: bit(cfgBits, 9), Seed: seed}
+		if bit(cfgBits, 10) {
+			cfg.Rotary = &Rotary{Theta: 100, Layout: RopeLayout(cfgBits >> 11 & 1), Offset: int(seed % 5)}
+		}
+		cfg.AddBiasKV = bit(cfgBits, 12)
+		if bit(cfgBits, 13) {
+			cfg.HeadScales = make([]float64, heads)
+			for h := range heads {
+				cfg.HeadScales[h] = 0.5 + float64(h)
+			}
+		}
+		l, err := New(cfg)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("New(%+v): %v, want nil or ErrConfig", cfg, err)
+			}
+			return
+		}
+		rng := tensor.NewRNG(seed)
+		for _, p := range l.Parameters() {
+			if strings.Contains(p.Name, "bias") || p.Name == "sinks" {
+				rng.Normal(p.T, 0.3)
+			}
+		}
+
+		opt := &Options{Causal: bit(opts, 0), Softcap: 0, ALiBi: bit(opts, 7), Workers: int(opts >> 11 & 3)}
+		if bit(opts, 1) {
+			opt.Window = &Window{Left: int(opts >> 2 & 7), Right: int(opts>>5&3) - 1}
+		}
+		if bit(opts, 6) {
+			opt.Softcap = 2.5
+		}
+		dtype := CacheDType(opts >> 8 & 3 % 3)
+		if bit(opts, 10) {
+			opt.Compute = ComputeBFloat16
+		}
+		var lens []int
+		n := 0
+		for s := steps; s != 0 && len(lens) < 8; s >>= 4 {
+			lens = append(lens, int(s&15))
+			n += int(s & 15)
+		}
+		capacity := n
+		if bit(opts, 13) && n > 0 {
+			capacity-- // the step that reaches past it must fail
+		}
+		x := randTensor(rng, b, n, cfg.EmbedDim)
+		kv, err := l.NewKVCache(b, max(capacity, 1), dtype)
+		if err != nil {
+			t.Fatalf("NewKVCache: %v", err)
+		}
+		var parts [][]float32
+		for _, step := range lens {
+			start := kv.Len()
+			xs := tensor.New(b, step, cfg.EmbedDim)
+			for bb := range b {
+				copy(xs.Data[bb*step*cfg.EmbedDim:(bb+1)*step*cfg.EmbedDim], x.Data[(bb*n+start)*cfg.EmbedDim:])
+			}
+			y, err := l.ForwardCache(kv, xs, opt)
+			switch {
+			case cfg.AddBiasKV && err != nil:
+				if !errors.Is(err, ErrConfig) {
+					t.Fatalf("appended keys: %v, want ErrConfig", err)
+				}
+				return
+			case cfg.HeadScales != nil && heads > 1 && err != nil:
+				if !errors.Is(err, ErrConfig) {
+					t.Fatalf("head scales %v: %v, want ErrConfig", cfg.HeadScales, err)
+				}
+				return
+			case start+step > max(capacity, 1):
+				if !errors.Is(err, ErrShape) || kv.Len() != start {
+					t.Fatalf("%d positions after %d in a cache of %d: error %v, Len %d", step, start, capacity, err, kv.Len())
+				}
+				return
+			case err != nil:
+				t.Fatalf("step of %d after %d: %v", step, start, err)
+			}
+			checkTensor(t, "ForwardCache", y, []int{b, step, cfg.EmbedDim})
+			if kv.Len() != start+step {
+				t.Fatalf("Len %d after %d positions", kv.Len(), start+step)
+			}
+			parts = append(parts, slices.Clone(y.Data))
+			if !opt.Causal && step > 0 {
+				// Not causal, a step's queries see the positions so far, not the later ones a
+				// Forward of the whole sequence would: the step's outputs are the last of a
+				// Forward of the sequence so far.
+				pre := tensor.New(b, start+step, cfg.EmbedDim)
+				for bb := range b {
+					copy(pre.Data[bb*(start+step)*cfg.EmbedDim:(bb+1)*(start+step)*cfg.EmbedDim], x.Data[bb*n*cfg.EmbedDim:])
+				}
+				checkCached(t, fmt.Sprintf("positions %d to %d", start, start+step-1), l, y.Data, pre, start, opt, dtype)
+			}
+		}
+		if cfg.AddBiasKV || cfg.HeadScales != nil && heads > 1 {
+			t.Fatalf("ForwardCache served a layer it cannot (%+v)", cfg)
+		}
+		if !opt.Causal {
+			return
+		}
+		got := make([]float32, 0, b*n*cfg.EmbedDim)
+		for bb := range b { // back to [B, T, E]
+			for i, p := range parts {
+				got = append(got, p[bb*lens[i]*cfg.EmbedDim:(bb+1)*lens[i]*cfg.EmbedDim]...)
+			}
+		}
+		checkCached(t, "the whole sequence", l, got, x, 0, opt, dtype)
+	})
+}
+
+// checkCached checks got, ForwardCache's outputs [B, T − from, E] for the positions from … T − 1
+// of x [B, T, E], against those rows of a Forward of x in float32: with a float32 cache and
+// compute within 10⁻⁵ relative or 10⁻⁶ RMS (outputs far smaller than their terms keep float32's
+// absolute error), within their roundings otherwise.
+func checkCached(t *testing.T, what string, l *Layer, got []float32, x *tensor.Tensor, from int, opt *Options, dtype CacheDType) {
+	t.Helper()
+	full := *opt
+	full.Compute = ComputeFloat32
+	r, err := l.Forward(x, nil, nil, &full)
+	if err != nil {
+		t.Fatalf("%s: Forward: %v", what, err)
+	}
+	n, e := x.Shape[1], x.Shape[2]
+	var want []float64
+	for b := range x.Shape[0] {
+		want = append(want, as[float64](r.Output.Data[(b*n+from)*e:(b+1)*n*e])...)
+	}
+	if dtype == CacheFloat32 && opt.Compute == ComputeFloat32 {
+		checkWithin(t, what+": cached decode against Forward", got, want, 1e-5, 1e-6)
+	} else {
+		checkWithin(t, what+": cached decode against Forward", got, want, 5e-2, 1e-2)
 	}
 }

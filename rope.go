@@ -174,6 +174,9 @@ func (tb *ropeTable) rotate(x []float32, ld, rows, first int, inverse bool) {
 // apply rotates the rows of x, [N, T, d] row-major, row t of each block of T at the table's row
 // first + t; with inverse by the opposite angles.
 func (tb *ropeTable) apply(x []float32, d, t, first int, inverse bool) {
+	if t == 0 || d == 0 {
+		return // no rows
+	}
 	for blk := range len(x) / (t * d) {
 		tb.rotate(x[blk*t*d:], d, t, first, inverse)
 	}
