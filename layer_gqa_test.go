@@ -578,17 +578,19 @@ func TestLayerForwardCache(t *testing.T) {
 // cache type and compute type and worker count (checkCached). A step past the capacity must fail and leave the cache
 // as it was; a layer or options the cache cannot serve must fail as they should.
 func FuzzForwardCache(f *testing.F) {
-	// cfg packs H−1 (2 bits), Hkv choice (2: H, 1, H/2), d−1 (3), B−1 (1), NoBias, Sinks, rotary
-	// (and its layout, 2 bits), appended keys, unequal head scales; opts packs causal, a window
-	// (1 + 3 + 2), soft-capping, ALiBi, the cache type (2), bfloat16 compute, workers (2), one
-	// position short of the capacity; steps holds up to 8 step lengths of 4 bits.
+	// cfg packs H−1 (2 bits), the Hkv choice (2: H, 1, H/2), d−1 (3), B−1 (1), NoBias, Sinks,
+	// rotary and its layout, appended keys (bit 12), head scales of their own (13); opts packs
+	// causal, a window (bit 1; Left in 3 bits, Right + 1 in 2), ALiBi (7), the cache type (2),
+	// bfloat16 compute (10), workers (2), a capacity one short (13), soft-capping (14); steps
+	// holds up to 8 step lengths of 4 bits.
 	f.Add(uint32(0x003), uint32(0x001), uint64(0x1115), uint64(1))
 	f.Add(uint32(0x1ff), uint32(0x3fb), uint64(0x21_3107), uint64(2))
 	f.Add(uint32(0x0a7), uint32(0x0c5), uint64(0x1111_1119), uint64(3))
 	f.Add(uint32(0x062), uint32(0x141), uint64(0x0f0), uint64(4))
-	f.Add(uint32(0x203), uint32(0x001), uint64(0x3), uint64(5))  // appended keys: an error
-	f.Add(uint32(0x403), uint32(0x001), uint64(0x3), uint64(6))  // head scales of their own: an error
-	f.Add(uint32(0x003), uint32(0x401), uint64(0x24), uint64(7)) // the last step one past the capacity
+	f.Add(uint32(0x1003), uint32(0x001), uint64(0x3), uint64(5))   // appended keys: an error
+	f.Add(uint32(0x2003), uint32(0x001), uint64(0x3), uint64(6))   // head scales of their own: an error
+	f.Add(uint32(0x0003), uint32(0x2001), uint64(0x24), uint64(7)) // the last step one past the capacity
+	f.Add(uint32(0x0403), uint32(0x4403), uint64(0x31), uint64(8)) // rotary, soft-capping, bfloat16
 	f.Fuzz(func(t *testing.T, cfgBits, opts uint32, steps, seed uint64) {
 		bit := func(x uint32, i int) bool { return x>>i&1 != 0 }
 		heads := 1 + int(cfgBits&3)
@@ -627,7 +629,7 @@ func FuzzForwardCache(f *testing.F) {
 		if bit(opts, 1) {
 			opt.Window = &Window{Left: int(opts >> 2 & 7), Right: int(opts>>5&3) - 1}
 		}
-		if bit(opts, 6) {
+		if bit(opts, 14) {
 			opt.Softcap = 2.5
 		}
 		dtype := CacheDType(opts >> 8 & 3 % 3)
@@ -692,7 +694,7 @@ func FuzzForwardCache(f *testing.F) {
 				checkCached(t, fmt.Sprintf("positions %d to %d", start, start+step-1), l, y.Data, pre, start, opt, dtype)
 			}
 		}
-		if cfg.AddBiasKV || cfg.HeadScales != nil && heads > 1 {
+		if len(lens) > 0 && (cfg.AddBiasKV || cfg.HeadScales != nil && heads > 1) {
 			t.Fatalf("ForwardCache served a layer it cannot (%+v)", cfg)
 		}
 		if !opt.Causal {
