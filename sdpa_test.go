@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -801,7 +802,8 @@ func FuzzSDPAShapes(f *testing.F) {
 		}
 		// The backward of the same call: no error, and finite gradients of the right shapes.
 		opt.SlopeGrad = opt.ALiBi
-		g, err := SDPABackward(q, k, v, r, sdpaRand(seed+4, 1, r.Out.Shape...), &opt)
+		dOut := sdpaRand(seed+4, 1, r.Out.Shape...)
+		g, err := SDPABackward(q, k, v, r, dOut, &opt)
 		if err != nil {
 			t.Fatalf("backward: %v", err)
 		}
@@ -822,7 +824,84 @@ func FuzzSDPAShapes(f *testing.F) {
 				t.Fatalf("sink %d's gradient is %v", h, s)
 			}
 		}
+		checkDirectional(t, q, k, v, dOut, &opt, g, seed)
 	})
+}
+
+// checkDirectional checks SDPABackward's gradients g of the loss Σ dOut·Out along one random
+// direction of q, k, v, the sinks and the ALiBi slopes (when the options have them) against the
+// central difference of the float64 reference's loss, with each value's step the one its float32
+// (or float64) rounding actually takes: within 10⁻⁴ of the sum of the terms' magnitudes (a
+// gradient that is itself a sum cancelling to far less than its terms keeps their float32
+// error: 10⁻⁵ has been seen).
+func checkDirectional(t *testing.T, q, k, v, dOut *tensor.Tensor, opt *SDPAOptions, g *SDPAGrads, seed uint64) {
+	t.Helper()
+	const h = 1.0 / 8192 // small: soft-capping's tanh bends fast; the steps are exact, so float32 costs nothing
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	o := *opt
+	if o.ALiBi && o.Slopes == nil {
+		o.Slopes = AlibiSlopes(len(g.Slopes)) // the default slopes, made explicit to be stepped
+	}
+	type operand struct {
+		x    []float32
+		grad []float32
+		up   []float32
+		down []float32
+	}
+	ops := []*operand{{x: q.Data, grad: g.Q.Data}, {x: k.Data, grad: g.K.Data}, {x: v.Data, grad: g.V.Data}}
+	if o.Sinks != nil {
+		o.Sinks = slices.Clone(o.Sinks)
+		ops = append(ops, &operand{x: o.Sinks, grad: g.Sinks})
+	}
+	var want, terms float64
+	for _, p := range ops {
+		p.up, p.down = make([]float32, len(p.x)), make([]float32, len(p.x))
+		for i, x := range p.x {
+			u := 2*rng.Float64() - 1
+			p.up[i], p.down[i] = float32(float64(x)+h*u), float32(float64(x)-h*u)
+			d := float64(p.grad[i]) * (float64(p.up[i]) - float64(p.down[i]))
+			want, terms = want+d, terms+math.Abs(d)
+		}
+	}
+	var slopes, slopesUp, slopesDown []float64
+	if g.Slopes != nil {
+		slopes = slices.Clone(o.Slopes)
+		for i, x := range slopes {
+			u := 2*rng.Float64() - 1
+			// A slope multiplies distances up to Tk: a far smaller step keeps the difference's
+			// truncation error (its third derivative grows as Tk³) below float32's.
+			slopesUp, slopesDown = append(slopesUp, x+h/256*u), append(slopesDown, x-h/256*u)
+			d := g.Slopes[i] * (slopesUp[i] - slopesDown[i])
+			want, terms = want+d, terms+math.Abs(d)
+		}
+	}
+	loss := func(up bool) float64 {
+		for _, p := range ops {
+			if up {
+				copy(p.x, p.up)
+			} else {
+				copy(p.x, p.down)
+			}
+		}
+		if slopes != nil {
+			o.Slopes = slopesDown
+			if up {
+				o.Slopes = slopesUp
+			}
+		}
+		return referenceLoss(t, q, k, v, dOut, &o)
+	}
+	saved := make([][]float32, len(ops))
+	for i, p := range ops {
+		saved[i] = slices.Clone(p.x)
+	}
+	got := loss(true) - loss(false)
+	for i, p := range ops {
+		copy(p.x, saved[i])
+	}
+	if e := math.Abs(got - want); e > 1e-4*terms+1e-12 {
+		t.Fatalf("along a random direction: the reference's loss moved by %.9g, the gradients say %.9g (terms' magnitudes %.3g)", got, want, terms)
+	}
 }
 
 // TestSDPAConcurrent runs one context from several goroutines at once (for the race detector)
