@@ -346,8 +346,19 @@ func ParseConfig(data []byte) (Config, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Config{}, errors.New("nn: config has data after its JSON object")
 	}
+	// An empty list means what an absent one does: one Config for both, as they are written.
+	c.HeadDims, c.HeadScales = nilIfEmpty(c.HeadDims), nilIfEmpty(c.HeadScales)
+	c.Patterns, c.Block = nilIfEmpty(c.Patterns), nilIfEmpty(c.Block)
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// nilIfEmpty returns s, or nil when s is empty.
+func nilIfEmpty[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }

@@ -97,6 +97,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":1e3}`))
 	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","norm_eps":1e-6,"activation":"swiglu","no_mlp_bias":true,"no_head_bias":true,"tie_embeddings":true}`))
 	f.Add([]byte(`{"vocab":5,"seq_len":4,"d_model":4,"heads":2,"layers":1,"norm":"post","positions":"learned","norm_eps":1e-12,"activation":"gelu_new","type_vocab":2,"emb_norm":true}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"kv_heads":1,"layers":2,"ffn":12,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"swiglu","rope":{"theta":100},"window":3}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","patterns":["local:1","global:0"],"block":[2,2],"normalizer":"sparsemax"}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"post","positions":"learned","bidirectional":true,"type_vocab":2}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -112,7 +115,88 @@ func FuzzParseConfig(f *testing.F) {
 		if c2, err := ParseConfig(again); err != nil || !reflect.DeepEqual(c2, c) {
 			t.Fatalf("round trip of %+v gave %+v, %v", c, c2, err)
 		}
+		checkSmallModel(t, c)
 	})
+}
+
+// checkSmallModel runs a config small enough for a fuzz run, leaving others alone: a Forward of
+// two sequences, the Loss and the Backward, all finite; then, where a KV cache serves the
+// model, a prefill and steps through it that give the Forward's logits, and where it does not
+// (bidirectional or sparse attention), NewCache's refusal.
+func checkSmallModel(t *testing.T, c Config) {
+	c = c.withDefaults()
+	if c.Vocab > 64 || c.SeqLen > 16 || c.DModel > 32 || c.Layers > 2 || c.FFN > 64 || c.Heads > 8 || c.TypeVocab > 4 {
+		return
+	}
+	m, err := NewModel(c)
+	if err != nil {
+		t.Fatalf("NewModel of a valid config: %v", err)
+	}
+	const b = 2
+	n := c.SeqLen
+	tokens := make([]int, b*n)
+	for i := range tokens {
+		tokens[i] = (i*7 + 3) % c.Vocab
+	}
+	var types []int
+	if c.TypeVocab > 0 {
+		types = make([]int, b*n)
+	}
+	logits, err := m.Forward(tokens, b, n, &RunOptions{TokenTypes: types})
+	if err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	if err := logits.CheckFinite("logits"); err != nil {
+		t.Fatal(err)
+	}
+	full := logits.Clone()
+	targets := make([]int, b*n)
+	for i := range targets {
+		targets[i] = (i*5 + 1) % c.Vocab
+	}
+	if loss, _, _, err := m.Loss(targets, nil); err != nil || math.IsNaN(loss) || math.IsInf(loss, 0) {
+		t.Fatalf("Loss: %v, %v", loss, err)
+	}
+	if err := m.Backward(); err != nil {
+		t.Fatalf("Backward: %v", err)
+	}
+	for _, p := range m.Params() {
+		if p.Grad != nil {
+			if err := p.Grad.CheckFinite(p.Name + "'s gradient"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cache, err := m.NewCache(b, n, mha.CacheFloat32)
+	if c.Bidirectional || c.SparseAttention() {
+		if err == nil {
+			t.Fatal("NewCache served a bidirectional or sparse model")
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("NewCache: %v", err)
+	}
+	for start := 0; start < n; {
+		step := min(n-start, 1+start%3)
+		part := make([]int, 0, b*step)
+		for bb := range b {
+			part = append(part, tokens[bb*n+start:bb*n+start+step]...)
+		}
+		got, err := m.ForwardCached(cache, part, b, step, nil)
+		if err != nil {
+			t.Fatalf("ForwardCached of positions %d to %d: %v", start, start+step-1, err)
+		}
+		v := c.Vocab
+		var want []float64
+		for bb := range b {
+			want = append(want, f64(full.Data[(bb*n+start)*v:(bb*n+start+step)*v])...)
+		}
+		if e := tensor.RelError(got.Data, want); e > 1e-4 {
+			t.Fatalf("ForwardCached of positions %d to %d: relative error %.3g against Forward", start, start+step-1, e)
+		}
+		start += step
+	}
 }
 
 // TestParams checks the parameter count against its closed form, the names, and which
