@@ -27,7 +27,9 @@ func newGenerateCmd() *cobra.Command {
 		Long: `Generate opens --model (a Hugging Face folder of GPT-2 or the Llama family, with its tokenizer.json,
 or a checkpoint of mha train with --ids), encodes --prompt with the model's special tokens, runs it
 once (the prefill), and then adds one token at a time through each layer's KV cache, printing the
-text as it comes. It stops after --max-tokens tokens or at the model's end-of-sequence token.
+text as it comes. It stops after --max-tokens tokens or at the model's end-of-sequence token. A
+model trained with sparse attention (mha train --pattern or --normalizer) has no cache: each
+token then runs the model on the whole sequence so far.
 
 With --temperature 0 (the default) it takes the most likely token each step (greedy); above 0 it
 samples from the softmax of logits/T, keeping the --top-k most likely tokens and then the smallest
