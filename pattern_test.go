@@ -145,17 +145,7 @@ func TestSDPAPatterns(t *testing.T) {
 				}
 				checkRel(t, fmt.Sprintf("out (weights %v, dropout %v)", weights, run.dropout), got.Out.Data, as[float64](want.Out.Data), 1e-6)
 				checkLSE(t, "lse", got.LSE.Data, as[float64](want.LSE.Data), 1e-6)
-				gg, err := SDPABackward(q, k, v, got, dy, &sparse)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gw, err := SDPABackward(q, k, v, want, dy, &masked)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkRel(t, "grad q", gg.Q.Data, as[float64](gw.Q.Data), 1e-5)
-				checkRel(t, "grad k", gg.K.Data, as[float64](gw.K.Data), 1e-5)
-				checkRel(t, "grad v", gg.V.Data, as[float64](gw.V.Data), 1e-5)
+				checkSameGrads(t, q, k, v, dy, got, &sparse, want, &masked)
 			}
 			rs, err := SDPAReference(q, k, v, &sparse)
 			if err != nil {
@@ -1039,17 +1029,23 @@ func FuzzSDPAPatterns(f *testing.F) {
 		if !slices.Equal(got.ZeroFraction, want.ZeroFraction) {
 			t.Fatalf("zero fractions %v, with the mask %v", got.ZeroFraction, want.ZeroFraction)
 		}
-		dy := sdpaRand(seed+3, 1, b, hq, tq, dv)
-		gg, err := SDPABackward(q, k, v, got, dy, &opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gw, err := SDPABackward(q, k, v, want, dy, &masked)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkRel(t, "dq against the mask", gg.Q.Data, as[float64](gw.Q.Data), 1e-5)
-		checkRel(t, "dk against the mask", gg.K.Data, as[float64](gw.K.Data), 1e-5)
-		checkRel(t, "dv against the mask", gg.V.Data, as[float64](gw.V.Data), 1e-5)
+		checkSameGrads(t, q, k, v, sdpaRand(seed+3, 1, b, hq, tq, dv), got, &opt, want, &masked)
 	})
+}
+
+// checkSameGrads checks that SDPABackward gives the same gradients within 10⁻⁵ for the results
+// ra and rb of two options that compute the same attention (patterns and their pairs as a mask).
+func checkSameGrads(t *testing.T, q, k, v, dy *tensor.Tensor, ra *SDPAResult, a *SDPAOptions, rb *SDPAResult, b *SDPAOptions) {
+	t.Helper()
+	ga, err := SDPABackward(q, k, v, ra, dy, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := SDPABackward(q, k, v, rb, dy, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRel(t, "dq", ga.Q.Data, as[float64](gb.Q.Data), 1e-5)
+	checkRel(t, "dk", ga.K.Data, as[float64](gb.K.Data), 1e-5)
+	checkRel(t, "dv", ga.V.Data, as[float64](gb.V.Data), 1e-5)
 }
