@@ -30,9 +30,10 @@ func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, err
 //
 // Of Options it reads Causal, Window, Softcap, ALiBi, Slopes, Workers and Compute (the
 // projections follow it; the cached attention computes in float32); masks, weights, dropout,
-// sparse patterns, normalizers and head interventions are errors, as are appended keys
-// (AddBiasKV, AddZeroAttn), which have no position. It returns an error wrapping ErrShape, leaving kv unchanged, when x does not fit the
-// layer or kv, or kv has too little room left.
+// sparse patterns, normalizers other than softmax and head interventions are errors, as are
+// appended keys (AddBiasKV, AddZeroAttn), which have no position. It returns an error wrapping
+// ErrShape, leaving kv unchanged, when x does not fit the layer or kv, or kv has too little room
+// left.
 func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
 	c := l.cfg
 	var o Options
@@ -45,7 +46,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	case x == nil:
 		return nil, fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
 	case o.KeyPaddingMask != nil || o.AttnMask != nil || o.AttnBias != nil || o.NeedWeights || o.Training ||
-		len(o.Patterns) > 0 || o.Normalizer != nil ||
+		len(o.Patterns) > 0 || o.Normalizer != nil && o.Normalizer.Kind != Softmax ||
 		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Add != nil || o.Heads.Uniform != nil:
 		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi, Workers and Compute; masks, weights, dropout, sparse patterns, normalizers and head options need Forward", ErrShape)
 	case c.AddBiasKV || c.AddZeroAttn:

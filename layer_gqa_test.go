@@ -567,6 +567,9 @@ func TestLayerForwardCache(t *testing.T) {
 	if _, err := l.ForwardCache(kv, tensor.New(2, 1, e), nil); !errors.Is(err, ErrShape) {
 		t.Errorf("batch 2 on a cache of 1: %v, want ErrShape", err)
 	}
+	if _, err := l.ForwardCache(kv, tensor.New(1, 1, e), &Options{Normalizer: &Normalizer{Kind: Softmax}}); err != nil {
+		t.Errorf("the softmax normalizer, which is no normalizer: %v", err)
+	}
 	if _, err := l.ForwardCache(kv, tensor.New(1, 1, e+1), nil); !errors.Is(err, ErrShape) {
 		t.Errorf("x [1 1 %d]: %v, want ErrShape", e+1, err)
 	}

@@ -100,6 +100,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"kv_heads":1,"layers":2,"ffn":12,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"swiglu","rope":{"theta":100},"window":3}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","patterns":["local:1","global:0"],"block":[2,2],"normalizer":"sparsemax"}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"post","positions":"learned","bidirectional":true,"type_vocab":2}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","head_dims":[3,5]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -122,7 +123,7 @@ func FuzzParseConfig(f *testing.F) {
 // checkSmallModel runs a config small enough for a fuzz run, leaving others alone: a Forward of
 // two sequences, the Loss and the Backward, all finite; then, where a KV cache serves the
 // model, a prefill and steps through it that give the Forward's logits, and where it does not
-// (bidirectional or sparse attention), NewCache's refusal.
+// (bidirectional or sparse attention, heads of different sizes), NewCache's refusal.
 func checkSmallModel(t *testing.T, c Config) {
 	c = c.withDefaults()
 	if c.Vocab > 64 || c.SeqLen > 16 || c.DModel > 32 || c.Layers > 2 || c.FFN > 64 || c.Heads > 8 || c.TypeVocab > 4 {
@@ -168,9 +169,10 @@ func checkSmallModel(t *testing.T, c Config) {
 		}
 	}
 	cache, err := m.NewCache(b, n, mha.CacheFloat32)
-	if c.Bidirectional || c.SparseAttention() {
+	unequal := slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
+	if c.Bidirectional || c.SparseAttention() || unequal {
 		if err == nil {
-			t.Fatal("NewCache served a bidirectional or sparse model")
+			t.Fatal("NewCache served a bidirectional or sparse model, or heads of different sizes")
 		}
 		return
 	}
