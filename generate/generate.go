@@ -1,8 +1,8 @@
 // Package generate continues a prompt with an nn model through its KV cache: a prefill of the
 // prompt, then one token per step, chosen greedily or sampled with a temperature, top-k and
 // top-p (nucleus) filtering, from a seeded generator, so the same seed gives the same tokens. A
-// model with sparse attention (nn.Config.SparseAttention), which a KV cache does not compute,
-// runs a Forward of the whole sequence at every step instead.
+// causal model that a KV cache cannot serve (nn.Config.CanCache: sparse attention, heads of
+// different sizes) runs a Forward of the whole sequence at every step instead.
 package generate
 
 import (
@@ -36,8 +36,8 @@ type Options struct {
 	Seed uint64
 	// Stop ends the generation after any of these tokens (the model's end of sequence).
 	Stop []int
-	// Cache is the storage of the keys and values (the arithmetic stays float32); a model with
-	// sparse attention has no cache.
+	// Cache is the storage of the keys and values (the arithmetic stays float32), for a model
+	// that a cache can serve (nn.Config.CanCache).
 	Cache mha.CacheDType
 	// Workers bounds the goroutines each step runs on; 0 means GOMAXPROCS.
 	Workers int
@@ -74,11 +74,12 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 	case len(prompt)+n > m.Config().SeqLen:
 		return res, fmt.Errorf("generate: %d prompt tokens and %d more exceed the model's %d positions", len(prompt), n, m.Config().SeqLen)
 	}
-	// The next token's logits after input: through the cache, or, for a model with sparse
-	// attention, which a cache does not compute, from a Forward of the whole sequence so far.
+	// The next token's logits after input: through the cache, or, for a model a cache cannot
+	// serve (sparse attention, heads of different sizes), from a Forward of the whole sequence
+	// so far.
 	var next func(input []int) (*tensor.Tensor, error)
 	run := &nn.RunOptions{Workers: opt.Workers}
-	if m.Config().SparseAttention() {
+	if !m.Config().CanCache() {
 		seq := make([]int, 0, len(prompt)+n)
 		next = func(input []int) (*tensor.Tensor, error) {
 			seq = append(seq, input...)

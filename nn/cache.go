@@ -21,7 +21,7 @@ type Cache struct {
 // model's SeqLen), its keys and values stored as dtype (mha.CacheFloat32, mha.CacheFloat16 or
 // mha.CacheBFloat16; the arithmetic stays float32). It returns an error when batch or capacity
 // is not positive, capacity exceeds SeqLen, the model is bidirectional, or its attention cannot
-// use a cache (sparse attention, Config.SparseAttention; heads of different sizes).
+// use a cache (sparse attention, heads of different sizes: Config.CanCache).
 func (m *Model) NewCache(batch, capacity int, dtype mha.CacheDType) (*Cache, error) {
 	switch {
 	case batch <= 0 || capacity <= 0:
@@ -30,7 +30,7 @@ func (m *Model) NewCache(batch, capacity int, dtype mha.CacheDType) (*Cache, err
 		return nil, fmt.Errorf("nn: cache capacity %d is more than the model's seq_len %d", capacity, m.cfg.SeqLen)
 	case m.cfg.Bidirectional:
 		return nil, errors.New("nn: a bidirectional model attends to later positions, which a cache of the earlier ones cannot give; use Forward")
-	case m.cfg.SparseAttention():
+	case m.cfg.sparseAttention():
 		return nil, fmt.Errorf("nn: the model's attention is sparse (patterns %q, normalizer %q), which a KV cache does not compute; use Forward", m.cfg.Patterns, m.cfg.Normalizer)
 	}
 	c := &Cache{m: m, b: batch, capacity: capacity}

@@ -81,8 +81,8 @@ func TestNewCacheSparse(t *testing.T) {
 	for _, sparse := range []Config{{Patterns: []string{"local:2"}}, {Normalizer: "entmax15"}} {
 		cfg := hfConfigs()["llama"]
 		cfg.Patterns, cfg.Normalizer = sparse.Patterns, sparse.Normalizer
-		if !cfg.SparseAttention() {
-			t.Errorf("patterns %q, normalizer %q: SparseAttention is false", cfg.Patterns, cfg.Normalizer)
+		if !cfg.sparseAttention() {
+			t.Errorf("patterns %q, normalizer %q: sparseAttention is false", cfg.Patterns, cfg.Normalizer)
 		}
 		m, err := NewModel(cfg)
 		if err != nil {
@@ -92,10 +92,10 @@ func TestNewCacheSparse(t *testing.T) {
 			t.Errorf("patterns %q, normalizer %q: NewCache gave a cache", cfg.Patterns, cfg.Normalizer)
 		}
 	}
-	if cfg := hfConfigs()["llama"]; cfg.SparseAttention() {
-		t.Error("a dense model's SparseAttention is true")
+	if cfg := hfConfigs()["llama"]; cfg.sparseAttention() {
+		t.Error("a dense model's sparseAttention is true")
 	}
-	if cfg := (Config{Normalizer: "softmax"}); cfg.SparseAttention() {
+	if cfg := (Config{Normalizer: "softmax"}); cfg.sparseAttention() {
 		t.Error("the softmax normalizer counts as sparse")
 	}
 }

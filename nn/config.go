@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/mhalab/mha"
 )
@@ -236,10 +237,17 @@ func (c Config) Attention() mha.Config {
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
 }
 
-// SparseAttention reports whether the blocks' attention is sparse: Patterns keep only some pairs,
-// or a Normalizer other than softmax replaces the softmax. A KV cache cannot serve such a model
-// (Model.NewCache refuses it): its decode runs Forward on the whole sequence.
-func (c Config) SparseAttention() bool {
+// CanCache reports whether a KV cache can serve the model (Model.NewCache): its attention is
+// causal (not Bidirectional), dense and softmax (no Patterns, no Normalizer but softmax), with
+// heads of one size. Generation runs the other causal models by a Forward of the whole sequence
+// at each step.
+func (c Config) CanCache() bool {
+	return !c.Bidirectional && !c.sparseAttention() && !slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
+}
+
+// sparseAttention reports whether the blocks' attention is sparse: Patterns keep only some
+// pairs, or a Normalizer other than softmax replaces the softmax.
+func (c Config) sparseAttention() bool {
 	ps, n, err := c.sparsity()
 	return err == nil && (len(ps) > 0 || n != nil)
 }

@@ -169,8 +169,7 @@ func checkSmallModel(t *testing.T, c Config) {
 		}
 	}
 	cache, err := m.NewCache(b, n, mha.CacheFloat32)
-	unequal := slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
-	if c.Bidirectional || c.SparseAttention() || unequal {
+	if !c.CanCache() {
 		if err == nil {
 			t.Fatal("NewCache served a bidirectional or sparse model, or heads of different sizes")
 		}
