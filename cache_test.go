@@ -4,18 +4,43 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
-// sliceT returns positions [t0, t1) of x [B, H, T, D] as a new tensor.
+// sliceT returns positions [t0, t1) of x [… , T, D] (the positions on the second-to-last axis:
+// [B, H, T, D] or [B, T, E]) as a new tensor.
 func sliceT(x *tensor.Tensor, t0, t1 int) *tensor.Tensor {
-	b, h, t, d := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
-	out := tensor.New(b, h, t1-t0, d)
-	for bh := range b * h {
-		copy(out.Data[bh*(t1-t0)*d:], x.Data[(bh*t+t0)*d:(bh*t+t1)*d])
+	r := len(x.Shape)
+	t, d := x.Shape[r-2], x.Shape[r-1]
+	shape := slices.Clone(x.Shape)
+	shape[r-2] = t1 - t0
+	out := tensor.New(shape...)
+	for i := range len(x.Data) / max(1, t*d) {
+		copy(out.Data[i*(t1-t0)*d:], x.Data[(i*t+t0)*d:(i*t+t1)*d])
+	}
+	return out
+}
+
+// concatT joins parts [… , T_i, D] along the positions' axis, the inverse of slicing with sliceT.
+func concatT(parts []*tensor.Tensor) *tensor.Tensor {
+	r := len(parts[0].Shape)
+	shape := slices.Clone(parts[0].Shape)
+	shape[r-2] = 0
+	for _, p := range parts {
+		shape[r-2] += p.Shape[r-2]
+	}
+	out := tensor.New(shape...)
+	lead := len(out.Data) / max(1, shape[r-2]*shape[r-1])
+	at := 0
+	for i := range lead {
+		for _, p := range parts {
+			n := len(p.Data) / lead
+			at += copy(out.Data[at:], p.Data[i*n:(i+1)*n])
+		}
 	}
 	return out
 }

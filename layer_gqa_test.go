@@ -531,27 +531,16 @@ func TestLayerForwardCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make([]float32, 0, b*n*e)
-		var parts [][]float32
+		var parts []*tensor.Tensor
 		for _, step := range []int{5, 1, 1, 2, 1, 3} {
 			start := kv.Len()
-			xs := tensor.New(b, step, e)
-			for bb := range b {
-				copy(xs.Data[bb*step*e:(bb+1)*step*e], x.Data[(bb*n+start)*e:(bb*n+start+step)*e])
-			}
-			y, err := l.ForwardCache(kv, xs, opt)
+			y, err := l.ForwardCache(kv, sliceT(x, start, start+step), opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			parts = append(parts, y.Data)
+			parts = append(parts, y)
 		}
-		for bb := range b { // back to [B, T, E]
-			for _, p := range parts {
-				step := len(p) / (b * e)
-				got = append(got, p[bb*step*e:(bb+1)*step*e]...)
-			}
-		}
-		checkRel(t, fmt.Sprintf("%+v", c.cfg), got, as[float64](want.Data), 1e-5)
+		checkRel(t, fmt.Sprintf("%+v", c.cfg), concatT(parts).Data, as[float64](want.Data), 1e-5)
 		if _, err := l.ForwardCache(kv, tensor.New(b, 1, e), opt); !errors.Is(err, ErrShape) {
 			t.Errorf("a full cache: %v, want ErrShape", err)
 		}
@@ -654,14 +643,10 @@ func FuzzForwardCache(f *testing.F) {
 		if err != nil {
 			t.Fatalf("NewKVCache: %v", err)
 		}
-		var parts [][]float32
+		var parts []*tensor.Tensor
 		for _, step := range lens {
 			start := kv.Len()
-			xs := tensor.New(b, step, cfg.EmbedDim)
-			for bb := range b {
-				copy(xs.Data[bb*step*cfg.EmbedDim:(bb+1)*step*cfg.EmbedDim], x.Data[(bb*n+start)*cfg.EmbedDim:])
-			}
-			y, err := l.ForwardCache(kv, xs, opt)
+			y, err := l.ForwardCache(kv, sliceT(x, start, start+step), opt)
 			switch {
 			case cfg.AddBiasKV && err != nil:
 				if !errors.Is(err, ErrConfig) {
@@ -685,31 +670,21 @@ func FuzzForwardCache(f *testing.F) {
 			if kv.Len() != start+step {
 				t.Fatalf("Len %d after %d positions", kv.Len(), start+step)
 			}
-			parts = append(parts, slices.Clone(y.Data))
+			parts = append(parts, y)
 			if !opt.Causal && step > 0 {
 				// Not causal, a step's queries see the positions so far, not the later ones a
 				// Forward of the whole sequence would: the step's outputs are the last of a
 				// Forward of the sequence so far.
-				pre := tensor.New(b, start+step, cfg.EmbedDim)
-				for bb := range b {
-					copy(pre.Data[bb*(start+step)*cfg.EmbedDim:(bb+1)*(start+step)*cfg.EmbedDim], x.Data[bb*n*cfg.EmbedDim:])
-				}
-				checkCached(t, fmt.Sprintf("positions %d to %d", start, start+step-1), l, y.Data, pre, start, opt, dtype)
+				checkCached(t, fmt.Sprintf("positions %d to %d", start, start+step-1), l, y, sliceT(x, 0, start+step), start, opt, dtype)
 			}
 		}
 		if len(lens) > 0 && (cfg.AddBiasKV || cfg.HeadScales != nil && heads > 1) {
 			t.Fatalf("ForwardCache served a layer it cannot (%+v)", cfg)
 		}
-		if !opt.Causal {
+		if !opt.Causal || len(parts) == 0 {
 			return
 		}
-		got := make([]float32, 0, b*n*cfg.EmbedDim)
-		for bb := range b { // back to [B, T, E]
-			for i, p := range parts {
-				got = append(got, p[bb*lens[i]*cfg.EmbedDim:(bb+1)*lens[i]*cfg.EmbedDim]...)
-			}
-		}
-		checkCached(t, "the whole sequence", l, got, x, 0, opt, dtype)
+		checkCached(t, "the whole sequence", l, concatT(parts), x, 0, opt, dtype)
 	})
 }
 
@@ -717,7 +692,7 @@ func FuzzForwardCache(f *testing.F) {
 // of x [B, T, E], against those rows of a Forward of x in float32: with a float32 cache and
 // compute within 10⁻⁵ relative or 10⁻⁶ RMS (outputs far smaller than their terms keep float32's
 // absolute error), within their roundings otherwise.
-func checkCached(t *testing.T, what string, l *Layer, got []float32, x *tensor.Tensor, from int, opt *Options, dtype CacheDType) {
+func checkCached(t *testing.T, what string, l *Layer, got, x *tensor.Tensor, from int, opt *Options, dtype CacheDType) {
 	t.Helper()
 	full := *opt
 	full.Compute = ComputeFloat32
@@ -725,14 +700,10 @@ func checkCached(t *testing.T, what string, l *Layer, got []float32, x *tensor.T
 	if err != nil {
 		t.Fatalf("%s: Forward: %v", what, err)
 	}
-	n, e := x.Shape[1], x.Shape[2]
-	var want []float64
-	for b := range x.Shape[0] {
-		want = append(want, as[float64](r.Output.Data[(b*n+from)*e:(b+1)*n*e])...)
-	}
+	want := as[float64](sliceT(r.Output, from, x.Shape[1]).Data)
 	if dtype == CacheFloat32 && opt.Compute == ComputeFloat32 {
-		checkWithin(t, what+": cached decode against Forward", got, want, 1e-5, 1e-6)
+		checkWithin(t, what+": cached decode against Forward", got.Data, want, 1e-5, 1e-6)
 	} else {
-		checkWithin(t, what+": cached decode against Forward", got, want, 5e-2, 1e-2)
+		checkWithin(t, what+": cached decode against Forward", got.Data, want, 5e-2, 1e-2)
 	}
 }

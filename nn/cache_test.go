@@ -35,42 +35,46 @@ func TestForwardCached(t *testing.T) {
 				if dtype != mha.CacheFloat32 {
 					tol = 2e-2 // keys and values rounded to bfloat16
 				}
-				for _, step := range []int{3, 1, 2, 1, 1} {
-					start := c.Len()
-					part := make([]int, 0, b*step)
-					for bb := range b {
-						part = append(part, tokens[bb*n+start:bb*n+start+step]...)
-					}
-					got, err := m.ForwardCached(c, part, b, step, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got = got.Clone()
-					prefix := make([]int, 0, b*(start+step))
-					for bb := range b {
-						prefix = append(prefix, tokens[bb*n:bb*n+start+step]...)
-					}
-					full, err := m.Forward(prefix, b, start+step, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					v := cfg.Vocab
-					want := make([]float64, 0, len(got.Data))
-					for bb := range b {
-						for i := start; i < start+step; i++ {
-							for _, x := range full.Data[(bb*(start+step)+i)*v : (bb*(start+step)+i+1)*v] {
-								want = append(want, float64(x))
-							}
-						}
-					}
-					if e := tensor.RelError(got.Data, want); e > tol {
-						t.Errorf("positions %d to %d: relative error %.3g against Forward, want ≤ %g", start, start+step-1, e, tol)
-					}
-				}
+				checkCachedSteps(t, m, c, tokens, b, n, []int{3, 1, 2, 1, 1}, tol)
 				if _, err := m.ForwardCached(c, []int{1, 2}, b, 1, nil); err == nil {
 					t.Error("a full cache took another position")
 				}
 			})
+		}
+	}
+}
+
+// checkCachedSteps runs tokens [b, n] through the empty cache c in steps of the given lengths
+// (summing to n) and checks each step's logits against those positions of a Forward of the
+// sequences so far, within tol relative.
+func checkCachedSteps(t *testing.T, m *Model, c *Cache, tokens []int, b, n int, steps []int, tol float64) {
+	t.Helper()
+	v := m.Config().Vocab
+	for _, step := range steps {
+		start := c.Len()
+		part := make([]int, 0, b*step)
+		for bb := range b {
+			part = append(part, tokens[bb*n+start:bb*n+start+step]...)
+		}
+		got, err := m.ForwardCached(c, part, b, step, nil)
+		if err != nil {
+			t.Fatalf("positions %d to %d: %v", start, start+step-1, err)
+		}
+		got = got.Clone()
+		prefix := make([]int, 0, b*(start+step))
+		for bb := range b {
+			prefix = append(prefix, tokens[bb*n:bb*n+start+step]...)
+		}
+		full, err := m.Forward(prefix, b, start+step, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float64, 0, len(got.Data))
+		for bb := range b {
+			want = append(want, f64(full.Data[(bb*(start+step)+start)*v:(bb+1)*(start+step)*v])...)
+		}
+		if e := tensor.RelError(got.Data, want); e > tol {
+			t.Errorf("positions %d to %d: relative error %.3g against Forward, want ≤ %g", start, start+step-1, e, tol)
 		}
 	}
 }

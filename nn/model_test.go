@@ -150,7 +150,6 @@ func checkSmallModel(t *testing.T, c Config) {
 	if err := logits.CheckFinite("logits"); err != nil {
 		t.Fatal(err)
 	}
-	full := logits.Clone()
 	targets := make([]int, b*n)
 	for i := range targets {
 		targets[i] = (i*5 + 1) % c.Vocab
@@ -178,26 +177,11 @@ func checkSmallModel(t *testing.T, c Config) {
 	if err != nil {
 		t.Fatalf("NewCache: %v", err)
 	}
-	for start := 0; start < n; {
-		step := min(n-start, 1+start%3)
-		part := make([]int, 0, b*step)
-		for bb := range b {
-			part = append(part, tokens[bb*n+start:bb*n+start+step]...)
-		}
-		got, err := m.ForwardCached(cache, part, b, step, nil)
-		if err != nil {
-			t.Fatalf("ForwardCached of positions %d to %d: %v", start, start+step-1, err)
-		}
-		v := c.Vocab
-		var want []float64
-		for bb := range b {
-			want = append(want, f64(full.Data[(bb*n+start)*v:(bb*n+start+step)*v])...)
-		}
-		if e := tensor.RelError(got.Data, want); e > 1e-4 {
-			t.Fatalf("ForwardCached of positions %d to %d: relative error %.3g against Forward", start, start+step-1, e)
-		}
-		start += step
+	var steps []int
+	for start := 0; start < n; start += steps[len(steps)-1] {
+		steps = append(steps, min(n-start, 1+start%3))
 	}
+	checkCachedSteps(t, m, cache, tokens, b, n, steps, 1e-4)
 }
 
 // TestParams checks the parameter count against its closed form, the names, and which
