@@ -9,13 +9,35 @@ import (
 
 // NewKVCache returns an empty cache for the layer's keys and values: batch sequences of up to
 // capacity positions, stored as dtype, for ForwardCache. Errors are as for the package's
-// NewKVCache, and one wrapping ErrConfig when the layer's heads have different sizes.
+// NewKVCache, and one wrapping ErrConfig when a cache cannot serve the layer's self-attention
+// (see ForwardCache).
 func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, error) {
-	if l.cfg.unequalHeads() {
-		return nil, fmt.Errorf("%w: a KV cache needs heads of one size, the layer has head dims %v", ErrConfig, l.cfg.HeadDims)
+	if err := l.cfg.CheckCache(); err != nil {
+		return nil, err
 	}
 	d := l.cfg.HeadDim(0)
 	return NewKVCache(batch, l.cfg.KVHeads(), d, d, capacity, dtype)
+}
+
+// CheckCache returns nil when a KV cache can serve the self-attention of a layer of config c
+// (Layer.NewKVCache, ForwardCache), and otherwise an error wrapping ErrConfig that says why: its
+// keys and values must be the embedding's size (KDim = VDim = EmbedDim), its heads of one size
+// and one score scale, and no key may be appended (AddBiasKV, AddZeroAttn).
+func (c Config) CheckCache() error {
+	switch {
+	case !c.sameDims():
+		return fmt.Errorf("%w: a KV cache serves self-attention, which needs kdim = vdim = E; the layer has kdim %d, vdim %d, E %d", ErrConfig, c.kdim(), c.vdim(), c.EmbedDim)
+	case c.unequalHeads():
+		return fmt.Errorf("%w: a KV cache needs heads of one size, the layer has head dims %v", ErrConfig, c.HeadDims)
+	case c.AddBiasKV || c.AddZeroAttn:
+		return fmt.Errorf("%w: appended keys (add_bias_kv, add_zero_attn) have no position in a KV cache", ErrConfig)
+	}
+	for h := range c.NumHeads {
+		if c.HeadScale(h) != c.HeadScale(0) {
+			return fmt.Errorf("%w: a KV cache needs one score scale for all heads, the layer has %v", ErrConfig, c.HeadScales)
+		}
+	}
+	return nil
 }
 
 // ForwardCache is the layer's self-attention for decoding: x [B, T, E] holds the next T
@@ -25,15 +47,16 @@ func (l *Layer) NewKVCache(batch, capacity int, dtype CacheDType) (*KVCache, err
 // the cached keys up to its own position (with opt.Causal; without it, to all of them), within
 // opt.Window (counted from the query's own position), and returns the output projection
 // [B, T, E]. A prefill of T tokens followed by steps of one token gives Forward's outputs on the
-// whole sequence, up to float32 rounding. The scale is the heads' (Config.HeadScales must give
-// one scale, or none).
+// whole sequence, up to float32 rounding.
 //
 // Of Options it reads Causal, Window, Softcap, ALiBi, Slopes, Workers and Compute (the
 // projections follow it; the cached attention computes in float32); masks, weights, dropout,
-// sparse patterns, normalizers other than softmax and head interventions are errors, as are
-// appended keys (AddBiasKV, AddZeroAttn), which have no position. It returns an error wrapping
-// ErrShape, leaving kv unchanged, when x does not fit the layer or kv, or kv has too little room
-// left.
+// sparse patterns, normalizers other than softmax and head interventions are errors. It returns
+// an error wrapping ErrConfig when a cache cannot serve the layer: keys and values of other
+// sizes than the embedding (KDim, VDim), heads of different sizes or score scales (HeadDims,
+// HeadScales), or appended keys (AddBiasKV, AddZeroAttn), which have no position. It returns an
+// error wrapping ErrShape, leaving kv unchanged, when x does not fit the layer or kv, or kv has
+// too little room left.
 func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
 	c := l.cfg
 	var o Options
@@ -49,8 +72,9 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		len(o.Patterns) > 0 || o.Normalizer != nil && o.Normalizer.Kind != Softmax ||
 		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Add != nil || o.Heads.Uniform != nil:
 		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi, Workers and Compute; masks, weights, dropout, sparse patterns, normalizers and head options need Forward", ErrShape)
-	case c.AddBiasKV || c.AddZeroAttn:
-		return nil, fmt.Errorf("%w: appended keys (add_bias_kv, add_zero_attn) have no position in a KV cache", ErrConfig)
+	}
+	if err := c.CheckCache(); err != nil {
+		return nil, err
 	}
 	if err := checkData("x", x.Shape, len(x.Data)); err != nil {
 		return nil, err
@@ -60,11 +84,6 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	}
 	b, t := x.Shape[0], x.Shape[1]
 	scale := c.HeadScale(0)
-	for h := range c.NumHeads {
-		if c.HeadScale(h) != scale {
-			return nil, fmt.Errorf("%w: ForwardCache needs one score scale for all heads, have %v", ErrConfig, c.HeadScales)
-		}
-	}
 	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
 		return nil, fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
 	}

@@ -2,7 +2,7 @@
 // prompt, then one token per step, chosen greedily or sampled with a temperature, top-k and
 // top-p (nucleus) filtering, from a seeded generator, so the same seed gives the same tokens. A
 // causal model that a KV cache cannot serve (nn.Config.CanCache: sparse attention, heads of
-// different sizes) runs a Forward of the whole sequence at every step instead.
+// different sizes or score scales) runs a Forward of the whole sequence at every step instead.
 package generate
 
 import (
@@ -27,7 +27,8 @@ type Options struct {
 	// Temperature divides the logits before sampling; 0 is greedy (the most likely token, the
 	// first one on ties). It must be ≥ 0 and finite.
 	Temperature float64
-	// TopK keeps the K most likely tokens (0: all).
+	// TopK keeps the K most likely tokens (0: all). It, TopP and Seed shape the sampling, which
+	// a Temperature of 0 does not do.
 	TopK int
 	// TopP keeps the smallest set of most likely tokens whose probabilities sum to at least P,
 	// and at least one (0 or 1: all). It must lie in [0, 1].
@@ -75,8 +76,7 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 		return res, fmt.Errorf("generate: %d prompt tokens and %d more exceed the model's %d positions", len(prompt), n, m.Config().SeqLen)
 	}
 	// The next token's logits after input: through the cache, or, for a model a cache cannot
-	// serve (sparse attention, heads of different sizes), from a Forward of the whole sequence
-	// so far.
+	// serve (nn.Config.CanCache), from a Forward of the whole sequence so far.
 	var next func(input []int) (*tensor.Tensor, error)
 	run := &nn.RunOptions{Workers: opt.Workers}
 	if !m.Config().CanCache() {

@@ -31,13 +31,18 @@ func newModel(t *testing.T, cfg nn.Config) *nn.Model {
 
 // TestGreedyMatchesForward checks that greedy decoding picks, at every step, the most likely next
 // token of a Forward of the whole sequence so far: through the cache, and for models a cache
-// cannot serve (sparse attention, heads of different sizes).
+// cannot serve (sparse attention, heads of different sizes or score scales).
 func TestGreedyMatchesForward(t *testing.T) {
 	sparse := config()
 	sparse.Patterns, sparse.Block, sparse.Normalizer = []string{"local:2", "global:0"}, []int{4, 4}, "sparsemax"
 	unequal := nn.Config{Vocab: 13, SeqLen: 32, DModel: 16, Heads: 4, HeadDims: []int{2, 6, 4, 4}, Layers: 2, FFN: 24,
 		Norm: nn.PreNorm, Positions: nn.Learned, Seed: 7}
-	for name, cfg := range map[string]nn.Config{"cached": config(), "sparse": sparse, "unequal heads": unequal} {
+	scales := config()
+	scales.HeadScales = make([]float64, scales.Heads)
+	for h := range scales.HeadScales {
+		scales.HeadScales[h] = 0.2 + 0.1*float64(h)
+	}
+	for name, cfg := range map[string]nn.Config{"cached": config(), "sparse": sparse, "unequal heads": unequal, "head scales": scales} {
 		t.Run(name, func(t *testing.T) { greedyMatchesForward(t, newModel(t, cfg)) })
 	}
 }

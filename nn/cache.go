@@ -21,7 +21,7 @@ type Cache struct {
 // model's SeqLen), its keys and values stored as dtype (mha.CacheFloat32, mha.CacheFloat16 or
 // mha.CacheBFloat16; the arithmetic stays float32). It returns an error when batch or capacity
 // is not positive, capacity exceeds SeqLen, the model is bidirectional, or its attention cannot
-// use a cache (sparse attention, heads of different sizes: Config.CanCache).
+// use a cache (sparse attention, heads of different sizes or score scales: Config.CanCache).
 func (m *Model) NewCache(batch, capacity int, dtype mha.CacheDType) (*Cache, error) {
 	switch {
 	case batch <= 0 || capacity <= 0:

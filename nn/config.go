@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/mhalab/mha"
 )
@@ -239,10 +238,10 @@ func (c Config) Attention() mha.Config {
 
 // CanCache reports whether a KV cache can serve the model (Model.NewCache): its attention is
 // causal (not Bidirectional), dense and softmax (no Patterns, no Normalizer but softmax), with
-// heads of one size. Generation runs the other causal models by a Forward of the whole sequence
-// at each step.
+// heads of one size and one score scale. Generation runs the other causal models by a Forward
+// of the whole sequence at each step.
 func (c Config) CanCache() bool {
-	return !c.Bidirectional && !c.sparseAttention() && !slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
+	return !c.Bidirectional && !c.sparseAttention() && c.Attention().CheckCache() == nil
 }
 
 // sparseAttention reports whether the blocks' attention is sparse: Patterns keep only some

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 )
@@ -109,6 +110,14 @@ func TestForwardErrors(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.safetensors")
 	noTok := filepath.Join(t.TempDir(), "m")
 	copyDir(t, pretrainedDir("llama"), noTok, "tokenizer.json")
+	sparse := filepath.Join(t.TempDir(), "sparse.safetensors")
+	sm, err := nn.NewModel(nn.Config{Vocab: 8, SeqLen: 8, DModel: 8, Heads: 2, Layers: 1, FFN: 8, Norm: nn.PreNorm, Positions: nn.Learned, Patterns: []string{"local:1"}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.Save(sparse, sm, nil, nil); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -125,6 +134,9 @@ func TestForwardErrors(t *testing.T) {
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--cache", "f8"}, `--cache is "f8"`},
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--temperature", "-1"}, "temperature is -1"},
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--max-tokens", "100"}, "exceed the model's 16 positions"},
+		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--top-k", "3"}, "need a temperature > 0"},
+		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--seed", "3"}, "need a temperature > 0"},
+		{[]string{"generate", "--model", sparse, "--ids", "1,2", "--cache", "bf16"}, "has no KV cache"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
