@@ -186,17 +186,31 @@ after an 8-token prompt, as tokens/s, resident memory after loading and at the p
 weight bytes a step reads per second against the measured read bandwidth. A bf16 or f16 folder
 runs with its weights as stored ("mha") and converted to float32 ("mha-f32"); --torch adds
 "torch-f32", benchscripts/torch_model.py (the Llama family in plain PyTorch, float32). --json
-then prints {"model":…} first and one object per implementation.
+then prints {"model":…} first and one object per implementation. The model's config gives its
+shapes and attention, so the layer's and the core's flags (--embed, --pattern, --decode, …) are
+refused with it, and --steps without it.
 
 --json prints one JSON object per line: {"peak_gflops":…} first, then one per measurement, whose
 "pass" is "forward" or "forward+backward".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.seqSet = cmd.Flags().Changed("seq")
-			if f.model != "" && cmd.Flags().Changed("compute") {
-				return errors.New("--compute applies to the layer and the attention core; --model runs a model in its weights' types (see --weights)")
-			}
+			fl := cmd.Flags()
+			f.seqSet = fl.Changed("seq")
 			if f.model != "" {
+				if fl.Changed("compute") {
+					return errors.New("--compute applies to the layer and the attention core; --model runs a model in its weights' types (see --weights)")
+				}
+				// The model's own shapes and attention are timed: the layer's and the core's
+				// flags would be ignored.
+				for _, name := range []string{"embed", "heads", "batch", "causal", "need-weights", "backward", "ort", "ggml",
+					"gqa", "window", "decode", "pattern", "block", "normalizer", "dense"} {
+					if fl.Changed(name) {
+						return fmt.Errorf("--model times the model's own prefill and decode, its shapes and attention as its config gives them: --%s does not apply", name)
+					}
+				}
 				return runModelBench(&f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if fl.Changed("steps") {
+				return errors.New("--steps counts the decode steps of --model: want it with --model")
 			}
 			cfg, err := f.config()
 			if err != nil {
@@ -299,7 +313,7 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	if f.dense && len(f.sparse.patterns) == 0 && f.sparse.normalizer == "softmax" {
 		return nil, errors.New("--dense times dense attention beside --pattern or --normalizer: want it with one of them")
 	}
-	if f.gqa != 0 || f.window != 0 || f.decode != 0 || len(f.sparse.patterns) > 0 || f.sparse.normalizer != "softmax" {
+	if f.gqa != 0 || f.window != 0 || f.decode != 0 || len(f.sparse.patterns) > 0 || f.sparse.block != "" || f.sparse.normalizer != "softmax" {
 		if err := f.sdpaConfig(cfg); err != nil {
 			return nil, err
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -121,9 +120,6 @@ func checkModelFlags(f *benchFlags) ([]int, error) {
 	}
 	if f.weights != "stored" && f.weights != "f32" {
 		return nil, fmt.Errorf("--weights %q, want stored or f32", f.weights)
-	}
-	if f.ort || f.backward || f.gqa != 0 || f.window != 0 || f.decode != 0 {
-		return nil, errors.New("--model times a whole model's prefill and decode: --ort, --backward, --gqa, --window and --decode do not apply")
 	}
 	return seqs, nil
 }

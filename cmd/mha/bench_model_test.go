@@ -89,7 +89,10 @@ func TestBenchModelErrors(t *testing.T) {
 	}{
 		{[]string{"--steps", "0"}, "--steps is 0"},
 		{[]string{"--seq", "4,x"}, `"x" is not a positive integer`},
-		{[]string{"--backward"}, "do not apply"},
+		{[]string{"--backward"}, "--backward does not apply"},
+		{[]string{"--heads", "3"}, "--heads does not apply"},
+		{[]string{"--pattern", "local:2"}, "--pattern does not apply"},
+		{[]string{"--batch", "4"}, "--batch does not apply"},
 		{[]string{"--seq", "100000"}, "more than the model's"},
 	} {
 		code, _, stderr := runCLI(append([]string{"bench", "--model", modelDir("llama"), "--runs", "1"}, tc.args...)...)

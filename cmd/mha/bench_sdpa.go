@@ -32,12 +32,12 @@ func (c *benchConfig) headDim() int { return c.embed / c.heads }
 // layer's count does); a window counts the pairs it lets through, Σ_i min(i + 1, W + 1), and
 // sparse patterns the pairs they keep (c.pairs, under the causal mask or window when there is
 // one), so that the rate says how close the kernel comes to O(T·W) or O(T·s) work; a decode
-// step counts its one query against the t cached keys.
+// step counts its one query against the keys it reads (decodeKeys).
 func (c *benchConfig) sdpaFlops(t int) float64 {
 	pairs := float64(t) * float64(t)
 	switch {
 	case c.decode:
-		pairs = float64(t)
+		pairs = float64(c.decodeKeys(t))
 	case c.pairs != nil:
 		return 4 * float64(c.headDim()) * float64(c.batch) * c.pairs[t]
 	case c.window > 0:
@@ -47,15 +47,29 @@ func (c *benchConfig) sdpaFlops(t int) float64 {
 	return 4 * float64(c.headDim()) * float64(c.heads) * float64(c.batch) * pairs
 }
 
-// cacheBytes is what a decode step against a cache of t tokens must read: its keys and values.
+// decodeKeys is how many of a cache of t tokens a decode step's query sees: all of them, or
+// the W + 1 last under a window of W.
+func (c *benchConfig) decodeKeys(t int) int {
+	if c.window > 0 {
+		return min(c.window+1, t)
+	}
+	return t
+}
+
+// cacheBytes is what a decode step against a cache of t tokens must read: the keys and values
+// its query sees.
 func (c *benchConfig) cacheBytes(t int, dtype mha.CacheDType) float64 {
-	return float64(t) * float64(c.kvHeads) * 2 * float64(c.headDim()) * float64(dtype.Size()) * float64(c.batch)
+	return float64(c.decodeKeys(t)) * float64(c.kvHeads) * 2 * float64(c.headDim()) * float64(dtype.Size()) * float64(c.batch)
 }
 
 // sdpaMode describes the mode for the table's header.
 func (c *benchConfig) sdpaMode() string {
 	if c.decode {
-		return fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
+		s := fmt.Sprintf("decode (mha.KVCache, AttendCache): one new token against a cache of T tokens, Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
+		if c.window > 0 {
+			s += fmt.Sprintf(", sliding window W=%d (FLOPs and bytes count the W+1 keys it reads)", c.window)
+		}
+		return s
 	}
 	s := fmt.Sprintf("attention core (mha.SDPA, no projections): Hq=%d Hkv=%d D=%d B=%d", c.heads, c.kvHeads, c.headDim(), c.batch)
 	switch {

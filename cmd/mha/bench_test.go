@@ -397,7 +397,7 @@ func TestBenchSDPA(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "mha-dense") || !strings.Contains(stdout, "time against dense attention's share") {
 		t.Errorf("--dense table: exit %d, stderr %q:\n%s", code, stderr, stdout)
 	}
-	for _, bad := range [][]string{{"--pattern", "ring:1"}, {"--normalizer", "topk:0"}, {"--decode", "30", "--pattern", "local:2"}, {"--dense"}, {"--gqa", "2", "--dense"}} {
+	for _, bad := range [][]string{{"--pattern", "ring:1"}, {"--normalizer", "topk:0"}, {"--decode", "30", "--pattern", "local:2"}, {"--dense"}, {"--gqa", "2", "--dense"}, {"--block", "8,8"}, {"--steps", "4"}} {
 		args := append([]string{"bench", "--heads", "2", "--embed", "16"}, bad...)
 		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q", bad, code, stderr)
@@ -434,6 +434,16 @@ func TestSDPAFlops(t *testing.T) {
 	}
 	if got, want := cfg.cacheBytes(10, mha.CacheBFloat16), float64(10*2*2*4*2*2); got != want {
 		t.Errorf("cache bytes %v, want %v", got, want)
+	}
+	// Under a window of 3 the step's query reads the 4 last keys, or all of a shorter cache.
+	cfg.window = 3
+	for _, c := range [][2]int{{10, 4}, {3, 3}} {
+		if got, want := cfg.sdpaFlops(c[0]), float64(4*4*4*2*c[1]); got != want {
+			t.Errorf("decode flops with a window, cache %d: %v, want %v", c[0], got, want)
+		}
+		if got, want := cfg.cacheBytes(c[0], mha.CacheBFloat16), float64(c[1]*2*2*4*2*2); got != want {
+			t.Errorf("cache bytes with a window, cache %d: %v, want %v", c[0], got, want)
+		}
 	}
 }
 
