@@ -121,7 +121,7 @@ type Trace struct {
 	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), rotated with rotary
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
-	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled (0 in fully masked rows)
+	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled, or Options.Normalizer's weights (0 in fully masked rows)
 	Concat             []float64 // [B, Tq, E] head outputs side by side, before Options.Heads' Gate and Shift
 	Output             []float64 // [B, Tq, E]
 	FullyMasked        int

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/tensor"
@@ -27,7 +28,8 @@ form (PyTorch stores their transposes).
 
 With no arguments it runs chapter 003's worked example (d_model = 4, h = 2) and checks the numbers
 the chapter prints against the computed ones. With --weights, --input and --heads it explains a
-small case of your own, read as 'mha run' reads it.`,
+small case of your own, read as 'mha run' reads it, with its options (--causal, --pattern,
+--normalizer, …), which the chapter's example refuses.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			render, ok := renderers[format]
 			if !ok {
@@ -39,6 +41,13 @@ small case of your own, read as 'mha run' reads it.`,
 			)
 			chapter := f.weights == "" && f.input == "" && f.heads == 0
 			if chapter {
+				// The chapter's example is fixed: the options of a case of one's own would be
+				// ignored.
+				for _, name := range []string{"prefix", "add-zero-attn", "causal", "pattern", "block", "normalizer", "allow-nonfinite"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies to a case of your own (--weights, --input and --heads); without them explain runs chapter 003's fixed example", name)
+					}
+				}
 				j, err = chapterJob()
 			} else {
 				j, err = f.load()
@@ -46,7 +55,7 @@ small case of your own, read as 'mha run' reads it.`,
 			if err != nil {
 				return err
 			}
-			ex, err := explain(j)
+			ex, err := explain(j, f.sparse)
 			if err != nil {
 				return err
 			}
@@ -87,6 +96,11 @@ type config struct {
 	AddZeroAttn bool `json:"add_zero_attn"`
 	Causal      bool `json:"causal"`
 	FullyMasked int  `json:"fully_masked_rows"`
+	// The sparse patterns (--pattern) and their blocks, and the normalizer when not softmax,
+	// as the flags give them.
+	Patterns   []string `json:"patterns,omitempty"`
+	Block      string   `json:"block,omitempty"`
+	Normalizer string   `json:"normalizer,omitempty"`
 }
 
 // step is one stage of the computation.
@@ -138,8 +152,9 @@ func weightBlock(name string, w []float32, in, r0, n int) matrix {
 	return m
 }
 
-// explain runs j in float64 and describes every step.
-func explain(j *job) (*explanation, error) {
+// explain runs j in float64 and describes every step; sp are the flags that gave j's sparse
+// patterns and normalizer.
+func explain(j *job, sp sparseFlags) (*explanation, error) {
 	tr, err := j.layer.Reference(j.query, j.key, j.val, &j.opt)
 	if err != nil {
 		return nil, err
@@ -152,7 +167,13 @@ func explain(j *job) (*explanation, error) {
 	ex := &explanation{trace: tr, Title: "Multi-head attention, step by step", Config: config{
 		Batch: b, Tq: tq, Tk: tk, EmbedDim: e, NumHeads: h, HeadDim: d, Bias: !cfg.NoBias,
 		AddBiasKV: cfg.AddBiasKV, AddZeroAttn: cfg.AddZeroAttn, Causal: j.opt.Causal, FullyMasked: tr.FullyMasked,
+		Patterns: sp.patterns, Block: sp.block,
 	}}
+	norm := "softmax"
+	if n := j.opt.Normalizer; n != nil && n.Kind != mha.Softmax {
+		norm = sp.normalizer
+		ex.Config.Normalizer = norm
+	}
 	batch := func(name string, bi int) string {
 		if b == 1 {
 			return name
@@ -222,7 +243,13 @@ func explain(j *job) (*explanation, error) {
 	scores := step{Title: "Scores", Formula: "S_i = Q_i·K_iᵀ ∈ ℝ^{n_q×n_k}"}
 	scaled := step{Title: "Scaled scores", Formula: fmt.Sprintf("S_i/√d_k + mask   (√d_k = √%d = %.4f)", d, math.Sqrt(float64(d))),
 		Notes: []string{"-inf marks a key the query may not attend (masks use PyTorch's polarity: true = masked)."}}
-	weights := step{Title: "Attention weights", Formula: "A_i = softmax(S_i/√d_k + mask), each row sums to 1"}
+	if len(sp.patterns) > 0 {
+		scaled.Notes = append(scaled.Notes, fmt.Sprintf("The sparse patterns %s keep only some (query, key) pairs; the others are masked too.", strings.Join(sp.patterns, ", ")))
+	}
+	weights := step{Title: "Attention weights", Formula: fmt.Sprintf("A_i = %s(S_i/√d_k + mask), each row sums to 1", norm)}
+	if norm != "softmax" {
+		weights.Notes = append(weights.Notes, fmt.Sprintf("%s gives some visible keys a weight of exactly 0.", norm))
+	}
 	if tr.FullyMasked > 0 {
 		weights.Notes = append(weights.Notes, fmt.Sprintf("%d row(s) had no key to attend: their weights and head outputs are 0 (PyTorch gives NaN).", tr.FullyMasked))
 	}

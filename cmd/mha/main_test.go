@@ -171,6 +171,8 @@ func TestRunErrors(t *testing.T) {
 		{with("int mask", map[string]safetensors.Tensor{"query": f32(2, 5, 8), "attn_mask": {DType: safetensors.I32, Shape: []int{5, 5}, Data: make([]byte, 100)}}), `"attn_mask" is I32, want BOOL or U8`},
 		{[]string{"run", "extra-arg"}, `run takes no arguments, got "extra-arg"`},
 		{[]string{"explain", "extra-arg"}, `explain takes no arguments`},
+		{[]string{"explain", "--causal"}, `--causal applies to a case of your own`},
+		{[]string{"explain", "--normalizer", "sparsemax"}, `--normalizer applies to a case of your own`},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
@@ -373,6 +375,61 @@ func TestExplainOwnCase(t *testing.T) {
 	}
 	if strings.Contains(out, "chapter's printed numbers") {
 		t.Error("a user's case was checked against the chapter")
+	}
+	// With a pattern and a normalizer, the config and the weights' step say so, and the weights
+	// are the normalizer's: sparsemax leaves some of them exactly 0 (a case without masks).
+	g, err = safetensors.ReadFile("../../testdata/golden/self_basic.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, sin := splitGolden(t, g)
+	code, js, stderr := runCLI("explain", "--weights", sw, "--input", sin, "--heads", "2", "--pattern", "local:2", "--normalizer", "sparsemax", "--format", "json")
+	if code != 0 {
+		t.Fatalf("explain --pattern --normalizer: exit %d: %s", code, stderr)
+	}
+	var ex struct {
+		Config config
+		Steps  []struct {
+			Title, Formula string
+			Matrices       []struct {
+				Name   string
+				Values [][]any // numbers, or strings for ±inf and NaN
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ex.Config.Patterns, []string{"local:2"}) || ex.Config.Normalizer != "sparsemax" {
+		t.Errorf("config %+v, want the pattern local:2 and the normalizer sparsemax", ex.Config)
+	}
+	zeros := 0
+	for _, st := range ex.Steps {
+		if st.Title != "Attention weights" {
+			continue
+		}
+		if !strings.HasPrefix(st.Formula, "A_i = sparsemax(") {
+			t.Errorf("weights' formula %q, want sparsemax's", st.Formula)
+		}
+		for _, m := range st.Matrices {
+			for r, row := range m.Values {
+				// local:2 keeps keys r−2 … r+2 of row r: the others get 0.
+				for c, x := range row {
+					v, ok := x.(float64)
+					if !ok {
+						t.Fatalf("%s[%d][%d] = %v, want a number", m.Name, r, c, x)
+					}
+					if v == 0 && c >= r-2 && c <= r+2 {
+						zeros++
+					} else if v != 0 && (c < r-2 || c > r+2) {
+						t.Errorf("%s[%d][%d] = %v outside the pattern", m.Name, r, c, v)
+					}
+				}
+			}
+		}
+	}
+	if zeros == 0 {
+		t.Error("sparsemax left no weight inside the pattern at exactly 0")
 	}
 	big := writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 300, 8)})
 	if code, _, stderr := runCLI("explain", "--weights", weights, "--input", big, "--heads", "2"); code != 1 || !strings.Contains(stderr, "use 'mha run'") {

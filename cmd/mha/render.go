@@ -65,6 +65,15 @@ func (c config) String() string {
 			s += ", " + o.name
 		}
 	}
+	if len(c.Patterns) > 0 {
+		s += ", patterns " + strings.Join(c.Patterns, " ")
+		if c.Block != "" {
+			s += " in blocks " + c.Block
+		}
+	}
+	if c.Normalizer != "" {
+		s += ", normalizer " + c.Normalizer
+	}
 	return s
 }
 
