@@ -39,11 +39,18 @@ accuracy (per scored position and per whole sequence) and, for every head, three
 
 Without --checkpoint it evaluates the model shipped for the task (see models/README.md). A
 checkpoint whose weights hold NaN or ±Inf is refused; with --allow-nonfinite it is evaluated, with
-a warning naming the tensor: its loss and scores print as NaN, and as null in --json.`,
+a warning naming the tensor: its loss and scores print as NaN, and as null in --json.
+
+With --model it scores the heads of a model of one's own (a Hugging Face folder or an mha train
+checkpoint) on repeated random tokens (--repeat), and with --text its next-token loss; these two
+flags apply only there, and --allow-nonfinite only to --checkpoint.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if mf.model != "" {
 				if task != "" || checkpoint != "" {
 					return fmt.Errorf("give --model, or --task (with --checkpoint), not both")
+				}
+				if allowNonFinite {
+					return fmt.Errorf("--allow-nonfinite applies to --checkpoint; --model opens only finite weights")
 				}
 				if !cmd.Flags().Changed("batch") {
 					cfg.Batch = 8 // real models are large: the weights of every layer are kept
@@ -52,6 +59,11 @@ a warning naming the tensor: its loss and scores print as NaN, and as null in --
 			}
 			if task == "" {
 				return fmt.Errorf("--task is required: one of %s (or give --model)", joinNames())
+			}
+			for _, name := range []string{"text", "repeat"} {
+				if cmd.Flags().Changed(name) {
+					return fmt.Errorf("--%s applies to --model; a task's sequences are its own", name)
+				}
 			}
 			var (
 				m    *nn.Model

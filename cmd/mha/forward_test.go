@@ -241,6 +241,9 @@ func TestEvalModel(t *testing.T) {
 		{[]string{"eval", "--model", pretrainedDir("llama"), "--task", "sort"}, "not both"},
 		{[]string{"eval", "--model", pretrainedDir("bert"), "--text", "the cat"}, "bidirectional"},
 		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--repeat", "9"}, "more than the model's 16"},
+		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--allow-nonfinite"}, "--allow-nonfinite applies to --checkpoint"},
+		{[]string{"eval", "--task", "sort", "--text", "the cat"}, "--text applies to --model"},
+		{[]string{"eval", "--task", "sort", "--repeat", "4"}, "--repeat applies to --model"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) {
