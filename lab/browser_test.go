@@ -480,6 +480,19 @@ func TestBrowser(t *testing.T) {
 	// The task-wide measures, with importance.
 	b.do("task scope", chromedp.Click(`#heads .seg[data-scope=task]`))
 	b.wait("importance", `[...document.querySelectorAll('#heads td[data-key=importance]')].every((td) => td.textContent !== '–')`)
+	// The head pairs' downloads now draw the task's measures: a picture of no sequence.
+	var pair struct {
+		Status int
+		Href   string
+	}
+	b.eval("a head-pair download in task scope", `(async () => {
+		const a = document.querySelector('#heads figure.pair a[data-format=png]');
+		const r = await fetch(a.href);
+		return {status: r.status, href: a.href};
+	})()`, &pair)
+	if pair.Status != 200 || !strings.Contains(pair.Href, "scope=task") || strings.Contains(pair.Href, "seed=") {
+		t.Fatalf("head-pair download in task scope: %+v, want status 200 from an address with scope=task and no seed", pair)
+	}
 	// Sorting by importance puts the most important head first.
 	b.do("sort by importance", chromedp.Click(`#heads button.sort[data-key=importance]`))
 	var column []float64

@@ -100,6 +100,20 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 		}
 		return s.importancePicture(ctx, m)
 	}
+	if kind.name == "similarity" && query.Get("scope") == "task" {
+		// Measured on the task's sequences (or repeated random tokens), as the model is: no
+		// sequence, ablation or sparse attention of a request's applies.
+		for _, k := range sequenceParams {
+			if query.Has(k) {
+				return nil, "", badRequest("parameter %q does not apply to kind=similarity with scope=task, which is measured on the model's own task sequences, unablated and as trained", k)
+			}
+		}
+		m, err := s.model(query.Get("model"))
+		if err != nil {
+			return nil, "", err
+		}
+		return s.pairPicture(ctx, m, nil, query)
+	}
 	req, err := queryRequest(query)
 	if err != nil {
 		return nil, "", err
@@ -118,7 +132,7 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 	case "offsets":
 		return s.offsetsPicture(ctx, in, query)
 	}
-	return s.pairPicture(ctx, in, query)
+	return s.pairPicture(ctx, in.m, in, query)
 }
 
 // pictureKindOf checks that query gives only known parameters, each once, a format and a kind
@@ -331,9 +345,10 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 	return g, in.m.name + "-heads", nil
 }
 
-// pairPicture draws one of a layer's head-pair matrices, on the sequence or on the task.
-func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.Picture, string, error) {
-	layer, err := intParam(q, "layer", in.m.cfg.Layers)
+// pairPicture draws one of a layer's head-pair matrices of mod, on the sequence in or, with
+// scope=task (in nil), on the task.
+func (s *Server) pairPicture(ctx context.Context, mod *model, in *input, q url.Values) (viz.Picture, string, error) {
+	layer, err := intParam(q, "layer", mod.cfg.Layers)
 	if err != nil {
 		return nil, "", err
 	}
@@ -353,13 +368,13 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 			return nil, "", err
 		}
 	case "task":
-		task, err := in.m.taskMeasurement(ctx, s.opt.Workers)
+		task, err := mod.taskMeasurement(ctx, s.opt.Workers)
 		if err != nil {
 			return nil, "", err
 		}
 		meas = &task.measurement
 		where = fmt.Sprintf("%d sequences of the task", meas.Sequences)
-		if in.m.task == nil {
+		if mod.task == nil {
 			where = fmt.Sprintf("%d sequences of repeated random tokens", meas.Sequences)
 		}
 	default:
@@ -383,7 +398,7 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 		}
 	}
 	pic := viz.Heatmap{
-		Title:     fmt.Sprintf("%s · layer %d · %s (%s)", in.m.name, layer, title, where),
+		Title:     fmt.Sprintf("%s · layer %d · %s (%s)", mod.name, layer, title, where),
 		Rows:      h,
 		Cols:      h,
 		Values:    values,
@@ -394,7 +409,7 @@ func (s *Server) pairPicture(ctx context.Context, in *input, q url.Values) (viz.
 		Scale:     scale,
 		Annotate:  true,
 	}
-	return pic, fmt.Sprintf("%s-L%d-%s", in.m.name, layer, metric), nil
+	return pic, fmt.Sprintf("%s-L%d-%s", mod.name, layer, metric), nil
 }
 
 // labels returns the tokens of in as a picture labels them: their symbols, or what they read as.

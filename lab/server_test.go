@@ -400,12 +400,22 @@ func TestPicture(t *testing.T) {
 	for _, q := range []string{
 		"kind=grid&format=png",
 		"kind=similarity&layer=0&metric=rho&format=svg",
-		"kind=similarity&layer=1&metric=nmi&scope=task&format=png",
 		"kind=head&layer=0&head=1&ablate=1.0.zero,1.1.uniform&format=png",
 	} {
 		status, body := call(t, "GET", "/api/picture?model=induction&text=BOS+1+2+3+1+2+3&"+q, "")
 		if status != http.StatusOK || !(bytes.HasPrefix(body, []byte("\x89PNG\r\n\x1a\n")) || bytes.HasPrefix(body, []byte("<svg")) || bytes.HasPrefix(body, []byte("<?xml"))) {
 			t.Fatalf("%s: status %d: %.200s", q, status, body)
+		}
+	}
+	// The task scope is measured on the task's sequences, unablated and as trained: it takes
+	// no sequence, nor anything that would change one's run.
+	if status, body := call(t, "GET", "/api/picture?model=induction&kind=similarity&layer=1&metric=nmi&scope=task&format=png", ""); status != http.StatusOK || !bytes.HasPrefix(body, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("scope=task: status %d: %.200s", status, body)
+	}
+	for _, extra := range []string{"text=BOS+1+2", "seed=3", "ablate=1.0.zero", "patterns=local:1", "normalizer=sparsemax"} {
+		status, body := call(t, "GET", "/api/picture?model=induction&kind=similarity&layer=1&metric=nmi&scope=task&format=png&"+extra, "")
+		if status != http.StatusBadRequest || !bytes.Contains(body, []byte("does not apply to kind=similarity with scope=task")) {
+			t.Errorf("scope=task with %s: status %d: %.200s", extra, status, body)
 		}
 	}
 }

@@ -47,7 +47,8 @@ head and grid then draw the block map and mark the weights that are exactly 0):
   --kind grid                                  every layer × head
   --kind similarity --layer L --metric M       a layer's head pairs: M is rho (cosine similarity
          [--scope sequence|task]               of outputs), js (Jensen–Shannon distance) or nmi
-                                               (argmax NMI); on the sequence or on 64 task sequences
+                                               (argmax NMI); on the sequence or, with --scope
+                                               task and no sequence flags, on 64 task sequences
   --kind rollout                               attention rollout through every layer (Abnar and
                                                Zuidema 2020)
   --kind offsets --layer L --head H            one head's mean attention by key − query offset

@@ -131,6 +131,7 @@ func TestVizErrors(t *testing.T) {
 		{[]string{"viz", "--model", "induction", "--kind", "head", "--seed", "1", "--layer", "0", "--out", out}, `head ""; want a whole number from 0 to 3`},
 		{[]string{"viz", "--model", "induction", "--kind", "similarity", "--seed", "1", "--layer", "0", "--metric", "mse", "--out", out}, `metric "mse"; want rho, js, nmi`},
 		{[]string{"viz", "--model", "induction", "--kind", "similarity", "--seed", "1", "--layer", "0", "--metric", "js", "--scope", "all", "--out", out}, `scope "all"; want sequence or task`},
+		{[]string{"viz", "--model", "induction", "--kind", "similarity", "--ablate", "0.0.zero", "--layer", "0", "--metric", "js", "--scope", "task", "--out", out}, `parameter "ablate" does not apply to kind=similarity with scope=task`},
 		{[]string{"viz", "--model", "induction", "--kind", "pruning", "--metric", "rho", "--out", out}, `metric "rho"; want accuracy or loss`},
 		{[]string{"viz", "--model", "induction", "--kind", "pruning", "--seed", "1", "--out", out}, `"seed" does not apply to kind=pruning`},
 		{[]string{"viz", "--model", "induction", "--kind", "grid", "--seed", "1", "--layer", "0", "--out", out}, `"layer" does not apply to kind=grid`},

@@ -201,7 +201,10 @@ async function run(source) {
 }
 
 async function showHeads() {
-  const url = (p) => pictureURL(state.source, { ...p, scope: state.scope });
+  // The task scope is measured on the model's own sequences: its pictures take no sequence.
+  const url = (p) => state.scope === 'task'
+    ? pictureURL({ model: state.source.model }, { ...p, scope: 'task' })
+    : pictureURL(state.source, { ...p, scope: 'sequence' });
   if (state.scope === 'sequence') {
     $('#heads-help').textContent = state.model.task
       ? 'Click a column to sort, a row to select the head; cells are shaded from the column’s lowest to its highest value. Importance needs the task: switch to “Task”.'
