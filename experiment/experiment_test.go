@@ -56,6 +56,17 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(context.Background(), "params", Config{Workers: -1}); err == nil || !strings.Contains(err.Error(), "workers -1") {
 		t.Errorf("negative workers: %v", err)
 	}
+	// Steps and Model go only to the experiments that use them, before anything runs.
+	for _, name := range []string{"params", "averaging", "routing", "specialisation", "circuits"} {
+		if _, err := Run(context.Background(), name, Config{Steps: 5}); err == nil || !strings.Contains(err.Error(), "takes no steps (those that train: heads-vs-dim, mi-penalty, scaling, sparse)") {
+			t.Errorf("%s with steps: %v", name, err)
+		}
+	}
+	for _, name := range []string{"params", "averaging", "heads-vs-dim", "mi-penalty", "routing", "scaling", "circuits"} {
+		if _, err := Run(context.Background(), name, Config{Model: "/nonexistent"}); err == nil || !strings.Contains(err.Error(), "not a given one (those that take one: sparse, specialisation)") {
+			t.Errorf("%s with a model: %v", name, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, name := range Names() {

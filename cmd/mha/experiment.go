@@ -61,8 +61,8 @@ gives the same result. Ctrl-C stops the run.`,
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of every random draw")
 	workersVar(fl, &cfg.Workers, "goroutines (0: GOMAXPROCS); results depend only on the seed")
 	fl.BoolVar(&cfg.Quick, "quick", false, "smaller sizes: faster, with wider error bars")
-	fl.IntVar(&cfg.Steps, "steps", 0, "training steps of the experiments that train (0: their default)")
-	fl.StringVar(&cfg.Model, "model", "", "a Hugging Face model folder or an mha train checkpoint to measure (specialisation), instead of the shipped models")
+	fl.IntVar(&cfg.Steps, "steps", 0, "training steps of the experiments that train: heads-vs-dim, mi-penalty, scaling, sparse (0: their default)")
+	fl.StringVar(&cfg.Model, "model", "", "a Hugging Face model folder or an mha train checkpoint to measure instead of the shipped models (sparse, specialisation)")
 	fl.StringVar(&dir, "out", outDir, "the folder `DIR` for the pictures (created if missing)")
 	fl.StringVar(&format, "format", "text", "text: table and summary; json: the result's numbers")
 	return cmd

@@ -68,6 +68,8 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment", "params", "--format", "xml"}, `--format is "xml", want text or json`},
 		{[]string{"experiment", "params", "--workers", "-2"}, `invalid argument "-2" for "--workers" flag: want a goroutine count ≥ 0`},
 		{[]string{"experiment", "params", "--out", "/dev/null/x"}, "--out /dev/null/x: cannot create the directory for the pictures"},
+		{[]string{"experiment", "circuits", "--quick", "--model", "/nonexistent"}, "circuits measures its own models, not a given one"},
+		{[]string{"experiment", "routing", "--steps", "3"}, "routing trains nothing, so it takes no steps"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
