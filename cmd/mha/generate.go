@@ -34,8 +34,8 @@ refuses --cache): each token then runs the model on the whole sequence so far.
 With --temperature 0 (the default) it takes the most likely token each step (greedy); above 0 it
 samples from the softmax of logits/T, keeping the --top-k most likely tokens and then the smallest
 set of them whose probability reaches --top-p, from a generator seeded by --seed: the same seed
-gives the same text. --top-k, --top-p and --seed need a temperature above 0. At the end it prints the prefill's and the decoding's tokens per second to
-standard error.`,
+gives the same text. --top-k, --top-p and --seed need a temperature above 0. At the end it
+prints the prefill's and the decoding's tokens per second to standard error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
 	fl := cmd.Flags()
