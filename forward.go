@@ -86,7 +86,9 @@ type HeadOptions struct {
 	// Backward gives it no gradient.
 	Add *tensor.Tensor
 	// Uniform is [H]; a head marked true scores every key 0, so it attends uniformly over the
-	// keys its masks let it see (AttnBias is still added).
+	// keys its masks, window and patterns let it see: it takes no ALiBi distances, and softmax
+	// whatever the Normalizer (top-k would pick K of the equal scores). AttnBias is still
+	// added, and a sink still takes its share.
 	Uniform []bool
 }
 
@@ -501,6 +503,9 @@ func (p *plan) bias(b, h, heads int) attend.Bias {
 		bias.Sparse = &p.sparse[min(h, len(p.sparse)-1)]
 	}
 	bias.Normalizer = p.opt.Normalizer
+	if u := p.opt.Heads.Uniform; u != nil && u[h] {
+		bias.Slope, bias.Normalizer = 0, nil // see HeadOptions.Uniform
+	}
 	if w := p.opt.Window; w != nil {
 		// Sizes beyond Tq + Tk see the same keys; clamping keeps i ± size from overflowing.
 		bias.Window, bias.Left, bias.Right = true, min(w.Left, p.tq+p.tk), min(w.Right, p.tq+p.tk)

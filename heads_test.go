@@ -124,23 +124,27 @@ func TestHeadInterventions(t *testing.T) {
 		}
 	}
 
-	// Head 1 uniform under a causal mask: query i's output is the mean of V_1 over keys ≤ i.
+	// Head 1 uniform under a causal mask: query i's output is the mean of V_1 over keys ≤ i,
+	// with ALiBi's distances and whatever the normalizer (top-k would pick among equal scores).
 	uniform := []bool{false, true, false, false}
-	opt := &Options{Causal: true, Heads: HeadOptions{Keep: true, Uniform: uniform}}
-	tr, err := l.Reference(x, nil, nil, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = forward(t, l, x, nil, nil, opt)
-	for bi := range b {
-		for i := range tq {
-			for c := d; c < 2*d; c++ {
-				want := 0.0
-				for j := 0; j <= i; j++ {
-					want += tr.V[(bi*tq+j)*e+c] / float64(i+1)
-				}
-				if got := float64(r.Heads.Data[(bi*tq+i)*e+c]); math.Abs(got-want) > 1e-5 {
-					t.Fatalf("batch %d query %d column %d: %v, want the mean %v", bi, i, c, got, want)
+	for _, o := range []Options{{}, {ALiBi: true}, {Normalizer: &Normalizer{Kind: TopK, K: 2}}, {Normalizer: &Normalizer{Kind: Sparsemax}}} {
+		opt := &o
+		opt.Causal, opt.Heads = true, HeadOptions{Keep: true, Uniform: uniform}
+		tr, err := l.Reference(x, nil, nil, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = forward(t, l, x, nil, nil, opt)
+		for bi := range b {
+			for i := range tq {
+				for c := d; c < 2*d; c++ {
+					want := 0.0
+					for j := 0; j <= i; j++ {
+						want += tr.V[(bi*tq+j)*e+c] / float64(i+1)
+					}
+					if got := float64(r.Heads.Data[(bi*tq+i)*e+c]); math.Abs(got-want) > 1e-5 {
+						t.Fatalf("ALiBi %v, normalizer %v: batch %d query %d column %d: %v, want the mean %v", o.ALiBi, o.Normalizer, bi, i, c, got, want)
+					}
 				}
 			}
 		}
