@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/attend"
 )
 
 // Config describes a causal decoder: token embedding plus positions, Layers blocks of
@@ -291,6 +292,48 @@ func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 		mo.Block = [2]int{c.Block[0], c.Block[1]}
 	}
 	return mo
+}
+
+// VisibleKeys returns, per head, how many keys each of t queries may see in the blocks'
+// attention ([Heads][t]): those the causal mask (unless Bidirectional), the sliding Window and
+// the Patterns leave it. It returns an error when t < 1 or the config's patterns do not lay out
+// for t tokens.
+func (c Config) VisibleKeys(t int) ([][]int, error) {
+	if t < 1 {
+		return nil, fmt.Errorf("nn: visible keys of %d tokens, want at least 1", t)
+	}
+	mo := c.attnOptions(&RunOptions{}, 1)
+	var layouts []attend.Sparse
+	if len(mo.Patterns) > 0 {
+		var err error
+		if layouts, err = mha.SparseLayouts(mo.Patterns, mo.Block, c.Heads, t, t); err != nil {
+			return nil, fmt.Errorf("nn: %w", err)
+		}
+	}
+	out := make([][]int, c.Heads)
+	for h := range out {
+		out[h] = make([]int, t)
+		for i := range t {
+			lo, hi := 0, t
+			if mo.Causal {
+				hi = i + 1
+			}
+			if w := mo.Window; w != nil {
+				lo = max(0, i-w.Left)
+			}
+			if layouts == nil {
+				out[h][i] = hi - lo
+				continue
+			}
+			s := &layouts[min(h, len(layouts)-1)]
+			for j := lo; j < hi; j++ {
+				if s.Keep(i, j) {
+					out[h][i]++
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // ForwardBytes estimates the memory, in bytes, of the buffers that a Forward of b sequences of

@@ -537,3 +537,44 @@ func TestRunSparsity(t *testing.T) {
 		}
 	}
 }
+
+// TestVisibleKeys checks the keys each query may see against the masks written out: causal
+// j ≤ i, a window of W positions i − W < j, local:1 |i − j| ≤ 1, and errors.
+func TestVisibleKeys(t *testing.T) {
+	const n = 9
+	base := Config{Vocab: 5, SeqLen: 16, DModel: 8, Heads: 2, Layers: 1, FFN: 8, Norm: PreNorm, Positions: Learned}
+	window, local, bidir := base, base, base
+	window.Window = 3
+	local.Patterns, local.Block = []string{"local:1"}, []int{4, 4}
+	bidir.Bidirectional, bidir.Patterns = true, []string{"local:1"}
+	for name, c := range map[string]struct {
+		cfg  Config
+		keep func(i, j int) bool
+	}{
+		"causal":              {base, func(i, j int) bool { return j <= i }},
+		"window":              {window, func(i, j int) bool { return j <= i && j > i-3 }},
+		"local":               {local, func(i, j int) bool { return j <= i && j >= i-1 }},
+		"bidirectional local": {bidir, func(i, j int) bool { return j >= i-1 && j <= i+1 }},
+	} {
+		got, err := c.cfg.VisibleKeys(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for h := range c.cfg.Heads {
+			for i := range n {
+				want := 0
+				for j := range n {
+					if c.keep(i, j) {
+						want++
+					}
+				}
+				if got[h][i] != want {
+					t.Errorf("%s: head %d query %d sees %d keys, want %d", name, h, i, got[h][i], want)
+				}
+			}
+		}
+	}
+	if _, err := base.VisibleKeys(0); err == nil {
+		t.Error("0 tokens: no error")
+	}
+}

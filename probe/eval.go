@@ -165,13 +165,21 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 	profiles := make([][]float64, heads)
 	indQueries, dupQueries := 0, 0
 	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
-	norm := 0.0 // the mean over the rows of the log of the keys a row may see
-	for i := range t {
-		keys := t
-		if !mc.Bidirectional {
-			keys = i + 1
+	// norm[h]: the mean of the log of the keys a row may see, over head h's rows that see any.
+	visible, err := mc.VisibleKeys(t)
+	if err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	norm := make([]float64, mc.Heads)
+	for h, rows := range visible {
+		n := 0
+		for _, keys := range rows {
+			if keys > 0 {
+				norm[h] += math.Log(float64(keys))
+				n++
+			}
 		}
-		norm += math.Log(float64(keys)) / float64(t)
+		norm[h] /= float64(n)
 	}
 	per := 1 / float64(cfg.Batches)
 	for bi := range cfg.Batches {
@@ -215,7 +223,7 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 			for hd := range h {
 				s := &out[l*h+hd]
 				s.PrevToken += prev[hd] * per
-				s.Broad += entropy[hd] / norm * per
+				s.Broad += entropy[hd] / norm[hd] * per
 				s.FirstToken += first[hd] * per
 				induction[l*h+hd] += ind[hd] * float64(iq)
 				duplicate[l*h+hd] += dup[hd] * float64(dq)

@@ -3,6 +3,7 @@ package probe
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mhalab/mha"
@@ -316,5 +317,36 @@ func TestRepeatedScores(t *testing.T) {
 	}
 	if _, err := RepeatedScores(m, 11, EvalConfig{Repeat: 7}); err == nil {
 		t.Error("14 positions in a model of 12: no error")
+	}
+}
+
+// TestBroadUnderMasks checks that a head whose scores are all equal (its query projection
+// zeroed), which spreads its weight evenly over the keys it may see, scores Broad 1 under every
+// mask: causal, a sliding window, a sparse pattern, and none.
+func TestBroadUnderMasks(t *testing.T) {
+	base := nn.Config{Vocab: 11, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, FFN: 8, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 3}
+	window, local, both := base, base, base
+	window.Window = 3
+	local.Patterns, local.Block = []string{"local:1"}, []int{4, 4}
+	both.Bidirectional, both.Patterns, both.Block = true, []string{"local:2"}, []int{4, 4}
+	for name, cfg := range map[string]nn.Config{"causal": base, "window": window, "local": local, "bidirectional local": both} {
+		m, err := nn.NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m.Params() {
+			if strings.HasSuffix(p.Name, "attn.in_proj_weight") || strings.HasSuffix(p.Name, "attn.in_proj_bias") {
+				clear(p.Value.Data[:len(p.Value.Data)/3]) // the query rows
+			}
+		}
+		scores, err := RepeatedScores(m, 11, EvalConfig{Batches: 1, Batch: 2, Seed: 4, Repeat: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range scores {
+			if math.Abs(s.Broad-1) > 1e-6 {
+				t.Errorf("%s: layer %d head %d: broad %v, want 1", name, s.Layer, s.Head, s.Broad)
+			}
+		}
 	}
 }

@@ -18,7 +18,8 @@ type PatternScores struct {
 	// (OffsetProfile), leaving out −1 (PrevToken) and the offsets of the copies, −n and 1 − n.
 	Position float64
 	Offset   int
-	// Broad is the mean row entropy (Entropy) over the mean log of the keys a row may see: 1
-	// for a head that spreads its weight evenly over them.
+	// Broad is the mean row entropy (Entropy) over the mean log of the keys a row may see
+	// under the model's masks (nn.Config.VisibleKeys: causal, window, patterns): 1 for a head
+	// that spreads its weight evenly over them.
 	Broad float64
 }
