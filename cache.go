@@ -425,7 +425,7 @@ func (w *cacheWork) run(pool *parallel.Pool, r *SDPAResult) {
 	} else {
 		r.LSE = nil
 	}
-	r.Weights = nil
+	r.Weights, r.ZeroFraction = nil, nil
 	w.r = r
 	rows := w.g * w.tq
 	w.rowBlocks = ceilDiv(rows, cacheRows)

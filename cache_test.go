@@ -300,6 +300,31 @@ func TestAttendCacheErrors(t *testing.T) {
 }
 
 // TestAttendCacheAllocs checks that a decode step makes no heap allocation in steady state.
+// TestAttendCacheReusedResult checks that AttendCache into a result an SDPAInto with weights
+// and a sparse normalizer filled leaves none of that call's fields behind.
+func TestAttendCacheReusedResult(t *testing.T) {
+	const b, h, d = 1, 2, 4
+	ctx := NewSDPAContext()
+	var r SDPAResult
+	q, k, v := sdpaRand(1, 1, b, h, 5, d), sdpaRand(2, 1, b, h, 5, d), sdpaRand(3, 1, b, h, 5, d)
+	if err := ctx.SDPAInto(&r, q, k, v, &SDPAOptions{NeedWeights: true, NeedLSE: true, Normalizer: &Normalizer{Kind: Sparsemax}}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Weights == nil || r.ZeroFraction == nil || r.LSE == nil {
+		t.Fatalf("SDPAInto left weights %v, zero fractions %v, LSE %v", r.Weights, r.ZeroFraction, r.LSE)
+	}
+	kv, err := NewKVCache(b, h, d, d, 8, CacheFloat32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.AttendCache(&r, kv, q, k, v, &SDPAOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Weights != nil || r.ZeroFraction != nil || r.LSE != nil || r.FullyMasked != 0 {
+		t.Errorf("AttendCache left weights %v, zero fractions %v, LSE %v, %d fully masked rows", r.Weights, r.ZeroFraction, r.LSE, r.FullyMasked)
+	}
+}
+
 func TestAttendCacheAllocs(t *testing.T) {
 	const b, hq, hkv, d = 1, 8, 2, 16
 	kv, err := NewKVCache(b, hkv, d, d, 4096, CacheBFloat16)

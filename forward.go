@@ -55,8 +55,8 @@ type Options struct {
 	Training bool
 	// DropoutSeed seeds the dropout mask; the same seed gives the same mask.
 	DropoutSeed uint64
-	// Workers bounds how many goroutines this call runs on; 0 means runtime.GOMAXPROCS(0). The
-	// result does not depend on it.
+	// Workers bounds how many goroutines this call runs on; 0 means runtime.GOMAXPROCS(0), and a
+	// negative count is an error. The result does not depend on it.
 	Workers int
 	// Heads records or intervenes on single heads, for probes; the zero value leaves them alone.
 	Heads HeadOptions
@@ -123,7 +123,7 @@ type Trace struct {
 	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), rotated with rotary
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
-	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled, or Options.Normalizer's weights (0 in fully masked rows)
+	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled, or Options.Normalizer's weights (0 in fully masked rows); after dropout with Options.Training
 	Concat             []float64 // [B, Tq, E] head outputs side by side, before Options.Heads' Gate and Shift
 	Output             []float64 // [B, Tq, E]
 	FullyMasked        int
@@ -206,6 +206,9 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	}
 	if err := p.opt.Compute.check(); err != nil {
 		return err
+	}
+	if p.opt.Workers < 0 {
+		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, p.opt.Workers)
 	}
 	if query == nil {
 		return fmt.Errorf("%w: query is nil, want [B Tq %d]", ErrShape, c.EmbedDim)

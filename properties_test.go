@@ -430,6 +430,7 @@ func TestShapeErrors(t *testing.T) {
 		{l, q, nil, nil, &Options{AttnMask: tensor.NewBool(5, 4)}, "attn_mask is [5 4], want [5 5] or [4 5 5]"},
 		{l, q, nil, nil, &Options{AttnBias: tensor.New(3, 5, 5)}, "attn_bias is [3 5 5], want [5 5] or [4 5 5]"},
 		{l, tensor.New(1, 40000, 8), nil, nil, &Options{NeedWeights: true}, "hold 3200000000 values, more than the 2147483648 (8 GiB) allowed"},
+		{l, q, nil, nil, &Options{Workers: -1}, "-1 workers, want ≥ 0"},
 	} {
 		_, err := c.l.Forward(c.q, c.k, c.v, c.opt)
 		if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {

@@ -82,8 +82,10 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 			return nil, fmt.Errorf("nn: token %d at position %d (batch %d, step %d) is outside [0, %d)", tok, i, i/t, i%t, cfg.Vocab)
 		}
 	}
+	if err := m.r.setWorkers(opt.Workers); err != nil {
+		return nil, err
+	}
 	m.state = stateFresh // no Loss or Backward after this
-	m.r.setWorkers(opt.Workers)
 	m.tokens = append(m.tokens[:0], tokens...)
 	x := m.emb.forward(&m.r, m.tokens, nil, b, t, c.n)
 	mo := cfg.attnOptions(&RunOptions{}, m.r.workers)

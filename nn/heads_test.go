@@ -88,6 +88,9 @@ func TestGateGrad(t *testing.T) {
 	if m.GateGrad(cfg.Layers) != nil || m.GateGrad(-1) != nil {
 		t.Error("GateGrad of a layer that does not exist is not nil")
 	}
+	if _, err := m.Forward(tokens, 3, 6, &RunOptions{Heads: append(gates, mha.HeadOptions{Uniform: []bool{true, true}})}); err == nil {
+		t.Error("head interventions for a layer past the last: no error")
+	}
 }
 
 func blockName(l int, rest string) string { return fmt.Sprintf("blocks.%d.%s", l, rest) }

@@ -63,14 +63,14 @@ type RunOptions struct {
 	Seed uint64
 	// KeepWeights keeps every layer's attention weights, per head, for Weights.
 	KeepWeights bool
-	// Workers bounds the goroutines the passes run on; 0 means GOMAXPROCS. Results do not
-	// depend on it.
+	// Workers bounds the goroutines the passes run on; 0 means GOMAXPROCS, and a negative
+	// count is an error. Results do not depend on it.
 	Workers int
 	// KeepHeads keeps every layer's head outputs, for Heads.
 	KeepHeads bool
 	// Heads, when not nil, are per-layer head interventions (mha.HeadOptions: gates, shifts,
-	// uniform heads): Heads[l] applies to block l; layers past its end are left alone. A Gate
-	// is [B, H] for the call's batch.
+	// uniform heads): Heads[l] applies to block l; layers past its end are left alone, and more
+	// entries than layers are an error. A Gate is [B, H] for the call's batch.
 	Heads []mha.HeadOptions
 	// TokenTypes, for a model with token type embeddings (Config.TypeVocab > 0), are the token
 	// type ids [B, T] (BERT's token_type_ids, in [0, TypeVocab)); nil means all 0. They must be
@@ -347,6 +347,9 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 	if opt.Padding != nil && len(opt.Padding) != b*t {
 		return nil, fmt.Errorf("nn: padding mask of %d values for batch %d × length %d, want %d", len(opt.Padding), b, t, b*t)
 	}
+	if len(opt.Heads) > c.Layers {
+		return nil, fmt.Errorf("nn: head interventions for %d layers, the model has %d", len(opt.Heads), c.Layers)
+	}
 	for i, p := range opt.Patches {
 		switch {
 		case p.Layer < 0 || p.Layer > c.Layers:
@@ -357,7 +360,9 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 			return nil, fmt.Errorf("nn: patch %d has %d values, want d_model = %d", i, len(p.Value), c.DModel)
 		}
 	}
-	m.r.setWorkers(opt.Workers)
+	if err := m.r.setWorkers(opt.Workers); err != nil {
+		return nil, err
+	}
 	m.b, m.t = b, t
 	m.tokens = append(m.tokens[:0], tokens...)
 	m.types = append(m.types[:0], opt.TokenTypes...)
@@ -412,7 +417,7 @@ func (m *Model) unembed(x []float32, n int) {
 // logit lens of layer l. It runs on workers goroutines (0: GOMAXPROCS). The storage is the
 // model's, overwritten by the next call or forward, and the call ends the last Forward: no Loss
 // may follow, and Residual and the other accessors return nil until the next Forward. It
-// returns an error when x is not [N, DModel] with N > 0.
+// returns an error when x is not [N, DModel] with N > 0 or workers is negative.
 func (m *Model) Unembed(x *tensor.Tensor, workers int) (*tensor.Tensor, error) {
 	d := m.cfg.DModel
 	if x == nil || len(x.Shape) != 2 || x.Shape[0] < 1 || x.Shape[1] != d || len(x.Data) != x.Shape[0]*d {
@@ -422,8 +427,10 @@ func (m *Model) Unembed(x *tensor.Tensor, workers int) (*tensor.Tensor, error) {
 		}
 		return nil, fmt.Errorf("nn: Unembed of streams %v, want [N %d] with N > 0 and N·%d values", shape, d, d)
 	}
+	if err := m.r.setWorkers(workers); err != nil {
+		return nil, err
+	}
 	m.state = stateFresh
-	m.r.setWorkers(workers)
 	n := x.Shape[0]
 	m.unembed(x.Data, n)
 	return &tensor.Tensor{Shape: []int{n, m.cfg.Vocab}, Data: m.logits}, nil

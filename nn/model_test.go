@@ -254,6 +254,9 @@ func TestForwardErrors(t *testing.T) {
 			t.Errorf("Forward(%v, %d, %d): %v, want %q", c.tokens, c.b, c.t, err, c.want)
 		}
 	}
+	if _, err := m.Forward(make([]int, 4), 2, 2, &RunOptions{Workers: -1}); err == nil || !strings.Contains(err.Error(), "-1 workers, want ≥ 0") {
+		t.Errorf("Forward on -1 workers: %v", err)
+	}
 	if _, _, _, err := m.Loss(make([]int, 4), nil); err == nil {
 		t.Error("Loss after a failed Forward succeeded")
 	}

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/mhalab/mha/internal/kernel"
@@ -19,9 +20,13 @@ type runner struct {
 	partial []float32          // gemmAcc's partial products
 }
 
-// setWorkers sets the number of goroutines the next loops use; n ≤ 0 means GOMAXPROCS.
-func (r *runner) setWorkers(n int) {
-	if n <= 0 {
+// setWorkers sets the number of goroutines the next loops use, 0 meaning GOMAXPROCS, and
+// returns an error for n < 0.
+func (r *runner) setWorkers(n int) error {
+	if n < 0 {
+		return fmt.Errorf("nn: %d workers, want ≥ 0 (0 for GOMAXPROCS)", n)
+	}
+	if n == 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
 	r.workers = n
@@ -29,6 +34,7 @@ func (r *runner) setWorkers(n int) {
 		r.ws = make([]kernel.Workspace, n)
 		r.tmp = make([][]float32, n)
 	}
+	return nil
 }
 
 // jobFunc adapts a function to parallel.Job.
