@@ -558,6 +558,26 @@ func TestLayerSparse(t *testing.T) {
 	}
 }
 
+// TestLayerSparseAppendedKeys checks patterns with keys appended (add_bias_kv, add_zero_attn),
+// which the patterns keep, against the float64 reference, with keys and without any (Tk = 0,
+// where the layout has no key block: it panicked).
+func TestLayerSparseAppendedKeys(t *testing.T) {
+	rng := tensor.NewRNG(6)
+	for _, cfg := range []Config{{EmbedDim: 8, NumHeads: 2, AddBiasKV: true, Seed: 1}, {EmbedDim: 8, NumHeads: 2, AddZeroAttn: true, Seed: 2}} {
+		l := newLayer(t, cfg)
+		for _, tk := range []int{0, 1, 7} {
+			q, kv := randTensor(rng, 2, 5, 8), randTensor(rng, 2, tk, 8)
+			opt := &Options{Patterns: []Pattern{{Kind: PatternLocal, Width: 1}}, Block: [2]int{8, 3}}
+			got := forward(t, l, q, kv, kv, opt)
+			tr, err := l.Reference(q, kv, kv, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, fmt.Sprintf("%+v, Tk = %d", cfg, tk), got.Output.Data, tr.Output, 1e-5)
+		}
+	}
+}
+
 // TestSparseGolden checks SDPA's patterns and normalizers against the PyTorch float64 goldens of
 // testdata/gen_sparse.py, which write every pattern pair by pair and sparsemax and entmax by
 // their closed forms: outputs, weights (with the same exact zeros) and autograd's gradients.

@@ -61,6 +61,10 @@ func (s *Sparse) Precompute(tq, tk int) {
 			}
 		}
 	}
+	// Without keys (NBK = 0) Kinds is empty: each query block's list is empty.
+	for len(s.ColStart) <= (tq+s.BQ-1)/s.BQ {
+		s.ColStart = append(s.ColStart, 0)
+	}
 }
 
 // kind returns the kind of the block holding query i and key j.
