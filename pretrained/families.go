@@ -1,6 +1,7 @@
 package pretrained
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 // Buffers and heads the families skip, named without the base model's prefix.
 var (
 	gpt2Skip = regexp.MustCompile(`^(h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight)$`)
+	// cls.predictions.decoder.weight is skipped only when the head is tied (an untied one reads it).
 	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
 	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
@@ -86,8 +88,8 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 
 // bertLayout maps a BertModel or BertForMaskedLM folder: post-norm blocks, token types, an
 // embedding LayerNorm, bidirectional attention with query, key and value stacked into
-// in_proj_weight, and, when the folder has it, the masked-LM head (transform, then the decoder
-// tied to the word embeddings plus its bias). Old checkpoints' LayerNorm gamma and beta are read
+// in_proj_weight, and, when the folder has it, the masked-LM head (transform, then the decoder,
+// tied to the word embeddings unless tie_word_embeddings is false, plus its bias). Old checkpoints' LayerNorm gamma and beta are read
 // as weight and bias.
 func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn, pos := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize, hc.MaxPositionEmbeddings
@@ -108,11 +110,16 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case hc.IsDecoder || hc.AddCrossAttention:
 		return nil, fmt.Errorf("%w: BERT as a decoder or with cross-attention", ErrUnsupported)
 	}
-	l := &layout{prefixes: []string{"bert.", ""}, skip: bertSkip.MatchString}
+	// The masked-LM decoder is the word embeddings unless tie_word_embeddings is false.
+	tied := orBool(hc.TieEmbeddings, true)
+	l := &layout{prefixes: []string{"bert.", ""}, skip: func(name string) bool {
+		return bertSkip.MatchString(name) && (name != "cls.predictions.decoder.weight" || tied)
+	}}
 	_, _, _, mlm := l.find(w, part{names: []string{"cls.predictions.transform.dense.weight"}, head: true})
+	tied = tied || !mlm // a bare BertModel has no decoder: the nn model's head is the embedding
 	l.cfg = nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
 		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
-		Bidirectional: true, TieEmbeddings: true, HeadTransform: mlm, NoHeadBias: !mlm}
+		Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
 	norm := func(to, from string, head bool) {
 		add(to+".weight", part{names: []string{from + ".weight", from + ".gamma"}, shape: []int{e}, head: head})
@@ -141,6 +148,9 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add("head_dense.bias", part{names: []string{"cls.predictions.transform.dense.bias"}, shape: []int{e}, head: true})
 		norm("head_ln", "cls.predictions.transform.LayerNorm", true)
 		add("head.bias", part{names: []string{"cls.predictions.bias", "cls.predictions.decoder.bias"}, shape: []int{v}, head: true})
+		if !tied {
+			add("head.weight", part{names: []string{"cls.predictions.decoder.weight"}, shape: []int{v, e}, head: true})
+		}
 	}
 	return l, nil
 }
@@ -174,31 +184,38 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
 		return nil, fmt.Errorf("%w: partial_rotary_factor %v", ErrUnsupported, *hc.PartialRotaryFactor)
 	}
+	// The rotary's base and scaling: rope_theta and rope_scaling (transformers v4) or
+	// rope_parameters (v5), which holds both; as in transformers' convert_rope_params_to_dict,
+	// rope_scaling wins over rope_parameters, and the object's rope_theta over the top level's.
 	rope := &nn.Rope{Theta: orFloat(hc.RopeTheta, 10000)}
-	if len(hc.RopeScaling) > 0 && string(hc.RopeScaling) != "null" {
+	params, key := hc.RopeScaling, "rope_scaling"
+	if isNull(params) {
+		params, key = hc.RopeParameters, "rope_parameters"
+	}
+	if !isNull(params) {
 		var sc struct {
-			RopeType string `json:"rope_type"`
-			Type     string `json:"type"`
+			RopeType  string   `json:"rope_type"`
+			Type      string   `json:"type"`
+			RopeTheta *float64 `json:"rope_theta"`
 			mha.RopeScaling
 		}
-		if err := json.Unmarshal(hc.RopeScaling, &sc); err != nil {
-			return nil, fmt.Errorf("pretrained: rope_scaling is not the JSON object expected: %w", err)
+		if err := json.Unmarshal(params, &sc); err != nil {
+			return nil, fmt.Errorf("pretrained: %s is not the JSON object expected: %w", key, err)
 		}
-		kind := sc.RopeType
-		if kind == "" {
-			kind = sc.Type
-		}
+		rope.Theta = orFloat(sc.RopeTheta, rope.Theta)
+		kind := cmp.Or(sc.RopeType, sc.Type, "default")
 		switch kind {
 		case "default":
 		case "llama3":
 			rope.Scaling = &sc.RopeScaling
 		default:
-			return nil, fmt.Errorf("%w: rope_scaling type %q (mha has llama3)", ErrUnsupported, kind)
+			return nil, fmt.Errorf("%w: %s type %q (mha has default and llama3)", ErrUnsupported, key, kind)
 		}
 	}
 	d := e / heads
 	ekv := kv * d
 	qwen := hc.ModelType == "qwen2" || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, "Qwen2") })
+	mistral := hc.ModelType == "mistral" || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, "Mistral") })
 	qkvBias := hc.AttentionBias || qwen
 	tied := orBool(hc.TieEmbeddings, false)
 	seq := nn.MaxSeqLen
@@ -217,11 +234,26 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if kv != heads {
 		l.cfg.KVHeads = kv
 	}
+	// Of the family only Mistral's attention reads sliding_window (4096 when left out, none
+	// when null); Llama's ignores it, and Qwen2's needs use_sliding_window, which mha lacks.
 	switch {
 	case qwen && hc.UseSlidingWindow:
 		return nil, fmt.Errorf("%w: Qwen2 with use_sliding_window", ErrUnsupported)
-	case !qwen && hc.SlidingWindow != nil && *hc.SlidingWindow > 0:
-		l.cfg.Window = min(*hc.SlidingWindow, seq)
+	case mistral:
+		w := 4096
+		if len(hc.SlidingWindow) > 0 {
+			var p *int
+			if err := json.Unmarshal(hc.SlidingWindow, &p); err != nil {
+				return nil, fmt.Errorf("pretrained: sliding_window is %s, want a whole number or null", hc.SlidingWindow)
+			}
+			w = 0
+			if p != nil {
+				w = *p
+			}
+		}
+		if w > 0 {
+			l.cfg.Window = min(w, seq)
+		}
 	}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
 	add("tok_emb.weight", src("embed_tokens.weight", v, e))
@@ -255,3 +287,6 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	return l, nil
 }
+
+// isNull reports whether a config field was left out or is null.
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }

@@ -108,10 +108,11 @@ type hfConfig struct {
 	RMSNormEps              *float64        `json:"rms_norm_eps"`
 	RopeTheta               *float64        `json:"rope_theta"`
 	RopeScaling             json.RawMessage `json:"rope_scaling"`
+	RopeParameters          json.RawMessage `json:"rope_parameters"` // transformers v5's rope_theta and rope_scaling in one
 	AttentionBias           bool            `json:"attention_bias"`
 	MLPBias                 bool            `json:"mlp_bias"`
 	HeadDim                 *int            `json:"head_dim"`
-	SlidingWindow           *int            `json:"sliding_window"`
+	SlidingWindow           json.RawMessage `json:"sliding_window"` // a number, null, or left out (Mistral's 4096)
 	UseSlidingWindow        bool            `json:"use_sliding_window"`
 	PartialRotaryFactor     *float64        `json:"partial_rotary_factor"`
 }

@@ -3,6 +3,7 @@ package pretrained
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,26 +125,130 @@ func copyFolder(t testing.TB, name string, skip ...string) string {
 	return dir
 }
 
+// editConfig copies testdata folder name into a new temporary folder, changes its config.json
+// with change, and returns the folder.
+func editConfig(t *testing.T, name string, change func(cfg map[string]any)) string {
+	t.Helper()
+	dir := copyFolder(t, name)
+	var cfg map[string]any
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	change(cfg)
+	data, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// openLogits opens dir and returns the model and its logits on the token ids 1 … 6.
+func openLogits(t *testing.T, dir string) (*Model, []float32) {
+	t.Helper()
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := m.NN.Forward([]int{1, 2, 3, 4, 5, 6}, 1, 6, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, slices.Clone(logits.Data)
+}
+
+// TestOpenConfigForms checks config.json fields against what transformers does with them:
+// transformers v5's rope_parameters (rope_theta and rope_scaling in one) gives the logits of the
+// v4 fields; Llama's attention ignores sliding_window and Mistral's defaults it to 4096; BERT's
+// masked-LM decoder is its own when tie_word_embeddings is false.
+func TestOpenConfigForms(t *testing.T) {
+	logits := func(dir string) []float32 {
+		_, l := openLogits(t, dir)
+		return l
+	}
+	for _, name := range []string{"llama", "llama3-bf16"} {
+		want := logits(testdataDir(name))
+		v5 := editConfig(t, name, func(c map[string]any) {
+			p, _ := c["rope_scaling"].(map[string]any)
+			if p == nil {
+				p = map[string]any{"rope_type": "default"}
+			}
+			p["rope_theta"] = c["rope_theta"]
+			c["rope_parameters"] = p
+			delete(c, "rope_scaling")
+			delete(c, "rope_theta")
+		})
+		if got := logits(v5); !slices.Equal(got, want) {
+			t.Errorf("%s with rope_parameters: the logits differ from those of rope_theta and rope_scaling", name)
+		}
+	}
+	yarn := editConfig(t, "llama", func(c map[string]any) { c["rope_parameters"] = map[string]any{"rope_type": "yarn", "factor": 2} })
+	if _, err := Open(yarn); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `rope_parameters type "yarn"`) {
+		t.Errorf("rope_parameters of type yarn: %v, want ErrUnsupported", err)
+	}
+
+	if got, want := logits(editConfig(t, "llama", func(c map[string]any) { c["sliding_window"] = 2 })), logits(testdataDir("llama")); !slices.Equal(got, want) {
+		t.Error("Llama with sliding_window: the logits changed, while transformers' Llama attention ignores it")
+	}
+	for _, c := range []struct {
+		value any
+		want  int
+	}{{nil, 0}, {"absent", 64}, {3, 3}} {
+		dir := editConfig(t, "mistral", func(cfg map[string]any) {
+			if c.value == "absent" {
+				delete(cfg, "sliding_window")
+			} else {
+				cfg["sliding_window"] = c.value
+			}
+		})
+		if m, _ := openLogits(t, dir); m.NN.Config().Window != c.want {
+			w := m.NN.Config().Window
+			t.Errorf("Mistral with sliding_window %v: window %d, want %d", c.value, w, c.want)
+		}
+	}
+
+	// An untied BERT decoder of −3 × the word embeddings: logits' = −3·(logits − bias) + bias.
+	tied, want := openLogits(t, testdataDir("bert"))
+	bias := tied.NN.Param("head.bias").Value.Data
+	dir := editConfig(t, "bert", func(c map[string]any) { c["tie_word_embeddings"] = false })
+	f, err := safetensors.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{}
+	for _, name := range f.Names() {
+		tensors[name], _ = f.Raw(name)
+	}
+	emb, err := f.Float32("bert.embeddings.word_embeddings.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range emb.Data {
+		emb.Data[i] *= -3
+	}
+	tensors["cls.predictions.decoder.weight"] = safetensors.FromFloat32(emb)
+	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	untied, got := openLogits(t, dir)
+	if len(untied.Unused) != 1 {
+		t.Errorf("untied BERT leaves %v unread, want only the decoder's bias copy", untied.Unused)
+	}
+	for i, x := range want {
+		b := bias[i%len(bias)]
+		if w := -3*(x-b) + b; math.Abs(float64(got[i]-w)) > 1e-4*(1+math.Abs(float64(w))) {
+			t.Fatalf("untied BERT logit %d: %v, want %v", i, got[i], w)
+		}
+	}
+}
+
 // TestOpenErrors checks that a folder mha cannot run gives one error saying what was expected
 // and what came.
 func TestOpenErrors(t *testing.T) {
-	edit := func(name string, change func(cfg map[string]any)) string {
-		dir := copyFolder(t, name)
-		var cfg map[string]any
-		data, err := os.ReadFile(filepath.Join(dir, "config.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(data, &cfg); err != nil {
-			t.Fatal(err)
-		}
-		change(cfg)
-		data, _ = json.Marshal(cfg)
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
+	edit := func(name string, change func(cfg map[string]any)) string { return editConfig(t, name, change) }
 	for _, c := range []struct {
 		name, dir, want string
 		unsupported     bool
