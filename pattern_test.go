@@ -471,7 +471,6 @@ func TestSDPANormalizers(t *testing.T) {
 		{Normalizer: &Normalizer{Kind: TopK}},
 		{Normalizer: &Normalizer{Kind: 9}},
 		{Normalizer: &Normalizer{Kind: Sparsemax}, Sinks: []float32{0}},
-		{Normalizer: &Normalizer{Kind: Sparsemax}, Dropout: 0.1},
 	} {
 		if _, err := SDPA(q, q, q, &bad); !errors.Is(err, ErrShape) {
 			t.Errorf("%+v: %v, want ErrShape", bad, err)

@@ -66,7 +66,7 @@ type SDPAOptions struct {
 	// that keeps nothing gives weights and output 0. It needs each row whole: a worker holds
 	// its block's rows of scores (64 × Tk), not every head's weights, which are returned only
 	// with NeedWeights (SDPABackward reads them when given, or recomputes them block by block).
-	// LSE is NaN; it takes no sinks or dropout.
+	// LSE is NaN; it takes no sinks. Dropout applies to its weights as to softmax's.
 	Normalizer *Normalizer
 	// ALiBi subtracts slope_h·|i + δ − j| from the logits of head h: Slopes[h] when Slopes is not
 	// nil (len Hq, finite), else the standard geometric slopes of AlibiSlopes(Hq).
@@ -400,8 +400,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return fmt.Errorf("%w: %d sinks, want one per query head (%d)", ErrShape, len(o.Sinks), p.hq)
 	case o.Workers < 0:
 		return fmt.Errorf("%w: %d workers, want ≥ 0 (0 for GOMAXPROCS)", ErrShape, o.Workers)
-	case p.normalized() && (o.Sinks != nil || o.Dropout > 0):
-		return fmt.Errorf("%w: the %s normalizer takes no sinks or dropout", ErrShape, o.Normalizer)
+	case p.normalized() && o.Sinks != nil:
+		return fmt.Errorf("%w: the %s normalizer takes no sinks", ErrShape, o.Normalizer)
 	case o.Normalizer != nil && !o.Normalizer.Valid():
 		return fmt.Errorf("%w: normalizer %s, want softmax, sparsemax, entmax with α > 1 finite, or top-k with K ≥ 1", ErrShape, o.Normalizer)
 	case !(o.Dropout >= 0 && o.Dropout < 1):

@@ -1137,6 +1137,37 @@ func TestSDPADropout(t *testing.T) {
 	}
 }
 
+// TestSDPANormalizerDropout checks dropout on a normalizer's weights, as the layer applies it:
+// against SDPAReference's output and weights, and the backward along a random direction against
+// the reference's loss under the same mask.
+func TestSDPANormalizerDropout(t *testing.T) {
+	q, k, v := sdpaRand(21, 2, 1, 2, 9, 4), sdpaRand(22, 2, 1, 2, 13, 4), sdpaRand(23, 1, 1, 2, 13, 3)
+	dOut := sdpaRand(24, 1, 1, 2, 9, 3)
+	for _, n := range []*Normalizer{{Kind: Sparsemax}, {Kind: Entmax, Alpha: 1.5}, {Kind: TopK, K: 3}} {
+		opt := SDPAOptions{Causal: CausalBottomRight, Normalizer: n, Dropout: 0.3, DropoutSeed: 7, NeedWeights: true}
+		ref, err := SDPAReference(q, k, v, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := SDPA(q, k, v, &opt)
+		if err != nil {
+			t.Fatalf("%s with dropout: %v", n, err)
+		}
+		checkRel(t, n.String()+" out", r.Out.Data, ref.Out, 1e-5)
+		checkRel(t, n.String()+" weights", r.Weights.Data, ref.Weights, 1e-5)
+		plain := opt
+		plain.Dropout = 0
+		if p, _ := SDPA(q, k, v, &plain); maxAbsDiff(p.Out.Data, r.Out.Data) == 0 {
+			t.Errorf("%s: dropout changed nothing", n)
+		}
+		g, err := SDPABackward(q, k, v, &SDPAResult{Out: r.Out, LSE: r.LSE}, dOut, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkDirectional(t, q, k, v, dOut, &opt, g, 3)
+	}
+}
+
 // referenceLoss returns Σ SDPAReference(q, k, v, opt).Out · dOut, the loss whose gradients
 // SDPABackward gives for dOut.
 func referenceLoss(t *testing.T, q, k, v, dOut *tensor.Tensor, opt *SDPAOptions) float64 {

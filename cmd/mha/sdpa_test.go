@@ -201,7 +201,7 @@ func TestSDPAErrors(t *testing.T) {
 		{"blocks file", ok, []string{"--pattern", "blocks:" + garbage}, "garbage.safetensors"},
 		{"blocks missing", ok, []string{"--pattern", "blocks:" + ok}, "has no tensor blocks"},
 		{"normalizer", ok, []string{"--normalizer", "entmax:0.5"}, `normalizer "entmax:0.5", want softmax`},
-		{"normalizer dropout-free", writeFile(t, with("sinks", f32(4))), []string{"--normalizer", "sparsemax"}, "takes no sinks or dropout"},
+		{"normalizer without sinks", writeFile(t, with("sinks", f32(4))), []string{"--normalizer", "sparsemax"}, "takes no sinks"},
 		{"blocks shape", ok, []string{"--pattern", "blocks:" + writeFile(t, map[string]safetensors.Tensor{"blocks": boolT(2, 2)}), "--block", "2,2"}, "blocks is [2 2], want [2 3] or [4 2 3]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
