@@ -73,8 +73,9 @@ func (m addedMatcher) split(s string) []segment {
 			start = max(done, leftOfTrailingSpace(s[:start]))
 		}
 		if t.RStrip {
+			// The scan goes on from the token's end, as Hugging Face's does: an added token
+			// that starts with the stripped space is still found (and keeps that space too).
 			stop += len(s[stop:]) - len(trimLeftSpace(s[stop:]))
-			pos = stop
 		}
 		if start > done {
 			segs = append(segs, segment{done, start, nil})
@@ -97,8 +98,11 @@ func (m addedMatcher) longestAt(s string, pos int) (matchable, bool) {
 	return matchable{}, false
 }
 
+// isWordChar reports whether r is a word character for single_word: the regular expression \w
+// that Hugging Face tokenizers tests with (Unicode's Alphabetic, marks, decimal digits,
+// connector punctuation and the joiners).
 func isWordChar(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)
+	return unicode.In(r, unicode.L, unicode.Nl, unicode.Other_Alphabetic, unicode.M, unicode.Nd, unicode.Pc, unicode.Join_Control)
 }
 
 func lastRune(s string) rune {

@@ -36,16 +36,17 @@ func byteLevelEncode(n normString) normString {
 	return b.done()
 }
 
-// byteLevelDecode turns the byte-level spelling back into bytes; a character outside the map
-// stands for its own UTF-8 bytes.
+// byteLevelDecode turns a token's byte-level spelling back into bytes. A token with a character
+// outside the map (an added token such as "é日") stands for its own UTF-8 bytes, whole, as in
+// Hugging Face's ByteLevel decoder.
 func byteLevelDecode(s string) []byte {
 	out := make([]byte, 0, len(s))
 	for _, r := range s {
-		if b, ok := charByte[r]; ok {
-			out = append(out, b)
-		} else {
-			out = utf8.AppendRune(out, r)
+		b, ok := charByte[r]
+		if !ok {
+			return []byte(s)
 		}
+		out = append(out, b)
 	}
 	return out
 }

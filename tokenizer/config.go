@@ -564,9 +564,7 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		if !okl || !okr || !okm {
 			return nil, nil, fmt.Errorf("model BPE: merges[%d] %q: expected both tokens and their merge in the vocabulary, got one that is not", rank, pair[0]+" "+pair[1])
 		}
-		if _, dup := b.merges[[2]int{l, r}]; !dup {
-			b.merges[[2]int{l, r}] = merge{rank: rank, id: id}
-		}
+		b.merges[[2]int{l, r}] = merge{rank: rank, id: id} // a pair given twice takes its last rank, as in Hugging Face's map
 	}
 	return b, vocab, nil
 }
@@ -615,9 +613,7 @@ func buildUnigram(m modelJSON) (model, map[string]int, error) {
 		if len(e) != 2 || json.Unmarshal(e[0], &piece) != nil || json.Unmarshal(e[1], &u.scores[id]) != nil {
 			return nil, nil, fmt.Errorf("model Unigram: vocab[%d]: expected [piece, score], got %d values", id, len(e))
 		}
-		if _, dup := u.vocab[piece]; !dup {
-			u.vocab[piece] = id
-		}
+		u.vocab[piece] = id // a piece given twice is its last id, as in Hugging Face's map
 		u.maxLen = max(u.maxLen, len(piece))
 		minScore = min(minScore, u.scores[id])
 	}

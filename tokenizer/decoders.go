@@ -21,8 +21,8 @@ func (s decoders) decode(toks []string) []string {
 	return toks
 }
 
-// byteLevelDec is the ByteLevel decoder: the byte characters of all tokens back into bytes, read
-// as UTF-8 (bad bytes become U+FFFD).
+// byteLevelDec is the ByteLevel decoder: the byte characters of all tokens back into bytes
+// (byteLevelDecode), read as UTF-8 (bad bytes become U+FFFD).
 type byteLevelDec struct{}
 
 func (byteLevelDec) decode(toks []string) []string {

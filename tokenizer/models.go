@@ -47,11 +47,17 @@ func (m *bpe) tokenize(word string) ([]piece, error) {
 			return []piece{{id: id, end: len(word)}}, nil
 		}
 	}
+	// As Hugging Face's merge_word: a symbol's offsets run on from the previous symbol's end;
+	// byte fallback spells the piece with its prefix and suffix; an unknown character waits,
+	// fusing with the next one under fuse_unk, until a piece of the vocabulary comes (byte
+	// tokens go before it) or the word ends.
 	var syms []symbol
-	push := func(id, start, end int) {
-		syms = append(syms, symbol{id: id, start: start, end: end, prev: len(syms) - 1, next: len(syms) + 1})
+	off := 0 // the end of the last symbol
+	push := func(id, n int) {
+		syms = append(syms, symbol{id: id, start: off, end: off + n, prev: len(syms) - 1, next: len(syms) + 1})
+		off += n
 	}
-	lastUnk := false
+	unkLen := 0 // the bytes of the unknown characters waiting, 0 for none
 	for i, r := range word {
 		w := utf8.RuneLen(r)
 		if w < 0 {
@@ -65,26 +71,32 @@ func (m *bpe) tokenize(word string) ([]piece, error) {
 			s += m.suffix
 		}
 		if id, ok := m.vocab[s]; ok {
-			push(id, i, i+w)
-			lastUnk = false
-			continue
-		}
-		if m.byteFallback && m.hasBytes(word[i:i+w]) {
-			for k := range w {
-				push(m.byteIDs[word[i+k]], i+k, i+k+1)
+			if unkLen > 0 {
+				push(m.unk, unkLen)
+				unkLen = 0
 			}
-			lastUnk = false
+			push(id, w)
 			continue
 		}
-		if m.unk < 0 {
+		if m.byteFallback && m.hasBytes(s) {
+			for k := range len(s) {
+				push(m.byteIDs[s[k]], 1)
+			}
 			continue
 		}
-		if m.fuseUnk && lastUnk {
-			syms[len(syms)-1].end = i + w
-			continue
+		switch {
+		case m.unk < 0:
+		case unkLen > 0 && m.fuseUnk:
+			unkLen += w
+		default:
+			if unkLen > 0 {
+				push(m.unk, unkLen)
+			}
+			unkLen = w
 		}
-		push(m.unk, i, i+w)
-		lastUnk = true
+	}
+	if unkLen > 0 {
+		push(m.unk, unkLen)
 	}
 	if len(syms) == 0 {
 		return nil, nil

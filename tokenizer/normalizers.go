@@ -160,9 +160,10 @@ func isBertControl(r rune) bool {
 var assigned = []*unicode.RangeTable{unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C}
 
 // isCJK is BERT's "Chinese character": the CJK Unified Ideographs blocks and their extensions
-// and compatibility forms.
+// and compatibility forms, with Hugging Face tokenizers' ranges (is_chinese_char, which leaves
+// U+2B820 … U+2B91F out).
 func isCJK(r rune) bool {
 	return r >= 0x4E00 && r <= 0x9FFF || r >= 0x3400 && r <= 0x4DBF || r >= 0x20000 && r <= 0x2A6DF ||
-		r >= 0x2A700 && r <= 0x2B73F || r >= 0x2B740 && r <= 0x2B81F || r >= 0x2B820 && r <= 0x2CEAF ||
+		r >= 0x2A700 && r <= 0x2B73F || r >= 0x2B740 && r <= 0x2B81F || r >= 0x2B920 && r <= 0x2CEAF ||
 		r >= 0xF900 && r <= 0xFAFF || r >= 0x2F800 && r <= 0x2FA1F
 }

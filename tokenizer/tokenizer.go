@@ -23,7 +23,9 @@
 // SentencePiece models such as T5's and ALBERT's), the UnicodeScripts pre-tokenizer, the CTC
 // decoder; regex patterns with lookbehind, or a lookahead anywhere but at the end of a top-level
 // alternative. BPE dropout, truncation and padding are not read, and only single sequences are
-// encoded (not pairs).
+// encoded (not pairs). A Replace normalizer's or Split pre-tokenizer's regex that matches the
+// empty string (such as "^" or "a*") replaces and cuts only at its non-empty matches, where
+// Hugging Face also inserts or cuts at the empty ones.
 //
 // The tests compare ids, tokens, offsets and decoded text with Hugging Face tokenizers (the Rust
 // library) and with tokenizers.js on the GPT-2, Llama-2, Mistral-7B, Llama-3 and

@@ -124,20 +124,54 @@ func TestTokenizerRustBehavior(t *testing.T) {
 	}
 }
 
+// TestTokenizerDuplicates checks a BPE merge and a Unigram piece given twice: the last one
+// counts, as in Hugging Face tokenizers, whose maps keep it (0.23.2's Node binding gives "a"
+// "bc" and id 4 here).
+func TestTokenizerDuplicates(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		ids   []int
+	}{
+		{`{"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5}, "merges": ["a b", "b c", "a b"]}`, []int{0, 4}},
+		{`{"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", -1], ["b", -1], ["ab", -0.5], ["ab", -0.4]]}`, []int{4}},
+	} {
+		tok, err := Parse([]byte(`{"version": "1.0", "pre_tokenizer": {"type": "WhitespaceSplit"}, "model": ` + c.model + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := "ab"
+		if len(c.ids) == 2 {
+			text = "abc"
+		}
+		if enc, err := tok.Encode(text, false); err != nil || !slices.Equal(enc.IDs, c.ids) {
+			t.Errorf("%s: %v, %v; want %v", c.model, enc.IDs, err, c.ids)
+		}
+	}
+}
+
 // TestTokenizerBPE checks unknown characters (dropped without unk, fused with fuse_unk), byte
-// fallback and the continuing-subword prefix and end-of-word suffix.
+// fallback and the continuing-subword prefix and end-of-word suffix. The ids and offsets of the
+// first nine cases are Hugging Face tokenizers 0.23.2's (its Node binding, character offsets
+// turned into bytes): offsets run on from the last token's end, so a dropped character shifts
+// the rest; an unknown character waits for the next vocabulary piece, after byte tokens; byte
+// fallback spells the prefix too.
 func TestTokenizerBPE(t *testing.T) {
-	vocab := map[string]int{"<unk>": 0, "a": 1, "b": 2, "ab": 3, "<0xC3>": 4, "<0xA9>": 5, "##b": 6, "a##b": 7, "b</w>": 8, "ab</w>": 9}
+	vocab := map[string]int{"<unk>": 0, "a": 1, "b": 2, "ab": 3, "<0xC3>": 4, "<0xA9>": 5, "##b": 6, "a##b": 7, "b</w>": 8, "ab</w>": 9,
+		"<0x23>": 10, "<0x78>": 11, "<0x79>": 12}
 	cases := []struct {
 		m    bpe
 		word string
 		want []piece
 	}{
-		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1, ""}, {2, 3, 4, ""}}},
+		{bpe{unk: -1}, "axxb", []piece{{1, 0, 1, ""}, {2, 1, 2, ""}}},
 		{bpe{unk: 0}, "axxb", []piece{{1, 0, 1, ""}, {0, 1, 2, ""}, {0, 2, 3, ""}, {2, 3, 4, ""}}},
 		{bpe{unk: 0, fuseUnk: true}, "axxbx", []piece{{1, 0, 1, ""}, {0, 1, 3, ""}, {2, 3, 4, ""}, {0, 4, 5, ""}}},
 		{bpe{unk: 0, byteFallback: true}, "aé", []piece{{1, 0, 1, ""}, {4, 1, 2, ""}, {5, 2, 3, ""}}},
 		{bpe{unk: 0, byteFallback: true}, "a€", []piece{{1, 0, 1, ""}, {0, 1, 4, ""}}}, // <0xE2> missing
+		{bpe{unk: 0, byteFallback: true}, "xéy", []piece{{11, 0, 1, ""}, {4, 1, 2, ""}, {5, 2, 3, ""}, {12, 3, 4, ""}}},
+		{bpe{unk: 0, byteFallback: true}, "€x€", []piece{{11, 0, 1, ""}, {0, 1, 4, ""}, {0, 4, 7, ""}}},
+		{bpe{unk: 0, byteFallback: true, fuseUnk: true}, "€x€b", []piece{{11, 0, 1, ""}, {0, 1, 7, ""}, {2, 7, 8, ""}}},
+		{bpe{unk: 0, byteFallback: true, prefix: "##"}, "abx", []piece{{1, 0, 1, ""}, {6, 1, 2, ""}, {10, 2, 3, ""}, {10, 3, 4, ""}, {11, 4, 5, ""}}},
 		{bpe{unk: -1, merges: map[[2]int]merge{{1, 2}: {0, 3}}}, "abab", []piece{{3, 0, 2, ""}, {3, 2, 4, ""}}},
 		{bpe{unk: -1, prefix: "##", merges: map[[2]int]merge{{1, 6}: {0, 7}}}, "ab", []piece{{7, 0, 2, ""}}},
 		{bpe{unk: -1, suffix: "</w>", merges: map[[2]int]merge{{1, 8}: {0, 9}}}, "ab", []piece{{9, 0, 2, ""}}},
@@ -148,7 +182,7 @@ func TestTokenizerBPE(t *testing.T) {
 		for b := range c.m.byteIDs {
 			c.m.byteIDs[b] = -1
 		}
-		c.m.byteIDs[0xC3], c.m.byteIDs[0xA9] = 4, 5
+		c.m.byteIDs[0xC3], c.m.byteIDs[0xA9], c.m.byteIDs['#'], c.m.byteIDs['x'], c.m.byteIDs['y'] = 4, 5, 10, 11, 12
 		got, err := c.m.tokenize(c.word)
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("case %d, %q: got %v, %v; want %v", i, c.word, got, err, c.want)

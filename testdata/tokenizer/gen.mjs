@@ -320,6 +320,24 @@ export const variants = {
       decoder: { type: "Metaspace", replacement: "▁", prepend_scheme: "never", split: true },
     },
   },
+  // GPT-2 with added tokens at the edges of Hugging Face's matching (not tokenizers.js's, which
+  // ignores single_word): an rstrip token followed by a token that starts with the stripped
+  // space, single_word against letters, marks and other alphabetic characters, and tokens that
+  // mix byte-level characters with others, which the ByteLevel decoder keeps as they are.
+  "gpt2-added-edges": {
+    base: "gpt2",
+    js: false,
+    patch: {
+      added_tokens: [
+        added(50256, "<|endoftext|>", { special: true }),
+        added(50257, "dog", { rstrip: true }),
+        added(50258, " cat"),
+        added(50259, "<tok>", { single_word: true }),
+        added(50260, "é日"),
+        added(50261, "Ġ日"),
+      ],
+    },
+  },
   // bert-base-uncased's vocabulary, cased input: no lowercasing, accents kept.
   "bert-nolower": {
     base: "bert-base-uncased",
@@ -401,6 +419,10 @@ const texts = [
   "running jumping swimming singing queueing aaaiiieee",
   "ＡＢＣ１２３　全角スペース",
   "Ⅻ ㍿ ½ ² ℌ ﬀ",
+  "CJK extensions 𫠠𫤀 x 𫤠 𬺰",
+  "dog cat dogcat dog  cat",
+  "<tok>ा Ⓐ<tok> <tok>\u0345 x<tok> <tok>_ <tok>² <tok>",
+  "xé日y aĠ日b é日",
 ];
 
 // A fixed pseudo-random source (mulberry32), so that the goldens are the same on every run.
