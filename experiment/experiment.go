@@ -61,8 +61,7 @@ type Figure struct {
 }
 
 // experiments lists the experiments by name, in the order Names returns them, each with one
-// line on what it measures.
-// steps and model say whether it takes Config.Steps and Config.Model.
+// line on what it measures and whether it takes Config.Steps and Config.Model.
 var experiments = []struct {
 	name, about  string
 	run          func(context.Context, Config) (*Result, error)

@@ -74,7 +74,8 @@ func (s *Server) picture(w http.ResponseWriter, r *http.Request) error {
 // the picture in it is the caller's part. The pictures of a sequence take it as text, as tokens
 // (comma-separated ids) or as a seed, with ablate as comma-separated LAYER.HEAD.MODE items, and
 // may run the model under sparse attention: patterns separated by spaces (empty for none), block
-// as BQ,BK and a normalizer; those of the task (pruning, importance) take no sequence. ctx stops the work between model runs.
+// as BQ,BK and a normalizer; those of the task (pruning, importance, and similarity with
+// scope=task) take no sequence. ctx stops the work between model runs.
 // An error's message says what is wrong with the query, in words fit to show the user.
 func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture, name string, err error) {
 	kind, err := pictureKindOf(query)
