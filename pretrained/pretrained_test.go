@@ -266,6 +266,8 @@ func TestOpenErrors(t *testing.T) {
 		{"size", edit("bert", func(c map[string]any) { c["num_attention_heads"] = 0 }), "num_attention_heads is 0", false},
 		{"activation", edit("gpt2", func(c map[string]any) { c["activation_function"] = "relu" }), `activation_function "relu"`, true},
 		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }), `rope_scaling type "yarn"`, true},
+		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
+		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},
 		{"heads", edit("llama", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide", false},
 	} {
@@ -292,6 +294,10 @@ func FuzzConfig(f *testing.F) {
 	}
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"num_attention_heads":4,"num_key_value_heads":0}`), uint8(1))
 	f.Add([]byte(`{"model_type":"gpt2","n_embd":1e18}`), uint8(0))
+	// transformers v5's rope_parameters, Mistral's sliding_window, an untied BERT decoder.
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":1,"vocab_size":295,"rope_parameters":{"rope_type":"llama3","rope_theta":500,"factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8}}`), uint8(1))
+	f.Add([]byte(`{"architectures":["MistralForCausalLM"],"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":1,"vocab_size":295,"sliding_window":"four"}`), uint8(1))
+	f.Add([]byte(`{"architectures":["BertForMaskedLM"],"tie_word_embeddings":false,"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"vocab_size":40,"max_position_embeddings":32,"type_vocab_size":2}`), uint8(2))
 	dirs := map[uint8]string{0: copyFolder(f, "gpt2"), 1: copyFolder(f, "llama"), 2: copyFolder(f, "bert")}
 	f.Fuzz(func(t *testing.T, config []byte, which uint8) {
 		dir := dirs[which%3]
