@@ -927,6 +927,8 @@ func FuzzPictureQuery(f *testing.F) {
 		"model=induction&kind=patching&clean=BOS+4+9+13&corrupt=BOS+4+8+13&target=9&foil=8&format=svg",
 		"model=induction&kind=patching-residual&clean=BOS+4+9&corrupt=BOS+5+9&target=%2322&foil=%2311&position=1&format=png",
 		"model=induction&kind=composition&mode=v&format=svg",
+		"model=induction&kind=similarity&layer=1&metric=js&scope=task&format=png",
+		"model=induction&kind=similarity&layer=1&metric=js&scope=task&seed=2&format=png",
 		"model=prev-token&kind=attribution&clean=BOS+1&corrupt=BOS+2&target=1&foil=2&format=svg",
 	} {
 		f.Add(seed)
