@@ -606,14 +606,14 @@ func buildUnigram(m modelJSON) (model, map[string]int, error) {
 	if err := json.Unmarshal(m.Vocab, &entries); err != nil {
 		return nil, nil, fmt.Errorf("model Unigram: vocab: expected a list of [piece, score], got %s", excerpt(m.Vocab))
 	}
-	u := &unigram{vocab: make(map[string]int, len(entries)), scores: make([]float64, len(entries)), unk: -1, byteFallback: m.ByteFallback}
+	u := &unigram{vocab: make(map[string]int, len(entries)), pieces: make([]string, len(entries)), scores: make([]float64, len(entries)), unk: -1, byteFallback: m.ByteFallback}
 	minScore := math.Inf(1)
 	for id, e := range entries {
 		var piece string
 		if len(e) != 2 || json.Unmarshal(e[0], &piece) != nil || json.Unmarshal(e[1], &u.scores[id]) != nil {
 			return nil, nil, fmt.Errorf("model Unigram: vocab[%d]: expected [piece, score], got %d values", id, len(e))
 		}
-		u.vocab[piece] = id // a piece given twice is its last id, as in Hugging Face's map
+		u.vocab[piece], u.pieces[id] = id, piece // a piece given twice is its last id, as in Hugging Face's map
 		u.maxLen = max(u.maxLen, len(piece))
 		minScore = min(minScore, u.scores[id])
 	}

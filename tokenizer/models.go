@@ -268,7 +268,8 @@ func (m *wordLevel) tokenize(word string) ([]piece, error) {
 // with is unknown, scored 10 below the lowest piece; consecutive unknown characters make one
 // unknown token, spelled as the text it covers, or with byteFallback its bytes' <0xXX> tokens.
 type unigram struct {
-	vocab        map[string]int
+	vocab        map[string]int // a piece given twice has its last id
+	pieces       []string       // by id
 	scores       []float64
 	unk          int // -1: none
 	byteFallback bool

@@ -222,6 +222,14 @@ func Parse(data []byte) (*Tokenizer, error) {
 	for tok, id := range t.vocab {
 		t.tokens[id] = tok
 	}
+	size := len(t.vocab) // the model's vocabulary size, which the added tokens' ids follow
+	if u, ok := t.model.(*unigram); ok {
+		// A Unigram vocabulary is a list: each entry has its id, a piece given twice too.
+		for id, p := range u.pieces {
+			t.tokens[id] = p
+		}
+		size = len(u.pieces)
+	}
 	if t.normalizer, err = buildNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
@@ -235,7 +243,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	// (it only warns): the model's id of their content, or else the next id after the model's
 	// vocabulary, in file order. A content given twice keeps its id and takes the later
 	// properties; an empty content is skipped.
-	nextID := len(t.vocab)
+	nextID := size
 	var order []*addedToken
 	byContent := map[string]int{} // index in order
 	for i := range f.AddedTokens {

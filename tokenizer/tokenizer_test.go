@@ -147,6 +147,21 @@ func TestTokenizerDuplicates(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", c.model, enc.IDs, err, c.ids)
 		}
 	}
+	// Each Unigram entry keeps its id for decoding, and added tokens follow the list's length
+	// (the binding: ids [2 3 0], "a a <unk>", 4 ids).
+	tok, err := Parse([]byte(`{"version": "1.0", "pre_tokenizer": {"type": "WhitespaceSplit"},
+		"added_tokens": [{"id": 9, "content": "zz", "special": false}],
+		"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", -1], ["a", -2]]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := tok.Encode("a zz q", false)
+	if err != nil || !slices.Equal(enc.IDs, []int{2, 3, 0}) {
+		t.Errorf("Unigram with a piece twice and an added token: %v, %v; want [2 3 0]", enc.IDs, err)
+	}
+	if text, err := tok.Decode([]int{1, 2, 0}, false); err != nil || text != "a a <unk>" || tok.VocabSize() != 4 {
+		t.Errorf("Decode [1 2 0] = %q, %v, VocabSize %d; want \"a a <unk>\" and 4", text, err, tok.VocabSize())
+	}
 }
 
 // TestTokenizerBPE checks unknown characters (dropped without unk, fused with fuse_unk), byte
