@@ -539,11 +539,13 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		b.suffix = *m.EndOfWordSuffix
 	}
 	if m.UnkToken != nil {
-		id, ok := vocab[*m.UnkToken]
-		if !ok {
-			return nil, nil, fmt.Errorf("model BPE: unk_token %q: expected a token of the vocabulary, got one that is not", *m.UnkToken)
+		// A file may name an unknown token its vocabulary lacks: Hugging Face tokenizers opens
+		// it and fails only on a character that needs it, and so does this package.
+		if id, ok := vocab[*m.UnkToken]; ok {
+			b.unk = id
+		} else {
+			b.missingUnk = *m.UnkToken
 		}
-		b.unk = id
 	}
 	for i := range b.byteIDs {
 		id, ok := vocab[fmt.Sprintf("<0x%02X>", i)]

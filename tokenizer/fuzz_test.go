@@ -31,6 +31,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Digits", "individual_digits": true}}`))
 	f.Add([]byte(`{"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true, "vocab": [["<unk>", 0], ["a", -1], ["ab", -1.5], ["<0x62>", -3]]}, "pre_tokenizer": {"type": "Metaspace"}}`))
 	f.Add([]byte(`{"model": {"type": "WordLevel", "unk_token": "?", "vocab": {"?": 0, "ab": 1}}, "pre_tokenizer": {"type": "Whitespace"}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}`)) // unk_token not in the vocabulary
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tok, err := Parse(data)
 		if err != nil {

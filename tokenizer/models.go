@@ -23,7 +23,8 @@ type model interface {
 type bpe struct {
 	vocab        map[string]int
 	merges       map[[2]int]merge
-	unk          int // -1: no unknown token, unknown characters are dropped
+	unk          int    // -1: no unknown token, unknown characters are dropped
+	missingUnk   string // an unk_token the vocabulary lacks: an error when a character needs it
 	prefix       string
 	suffix       string
 	fuseUnk      bool
@@ -85,6 +86,8 @@ func (m *bpe) tokenize(word string) ([]piece, error) {
 			continue
 		}
 		switch {
+		case m.missingUnk != "":
+			return nil, fmt.Errorf("tokenizer: BPE: %q needs the unknown token %q, which is not in the vocabulary", s, m.missingUnk)
 		case m.unk < 0:
 		case unkLen > 0 && m.fuseUnk:
 			unkLen += w
