@@ -190,7 +190,8 @@
 //	     kind=grid: every layer × head;
 //	     kind=similarity&layer=L&metric=rho|js|nmi[&scope=sequence|task]: a layer's head pairs
 //	     (scope=task is measured on the task's sequences, or on repeated random tokens for a
-//	     model without a task, and takes no sequence, ablate, patterns, block or normalizer);
+//	     model without a task: it needs no sequence, and takes no ablate, patterns, block or
+//	     normalizer);
 //	     kind=rollout: the attention rollout;
 //	     kind=offsets&layer=L&head=H: one head's mean attention by key − query offset.
 //	     The tokens are labelled with their symbols, or with what their pieces read as.

@@ -75,7 +75,8 @@ func (s *Server) picture(w http.ResponseWriter, r *http.Request) error {
 // (comma-separated ids) or as a seed, with ablate as comma-separated LAYER.HEAD.MODE items, and
 // may run the model under sparse attention: patterns separated by spaces (empty for none), block
 // as BQ,BK and a normalizer; those of the task (pruning, importance, and similarity with
-// scope=task) take no sequence. ctx stops the work between model runs.
+// scope=task, for which a sequence is optional and not drawn) need none. ctx stops the work
+// between model runs.
 // An error's message says what is wrong with the query, in words fit to show the user.
 func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture, name string, err error) {
 	kind, err := pictureKindOf(query)
@@ -101,19 +102,23 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 		}
 		return s.importancePicture(ctx, m)
 	}
-	if kind.name == "similarity" && query.Get("scope") == "task" {
-		// Measured on the task's sequences (or repeated random tokens), as the model is: no
-		// sequence, ablation or sparse attention of a request's applies.
-		for _, k := range sequenceParams {
+	task := kind.name == "similarity" && query.Get("scope") == "task"
+	if task {
+		// Measured on the task's sequences (or repeated random tokens), unablated and as
+		// trained: an ablation or sparse attention would not apply. A sequence is not needed;
+		// one given is checked, as for the sequence scope, and not drawn.
+		for _, k := range []string{"ablate", "patterns", "block", "normalizer"} {
 			if query.Has(k) {
 				return nil, "", badRequest("parameter %q does not apply to kind=similarity with scope=task, which is measured on the model's own task sequences, unablated and as trained", k)
 			}
 		}
-		m, err := s.model(query.Get("model"))
-		if err != nil {
-			return nil, "", err
+		if !query.Has("text") && !query.Has("tokens") && !query.Has("seed") {
+			m, err := s.model(query.Get("model"))
+			if err != nil {
+				return nil, "", err
+			}
+			return s.pairPicture(ctx, m, nil, query)
 		}
-		return s.pairPicture(ctx, m, nil, query)
 	}
 	req, err := queryRequest(query)
 	if err != nil {
@@ -122,6 +127,9 @@ func (s *Server) Picture(ctx context.Context, query url.Values) (pic viz.Picture
 	in, err := s.input(req)
 	if err != nil {
 		return nil, "", err
+	}
+	if task {
+		return s.pairPicture(ctx, in.m, nil, query)
 	}
 	switch kind.name {
 	case "head":

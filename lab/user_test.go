@@ -457,6 +457,7 @@ func TestUserPictures(t *testing.T) {
 		"model=gpt2&text=The+cat&kind=head&layer=1&head=2",
 		"model=bert&text=the+cat+%5BMASK%5D&kind=grid",
 		"model=llama&kind=similarity&layer=0&metric=js&scope=task",
+		"model=llama&text=the+cat+sat&kind=similarity&layer=0&metric=js&scope=task",
 		"model=gpt2&text=The+cat&kind=rollout",
 		"model=bert&text=the+cat&kind=offsets&layer=0&head=1",
 		"model=induction&seed=2&kind=rollout",

@@ -134,13 +134,26 @@ func TestForwardErrors(t *testing.T) {
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--cache", "f8"}, `--cache is "f8"`},
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--temperature", "-1"}, "temperature is -1"},
 		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--max-tokens", "100"}, "exceed the model's 16 positions"},
-		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--top-k", "3"}, "need a temperature > 0"},
-		{[]string{"generate", "--model", pretrainedDir("gpt2"), "--prompt", "a", "--seed", "3"}, "need a temperature > 0"},
-		{[]string{"generate", "--model", sparse, "--ids", "1,2", "--cache", "bf16"}, "has no KV cache"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q, want exit 1 and one line containing %q", c.args, code, stderr, c.want)
+		}
+	}
+	// Flags that change nothing for this call: a warning, and the generation as without them.
+	for _, c := range []struct {
+		model string
+		extra []string
+		want  string
+	}{
+		{pretrainedDir("gpt2"), []string{"--top-k", "3", "--seed", "4"}, "--top-k, --top-p and --seed shape sampling"},
+		{sparse, []string{"--cache", "bf16"}, "has no KV cache"},
+	} {
+		plain := []string{"generate", "--model", c.model, "--ids", "1,2", "--max-tokens", "3"}
+		code, stdout, stderr := runCLI(append(plain, c.extra...)...)
+		_, want, _ := runCLI(plain...)
+		if code != 0 || !strings.Contains(stderr, "mha: warning: ") || !strings.Contains(stderr, c.want) || stdout != want {
+			t.Errorf("%v: exit %d, stdout %q (%q without them), stderr %q, want a warning containing %q", c.extra, code, stdout, want, stderr, c.want)
 		}
 	}
 }

@@ -28,14 +28,15 @@ func newGenerateCmd() *cobra.Command {
 or a checkpoint of mha train with --ids), encodes --prompt with the model's special tokens, runs it
 once (the prefill), and then adds one token at a time through each layer's KV cache, printing the
 text as it comes. It stops after --max-tokens tokens or at the model's end-of-sequence token. A
-model trained with sparse attention (mha train --pattern or --normalizer) has no cache (and
-refuses --cache): each token then runs the model on the whole sequence so far.
+model trained with sparse attention (mha train --pattern or --normalizer) has no cache (--cache
+then warns that it changes nothing): each token runs the model on the whole sequence so far.
 
 With --temperature 0 (the default) it takes the most likely token each step (greedy); above 0 it
 samples from the softmax of logits/T, keeping the --top-k most likely tokens and then the smallest
 set of them whose probability reaches --top-p, from a generator seeded by --seed: the same seed
-gives the same text. --top-k, --top-p and --seed need a temperature above 0. At the end it
-prints the prefill's and the decoding's tokens per second to standard error.`,
+gives the same text (at --temperature 0, --top-k, --top-p and --seed change nothing, and a
+warning says so). At the end it prints the prefill's and the decoding's tokens per second to
+standard error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
 	fl := cmd.Flags()
@@ -61,8 +62,10 @@ func (f *generateFlags) run(cmd *cobra.Command) error {
 		return fmt.Errorf("give --prompt or --ids, one of them")
 	case f.maxTokens < 1:
 		return fmt.Errorf("--max-tokens is %d, want ≥ 1", f.maxTokens)
-	case f.temperature == 0 && (cmd.Flags().Changed("top-k") || cmd.Flags().Changed("top-p") || cmd.Flags().Changed("seed")):
-		return fmt.Errorf("--top-k, --top-p and --seed shape sampling, which --temperature 0 (greedy, the default) does not do: they need a temperature > 0")
+	}
+	// As Hugging Face's generate warns: greedy decoding samples nothing.
+	if f.temperature == 0 && (cmd.Flags().Changed("top-k") || cmd.Flags().Changed("top-p") || cmd.Flags().Changed("seed")) {
+		fmt.Fprintln(cmd.ErrOrStderr(), "mha: warning: --top-k, --top-p and --seed shape sampling, which --temperature 0 (greedy, the default) does not do: they change nothing")
 	}
 	dtypes := map[string]mha.CacheDType{"f32": mha.CacheFloat32, "f16": mha.CacheFloat16, "bf16": mha.CacheBFloat16}
 	dtype, ok := dtypes[f.cache]
@@ -84,7 +87,7 @@ func (f *generateFlags) run(cmd *cobra.Command) error {
 		return fmt.Errorf("%s (%s) has no language-model head to generate with", f.model, m.Architecture)
 	}
 	if cmd.Flags().Changed("cache") && !m.NN.Config().CanCache() {
-		return fmt.Errorf("--cache %s: %s has no KV cache (its attention is sparse, or its heads differ in size or scale), so each token runs the model on the whole sequence", f.cache, f.model)
+		fmt.Fprintf(cmd.ErrOrStderr(), "mha: warning: --cache %s changes nothing: %s has no KV cache (its attention is sparse, or its heads differ in size or scale), so each token runs the model on the whole sequence\n", f.cache, f.model)
 	}
 	if hasPrompt {
 		if prompt, err = encode(m, f.model, f.prompt); err != nil {

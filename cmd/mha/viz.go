@@ -48,7 +48,8 @@ head and grid then draw the block map and mark the weights that are exactly 0):
   --kind similarity --layer L --metric M       a layer's head pairs: M is rho (cosine similarity
          [--scope sequence|task]               of outputs), js (Jensen–Shannon distance) or nmi
                                                (argmax NMI); on the sequence or, with --scope
-                                               task and no sequence flags, on 64 task sequences
+                                               task, on 64 task sequences (no sequence needed,
+                                               no --ablate or sparse attention)
   --kind rollout                               attention rollout through every layer (Abnar and
                                                Zuidema 2020)
   --kind offsets --layer L --head H            one head's mean attention by key − query offset
