@@ -89,8 +89,8 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 // bertLayout maps a BertModel or BertForMaskedLM folder: post-norm blocks, token types, an
 // embedding LayerNorm, bidirectional attention with query, key and value stacked into
 // in_proj_weight, and, when the folder has it, the masked-LM head (transform, then the decoder,
-// tied to the word embeddings unless tie_word_embeddings is false, plus its bias). Old checkpoints' LayerNorm gamma and beta are read
-// as weight and bias.
+// tied to the word embeddings unless tie_word_embeddings is false, plus its bias). Old
+// checkpoints' LayerNorm gamma and beta are read as weight and bias.
 func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn, pos := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize, hc.MaxPositionEmbeddings
 	types := hc.TypeVocabSize
