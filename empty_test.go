@@ -650,3 +650,50 @@ func FuzzForwardShapes(f *testing.F) {
 		c.check(t)
 	})
 }
+
+// TestUnbackedSizes checks calls in which a size of 0 leaves the others backed by no value: a
+// few bytes of input asking for terabytes of outputs or hours of pairs must be refused at once,
+// and empty calls whose sizes their values back must still run.
+func TestUnbackedSizes(t *testing.T) {
+	empty := func(shape ...int) *tensor.Tensor { return &tensor.Tensor{Shape: shape} }
+	scale := &SDPAOptions{Scale: 1}
+	for name, c := range map[string]struct {
+		q, k, v *tensor.Tensor
+		opt     *SDPAOptions
+	}{
+		"D = 0, Tq = Tk = 2²⁰":   {empty(1, 1, 1<<20, 0), empty(1, 1, 1<<20, 0), empty(1, 1, 1<<20, 0), scale},
+		"Tk = 0, Dv = 2³⁵":       {sdpaRand(1, 1, 1, 1, 1, 4), empty(1, 1, 0, 4), empty(1, 1, 0, 1<<35), nil},
+		"Tq = 0, B = 2³⁰":        {empty(1<<30, 1, 0, 4), empty(1<<30, 1, 0, 4), empty(1<<30, 1, 0, 4), nil},
+		"B = 0, Hq = 2⁴⁰, ALiBi": {empty(0, 1<<40, 1, 1), empty(0, 1, 1, 1), empty(0, 1, 1, 1), &SDPAOptions{ALiBi: true}},
+	} {
+		if _, err := SDPA(c.q, c.k, c.v, c.opt); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "no value backs") {
+			t.Errorf("SDPA, %s: %v, want ErrShape for sizes no value backs", name, err)
+		}
+	}
+	for name, c := range map[string]struct{ q, k, v *tensor.Tensor }{
+		"B = 0":  {empty(0, 4, 7, 8), empty(0, 2, 9, 8), empty(0, 2, 9, 8)},
+		"Tq = 0": {empty(2, 4, 0, 8), sdpaRand(1, 1, 2, 2, 9, 8), sdpaRand(2, 1, 2, 2, 9, 8)},
+		"Tk = 0": {sdpaRand(1, 1, 2, 4, 7, 8), empty(2, 2, 0, 8), empty(2, 2, 0, 8)},
+	} {
+		r, err := SDPA(c.q, c.k, c.v, &SDPAOptions{NeedLSE: true, NeedWeights: true})
+		if err != nil {
+			t.Errorf("SDPA, %s: %v", name, err)
+			continue
+		}
+		if want := []int{c.q.Shape[0], c.q.Shape[1], c.q.Shape[2], c.v.Shape[3]}; !slices.Equal(r.Out.Shape, want) {
+			t.Errorf("SDPA, %s: output %v, want %v", name, r.Out.Shape, want)
+		}
+	}
+
+	l, err := New(Config{EmbedDim: 16, NumHeads: 2, AddBiasKV: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Forward(empty(1_000_000_000, 0, 16), nil, nil, nil); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "no value backs") {
+		t.Errorf("Forward, query [10⁹ 0 16]: %v, want ErrShape for sizes no value backs", err)
+	}
+	r, err := l.Forward(empty(3, 0, 16), nil, nil, nil)
+	if err != nil || !slices.Equal(r.Output.Shape, []int{3, 0, 16}) {
+		t.Errorf("Forward, query [3 0 16]: %v, %v, want an output [3 0 16]", r, err)
+	}
+}

@@ -184,7 +184,8 @@ type plan struct {
 
 // MaxDenseElements bounds the [Tq, Tk] attention matrices a call may build: those of all B·H
 // heads when Forward returns the weights, and those Reference keeps. Forward without weights
-// never builds them.
+// never builds them. It also bounds what a call whose inputs have a size of 0 may ask for (a
+// batch of empty sequences, SDPA with D = 0): sizes that no value of the inputs backs.
 const MaxDenseElements = 1 << 31
 
 // denseElements returns how many attention values the call holds at once: the weights of every
@@ -265,6 +266,14 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	}
 	if c.AddZeroAttn {
 		p.tkx++
+	}
+	// A size of 0 leaves the others backed by no value (an empty query and key of any batch);
+	// as in SDPA, such a call, its sizes taken as at least 1, is held to MaxDenseElements
+	// values of projections.
+	if p.b == 0 || p.tq == 0 || p.tk == 0 {
+		if n := elements(max(p.b, 1), max(p.tq, 1)+max(p.tkx, 1), c.EmbedDim+c.kdim()+c.vdim()); n > MaxDenseElements {
+			return fmt.Errorf("%w: query %v, key %v and value %v have a size of 0 and ask for %.4g values of projections that no value backs, more than %d", ErrShape, query.Shape, key.Shape, value.Shape, n, int64(MaxDenseElements))
+		}
 	}
 	if n := p.denseElements(c.NumHeads, traced); n > MaxDenseElements {
 		return fmt.Errorf("%w: the attention matrices of query %v and key %v hold %d values, more than the %d (8 GiB) allowed when they are kept (NeedWeights, Reference)", ErrShape, query.Shape, key.Shape, n, MaxDenseElements)

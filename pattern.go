@@ -2,6 +2,7 @@ package mha
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -156,7 +157,8 @@ func (p *Pattern) check(hq, tq, tk, bq, bk int) error {
 // test pair by pair (attend.Partial) or take whole (attend.Full), and Keep(i, j) whether the
 // patterns keep query i < tq and key j < tk: the patterns alone, before a causal mask, a window
 // or padding. It returns an error wrapping ErrShape when there is no pattern, a size is not
-// positive, the blocks are not both positive or both 0, or a pattern is invalid for the call.
+// positive, the blocks are not both positive or both 0, the layouts would hold more than 2²⁸
+// blocks in all, or a pattern is invalid for the call.
 func SparseLayouts(patterns []Pattern, block [2]int, hq, tq, tk int) ([]attend.Sparse, error) {
 	if len(patterns) == 0 {
 		return nil, fmt.Errorf("%w: no pattern to lay out", ErrShape)
@@ -175,7 +177,7 @@ type layoutCache struct {
 	sparse   []attend.Sparse
 	patterns []Pattern // deep copies of the patterns compiled
 	sizes    [5]int    // hq, tq, tk, bq, bk
-	random   []bool    // the BigBird patterns' random blocks, [len(patterns), ⌈Tq/bq⌉, ⌈Tk/bk⌉]
+	random   []bool    // the random blocks of the BigBird patterns that draw some, [⌈Tq/bq⌉, ⌈Tk/bk⌉] each
 	perm     []int
 	density  float64 // the fraction of the layouts' blocks that are not empty
 }
@@ -198,8 +200,22 @@ func (c *layoutCache) compileSparse(patterns []Pattern, block [2]int, hq, tq, tk
 			return nil, err
 		}
 	}
+	layouts := 1
+	if slices.ContainsFunc(patterns, perHeadMap) {
+		layouts = hq
+	}
+	if nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk); elements(nbq, nbk, layouts) > maxSparseBlocks {
+		return nil, fmt.Errorf("%w: blocks of %d × %d lay %d queries and %d keys out in %d × %d blocks (%d layouts), more than %d in all: want larger blocks", ErrShape, bq, bk, tq, tk, nbq, nbk, layouts, maxSparseBlocks)
+	}
 	return c.get(patterns, hq, tq, tk, bq, bk), nil
 }
+
+// maxSparseBlocks bounds the blocks a call's layouts hold in all (a byte each, and each
+// classified against every pattern when compiled): 2²⁸, T = 16384 in blocks of 1 × 1.
+const maxSparseBlocks = 1 << 28
+
+// perHeadMap reports whether p is a block map with one map per query head.
+func perHeadMap(p Pattern) bool { return p.Kind == PatternBlocks && len(p.Blocks.Shape) == 3 }
 
 // get returns the layouts of patterns for a call of hq query heads, tq queries and tk keys in
 // blocks of bq × bk: one per query head when a block map is per head, else one for all.
@@ -237,7 +253,7 @@ func samePattern(a, b Pattern) bool {
 func (c *layoutCache) compile() {
 	patterns := c.patterns
 	hq, tq, tk, bq, bk := c.sizes[0], c.sizes[1], c.sizes[2], c.sizes[3], c.sizes[4]
-	perHead := slices.ContainsFunc(patterns, func(p Pattern) bool { return p.Kind == PatternBlocks && len(p.Blocks.Shape) == 3 })
+	perHead := slices.ContainsFunc(patterns, perHeadMap)
 	n := 1
 	if perHead {
 		n = hq
@@ -247,12 +263,18 @@ func (c *layoutCache) compile() {
 	delta := tk - tq
 	// The random blocks of each BigBird pattern, per (query block, key block), shared by the
 	// heads: each query block draws its own from the pattern's seed, as rand.Perm would.
-	c.random = slices.Grow(c.random[:0], len(patterns)*nbq*nbk)[:len(patterns)*nbq*nbk]
+	drawn := 0
+	for _, p := range patterns {
+		if p.Kind == PatternBigBird && p.Random > 0 {
+			drawn++
+		}
+	}
+	c.random = slices.Grow(c.random[:0], drawn*nbq*nbk)[:drawn*nbq*nbk]
 	clear(c.random)
 	random := make([][]bool, len(patterns))
 	for i, p := range patterns {
 		if p.Kind == PatternBigBird && p.Random > 0 {
-			random[i] = c.random[i*nbq*nbk : (i+1)*nbq*nbk]
+			random[i], c.random = c.random[:nbq*nbk], c.random[nbq*nbk:]
 			for qb := range nbq {
 				rng := rand.New(rand.NewPCG(p.Seed, uint64(qb)))
 				c.perm = slices.Grow(c.perm[:0], nbk)[:nbk]
@@ -310,7 +332,7 @@ func (p *Pattern) keeps(h, pi, j, qb, kb, nbq, nbk int, random []bool) bool {
 	case PatternLocal:
 		return abs(r) <= p.Width
 	case PatternDilated:
-		return abs(r) <= p.Width*p.Dilation && r%p.Dilation == 0
+		return abs(r) <= p.reach() && r%p.Dilation == 0
 	case PatternStrided:
 		return abs(r) < p.Stride || r%p.Stride == 0
 	case PatternGlobal:
@@ -361,7 +383,7 @@ func (p *Pattern) block(h, qb, kb, p0, p1, j0, j1, nbq, nbk int, random []bool) 
 	case PatternLocal:
 		return band(p.Width)
 	case PatternDilated:
-		w := p.Width * p.Dilation
+		w := p.reach()
 		if p.Dilation == 1 {
 			return band(w)
 		}
@@ -412,6 +434,15 @@ func (p *Pattern) block(h, qb, kb, p0, p1, j0, j1, nbq, nbk int, random []bool) 
 		}
 	}
 	return attend.Empty
+}
+
+// reach is a dilated pattern's W·D, the farthest distance it keeps; math.MaxInt where the
+// product overflows, since no distance is that far.
+func (p *Pattern) reach() int {
+	if p.Width > math.MaxInt/p.Dilation {
+		return math.MaxInt
+	}
+	return p.Width * p.Dilation
 }
 
 // countDistinct returns how many distinct values of xs lie in [lo, hi].

@@ -303,9 +303,35 @@ func TestSparseLayouts(t *testing.T) {
 			return SparseLayouts([]Pattern{{Kind: PatternStrided}}, [2]int{}, 1, 4, 4)
 		},
 		"map's shape": func() ([]attend.Sparse, error) { return SparseLayouts([]Pattern{perHead}, [2]int{2, 2}, hq, tq, tk) },
+		// 10¹⁰ blocks of 1 × 1: refused before anything is allocated for them.
+		"too many blocks": func() ([]attend.Sparse, error) { return SparseLayouts(local, [2]int{1, 1}, 1, 100000, 100000) },
 	} {
 		if _, err := call(); !errors.Is(err, ErrShape) {
 			t.Errorf("%s: %v, want ErrShape", name, err)
+		}
+	}
+}
+
+// TestDilatedWide checks a dilated pattern whose W·D overflows int: it keeps every distance that
+// is a multiple of D, as one that reaches past the sequence does, rather than none.
+func TestDilatedWide(t *testing.T) {
+	q, k := sdpaRand(1, 1, 1, 1, 7, 4), sdpaRand(2, 1, 1, 1, 7, 4)
+	weights := func(p Pattern) []float32 {
+		r, err := SDPA(q, k, k, &SDPAOptions{Patterns: []Pattern{p}, Block: [2]int{2, 3}, NeedWeights: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Weights.Data
+	}
+	got := weights(Pattern{Kind: PatternDilated, Width: 1 << 62, Dilation: 2})
+	if want := weights(Pattern{Kind: PatternDilated, Width: 3, Dilation: 2}); !slices.Equal(got, want) {
+		t.Errorf("dilated:2⁶²,2 weights %v, want dilated:3,2's %v", got, want)
+	}
+	for i := range 7 {
+		for j := range 7 {
+			if kept := (i-j)%2 == 0; kept != (got[i*7+j] != 0) {
+				t.Errorf("pair (%d, %d): weight %v, kept %v", i, j, got[i*7+j], kept)
+			}
 		}
 	}
 }

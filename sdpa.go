@@ -191,9 +191,11 @@ func NewSDPAContext() *SDPAContext { return new(SDPAContext) }
 // enable_gqa), so multi-query (Hkv = 1), grouped-query and plain multi-head attention (Hkv = Hq)
 // are the same call, and K and V are never copied per query head. SDPAOptions lists the masks,
 // biases and outputs; note that a true in AttnMask means "may NOT attend", as in
-// nn.MultiheadAttention, the opposite of F.scaled_dot_product_attention. Any size may be 0. It
-// returns an error wrapping ErrShape when a tensor or option does not fit the others, saying
-// what was expected and what came.
+// nn.MultiheadAttention, the opposite of F.scaled_dot_product_attention. Any size may be 0,
+// but the sizes that a 0 leaves backed by no value (those of q and the pairs with D = 0, Dv with
+// Tk = 0, …) may not ask for more than MaxDenseElements outputs or pairs. It returns an error
+// wrapping ErrShape when a tensor or option does not fit the others, saying what was expected
+// and what came.
 func SDPA(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPAResult, error) {
 	c := NewSDPAContext()
 	r := new(SDPAResult)
@@ -229,6 +231,14 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 		r.Weights = nil
 	}
 	w.r = r
+	if p.b*p.hq*p.tq == 0 {
+		// No query row: nothing to compute, however large the other sizes.
+		r.FullyMasked, r.ZeroFraction = 0, nil
+		if p.normalized() {
+			r.ZeroFraction = zeroFractions(r.ZeroFraction, nil, nil, 0, p.hq)
+		}
+		return nil
+	}
 	w.qBlocks = ceilDiv(p.tq, p.opt.Compute.blockQ())
 	n := p.opt.Workers
 	if n <= 0 {
@@ -260,6 +270,15 @@ func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAO
 		r.ZeroFraction = nil
 	}
 	return nil
+}
+
+// elements returns the product of sizes in float64, where no product of sizes overflows.
+func elements(sizes ...int) float64 {
+	n := 1.0
+	for _, s := range sizes {
+		n *= float64(s)
+	}
+	return n
 }
 
 // zeroFractions returns, in dst's storage, the fraction of zeros per head [hq] from the visible
@@ -417,6 +436,17 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return fmt.Errorf("%w: sink of head %d is %v, want a finite number or −Inf", ErrShape, h, s)
 		}
 	}
+	// q, k and v hold as many values as their sizes say, so those bound the call's memory and
+	// work, except where a size is 0: then q or k holds nothing, and the other sizes of q, the
+	// pairs' Tk or v's Dv are backed by no value. A few bytes of input must not ask for any
+	// amount of memory or work: such a call, its sizes taken as at least 1, is held to
+	// MaxDenseElements outputs or pairs.
+	if p.b == 0 || p.hq == 0 || p.tq == 0 || p.d == 0 || p.tk == 0 {
+		if n := elements(max(p.b, 1), max(p.hq, 1), max(p.tq, 1), max(p.dv, p.tk, 1)); n > MaxDenseElements {
+			return fmt.Errorf("%w: q [%d %d %d %d], k [%d %d %d %d] and v [%d %d %d %d] have a size of 0 and ask for %.4g outputs or pairs that no value backs, more than %d", ErrShape,
+				p.b, p.hq, p.tq, p.d, p.b, p.hkv, p.tk, p.d, p.b, p.hkv, p.tk, p.dv, n, int64(MaxDenseElements))
+		}
+	}
 	var err error
 	if p.sparse, err = p.layouts.compileSparse(o.Patterns, o.Block, p.hq, p.tq, p.tk); err != nil {
 		return err
@@ -439,7 +469,7 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 			return err
 		}
 	}
-	if o.NeedWeights && int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+	if o.NeedWeights && elements(p.b, p.hq, p.tq, p.tk) > MaxDenseElements {
 		return fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
 	}
 	p.scale = o.Scale
@@ -869,7 +899,7 @@ func SDPAReference(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPATrace, error)
 	if err := p.check(q, k, v, opt, &slopes); err != nil {
 		return nil, err
 	}
-	if int64(p.b)*int64(p.hq)*int64(p.tq)*int64(p.tk) > MaxDenseElements {
+	if elements(p.b, p.hq, p.tq, p.tk) > MaxDenseElements {
 		return nil, fmt.Errorf("%w: weights [%d %d %d %d] would hold more than %d values", ErrShape, p.b, p.hq, p.tq, p.tk, int64(MaxDenseElements))
 	}
 	tr := &SDPATrace{B: p.b, Hq: p.hq, Hkv: p.hkv, Tq: p.tq, Tk: p.tk, D: p.d, Dv: p.dv}

@@ -211,8 +211,8 @@ func (c Config) Validate() error {
 		return bad("type_vocab is %d, want a value in [1, %d] (or 0 for no token types)", c.TypeVocab, MaxDim)
 	case c.HeadTransform && (c.AttnOnly || c.Activation == SwiGLU):
 		return bad("head_transform needs a GELU activation, have attn_only %v, activation %q", c.AttnOnly, c.Activation)
-	case c.Window < 0 || c.Window > MaxDim:
-		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxDim)
+	case c.Window < 0 || c.Window > MaxSeqLen:
+		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxSeqLen)
 	case c.Window > 0 && c.Bidirectional:
 		return bad("window %d with bidirectional attention, want a window only on causal attention", c.Window)
 	case c.Block != nil && (len(c.Block) != 2 || c.Block[0] < 1 || c.Block[1] < 1):

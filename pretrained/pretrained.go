@@ -279,6 +279,9 @@ func src(name string, shape ...int) part { return part{names: []string{name}, sh
 // build reads the tensors of every binding from w and makes m.NN: in the one half-precision
 // format they share (unless toFloat32), or in float32. It returns the tensor names read.
 func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, error) {
+	if err := l.cfg.Validate(); err != nil { // before any weight is read
+		return nil, fmt.Errorf("maps to an invalid model: %w", err)
+	}
 	format := l.halfFormat(w)
 	if format == 0 || toFloat32 {
 		sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]float32, error) {

@@ -162,7 +162,8 @@ func openLogits(t *testing.T, dir string) (*Model, []float32) {
 
 // TestOpenConfigForms checks config.json fields against what transformers does with them:
 // transformers v5's rope_parameters (rope_theta and rope_scaling in one) gives the logits of the
-// v4 fields; Llama's attention ignores sliding_window and Mistral's defaults it to 4096; BERT's
+// v4 fields; Llama's attention ignores sliding_window and Mistral's defaults it to 4096 (and takes
+// one as long as its context); BERT's
 // masked-LM decoder is its own when tie_word_embeddings is false.
 func TestOpenConfigForms(t *testing.T) {
 	logits := func(dir string) []float32 {
@@ -193,15 +194,19 @@ func TestOpenConfigForms(t *testing.T) {
 	if got, want := logits(editConfig(t, "llama", func(c map[string]any) { c["sliding_window"] = 2 })), logits(testdataDir("llama")); !slices.Equal(got, want) {
 		t.Error("Llama with sliding_window: the logits changed, while transformers' Llama attention ignores it")
 	}
+	// (A window of 131072 keys, as long as the context, is past nn.MaxDim.)
 	for _, c := range []struct {
 		value any
 		want  int
-	}{{nil, 0}, {"absent", 64}, {3, 3}} {
+	}{{nil, 0}, {"absent", 64}, {3, 3}, {131072, 131072}} {
 		dir := editConfig(t, "mistral", func(cfg map[string]any) {
 			if c.value == "absent" {
 				delete(cfg, "sliding_window")
 			} else {
 				cfg["sliding_window"] = c.value
+			}
+			if c.value == 131072 {
+				cfg["max_position_embeddings"] = 131072
 			}
 		})
 		if m, _ := openLogits(t, dir); m.NN.Config().Window != c.want {
@@ -270,6 +275,8 @@ func TestOpenErrors(t *testing.T) {
 		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},
 		{"heads", edit("llama", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide", false},
+		// The config is checked before the weights are read: the missing layer is not reached.
+		{"config first", edit("llama", func(c map[string]any) { c["num_hidden_layers"] = 3; c["rms_norm_eps"] = 2 }), "norm_eps is 2", false},
 	} {
 		_, err := Open(c.dir)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
