@@ -203,10 +203,11 @@ func pairLess(a, b TokenPair) bool {
 	return a.Col > b.Col
 }
 
-// topPairs returns the n largest entries of c, largest first.
+// topPairs returns the n largest entries of c, largest first; all of them when n exceeds
+// their number.
 func topPairs(c *mat.Dense, n int) []TokenPair {
-	rows, _ := c.Dims()
-	h := make(pairHeap, 0, n)
+	rows, cols := c.Dims()
+	h := make(pairHeap, 0, min(n, rows*cols))
 	for i := range rows {
 		for j, v := range c.RawRowView(i) {
 			p := TokenPair{Row: i, Col: j, Value: v}

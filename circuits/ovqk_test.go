@@ -102,8 +102,11 @@ func TestTopPairsTies(t *testing.T) {
 			t.Fatalf("topPairs = %v, want %v", got, want)
 		}
 	}
-	if got := topPairs(c, 10); len(got) != 6 {
-		t.Errorf("%d pairs for a top above the count, want all 6", len(got))
+	all := topPairs(c, 6)
+	for _, n := range []int{10, math.MaxInt} {
+		if got := topPairs(c, n); !slices.Equal(got, all) {
+			t.Errorf("topPairs(c, %d) = %v, want all 6 pairs %v", n, got, all)
+		}
 	}
 }
 

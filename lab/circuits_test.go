@@ -231,6 +231,17 @@ func TestCircuitsUserModels(t *testing.T) {
 	}
 }
 
+// TestCircuitsLongTargetError gives a target of 60,000 tokens: the error quotes it and its
+// tokens clipped, so that the answer stays short (it used to list every token, 380 KB).
+func TestCircuitsLongTargetError(t *testing.T) {
+	body := fmt.Sprintf(`{"model": "gpt2", "clean": "the cat sat on the", "corrupt": "the dog sat on the", "target": %q, "foil": " a"}`, strings.Repeat(" zebra", 10000))
+	status, answer := callUser(t, "POST", "/api/circuits", body)
+	want := `{"error":"target: token \" zebra zebra zebra zebra zebra zebra zeb…\" is not in the vocabulary of gpt2, and its text encodes as 60000 tokens [\"Ġ\" \"z\" \"e\" \"b\" \"r\" \"a\" \"Ġ\" \"z\" \"e\" \"…, want 1; give a token as the tokenizer writes it, or #ID"}` + "\n"
+	if status != 400 || string(answer) != want {
+		t.Errorf("status %d, %d bytes: %.300s\nwant 400 and %s", status, len(answer), answer, want)
+	}
+}
+
 // TestCircuitPictures draws every kind of picture of the Circuits tab as PNG and SVG, and checks
 // the errors of their parameters.
 func TestCircuitPictures(t *testing.T) {

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,8 +104,8 @@ func (m *model) token(tok string) (int, error) {
 		}
 		return enc.IDs[0], nil
 	} else if err == nil {
-		return 0, badRequest("token %q is not in the vocabulary of %s, and its text encodes as %d tokens %q, want 1; give a token as the tokenizer writes it, or #ID",
-			clip(tok), m.name, len(enc.IDs), enc.Tokens)
+		return 0, badRequest("token %q is not in the vocabulary of %s, and its text encodes as %d tokens %s, want 1; give a token as the tokenizer writes it, or #ID",
+			clip(tok), m.name, len(enc.IDs), clip(fmt.Sprintf("%q", enc.Tokens)))
 	}
 	return 0, badRequest("token %q is not in the vocabulary of %s; give a token as the tokenizer writes it, or #ID", clip(tok), m.name)
 }

@@ -124,7 +124,9 @@ func Evaluate(m *nn.Model, t tasks.Task, cfg EvalConfig) (*Report, error) {
 // seed cfg.Seed + i, RepeatedTokens), with no padding. Evaluate reports the PrevToken and
 // Induction scores. When the model's SeqLen is below 4 the scores that need a repeat
 // (Induction, Duplicate) are NaN, and below 2 every score is. It returns an error when vocab is
-// not in [1, the model's vocabulary], a size in cfg is negative, or cfg.Repeat exceeds SeqLen/2.
+// not in [1, the model's vocabulary], a size in cfg is negative, cfg.Repeat exceeds SeqLen/2, or
+// one batch would need more memory than MaxBatchBytes (the error gives the estimate and the
+// largest batch that fits).
 func RepeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, error) {
 	if vocab < 1 || vocab > m.Config().Vocab {
 		return nil, fmt.Errorf("probe: vocab is %d, want 1 to the model's %d", vocab, m.Config().Vocab)
@@ -133,8 +135,16 @@ func RepeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Repeat > m.Config().SeqLen/2 {
-		return nil, fmt.Errorf("probe: %d tokens repeated once need %d positions, more than the model's %d", cfg.Repeat, 2*cfg.Repeat, m.Config().SeqLen)
+	mc := m.Config()
+	if cfg.Repeat > mc.SeqLen/2 {
+		return nil, fmt.Errorf("probe: %d tokens repeated once need %d positions, more than the model's %d", cfg.Repeat, 2*cfg.Repeat, mc.SeqLen)
+	}
+	n := mc.SeqLen / 2
+	if cfg.Repeat > 0 {
+		n = cfg.Repeat
+	}
+	if err := checkBatch(mc, cfg.Batch, 2*n, func(b int) float64 { return mc.ForwardBytes(b, 2*n, true) }); err != nil {
+		return nil, err
 	}
 	return repeatedScores(m, vocab, cfg)
 }
@@ -258,9 +268,9 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 	return out, nil
 }
 
-// MaxBatchBytes bounds the memory that one batch of Evaluate may need (2 GiB), as
-// nn.Config.ForwardBytes estimates it with the attention weights kept, plus the task's
-// ground-truth attention [B, T, T].
+// MaxBatchBytes bounds the memory that one batch of Evaluate or RepeatedScores may need (2 GiB),
+// as nn.Config.ForwardBytes estimates it with the attention weights kept, plus, for Evaluate, the
+// task's ground-truth attention [B, T, T].
 const MaxBatchBytes = 2 << 30
 
 // resolve returns cfg with its defaults filled in, or an error when a size is negative, the
@@ -275,18 +285,24 @@ func (cfg EvalConfig) resolve(m *nn.Model, t tasks.Task) (EvalConfig, error) {
 		return cfg, fmt.Errorf("probe: task %s has vocab %d and length %d; the model takes vocab %d and length %d", t.Name(), t.Vocab(), t.SeqLen(), mc.Vocab, mc.SeqLen)
 	}
 	seqLen := max(t.SeqLen(), 2*(mc.SeqLen/2)) // the task's sequences, and the repeated random tokens
-	need := func(b int) float64 {
+	return cfg, checkBatch(mc, cfg.Batch, seqLen, func(b int) float64 {
 		return mc.ForwardBytes(b, seqLen, true) + 4*float64(b)*float64(seqLen)*float64(seqLen)
+	})
+}
+
+// checkBatch returns an error, with the estimate and the largest batch that fits, when a batch
+// of b sequences of seqLen tokens would need more than MaxBatchBytes; need(b) estimates it.
+func checkBatch(mc nn.Config, b, seqLen int, need func(b int) float64) error {
+	n := need(b)
+	if n <= MaxBatchBytes {
+		return nil
 	}
-	if n := need(cfg.Batch); n > MaxBatchBytes {
-		most := "not even one sequence fits"
-		if b := int(MaxBatchBytes / need(1)); b > 0 {
-			most = fmt.Sprintf("use a batch of at most %d (and more batches)", b)
-		}
-		return cfg, fmt.Errorf("probe: a batch of %d sequences of %d tokens needs about %.1f GiB (the activations, the attention weights [B, %d, T, T] of %d layers, the logits [B, T, %d]), more than the limit of %d GiB; %s",
-			cfg.Batch, seqLen, n/(1<<30), mc.Heads, mc.Layers, mc.Vocab, MaxBatchBytes>>30, most)
+	most := "not even one sequence fits"
+	if fit := int(MaxBatchBytes / need(1)); fit > 0 {
+		most = fmt.Sprintf("use a batch of at most %d (and more batches)", fit)
 	}
-	return cfg, nil
+	return fmt.Errorf("probe: a batch of %d sequences of %d tokens needs about %.1f GiB (the activations, the attention weights [B, %d, T, T] of %d layers, the logits [B, T, %d]), more than the limit of %d GiB; %s",
+		b, seqLen, n/(1<<30), mc.Heads, mc.Layers, mc.Vocab, MaxBatchBytes>>30, most)
 }
 
 // defaults returns cfg with its zero sizes set to the defaults, or an error when a size is

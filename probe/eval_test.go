@@ -45,3 +45,23 @@ func TestEvaluateMemoryBound(t *testing.T) {
 		t.Errorf("batch MaxInt: %v", err)
 	}
 }
+
+// TestRepeatedScoresMemoryBound checks that RepeatedScores refuses a batch that needs more than
+// MaxBatchBytes before it draws a token, with the estimate and the largest batch that fits, as
+// Evaluate does.
+func TestRepeatedScoresMemoryBound(t *testing.T) {
+	m, _, err := models.Open("induction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := m.Config()
+	fit := int(MaxBatchBytes / mc.ForwardBytes(1, 8, true))
+	for _, b := range []int{1_000_000_000, fit + 1, math.MaxInt} {
+		_, err := RepeatedScores(m, mc.Vocab, EvalConfig{Batch: b, Repeat: 4})
+		want := fmt.Sprintf(`^probe: a batch of %d sequences of 8 tokens needs about [0-9.]+ GiB \(the activations, the attention weights \[B, %d, T, T\] of %d layers, the logits \[B, T, %d\]\), more than the limit of 2 GiB; use a batch of at most %d \(and more batches\)$`,
+			b, mc.Heads, mc.Layers, mc.Vocab, fit)
+		if !regexp.MustCompile(want).MatchString(fmt.Sprint(err)) {
+			t.Errorf("batch %d: %v, want it refused with the estimate and a batch of at most %d", b, err, fit)
+		}
+	}
+}

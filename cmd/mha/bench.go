@@ -227,7 +227,7 @@ refused with it, and --steps without it.
 	fl.IntVar(&f.embed, "embed", 768, "embedding dimension E")
 	fl.IntVar(&f.heads, "heads", 12, "number of heads H, a divisor of E")
 	fl.IntVar(&f.batch, "batch", 1, "batch size B")
-	fl.IntVar(&f.threads, "threads", runtime.GOMAXPROCS(0), "threads for every implementation and for the FMA peak")
+	fl.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), maxThreads), fmt.Sprintf("threads for every implementation and for the FMA peak, at most %d", maxThreads))
 	fl.BoolVar(&f.causal, "causal", false, "causal self-attention (query i sees keys ≤ i)")
 	fl.BoolVar(&f.needWeights, "need-weights", false, "also return the attention weights, averaged over heads")
 	fl.BoolVar(&f.backward, "backward", false, "time forward + backward (the gradients of the input and every parameter) instead of the forward alone")
@@ -254,6 +254,24 @@ refused with it, and --steps without it.
 	return cmd
 }
 
+// maxRuns bounds --runs, --warmup and --steps: a million calls is more than any measurement
+// needs, and their sums (the length of a KV cache, the tokens to generate) cannot overflow.
+const maxRuns = 1_000_000
+
+// checkBounds returns an error naming the first count above its bound: --threads above
+// maxThreads, --runs, --warmup or --steps above maxRuns.
+func (f *benchFlags) checkBounds() error {
+	for _, p := range []struct {
+		name    string
+		v, most int
+	}{{"threads", f.threads, maxThreads}, {"runs", f.runs, maxRuns}, {"warmup", f.warmup, maxRuns}, {"steps", f.steps, maxRuns}} {
+		if p.v > p.most {
+			return fmt.Errorf("--%s is %d, want at most %d", p.name, p.v, p.most)
+		}
+	}
+	return nil
+}
+
 // config checks the flags and returns the benchmark they describe.
 func (f *benchFlags) config() (*benchConfig, error) {
 	seqs, err := parseSeq(f.seq)
@@ -273,16 +291,26 @@ func (f *benchFlags) config() (*benchConfig, error) {
 	if f.warmup < 0 {
 		return nil, fmt.Errorf("--warmup is %d, want 0 or more untimed calls", f.warmup)
 	}
+	if err := f.checkBounds(); err != nil {
+		return nil, err
+	}
 	if f.embed%f.heads != 0 {
 		return nil, fmt.Errorf("--heads %d does not divide --embed %d, want a divisor of %d (each head gets E/H features)", f.heads, f.embed, f.embed)
 	}
 	if err := (mha.Config{EmbedDim: f.embed, NumHeads: f.heads}).Validate(); err != nil {
 		return nil, fmt.Errorf("--embed %d --heads %d: %s", f.embed, f.heads, strings.TrimPrefix(err.Error(), "mha: "))
 	}
-	const maxInput = 1 << 31 // floats in x [B, T, E]: 8 GiB
-	for _, t := range seqs {
-		if t > maxInput/f.embed/f.batch {
-			return nil, fmt.Errorf("--seq %d with --batch %d and --embed %d gives an input of more than 2^31 floats, want a smaller size", t, f.batch, f.embed)
+	const maxInput = 1 << 31 // floats in x [B, T, E] or in a KV cache's keys [B, Hkv, T, E/H]: 8 GiB
+	if f.decode > 0 {
+		// The cache holds the --decode tokens and one more per call.
+		if n := f.decode + f.warmup + f.runs; f.decode > maxInput || n > maxInput/f.embed/f.batch {
+			return nil, fmt.Errorf("--decode %d with --warmup %d, --runs %d, --batch %d and --embed %d gives a KV cache of more than 2^31 floats, want a smaller size", f.decode, f.warmup, f.runs, f.batch, f.embed)
+		}
+	} else {
+		for _, t := range seqs {
+			if t > maxInput/f.embed/f.batch {
+				return nil, fmt.Errorf("--seq %d with --batch %d and --embed %d gives an input of more than 2^31 floats, want a smaller size", t, f.batch, f.embed)
+			}
 		}
 	}
 	if f.worker && len(seqs) != 1 {
@@ -822,10 +850,10 @@ func rusageMaxRSSKiB(ps *os.ProcessState) int64 {
 	return f.Int()
 }
 
-// childFailure says why a child failed: the last line it wrote to stderr (a Python traceback's
-// last line is the exception), or how it ended.
+// childFailure says why a child failed: the line of its stderr that says so (failureLine), or
+// how it ended.
 func childFailure(err error, stderr *bytes.Buffer) string {
-	msg := strings.TrimPrefix(lastLine(stderr.String()), "mha: ")
+	msg := strings.TrimPrefix(failureLine(stderr.String()), "mha: ")
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && !ee.Exited() {
 		if msg != "" {
@@ -837,6 +865,22 @@ func childFailure(err error, stderr *bytes.Buffer) string {
 		return err.Error()
 	}
 	return msg
+}
+
+// failureLine returns the line of a failed child's stderr s that says why, trimmed: the first
+// that starts a Go runtime's crash report ("fatal error: …", "panic: …", "runtime: out of
+// memory…"), which a stack trace follows, else the last non-blank line (a Python traceback's
+// last line is the exception, an mha child's only line its error).
+func failureLine(s string) string {
+	for line := range strings.Lines(s) {
+		line = strings.TrimSpace(line)
+		for _, start := range []string{"fatal error: ", "panic: ", "runtime: out of memory"} {
+			if strings.HasPrefix(line, start) {
+				return line
+			}
+		}
+	}
+	return lastLine(s)
 }
 
 // lastLine returns the last non-blank line of s, trimmed.

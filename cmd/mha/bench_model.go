@@ -118,6 +118,9 @@ func checkModelFlags(f *benchFlags) ([]int, error) {
 	if f.warmup < 0 {
 		return nil, fmt.Errorf("--warmup is %d, want 0 or more untimed calls", f.warmup)
 	}
+	if err := f.checkBounds(); err != nil {
+		return nil, err
+	}
 	if f.weights != "stored" && f.weights != "f32" {
 		return nil, fmt.Errorf("--weights %q, want stored or f32", f.weights)
 	}

@@ -88,6 +88,9 @@ func TestBenchModelErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--steps", "0"}, "--steps is 0"},
+		{[]string{"--steps", "9223372036854775807"}, "--steps is 9223372036854775807, want at most 1000000"},
+		{[]string{"--threads", "100000"}, "--threads is 100000, want at most 1024"},
+		{[]string{"--warmup", "9223372036854775807"}, "--warmup is 9223372036854775807, want at most 1000000"},
 		{[]string{"--seq", "4,x"}, `"x" is not a positive integer`},
 		{[]string{"--backward"}, "--backward does not apply"},
 		{[]string{"--heads", "3"}, "--heads does not apply"},

@@ -41,17 +41,17 @@ func (c *benchConfig) sdpaFlops(t int) float64 {
 	case c.pairs != nil:
 		return 4 * float64(c.headDim()) * float64(c.batch) * c.pairs[t]
 	case c.window > 0:
-		w := min(c.window+1, t)
+		w := min(c.window, t-1) + 1 // the most keys a query sees; W + 1 overflows for W = MaxInt
 		pairs = float64(w)*float64(t) - float64(w)*float64(w-1)/2
 	}
 	return 4 * float64(c.headDim()) * float64(c.heads) * float64(c.batch) * pairs
 }
 
-// decodeKeys is how many of a cache of t tokens a decode step's query sees: all of them, or
-// the W + 1 last under a window of W.
+// decodeKeys is how many of a cache of t ≥ 1 tokens a decode step's query sees: all of them,
+// or the W + 1 last under a window of W.
 func (c *benchConfig) decodeKeys(t int) int {
 	if c.window > 0 {
-		return min(c.window+1, t)
+		return min(c.window, t-1) + 1 // W + 1 overflows for W = MaxInt
 	}
 	return t
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -44,6 +45,14 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--threads", "0"}, "--threads is 0"},
 		{[]string{"--runs", "0"}, "--runs is 0"},
 		{[]string{"--warmup", "-1"}, "--warmup is -1"},
+		{[]string{"--threads", "100000"}, "--threads is 100000, want at most 1024"},
+		{[]string{"--threads", "100000000"}, "--threads is 100000000, want at most 1024"},
+		{[]string{"--runs", "1000001"}, "--runs is 1000001, want at most 1000000"},
+		{[]string{"--warmup", "9223372036854775807"}, "--warmup is 9223372036854775807, want at most 1000000"},
+		{[]string{"--decode", "100", "--runs", "9223372036854775807"}, "--runs is 9223372036854775807, want at most 1000000"},
+		{[]string{"--decode", "1000000000"}, "--decode 1000000000 with --warmup 2, --runs 7, --batch 1 and --embed 768 gives a KV cache of more than 2^31 floats, want a smaller size"},
+		{[]string{"--decode", "9223372036854775807"}, "--decode 9223372036854775807 with --warmup 2"},
+		{[]string{"--decode", "1000000", "--runs", "1000000", "--warmup", "1000000"}, "--decode 1000000 with --warmup 1000000, --runs 1000000, --batch 1 and --embed 768 gives a KV cache"},
 		{[]string{"--embed", "131072", "--heads", "1"}, "--embed 131072 --heads 1: invalid config"},
 		{[]string{"--seq", "4000000", "--embed", "1024", "--heads", "8"}, "more than 2^31 floats"},
 		{[]string{"--runs", "x"}, `invalid argument "x" for "--runs"`},
@@ -245,6 +254,47 @@ func TestBenchChildFailure(t *testing.T) {
 	}
 }
 
+// TestChildFailureLine checks the line childFailure reports of a child's stderr: a Go crash's
+// first line, not the last of its stack trace; else the last line (an mha error, a Python
+// traceback's exception).
+func TestChildFailureLine(t *testing.T) {
+	for _, c := range []struct{ stderr, want string }{
+		{`runtime: out of memory: cannot allocate 68803362816-byte block (8060928 in use)
+fatal error: out of memory
+
+goroutine 1 gp=0x7993eb561e0 m=3 mp=0x7993eba3008 [running]:
+runtime.throw({0xa4ef5e?, 0x1?})
+	/usr/local/go/src/runtime/panic.go:1229 +0x48 fp=0x7993ecb0700 sp=0x7993ecb06d0 pc=0x485fc8
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1 fp=0x295893a88fe8 sp=0x295893a88fe0 pc=0x48d861
+created by runtime.(*cleanupQueue).createGs in goroutine 1
+	/usr/local/go/src/runtime/mcleanup.go:672 +0xa5
+`, "runtime: out of memory: cannot allocate 68803362816-byte block (8060928 in use)"},
+		{`fatal error: concurrent map writes
+
+goroutine 7 [running]:
+main.main.func1()
+	/tmp/x.go:9 +0x45
+`, "fatal error: concurrent map writes"},
+		{`panic: runtime error: index out of range [3] with length 3
+
+goroutine 1 [running]:
+main.main()
+	/tmp/x.go:5 +0x1d
+`, "panic: runtime error: index out of range [3] with length 3"},
+		{"mha: --worker times one sequence length, got --seq 8,16\n", "--worker times one sequence length, got --seq 8,16"},
+		{`Traceback (most recent call last):
+  File "torch_mha.py", line 3, in <module>
+    import torch
+ModuleNotFoundError: No module named 'torch'
+`, "ModuleNotFoundError: No module named 'torch'"},
+	} {
+		if got := childFailure(errors.New("exit status 2"), bytes.NewBufferString(c.stderr)); got != c.want {
+			t.Errorf("stderr %.40q…: %q, want %q", c.stderr, got, c.want)
+		}
+	}
+}
+
 // TestBenchRatios checks the ratio table: the other's median over mha's, per T.
 func TestBenchRatios(t *testing.T) {
 	var b bytes.Buffer
@@ -419,6 +469,15 @@ func TestSDPAFlops(t *testing.T) {
 	if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*100); got != want {
 		t.Errorf("full flops %v, want %v", got, want)
 	}
+	// A window longer than the sequence lets every causal pair through: T(T+1)/2 of them, also
+	// for W = MaxInt, where W + 1 overflows.
+	for _, w := range []int{9, 10, math.MaxInt} {
+		cfg.window = w
+		if got, want := cfg.sdpaFlops(10), float64(4*4*4*2*55); got != want {
+			t.Errorf("flops under a window of %d: %v, want %v", w, got, want)
+		}
+	}
+	cfg.window = 0
 	// With patterns (37 pairs kept over the 4 heads), mha's rows count the pairs kept; mha-dense
 	// and torch-eager, which run dense attention, every pair.
 	cfg.pairs = map[int]float64{10: 37}
@@ -435,14 +494,15 @@ func TestSDPAFlops(t *testing.T) {
 	if got, want := cfg.cacheBytes(10, mha.CacheBFloat16), float64(10*2*2*4*2*2); got != want {
 		t.Errorf("cache bytes %v, want %v", got, want)
 	}
-	// Under a window of 3 the step's query reads the 4 last keys, or all of a shorter cache.
-	cfg.window = 3
-	for _, c := range [][2]int{{10, 4}, {3, 3}} {
-		if got, want := cfg.sdpaFlops(c[0]), float64(4*4*4*2*c[1]); got != want {
-			t.Errorf("decode flops with a window, cache %d: %v, want %v", c[0], got, want)
+	// Under a window of 3 the step's query reads the 4 last keys, or all of a shorter cache, as
+	// under a window of MaxInt.
+	for _, c := range []struct{ window, cache, keys int }{{3, 10, 4}, {3, 3, 3}, {math.MaxInt, 10, 10}, {math.MaxInt, 1, 1}} {
+		cfg.window = c.window
+		if got, want := cfg.sdpaFlops(c.cache), float64(4*4*4*2*c.keys); got != want {
+			t.Errorf("decode flops with a window of %d, cache %d: %v, want %v", c.window, c.cache, got, want)
 		}
-		if got, want := cfg.cacheBytes(c[0], mha.CacheBFloat16), float64(c[1]*2*2*4*2*2); got != want {
-			t.Errorf("cache bytes with a window, cache %d: %v, want %v", c[0], got, want)
+		if got, want := cfg.cacheBytes(c.cache, mha.CacheBFloat16), float64(c.keys*2*2*4*2*2); got != want {
+			t.Errorf("cache bytes with a window of %d, cache %d: %v, want %v", c.window, c.cache, got, want)
 		}
 	}
 }

@@ -100,3 +100,23 @@ func TestCompositionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCompositionHugeTop gives --top far above the 32² token pairs of a head's circuit: the
+// output is that of --top 1024, every pair, and nothing is allocated for the pairs that do not
+// exist.
+func TestCompositionHugeTop(t *testing.T) {
+	code, all, errs := runCLI("composition", "--model", "induction", "--top", "1024", "--json")
+	if code != 0 {
+		t.Fatalf("--top 1024: exit %d: %s", code, errs)
+	}
+	var rep struct {
+		Circuits []struct{ OV, QK []json.RawMessage }
+	}
+	if err := json.Unmarshal([]byte(all), &rep); err != nil || len(rep.Circuits) != 8 || len(rep.Circuits[0].OV) != 1024 || len(rep.Circuits[0].QK) != 1024 {
+		t.Fatalf("--top 1024: %v, %+v; want 8 heads of 1024 OV and QK pairs", err, rep)
+	}
+	code, huge, errs := runCLI("composition", "--model", "induction", "--top", "1000000000000", "--json")
+	if code != 0 || huge != all {
+		t.Errorf("--top 1000000000000: exit %d, stderr %q, output equal to --top 1024's: %t; want 0 and the same output", code, errs, huge == all)
+	}
+}

@@ -155,15 +155,15 @@ func weightBlock(name string, w []float32, in, r0, n int) matrix {
 // explain runs j in float64 and describes every step; sp are the flags that gave j's sparse
 // patterns and normalizer.
 func explain(j *job, sp sparseFlags) (*explanation, error) {
+	if err := checkExplainSize(j); err != nil {
+		return nil, err
+	}
 	tr, err := j.layer.Reference(j.query, j.key, j.val, &j.opt)
 	if err != nil {
 		return nil, err
 	}
 	cfg := j.layer.Config()
 	b, tq, tk, h, d, e := tr.B, tr.Tq, tr.Tk, tr.H, tr.D, tr.E
-	if n := max(b*tq*e, b*tk*e, tq*tk, e*e); n > maxExplained || b*h > 64 {
-		return nil, fmt.Errorf("explain prints every value, and this case has matrices of %d values in %d batch×head blocks (at most %d and 64); use 'mha run' for large inputs", n, b*h, maxExplained)
-	}
 	ex := &explanation{trace: tr, Title: "Multi-head attention, step by step", Config: config{
 		Batch: b, Tq: tq, Tk: tk, EmbedDim: e, NumHeads: h, HeadDim: d, Bias: !cfg.NoBias,
 		AddBiasKV: cfg.AddBiasKV, AddZeroAttn: cfg.AddZeroAttn, Causal: j.opt.Causal, FullyMasked: tr.FullyMasked,
@@ -287,6 +287,33 @@ func explain(j *job, sp sparseFlags) (*explanation, error) {
 	count.Notes = append(count.Notes, fmt.Sprintf("total            %d", j.layer.NumParams()))
 	ex.Steps = append(ex.Steps, count)
 	return ex, nil
+}
+
+// checkExplainSize returns an error when j is too large to print: matrices of more than
+// maxExplained values, or more than 64 batch×head blocks. It reads the sizes from the inputs'
+// shapes, [B, T, features] or [T, features], so that a large case is refused before it is
+// computed; inputs of another rank are left to Reference, which says what it wants. The sizes
+// are multiplied as float64, which does not overflow.
+func checkExplainSize(j *job) error {
+	q := j.query.Shape
+	if len(q) != 2 && len(q) != 3 {
+		return nil
+	}
+	b, tq := 1.0, float64(q[len(q)-2])
+	if len(q) == 3 {
+		b = float64(q[0])
+	}
+	tk := tq
+	if j.key != nil && len(j.key.Shape) >= 2 {
+		tk = float64(j.key.Shape[len(j.key.Shape)-2])
+	}
+	cfg := j.layer.Config()
+	tk += float64(btoi(cfg.AddBiasKV) + btoi(cfg.AddZeroAttn)) // the appended keys
+	e, bh := float64(cfg.EmbedDim), b*float64(cfg.NumHeads)
+	if n := max(b*tq*e, b*tk*e, tq*tk, e*e); n > maxExplained || bh > 64 {
+		return fmt.Errorf("explain prints every value, and this case has matrices of %.0f values in %.0f batch×head blocks (at most %d and 64); use 'mha run' for large inputs", n, bh, maxExplained)
+	}
+	return nil
 }
 
 func btoi(b bool) int {

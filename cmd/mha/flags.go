@@ -12,20 +12,30 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// workersValue is the value of a --workers flag: a goroutine count ≥ 0, 0 meaning GOMAXPROCS.
+// maxThreads bounds --workers and mha bench's --threads. Every worker has its own scratch
+// memory, and a bench thread its own OS thread, so that a count such as 100000000 used to
+// exhaust the memory or the threads and crash; 1024 is more than the cores of any machine
+// these run on.
+const maxThreads = 1024
+
+// workersValue is the value of a --workers flag: a goroutine count from 0 to maxThreads, 0
+// meaning GOMAXPROCS.
 type workersValue int
 
-// workersVar defines --workers on fl, stored in p, for every command that has it: a negative
-// count is a flag error, before the command runs.
+// workersVar defines --workers on fl, stored in p, for every command that has it: a count
+// outside [0, maxThreads] is a flag error, before the command runs.
 func workersVar(fl *pflag.FlagSet, p *int, usage string) {
-	fl.Var((*workersValue)(p), "workers", usage)
+	fl.Var((*workersValue)(p), "workers", fmt.Sprintf("%s; at most %d", usage, maxThreads))
 }
 
-// Set parses s, refusing what is not an integer ≥ 0.
+// Set parses s, refusing what is not an integer from 0 to maxThreads.
 func (w *workersValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
 		return errors.New("want a goroutine count ≥ 0 (0: GOMAXPROCS)")
+	}
+	if n > maxThreads {
+		return fmt.Errorf("want a goroutine count ≤ %d (0: GOMAXPROCS)", maxThreads)
 	}
 	*w = workersValue(n)
 	return nil

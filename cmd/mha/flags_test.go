@@ -32,6 +32,8 @@ func TestFlagsCheckedFirst(t *testing.T) {
 		{trainWith("--workers", "-1"), `invalid argument "-1" for "--workers" flag: want a goroutine count ≥ 0 (0: GOMAXPROCS)`},
 		{[]string{"eval", "--task", "sort", "--workers", "-1"}, `invalid argument "-1" for "--workers" flag: want a goroutine count ≥ 0`},
 		{[]string{"experiment", "params", "--workers", "-1"}, `invalid argument "-1" for "--workers" flag: want a goroutine count ≥ 0`},
+		{[]string{"eval", "--task", "sort", "--workers", "100000000"}, `invalid argument "100000000" for "--workers" flag: want a goroutine count ≤ 1024 (0: GOMAXPROCS)`},
+		{trainWith("--workers", "1025"), `invalid argument "1025" for "--workers" flag: want a goroutine count ≤ 1024 (0: GOMAXPROCS)`},
 		{[]string{"eval", "--task", "sort", "--batch", "1048576"}, "a batch of 1048576 sequences of 16 tokens needs about"},
 		{append([]string{"train", "--task", "sort", "--out", dir}, tiny...), "--out " + dir + " is a directory, want a file name"},
 		{append([]string{"train", "--task", "sort", "--out", filepath.Join(dir, "new", "m.safetensors")}, tiny...), "its directory " + filepath.Join(dir, "new") + " does not exist"},

@@ -254,6 +254,7 @@ func TestEvalModel(t *testing.T) {
 		{[]string{"eval", "--model", pretrainedDir("llama"), "--task", "sort"}, "not both"},
 		{[]string{"eval", "--model", pretrainedDir("bert"), "--text", "the cat"}, "bidirectional"},
 		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--repeat", "9"}, "more than the model's 16"},
+		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--batch", "1000000000", "--repeat", "4"}, "probe: a batch of 1000000000 sequences of 8 tokens needs about"},
 		{[]string{"eval", "--model", pretrainedDir("gpt2"), "--allow-nonfinite"}, "--allow-nonfinite applies to --checkpoint"},
 		{[]string{"eval", "--task", "sort", "--text", "the cat"}, "--text applies to --model"},
 		{[]string{"eval", "--task", "sort", "--repeat", "4"}, "--repeat applies to --model"},

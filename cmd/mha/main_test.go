@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
@@ -434,6 +435,79 @@ func TestExplainOwnCase(t *testing.T) {
 	big := writeFile(t, map[string]safetensors.Tensor{"query": f32(1, 300, 8)})
 	if code, _, stderr := runCLI("explain", "--weights", weights, "--input", big, "--heads", "2"); code != 1 || !strings.Contains(stderr, "use 'mha run'") {
 		t.Errorf("a large case: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestExplainSizeFromShapes gives explain inputs too large to print, which it must refuse from
+// their shapes at once (it used to compute first: a query [1, 20000, 16] ran out of memory and
+// one of 10⁹ empty sequences did not end), and empty ones, which give empty matrices.
+func TestExplainSizeFromShapes(t *testing.T) {
+	weights := filepath.Join("..", "..", "testdata", "sample", "attn.safetensors") // d_model 16
+	explainOf := func(query, key []int) (int, string, string) {
+		t.Helper()
+		tensors := map[string]safetensors.Tensor{"query": f32(query...)}
+		if key != nil {
+			tensors["key"], tensors["value"] = f32(key...), f32(key...)
+		}
+		in := writeFile(t, tensors)
+		type result struct {
+			code           int
+			stdout, stderr string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, stdout, stderr := runCLI("explain", "--weights", weights, "--input", in, "--heads", "2", "--format", "json")
+			done <- result{code, stdout, stderr}
+		}()
+		select {
+		case r := <-done:
+			return r.code, r.stdout, r.stderr
+		case <-time.After(10 * time.Second):
+			t.Fatalf("explain of query %v, key %v: no answer after 10 s", query, key)
+			return 0, "", ""
+		}
+	}
+	for _, c := range []struct {
+		query []int
+		want  string
+	}{
+		{[]int{1, 20000, 16}, "matrices of 400000000 values in 2 batch×head blocks"},
+		{[]int{1000000000, 0, 16}, "matrices of 256 values in 2000000000 batch×head blocks"},
+		{[]int{0, 1 << 40, 16}, "matrices of 1208925819614629174706176 values in 0 batch×head blocks"},
+	} {
+		code, stdout, stderr := explainOf(c.query, nil)
+		want := "mha: explain prints every value, and this case has " + c.want + " (at most 20000 and 64); use 'mha run' for large inputs\n"
+		if code != 1 || stdout != "" || stderr != want {
+			t.Errorf("query %v: exit %d, stdout %q, stderr %q; want 1 and %q", c.query, code, stdout, stderr, want)
+		}
+	}
+	for _, c := range []struct {
+		query, key         []int
+		b, tq, tk, outRows int
+	}{
+		{[]int{0, 5, 16}, nil, 0, 5, 5, 0},
+		{[]int{1, 0, 16}, nil, 1, 0, 0, 0},
+		{[]int{2, 0, 16}, []int{2, 3, 16}, 2, 0, 3, 0},
+		{[]int{1, 3, 16}, []int{1, 0, 16}, 1, 3, 0, 3},
+	} {
+		code, stdout, stderr := explainOf(c.query, c.key)
+		var ex struct {
+			Config config
+			Steps  []struct {
+				Title    string
+				Matrices []struct{ Rows, Cols int }
+			}
+		}
+		if err := json.Unmarshal([]byte(stdout), &ex); code != 0 || err != nil {
+			t.Fatalf("query %v, key %v: exit %d, %v, stderr %q", c.query, c.key, code, err, stderr)
+		}
+		if cf := ex.Config; cf.Batch != c.b || cf.Tq != c.tq || cf.Tk != c.tk {
+			t.Errorf("query %v, key %v: config %+v, want batch %d, tq %d, tk %d", c.query, c.key, cf, c.b, c.tq, c.tk)
+		}
+		out := ex.Steps[len(ex.Steps)-2] // Output, one matrix per batch
+		if out.Title != "Output" || len(out.Matrices) != c.b || c.b > 0 && (out.Matrices[0].Rows != c.outRows || out.Matrices[0].Cols != 16) {
+			t.Errorf("query %v, key %v: step %q with %+v, want %d matrices [%d×16]", c.query, c.key, out.Title, out.Matrices, c.b, c.outRows)
+		}
 	}
 }
 
