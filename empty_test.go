@@ -664,6 +664,7 @@ func TestUnbackedSizes(t *testing.T) {
 		"D = 0, Tq = Tk = 2²⁰":   {empty(1, 1, 1<<20, 0), empty(1, 1, 1<<20, 0), empty(1, 1, 1<<20, 0), scale},
 		"Tk = 0, Dv = 2³⁵":       {sdpaRand(1, 1, 1, 1, 1, 4), empty(1, 1, 0, 4), empty(1, 1, 0, 1<<35), nil},
 		"Tq = 0, B = 2³⁰":        {empty(1<<30, 1, 0, 4), empty(1<<30, 1, 0, 4), empty(1<<30, 1, 0, 4), nil},
+		"D = 0, B = 10⁹":         {empty(1e9, 1, 1, 0), empty(1e9, 1, 1, 0), empty(1e9, 1, 1, 0), scale}, // 10⁹ pairs, but 1.7·10¹⁰ values of Kᵀ
 		"B = 0, Hq = 2⁴⁰, ALiBi": {empty(0, 1<<40, 1, 1), empty(0, 1, 1, 1), empty(0, 1, 1, 1), &SDPAOptions{ALiBi: true}},
 	} {
 		if _, err := SDPA(c.q, c.k, c.v, c.opt); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "no value backs") {

@@ -269,9 +269,9 @@ func (l *Layer) plan(p *plan, query, key, value *tensor.Tensor, opt *Options, tr
 	}
 	// A size of 0 leaves the others backed by no value (an empty query and key of any batch);
 	// as in SDPA, such a call, its sizes taken as at least 1, is held to MaxDenseElements
-	// values of projections.
+	// values of projections and Kᵀ (whose rows are padded by up to 16).
 	if p.b == 0 || p.tq == 0 || p.tk == 0 {
-		if n := elements(max(p.b, 1), max(p.tq, 1)+max(p.tkx, 1), c.EmbedDim+c.kdim()+c.vdim()); n > MaxDenseElements {
+		if n := elements(max(p.b, 1), max(p.tq, 1)+max(p.tkx, 1)+16, c.EmbedDim+c.kdim()+c.vdim()); n > MaxDenseElements {
 			return fmt.Errorf("%w: query %v, key %v and value %v have a size of 0 and ask for %.4g values of projections that no value backs, more than %d", ErrShape, query.Shape, key.Shape, value.Shape, n, int64(MaxDenseElements))
 		}
 	}

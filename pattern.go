@@ -205,7 +205,11 @@ func (c *layoutCache) compileSparse(patterns []Pattern, block [2]int, hq, tq, tk
 		layouts = hq
 	}
 	if nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk); elements(nbq, nbk, layouts) > maxSparseBlocks {
-		return nil, fmt.Errorf("%w: blocks of %d × %d lay %d queries and %d keys out in %d × %d blocks (%d layouts), more than %d in all: want larger blocks", ErrShape, bq, bk, tq, tk, nbq, nbk, layouts, maxSparseBlocks)
+		each := ""
+		if layouts > 1 {
+			each = fmt.Sprintf(" for each of %d query heads", layouts)
+		}
+		return nil, fmt.Errorf("%w: blocks of %d × %d lay %d queries and %d keys out in %d × %d blocks%s, more than %d in all: want larger blocks", ErrShape, bq, bk, tq, tk, nbq, nbk, each, maxSparseBlocks)
 	}
 	return c.get(patterns, hq, tq, tk, bq, bk), nil
 }

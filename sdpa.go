@@ -440,10 +440,11 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 	// work, except where a size is 0: then q or k holds nothing, and the other sizes of q, the
 	// pairs' Tk or v's Dv are backed by no value. A few bytes of input must not ask for any
 	// amount of memory or work: such a call, its sizes taken as at least 1, is held to
-	// MaxDenseElements outputs or pairs.
+	// MaxDenseElements outputs, pairs and values of Kᵀ (whose rows are padded by up to 16).
 	if p.b == 0 || p.hq == 0 || p.tq == 0 || p.d == 0 || p.tk == 0 {
-		if n := elements(max(p.b, 1), max(p.hq, 1), max(p.tq, 1), max(p.dv, p.tk, 1)); n > MaxDenseElements {
-			return fmt.Errorf("%w: q [%d %d %d %d], k [%d %d %d %d] and v [%d %d %d %d] have a size of 0 and ask for %.4g outputs or pairs that no value backs, more than %d", ErrShape,
+		b := max(p.b, 1)
+		if n := max(elements(b, max(p.hq, 1), max(p.tq, 1), max(p.dv, p.tk, 1)), elements(b, p.hkv, max(p.d, 1), p.tk+16)); n > MaxDenseElements {
+			return fmt.Errorf("%w: q [%d %d %d %d], k [%d %d %d %d] and v [%d %d %d %d] have a size of 0 and ask for %.4g outputs, pairs or values of Kᵀ that no value backs, more than %d", ErrShape,
 				p.b, p.hq, p.tq, p.d, p.b, p.hkv, p.tk, p.d, p.b, p.hkv, p.tk, p.dv, n, int64(MaxDenseElements))
 		}
 	}
