@@ -275,10 +275,10 @@ func (c *layoutCache) compile() {
 	}
 	c.random = slices.Grow(c.random[:0], drawn*nbq*nbk)[:drawn*nbq*nbk]
 	clear(c.random)
-	random := make([][]bool, len(patterns))
+	random, free := make([][]bool, len(patterns)), c.random
 	for i, p := range patterns {
 		if p.Kind == PatternBigBird && p.Random > 0 {
-			random[i], c.random = c.random[:nbq*nbk], c.random[nbq*nbk:]
+			random[i], free = free[:nbq*nbk], free[nbq*nbk:]
 			for qb := range nbq {
 				rng := rand.New(rand.NewPCG(p.Seed, uint64(qb)))
 				c.perm = slices.Grow(c.perm[:0], nbk)[:nbk]
