@@ -56,7 +56,8 @@ func (m addedMatcher) split(s string) []segment {
 	if len(m.byFirst) == 0 {
 		return []segment{{0, len(s), nil}}
 	}
-	done := 0 // the end of the last token taken
+	done := 0     // the end of the last token taken
+	spaceEnd := 0 // where the whitespace after the last rstrip token ends
 	for pos := 0; pos < len(s); {
 		x, ok := m.longestAt(s, pos)
 		if !ok {
@@ -70,12 +71,21 @@ func (m addedMatcher) split(s string) []segment {
 			continue
 		}
 		if t.LStrip {
-			start = max(done, leftOfTrailingSpace(s[:start]))
+			// The whitespace before done is the last token's: the scan goes back no further,
+			// so that a run of whitespace tokens costs time in proportion to the run.
+			// A token inside the whitespace that the last one took keeps none (Hugging Face
+			// then panics with "AddedVocabulary bad split"): it starts where it ends.
+			start = min(done+leftOfTrailingSpace(s[done:max(done, start)]), stop)
 		}
 		if t.RStrip {
 			// The scan goes on from the token's end, as Hugging Face's does: an added token
 			// that starts with the stripped space is still found (and keeps that space too).
-			stop += len(s[stop:]) - len(trimLeftSpace(s[stop:]))
+			// Inside the whitespace that the last rstrip token took, that whitespace ends where
+			// it did, and is not scanned again.
+			if stop > spaceEnd {
+				spaceEnd = stop + len(s[stop:]) - len(trimLeftSpace(s[stop:]))
+			}
+			stop = spaceEnd
 		}
 		if start > done {
 			segs = append(segs, segment{done, start, nil})

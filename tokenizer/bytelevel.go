@@ -29,7 +29,12 @@ func byteLevelTables() ([256]string, map[rune]byte) {
 // byteLevelEncode spells every byte of n as its byteChar, each coming from where the byte came
 // from.
 func byteLevelEncode(n normString) normString {
+	size := 0
+	for i := range len(n.s) {
+		size += len(byteChar[n.s[i]])
+	}
 	var b builder
+	b.grow(size)
 	for i := range len(n.s) {
 		b.add(byteChar[n.s[i]], n.align[i])
 	}

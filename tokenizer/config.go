@@ -132,7 +132,8 @@ func boolOr(p *bool, def bool) bool {
 	return *p
 }
 
-func buildNormalizer(raw json.RawMessage) (normalizer, error) {
+// buildNormalizer reads the normalizer: its steps, in order, nil for none.
+func buildNormalizer(raw json.RawMessage) (normalizers, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -140,19 +141,27 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch c.Type {
-	case "Sequence":
+	if c.Type == "Sequence" {
 		var seq normalizers
 		for i, r := range c.Normalizers {
 			n, err := buildNormalizer(r)
 			if err != nil {
 				return nil, fmt.Errorf("normalizers[%d]: %w", i, err)
 			}
-			if n != nil {
-				seq = append(seq, n)
-			}
+			seq = append(seq, n...)
 		}
 		return seq, nil
+	}
+	n, err := buildNormalizerStep(c)
+	if err != nil {
+		return nil, err
+	}
+	return normalizers{n}, nil
+}
+
+// buildNormalizerStep reads a normalizer other than a Sequence.
+func buildNormalizerStep(c *compJSON) (normalizer, error) {
+	switch c.Type {
 	case "NFC":
 		return unicodeForm{norm.NFC}, nil
 	case "NFD":
@@ -221,7 +230,8 @@ func buildBehavior(s string) (behavior, error) {
 	return 0, fmt.Errorf("behavior %q is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous", s)
 }
 
-func buildPreTokenizer(raw json.RawMessage) (preTokenizer, error) {
+// buildPreTokenizer reads the pre-tokenizer: its steps, in order, nil for none.
+func buildPreTokenizer(raw json.RawMessage) (preTokenizers, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -229,19 +239,27 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch c.Type {
-	case "Sequence":
+	if c.Type == "Sequence" {
 		var seq preTokenizers
 		for i, r := range c.Pretokenizers {
 			p, err := buildPreTokenizer(r)
 			if err != nil {
 				return nil, fmt.Errorf("pretokenizers[%d]: %w", i, err)
 			}
-			if p != nil {
-				seq = append(seq, p)
-			}
+			seq = append(seq, p...)
 		}
 		return seq, nil
+	}
+	p, err := buildPreTokenizerStep(c)
+	if err != nil {
+		return nil, err
+	}
+	return preTokenizers{p}, nil
+}
+
+// buildPreTokenizerStep reads a pre-tokenizer other than a Sequence.
+func buildPreTokenizerStep(c *compJSON) (preTokenizer, error) {
+	switch c.Type {
 	case "ByteLevel":
 		p := byteLevelPre{addPrefixSpace: boolOr(c.AddPrefixSpace, true)}
 		if boolOr(c.UseRegex, true) {
@@ -419,7 +437,10 @@ func buildTemplate(c *compJSON, tokens map[int]string) (postProcessor, error) {
 	return t, nil
 }
 
-func buildDecoder(raw json.RawMessage) (decoder, error) {
+// buildDecoder reads the decoder: its steps, in order; nil for none, and not nil for a Sequence,
+// even an empty one (with a decoder, Decode joins the tokens with nothing between them, and
+// without one with spaces).
+func buildDecoder(raw json.RawMessage) (decoders, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -427,19 +448,27 @@ func buildDecoder(raw json.RawMessage) (decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch c.Type {
-	case "Sequence":
-		var seq decoders
+	if c.Type == "Sequence" {
+		seq := decoders{}
 		for i, r := range c.Decoders {
 			d, err := buildDecoder(r)
 			if err != nil {
 				return nil, fmt.Errorf("decoders[%d]: %w", i, err)
 			}
-			if d != nil {
-				seq = append(seq, d)
-			}
+			seq = append(seq, d...)
 		}
 		return seq, nil
+	}
+	d, err := buildDecoderStep(c)
+	if err != nil {
+		return nil, err
+	}
+	return decoders{d}, nil
+}
+
+// buildDecoderStep reads a decoder other than a Sequence.
+func buildDecoderStep(c *compJSON) (decoder, error) {
+	switch c.Type {
 	case "ByteLevel":
 		return byteLevelDec{}, nil
 	case "Replace":
@@ -529,6 +558,11 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		if m.MaxInputCharsPerWord != nil {
 			wp.maxChars = *m.MaxInputCharsPerWord
 		}
+		wp.index = newVocabIndex(vocab)
+		wp.cont = wp.index.root()
+		for i := range len(wp.prefix) {
+			wp.cont = wp.index.next(wp.cont, wp.prefix[i])
+		}
 		return wp, vocab, nil
 	}
 	b := &bpe{vocab: vocab, unk: -1, fuseUnk: m.FuseUnk, byteFallback: m.ByteFallback, ignoreMerges: m.IgnoreMerges}
@@ -616,7 +650,6 @@ func buildUnigram(m modelJSON) (model, map[string]int, error) {
 			return nil, nil, fmt.Errorf("model Unigram: vocab[%d]: expected [piece, score], got %d values", id, len(e))
 		}
 		u.vocab[piece], u.pieces[id] = id, piece // a piece given twice is its last id, as in Hugging Face's map
-		u.maxLen = max(u.maxLen, len(piece))
 		minScore = min(minScore, u.scores[id])
 	}
 	if m.UnkID != nil {
@@ -626,6 +659,7 @@ func buildUnigram(m modelJSON) (model, map[string]int, error) {
 		u.unk = *m.UnkID
 	}
 	u.unkScore = minScore - 10
+	u.index = newVocabIndex(u.vocab)
 	vocab := maps.Clone(u.vocab)
 	return u, vocab, nil
 }

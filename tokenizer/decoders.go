@@ -11,14 +11,42 @@ type decoder interface {
 	decode(toks []string) []string
 }
 
-// decoders is a Sequence decoder: each in turn.
+// decoders are the decoder of a tokenizer: a Sequence's steps (nested Sequences flattened), or
+// the one decoder.
 type decoders []decoder
 
-func (s decoders) decode(toks []string) []string {
+// decode applies each decoder in turn and returns the tokens and their size in bytes. It stops,
+// reporting false, as soon as a step would leave more than limit bytes in all (see
+// growthBound): the size is then what that step made, or for a Replace what it would make, since
+// it is not made.
+func (s decoders) decode(toks []string, limit int) ([]string, int, bool) {
 	for _, d := range s {
-		toks = d.decode(toks)
+		if r, ok := d.(replaceDec); ok {
+			spans, size := make([][][2]int, len(toks)), 0
+			for i, t := range toks {
+				spans[i] = r.find.find(t)
+				size += replacedLen(len(t), spans[i], r.find.content)
+			}
+			if size > limit {
+				return toks, size, false
+			}
+			toks = r.replace(toks, spans)
+			continue
+		}
+		if toks = d.decode(toks); textLen(toks) > limit {
+			return toks, textLen(toks), false
+		}
 	}
-	return toks
+	return toks, textLen(toks), true
+}
+
+// textLen is the bytes of all the strings.
+func textLen(toks []string) int {
+	n := 0
+	for _, t := range toks {
+		n += len(t)
+	}
+	return n
 }
 
 // byteLevelDec is the ByteLevel decoder: the byte characters of all tokens back into bytes
@@ -36,12 +64,24 @@ func (byteLevelDec) decode(toks []string) []string {
 // replaceDec is the Replace decoder: a string replaced in every token.
 type replaceDec struct{ find replaceNorm }
 
+// decode replaces r's matches in every token. (A Sequence sizes the result first: one Replace
+// can multiply the text by its content's length.)
 func (r replaceDec) decode(toks []string) []string {
+	spans := make([][][2]int, len(toks))
+	for i, t := range toks {
+		spans[i] = r.find.find(t)
+	}
+	return r.replace(toks, spans)
+}
+
+// replace replaces spans[i], the matches in toks[i], by r's content.
+func (r replaceDec) replace(toks []string, spans [][][2]int) []string {
 	out := make([]string, len(toks))
 	for i, t := range toks {
 		var b strings.Builder
+		b.Grow(replacedLen(len(t), spans[i], r.find.content))
 		prev := 0
-		for _, sp := range r.find.find(t) {
+		for _, sp := range spans[i] {
 			b.WriteString(t[prev:sp[0]])
 			b.WriteString(r.find.content)
 			prev = sp[1]

@@ -22,7 +22,8 @@ const tinyJSON = `{
 }`
 
 // FuzzParse reads arbitrary bytes as tokenizer.json: an error or a tokenizer, never a panic, and
-// a tokenizer that encodes and decodes without one.
+// a tokenizer that encodes and decodes without one (and without an error, but for a decoder that
+// grows text past growthBound).
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(tinyJSON))
 	f.Add([]byte(`{"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}, "normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "BertPreTokenizer"}, "decoder": {"type": "WordPiece"}, "post_processor": {"type": "BertProcessing", "cls": ["[UNK]", 0], "sep": ["a", 1]}}`))
@@ -43,8 +44,8 @@ func FuzzParse(f *testing.F) {
 				continue
 			}
 			checkOffsets(t, text, e)
-			if _, err := tok.Decode(e.IDs, false); err != nil {
-				t.Errorf("Decode of Encode(%q)'s ids: %v", text, err)
+			if _, err := tok.Decode(e.IDs, false); err != nil && !strings.Contains(err.Error(), "past the bound") {
+				t.Errorf("Decode of Encode(%q)'s ids: %v", text, err) // only a decoder that grows text exponentially fails
 			}
 		}
 	})

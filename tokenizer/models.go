@@ -2,6 +2,10 @@ package tokenizer
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -211,6 +215,8 @@ func (m *bpe) mergeAll(syms []symbol) {
 // more than maxChars characters, is the unknown token.
 type wordPiece struct {
 	vocab    map[string]int
+	index    vocabIndex // of vocab
+	cont     walk       // the index walked through prefix
 	unk      string
 	prefix   string
 	maxChars int
@@ -229,23 +235,25 @@ func (m *wordPiece) tokenize(word string) ([]piece, error) {
 	}
 	var out []piece
 	for start := 0; start < len(word); {
-		found := false
-		for end := len(word); end > start; {
-			sub := word[start:end]
-			if start > 0 {
-				sub = m.prefix + sub
-			}
-			if id, ok := m.vocab[sub]; ok {
-				out = append(out, piece{id: id, start: start, end: end})
-				start, found = end, true
-				break
-			}
-			_, w := utf8.DecodeLastRuneInString(word[start:end])
-			end -= w
+		// The longest entry that the word's bytes from start (after the prefix, but at the
+		// start) spell, ending at a character's end: a walk of the index, which ends where no
+		// entry goes on, so that a long word costs no more than the longest entry per piece.
+		c := m.index.root()
+		if start > 0 {
+			c = m.cont
 		}
-		if !found {
+		p := piece{id: -1, start: start}
+		for end := start; !c.dead() && end < len(word); end++ {
+			c = m.index.next(c, word[end])
+			if id, found := m.index.id(c); found && (end+1 == len(word) || utf8.RuneStart(word[end+1])) {
+				p.id, p.end = id, end+1
+			}
+		}
+		if p.id < 0 {
 			return unk()
 		}
+		out = append(out, p)
+		start = p.end
 	}
 	return out, nil
 }
@@ -276,7 +284,7 @@ type unigram struct {
 	scores       []float64
 	unk          int // -1: none
 	byteFallback bool
-	maxLen       int // the longest piece, in bytes
+	index        vocabIndex // of vocab
 	unkScore     float64
 }
 
@@ -294,12 +302,14 @@ func (m *unigram) tokenize(word string) ([]piece, error) {
 		_, mblen := utf8.DecodeRuneInString(word[start:])
 		here := best[start].score
 		single := false
-		for end := start + mblen; end <= min(len(word), start+m.maxLen); end++ {
-			if end < len(word) && !utf8.RuneStart(word[end]) {
-				continue
-			}
-			id, ok := m.vocab[word[start:end]]
-			if !ok {
+		// The pieces that the word's bytes from start spell, ending at a character's end, as
+		// Hugging Face's trie finds them (common_prefix_search): a walk of the index, which ends
+		// where no piece goes on.
+		c := m.index.root()
+		for end := start + 1; !c.dead() && end <= len(word); end++ {
+			c = m.index.next(c, word[end-1])
+			id, found := m.index.id(c)
+			if !found || end < len(word) && !utf8.RuneStart(word[end]) {
 				continue
 			}
 			if s := here + m.scores[id]; best[end].start < 0 || s > best[end].score {
@@ -354,4 +364,73 @@ func (m *unigram) hasBytes(s string) bool {
 		}
 	}
 	return true
+}
+
+// vocabIndex finds the entries of a vocabulary that a text starts with, byte by byte, as a trie
+// does: the entries are sorted, so that those that start with the bytes walked so far are a range
+// of them, which each byte narrows.
+type vocabIndex struct {
+	keys  []string // sorted
+	ids   []int    // the id of each key
+	first [257]int // the keys that start with byte b are [first[b], first[b+1])
+}
+
+func newVocabIndex(vocab map[string]int) vocabIndex {
+	x := vocabIndex{keys: slices.Sorted(maps.Keys(vocab)), ids: make([]int, len(vocab))}
+	var all strings.Builder // the keys side by side, which the searches read faster
+	for _, k := range x.keys {
+		all.WriteString(k)
+	}
+	s := all.String()
+	for i, k := range x.keys {
+		x.ids[i] = vocab[k]
+		x.keys[i], s = s[:len(k)], s[len(k):]
+	}
+	for b := range x.first {
+		x.first[b] = sort.Search(len(x.keys), func(i int) bool { return x.keys[i] != "" && int(x.keys[i][0]) >= b })
+	}
+	return x
+}
+
+// walk is a place in a walk of a vocabIndex: the keys [lo, hi) start with the depth bytes walked.
+type walk struct{ lo, hi, depth int }
+
+func (x *vocabIndex) root() walk { return walk{0, len(x.keys), 0} }
+
+// dead reports whether no key starts with the bytes walked.
+func (w walk) dead() bool { return w.lo == w.hi }
+
+// next walks on by b.
+func (x *vocabIndex) next(w walk, b byte) walk {
+	if w.depth == 0 {
+		return walk{x.first[b], x.first[int(b)+1], 1}
+	}
+	lo, hi := w.lo, w.hi
+	if lo < hi && len(x.keys[lo]) == w.depth {
+		lo++ // the key that ends here, first of the range
+	}
+	// Binary searches for the first key whose byte depth is b or more, then more than b.
+	for k := hi; lo < k; {
+		if m := int(uint(lo+k) >> 1); x.keys[m][w.depth] < b {
+			lo = m + 1
+		} else {
+			k = m
+		}
+	}
+	for k := lo; k < hi; {
+		if m := int(uint(k+hi) >> 1); x.keys[m][w.depth] > b {
+			hi = m
+		} else {
+			k = m + 1
+		}
+	}
+	return walk{lo, hi, w.depth + 1}
+}
+
+// id is the id of the key that the bytes walked spell, if there is one.
+func (x *vocabIndex) id(w walk) (int, bool) {
+	if w.lo < w.hi && len(x.keys[w.lo]) == w.depth {
+		return x.ids[w.lo], true
+	}
+	return 0, false
 }

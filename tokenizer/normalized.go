@@ -60,6 +60,12 @@ type builder struct {
 	align [][2]int
 }
 
+// grow makes room for size more bytes.
+func (b *builder) grow(size int) {
+	b.sb.Grow(size)
+	b.align = slices.Grow(b.align, size)
+}
+
 // add appends s, every byte of it coming from the input span a.
 func (b *builder) add(s string, a [2]int) {
 	b.sb.WriteString(s)
@@ -107,6 +113,7 @@ func (n normString) replaceSpans(spans [][2]int, content string) normString {
 		return n
 	}
 	var b builder
+	b.grow(replacedLen(len(n.s), spans, content))
 	prev := 0
 	for _, sp := range spans {
 		b.addFrom(n, prev, sp[0])

@@ -12,15 +12,40 @@ type normalizer interface {
 	normalize(n normString) normString
 }
 
-// normalizers is a Sequence normalizer: each in turn.
+// normalizers are the normalizer of a tokenizer: a Sequence's steps (nested Sequences
+// flattened), or the one normalizer, or none.
 type normalizers []normalizer
 
-func (s normalizers) normalize(n normString) normString {
+// normalize applies each normalizer in turn and returns the text and its size in bytes. It
+// stops, reporting false, as soon as a step would leave more than limit bytes (see growthBound):
+// the size is then what that step made, or for a Replace what it would make, since it is not
+// made.
+func (s normalizers) normalize(n normString, limit int) (normString, int, bool) {
 	for _, x := range s {
-		n = x.normalize(n)
+		if r, ok := x.(replaceNorm); ok {
+			spans := r.find(n.s)
+			if size := replacedLen(len(n.s), spans, r.content); size > limit {
+				return n, size, false
+			}
+			n = n.replaceSpans(spans, r.content)
+			continue
+		}
+		if n = x.normalize(n); len(n.s) > limit {
+			return n, len(n.s), false
+		}
 	}
-	return n
+	return n, len(n.s), true
 }
+
+// growthBound is the most bytes of text that normalizing and pre-tokenizing n bytes of input may
+// make (Encode counts both, for all the pieces of its text), and that decoding n bytes of tokens
+// may make: 64 times n, and at least 1 MiB. No real tokenizer comes near it: NFKC grows a
+// character at most 11 times (U+FDFA, 3 bytes, becomes 33), byte-level spelling at most doubles
+// text, Prepend and Metaspace add a few bytes to a piece. But a file can hold a Sequence whose
+// steps each double the text (40 Replace steps of "a" by "aa" would make a terabyte of "a" from
+// one), so the Sequences check the bound after each step, and stop text that has outgrown it by
+// one step's growth at most.
+func growthBound(n int) int { return max(64*n, 1<<20) }
 
 // unicodeForm is the NFC, NFD, NFKC or NFKD normalizer.
 type unicodeForm struct{ form norm.Form }
@@ -79,8 +104,18 @@ type replaceNorm struct {
 	content string
 }
 
+// normalize replaces r's matches in n. (A Sequence sizes the result first: one Replace can
+// multiply the text by its content's length.)
 func (r replaceNorm) normalize(n normString) normString {
 	return n.replaceSpans(r.find(n.s), r.content)
+}
+
+// replacedLen is the length of a text of n bytes once the spans are replaced by content.
+func replacedLen(n int, spans [][2]int, content string) int {
+	for _, sp := range spans {
+		n += len(content) - (sp[1] - sp[0])
+	}
+	return n
 }
 
 // find is where the pattern occurs in s.

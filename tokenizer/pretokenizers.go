@@ -24,14 +24,28 @@ func each(pieces []normString, f func(normString) []normString) []normString {
 	return out
 }
 
-// preTokenizers is a Sequence pre-tokenizer: each in turn.
+// preTokenizers are the pre-tokenizer of a tokenizer: a Sequence's steps (nested Sequences
+// flattened), or the one pre-tokenizer, or none.
 type preTokenizers []preTokenizer
 
-func (s preTokenizers) preTokenize(pieces []normString) []normString {
+// preTokenize applies each pre-tokenizer in turn. It stops, reporting false with the pieces it
+// has, as soon as a step leaves more than limit bytes in all (see growthBound).
+func (s preTokenizers) preTokenize(pieces []normString, limit int) ([]normString, bool) {
 	for _, p := range s {
-		pieces = p.preTokenize(pieces)
+		if pieces = p.preTokenize(pieces); piecesLen(pieces) > limit {
+			return pieces, false
+		}
 	}
-	return pieces
+	return pieces, true
+}
+
+// piecesLen is the bytes of all the pieces.
+func piecesLen(pieces []normString) int {
+	n := 0
+	for _, p := range pieces {
+		n += len(p.s)
+	}
+	return n
 }
 
 // behavior is what a split does with the matches of its pattern (Hugging Face's

@@ -47,11 +47,11 @@ import (
 // Tokenizer encodes text into token ids and decodes ids back into text, as the tokenizer.json it
 // was read from says. It is safe for concurrent use.
 type Tokenizer struct {
-	normalizer normalizer   // nil: none
-	pre        preTokenizer // nil: none
+	normalizer normalizers
+	pre        preTokenizers
 	model      model
 	post       postProcessor // nil: none
-	decoder    decoder       // nil: tokens joined by spaces
+	decoder    decoders      // nil: none, tokens joined by spaces
 	rawAdded   addedMatcher  // added tokens matched in the text as given
 	normAdded  addedMatcher  // added tokens matched in the normalized text
 	vocab      map[string]int
@@ -269,6 +269,8 @@ func Parse(data []byte) (*Tokenizer, error) {
 		order = append(order, a)
 	}
 	var raw, normed []matchable
+	bound := growthBound(len(data))
+	made := 0 // the bytes of the normalized added tokens
 	for _, a := range order {
 		t.vocab[a.Content] = a.ID
 		t.tokens[a.ID] = a.Content
@@ -279,14 +281,14 @@ func Parse(data []byte) (*Tokenizer, error) {
 			raw = append(raw, matchable{a.Content, a})
 			continue
 		}
-		n := a.Content
-		if t.normalizer != nil {
-			// Decoding, and IDToToken, give a normalized token's normalized form, as Hugging
-			// Face tokenizers does, so that the decoder can undo the normalization.
-			n = t.normalizer.normalize(newNormString(a.Content, 0)).s
-			t.tokens[a.ID] = n
+		// Decoding, and IDToToken, give a normalized token's normalized form, as Hugging Face
+		// tokenizers does, so that the decoder can undo the normalization.
+		n, size, ok := t.normalizer.normalize(newNormString(a.Content, 0), bound-made)
+		if made += size; !ok {
+			return nil, fmt.Errorf("tokenizer: added token %q: the normalizer grew the added tokens to %d bytes, past the bound of %d bytes (64 times the file's %d, at least 1 MiB)", a.Content, made, bound, len(data))
 		}
-		normed = append(normed, matchable{n, a})
+		t.tokens[a.ID] = n.s
+		normed = append(normed, matchable{n.s, a})
 	}
 	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(normed)
 	if t.post, err = buildPostProcessor(f.PostProcessor, t.tokens); err != nil {
@@ -297,12 +299,15 @@ func Parse(data []byte) (*Tokenizer, error) {
 
 // Encode splits text into tokens. With addSpecial the post-processor adds the model's special
 // tokens (BOS, or CLS and SEP); special tokens written in the text are found either way. text
-// must be valid UTF-8.
+// must be valid UTF-8. A normalizer or pre-tokenizer that grows the text to more than 64 times
+// its size (and more than 1 MiB) is an error.
 func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 	if !utf8.ValidString(text) {
 		return Encoding{}, errors.New("tokenizer: expected UTF-8 text, got invalid UTF-8")
 	}
 	var toks []token
+	bound := growthBound(len(text))
+	made := 0 // the bytes of text the normalizer and the pre-tokenizer have made, each counted
 	for _, seg := range t.rawAdded.split(text) {
 		if seg.tok != nil {
 			// The token is the text it covers, lstrip's and rstrip's whitespace included, as in
@@ -310,21 +315,21 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 			toks = append(toks, token{id: seg.tok.ID, value: text[seg.start:seg.end], offsets: [2]int{seg.start, seg.end}})
 			continue
 		}
-		n := newNormString(text[seg.start:seg.end], seg.start)
-		if t.normalizer != nil {
-			n = t.normalizer.normalize(n)
+		n, size, ok := t.normalizer.normalize(newNormString(text[seg.start:seg.end], seg.start), bound-made)
+		if made += size; !ok {
+			return Encoding{}, errGrew("the normalizer", len(text), made, bound)
 		}
 		for _, sub := range t.normAdded.split(n.s) {
 			if sub.tok != nil {
 				toks = append(toks, token{id: sub.tok.ID, value: n.s[sub.start:sub.end], offsets: n.span(sub.start, sub.end)})
 				continue
 			}
-			words := []normString{n.slice(sub.start, sub.end)}
-			if words[0].s == "" {
+			if sub.start == sub.end {
 				continue
 			}
-			if t.pre != nil {
-				words = t.pre.preTokenize(words)
+			words, ok := t.pre.preTokenize([]normString{n.slice(sub.start, sub.end)}, bound-made)
+			if made += piecesLen(words); !ok {
+				return Encoding{}, errGrew("the pre-tokenizer", len(text), made, bound)
 			}
 			for _, w := range words {
 				pieces, err := t.model.tokenize(w.s)
@@ -356,7 +361,8 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) (Encoding, error) {
 
 // Decode turns ids back into text, through the tokenizer's decoder. With skipSpecial, the
 // special tokens (added tokens marked special, such as <s> and [CLS]) are left out. An id that is
-// not in the vocabulary is an error.
+// not in the vocabulary is an error, and so is a decoder that grows the text to more than 64
+// times the size of the tokens (and more than 1 MiB).
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 	toks := make([]string, 0, len(ids))
 	for i, id := range ids {
@@ -372,7 +378,19 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 	if t.decoder == nil {
 		return strings.Join(toks, " "), nil
 	}
-	return strings.Join(t.decoder.decode(toks), ""), nil
+	n := textLen(toks)
+	bound := growthBound(n)
+	out, size, ok := t.decoder.decode(toks, bound)
+	if !ok {
+		return "", errGrew("the decoder", n, size, bound)
+	}
+	return strings.Join(out, ""), nil
+}
+
+// errGrew is the error of a normalizer, a pre-tokenizer or a decoder (what) that has grown text
+// of from bytes to to bytes, more than bound, growthBound(from).
+func errGrew(what string, from, to, bound int) error {
+	return fmt.Errorf("tokenizer: %s grew the text from %d to %d bytes, past the bound of %d bytes (64 times the input, at least 1 MiB)", what, from, to, bound)
 }
 
 // TokenToID is the id of a token of the vocabulary (added tokens included), and whether there
