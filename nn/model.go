@@ -112,14 +112,35 @@ type Sparsity struct {
 // matching module (nn.Embedding N(0, 1), nn.Linear U(±1/√in) for weight and bias, LayerNorm 1
 // and 0, RMSNorm 1, nn.MultiheadAttention's own scheme), drawn from cfg.Seed; the values differ from
 // PyTorch's because the generators differ. An FFN of 0 without AttnOnly becomes 4·DModel, as
-// Config() then reports. It returns an error wrapping ErrConfig when cfg is invalid.
+// Config() then reports. It returns an error wrapping ErrConfig when cfg is invalid or has more
+// than MaxParams parameters.
 func NewModel(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	n := 0.0
+	for _, s := range cfg.layout() {
+		n += elements(s.shape)
+	}
+	if n > MaxParams {
+		return nil, fmt.Errorf("%w: %.4g parameters, more than the %d (16 GiB of values and gradients in float32) that NewModel allocates; NewModelHalf holds larger models", ErrConfig, n, MaxParams)
+	}
 	rng := tensor.NewRNG(cfg.Seed)
 	return newModel(cfg, nil, func(s paramSpec) *Param { return s.newParam(rng) })
+}
+
+// MaxParams bounds the parameters of a NewModel model: each takes a float32 value and a float32
+// gradient, 16 GiB for 2³¹ of them.
+const MaxParams = 1 << 31
+
+// elements is the product of shape, in float64, where it cannot overflow.
+func elements(shape []int) float64 {
+	n := 1.0
+	for _, d := range shape {
+		n *= float64(d)
+	}
+	return n
 }
 
 // NewModelHalf returns a model for cfg holding the values of sd, a state dict in bfloat16 or

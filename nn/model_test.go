@@ -2,6 +2,7 @@ package nn
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"slices"
@@ -59,6 +60,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := testConfig().Validate(); err != nil {
 		t.Error(err)
+	}
+	// Valid, but too large to allocate in float32: refused before anything is allocated.
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.DModel, c.Heads, c.FFN = MaxDim, 1, 1 },                            // 1.7·10¹⁰ in one layer
+		func(c *Config) { c.DModel, c.Heads, c.Layers, c.AttnOnly = 2048, 1, MaxLayers, true }, // 1.7·10¹⁰ in 1024
+	} {
+		cfg := testConfig()
+		edit(&cfg)
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewModel(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parameters, more than the 2147483648") {
+			t.Errorf("d_model %d, %d layers: %v, want ErrConfig for too many parameters", cfg.DModel, cfg.Layers, err)
+		}
 	}
 }
 
