@@ -119,12 +119,13 @@ func NewModel(cfg Config) (*Model, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := 0.0
+	n := 0 // a valid Config's shapes are within tensor.MaxElements, and their sum fits an int
 	for _, s := range cfg.layout() {
-		n += elements(s.shape)
+		k, _ := tensor.NumElements(s.shape)
+		n += k
 	}
 	if n > MaxParams {
-		return nil, fmt.Errorf("%w: %.4g parameters, more than the %d (16 GiB of values and gradients in float32) that NewModel allocates; NewModelHalf holds larger models", ErrConfig, n, MaxParams)
+		return nil, fmt.Errorf("%w: %d parameters, more than the %d (16 GiB of values and gradients in float32) that NewModel allocates; NewModelHalf holds larger models", ErrConfig, n, MaxParams)
 	}
 	rng := tensor.NewRNG(cfg.Seed)
 	return newModel(cfg, nil, func(s paramSpec) *Param { return s.newParam(rng) })
@@ -133,15 +134,6 @@ func NewModel(cfg Config) (*Model, error) {
 // MaxParams bounds the parameters of a NewModel model: each takes a float32 value and a float32
 // gradient, 16 GiB for 2³¹ of them.
 const MaxParams = 1 << 31
-
-// elements is the product of shape, in float64, where it cannot overflow.
-func elements(shape []int) float64 {
-	n := 1.0
-	for _, d := range shape {
-		n *= float64(d)
-	}
-	return n
-}
 
 // NewModelHalf returns a model for cfg holding the values of sd, a state dict in bfloat16 or
 // float16 (every tensor in one format) with exactly the model's parameters, as LoadStateDict
