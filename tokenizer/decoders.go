@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -17,20 +18,15 @@ type decoders []decoder
 
 // decode applies each decoder in turn and returns the tokens and their size in bytes. It stops,
 // reporting false, as soon as a step would leave more than limit bytes in all (see
-// growthBound): the size is then what that step made, or for a Replace what it would make, since
-// it is not made.
+// growthBound): the size is then what that step made, or what a bounded step would make, since
+// it does not make it.
 func (s decoders) decode(toks []string, limit int) ([]string, int, bool) {
 	for _, d := range s {
-		if r, ok := d.(replaceDec); ok {
-			spans, size := make([][][2]int, len(toks)), 0
-			for i, t := range toks {
-				spans[i] = r.find.find(t)
-				size += replacedLen(len(t), spans[i], r.find.content)
-			}
-			if size > limit {
+		if b, ok := d.(boundedDecoder); ok {
+			var size int
+			if toks, size, ok = b.within(toks, limit); !ok {
 				return toks, size, false
 			}
-			toks = r.replace(toks, spans)
 			continue
 		}
 		if toks = d.decode(toks); textLen(toks) > limit {
@@ -38,6 +34,12 @@ func (s decoders) decode(toks []string, limit int) ([]string, int, bool) {
 		}
 	}
 	return toks, textLen(toks), true
+}
+
+// boundedDecoder is a decoder that sizes its tokens before it makes them, as a
+// boundedNormalizer does its text (Replace).
+type boundedDecoder interface {
+	within(toks []string, limit int) ([]string, int, bool)
 }
 
 // textLen is the bytes of all the strings.
@@ -64,18 +66,20 @@ func (byteLevelDec) decode(toks []string) []string {
 // replaceDec is the Replace decoder: a string replaced in every token.
 type replaceDec struct{ find replaceNorm }
 
-// decode replaces r's matches in every token. (A Sequence sizes the result first: one Replace
-// can multiply the text by its content's length.)
 func (r replaceDec) decode(toks []string) []string {
-	spans := make([][][2]int, len(toks))
-	for i, t := range toks {
-		spans[i] = r.find.find(t)
-	}
-	return r.replace(toks, spans)
+	toks, _, _ = r.within(toks, math.MaxInt)
+	return toks
 }
 
-// replace replaces spans[i], the matches in toks[i], by r's content.
-func (r replaceDec) replace(toks []string, spans [][][2]int) []string {
+func (r replaceDec) within(toks []string, limit int) ([]string, int, bool) {
+	spans, size := make([][][2]int, len(toks)), 0
+	for i, t := range toks {
+		spans[i] = r.find.find(t)
+		size += replacedLen(len(t), spans[i], r.find.content)
+	}
+	if size > limit {
+		return toks, size, false
+	}
 	out := make([]string, len(toks))
 	for i, t := range toks {
 		var b strings.Builder
@@ -89,7 +93,7 @@ func (r replaceDec) replace(toks []string, spans [][][2]int) []string {
 		b.WriteString(t[prev:])
 		out[i] = b.String()
 	}
-	return out
+	return out, size, true
 }
 
 // byteFallbackDec is the ByteFallback decoder: runs of byte tokens <0xXX> become the text of

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"strings"
 	"unicode"
 
@@ -18,16 +19,15 @@ type normalizers []normalizer
 
 // normalize applies each normalizer in turn and returns the text and its size in bytes. It
 // stops, reporting false, as soon as a step would leave more than limit bytes (see growthBound):
-// the size is then what that step made, or for a Replace what it would make, since it is not
-// made.
+// the size is then what that step made, or what a bounded step would make, since it does not
+// make it.
 func (s normalizers) normalize(n normString, limit int) (normString, int, bool) {
 	for _, x := range s {
-		if r, ok := x.(replaceNorm); ok {
-			spans := r.find(n.s)
-			if size := replacedLen(len(n.s), spans, r.content); size > limit {
+		if b, ok := x.(boundedNormalizer); ok {
+			var size int
+			if n, size, ok = b.within(n, limit); !ok {
 				return n, size, false
 			}
-			n = n.replaceSpans(spans, r.content)
 			continue
 		}
 		if n = x.normalize(n); len(n.s) > limit {
@@ -35,6 +35,14 @@ func (s normalizers) normalize(n normString, limit int) (normString, int, bool) 
 		}
 	}
 	return n, len(n.s), true
+}
+
+// boundedNormalizer is a normalizer that sizes its text before it makes it: one whose single
+// step can multiply the text (Replace, by up to its content's length), so that a limit must stop
+// it before the text is made. within returns the text and its size, or, when the size would pass
+// limit, n unchanged, that size and false.
+type boundedNormalizer interface {
+	within(n normString, limit int) (normString, int, bool)
 }
 
 // growthBound is the most bytes of text that normalizing and pre-tokenizing n bytes of input may
@@ -104,10 +112,18 @@ type replaceNorm struct {
 	content string
 }
 
-// normalize replaces r's matches in n. (A Sequence sizes the result first: one Replace can
-// multiply the text by its content's length.)
 func (r replaceNorm) normalize(n normString) normString {
-	return n.replaceSpans(r.find(n.s), r.content)
+	n, _, _ = r.within(n, math.MaxInt)
+	return n
+}
+
+func (r replaceNorm) within(n normString, limit int) (normString, int, bool) {
+	spans := r.find(n.s)
+	if size := replacedLen(len(n.s), spans, r.content); size > limit {
+		return n, size, false
+	}
+	n = n.replaceSpans(spans, r.content)
+	return n, len(n.s), true
 }
 
 // replacedLen is the length of a text of n bytes once the spans are replaced by content.
