@@ -264,7 +264,7 @@ func charOffsets(text string, offsets [][2]int) [][2]int {
 }
 
 // checkOffsets checks that the offsets lie in the text, start at the boundaries of characters,
-// and do not go back.
+// and do not go back, but for tokens that cover no text.
 func checkOffsets(t *testing.T, text string, e Encoding) {
 	t.Helper()
 	if len(e.Offsets) != len(e.IDs) {
@@ -279,6 +279,12 @@ func checkOffsets(t *testing.T, text string, e Encoding) {
 			t.Errorf("%q: token %d %q: offsets %v out of order or range (previous start %d)", text, i, e.Tokens[i], o, last)
 			return
 		}
-		last = o[0]
+		// A token that covers no text does not move on the order: the ByteLevel post-processor
+		// trims a prefix space's offsets to the end of the character it stands before, past the
+		// start of that character's own token, as Hugging Face tokenizers does ("ab 12" split
+		// at " 1": [5 5] for the Ġ before "2", then [4 5]).
+		if o[0] < o[1] {
+			last = o[0]
+		}
 	}
 }

@@ -69,6 +69,9 @@ func compilePattern(src string) (*pattern, error) {
 	if err != nil {
 		return nil, fmt.Errorf("regex %q: Go's regexp cannot take its translation %q: %w", src, out, err)
 	}
+	if re.NumSubexp() != t.group {
+		return nil, fmt.Errorf("regex %q: its translation %q has %d capture groups, want %d", src, out, re.NumSubexp(), t.group)
+	}
 	return &pattern{re: re, keep: t.keep}, nil
 }
 
@@ -246,6 +249,10 @@ func (t *translator) item() (string, error) {
 	case c == '$':
 		t.pos++
 		s = `(?m:$)`
+	case c == '*' || c == '+' || c == '?':
+		// Oniguruma: "target of repeat operator is not specified". Written as it is, it could
+		// also turn the group around an alternative into Go's (?:…) or (?flags).
+		return "", fmt.Errorf("%q at %d repeats nothing", c, t.pos)
 	default:
 		t.pos++
 		s = string(c)

@@ -42,7 +42,7 @@ func TestTokenizerPattern(t *testing.T) {
 			t.Errorf("%q on %q: got %q, want %q", c.pattern, c.text, got, c.want)
 		}
 	}
-	for _, bad := range []string{`(?<=a)b`, `a(?!b)c`, `(a(?!b))`, `(?>a)`, `a++`, `\1`, `[a`, `(a`, `a)`, `[^\S]`, `[[:é`, `a{2`, `\p{L`, `\`} {
+	for _, bad := range []string{`(?<=a)b`, `a(?!b)c`, `(a(?!b))`, `(?>a)`, `a++`, `\1`, `[a`, `(a`, `a)`, `[^\S]`, `[[:é`, `a{2`, `\p{L`, `\`, `?:(?!0)`, `?(?!0)`, `*a`, `a|+b`} {
 		if _, err := compilePattern(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
