@@ -89,6 +89,10 @@ type Config struct {
 // allocation.
 const MaxDim = 1 << 16
 
+// MaxParams bounds the parameters New allocates: each takes a float32 value and, in training, a
+// float32 gradient, 16 GiB for 2³¹ of them (a layer of embed dim 16384 has 2³⁰).
+const MaxParams = 1 << 31
+
 // HeadDim returns d_h, the size of head h: HeadDims[h], or EmbedDim / NumHeads.
 func (c Config) HeadDim(h int) int {
 	if c.HeadDims != nil {
@@ -254,7 +258,8 @@ type Param struct {
 // New returns a layer for cfg with parameters initialised as nn.MultiheadAttention does, drawn
 // from cfg.Seed: xavier-uniform in_proj_weight (or q/k/v_proj_weight), zero in_proj_bias and
 // out_proj.bias, nn.Linear's default init for out_proj.weight, xavier-normal bias_k and bias_v.
-// It returns an error wrapping ErrConfig when cfg is invalid.
+// It returns an error wrapping ErrConfig when cfg is invalid or has more than MaxParams
+// parameters.
 func New(cfg Config) (*Layer, error) {
 	l, err := makeLayer(cfg, true)
 	if err != nil {
@@ -294,6 +299,16 @@ func NewHalf(cfg Config, sd map[string]*tensor.Half) (*Layer, error) {
 func makeLayer(cfg Config, alloc bool) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if alloc {
+		n := 0 // a valid Config's shapes are each under 2³⁴ elements
+		for _, s := range cfg.paramShapes() {
+			k, _ := tensor.NumElements(s.shape)
+			n += k
+		}
+		if n > MaxParams {
+			return nil, fmt.Errorf("%w: %d parameters, more than the %d (16 GiB of values and gradients in float32) that New allocates; NewHalf holds larger layers", ErrConfig, n, MaxParams)
+		}
 	}
 	cfg = cfg.clone()
 	l := &Layer{cfg: cfg, pool: new(parallel.Pool), sdpa: NewSDPAContext()}

@@ -239,6 +239,17 @@ func TestLayerGQAErrors(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
 		}
 	}
+	// A valid config too large to allocate is refused before anything is allocated: 4·2³⁰
+	// weights and 4·2¹⁵ biases, or 2·2³⁰ + 2·2³¹ with a kdim and vdim of 65536.
+	for cfg, n := range map[*Config]int{
+		{EmbedDim: 32768, NumHeads: 8}:                           4295098368,
+		{EmbedDim: 32768, NumHeads: 8, KDim: 65536, VDim: 65536}: 6442582016,
+	} {
+		want := fmt.Sprintf("%d parameters, more than the 2147483648", n)
+		if _, err := New(*cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%+v) = %v, want ErrConfig with %q", *cfg, err, want)
+		}
+	}
 	l := newLayer(t, Config{EmbedDim: 8, NumHeads: 2, Rotary: &Rotary{Theta: 10, Offset: maxRopePosition - 4}})
 	q := randTensor(tensor.NewRNG(1), 1, 5, 8)
 	if _, err := l.Forward(q, nil, nil, nil); !errors.Is(err, ErrShape) {

@@ -132,8 +132,8 @@ func NewModel(cfg Config) (*Model, error) {
 }
 
 // MaxParams bounds the parameters of a NewModel model: each takes a float32 value and a float32
-// gradient, 16 GiB for 2³¹ of them.
-const MaxParams = 1 << 31
+// gradient, 16 GiB for 2³¹ of them (the bound of a single attention layer, mha.MaxParams).
+const MaxParams = mha.MaxParams
 
 // NewModelHalf returns a model for cfg holding the values of sd, a state dict in bfloat16 or
 // float16 (every tensor in one format) with exactly the model's parameters, as LoadStateDict

@@ -245,3 +245,28 @@ func TestTokenizerAddedInsideStrip(t *testing.T) {
 		t.Errorf("got %v at %v, want %v at [[0 3] [2 2] [2 3] [3 4]]", e.IDs, e.Offsets, want)
 	}
 }
+
+// TestTokenizerNesting checks the nesting bound against what Hugging Face tokenizers reads
+// (seen through its Node binding): 62 Sequences around a Replace, whose pattern object lies 127
+// levels deep, parse and run; 63 around a Lowercase, or 62 around a Replace with an array in an
+// array, reach a 128th level and are refused, as by serde_json's recursion limit; brackets and
+// escaped quotes inside strings do not count.
+func TestTokenizerNesting(t *testing.T) {
+	nest := func(n int, leaf string) string {
+		return `{"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "[UNK]": 2}, "unk_token": "[UNK]"}, "normalizer": ` +
+			strings.Repeat(`{"type": "Sequence", "normalizers": [`, n) + leaf + strings.Repeat(`]}`, n) + `}`
+	}
+	tok, err := Parse([]byte(nest(62, `{"type": "Replace", "pattern": {"String": "[[\"{{"}, "content": "b"}`)))
+	if err != nil {
+		t.Fatalf("62 levels of Sequence: %v", err)
+	}
+	if got, err := tok.Encode(`[["{{`, false); err != nil || !slices.Equal(got.IDs, []int{1}) {
+		t.Errorf(`Encode("[[\"{{") = %v, %v, want ids [1]`, got.IDs, err)
+	}
+	const want = "tokenizer: expected arrays and objects nested at most 127 levels deep, as Hugging Face tokenizers reads them, got a 128th level"
+	for _, file := range []string{nest(63, `{"type": "Lowercase"}`), nest(62, `{"type": "Replace", "pattern": {"String": "a"}, "content": [[]]}`)} {
+		if _, err := Parse([]byte(file)); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Parse(%.60s…) = %v, want an error starting %q", file, err, want)
+		}
+	}
+}

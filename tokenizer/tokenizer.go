@@ -206,9 +206,48 @@ func tokenContent(raw json.RawMessage) (string, error) {
 	return "", fmt.Errorf("expected a string or {\"content\": …}, got %s", excerpt(raw))
 }
 
+// maxNesting is how deeply the arrays and objects of a tokenizer.json may nest, counting the
+// file's own object: the most that Hugging Face tokenizers reads (serde_json's recursion limit
+// refuses a 128th level), which also keeps the Sequences' parsing, each level decoding the levels
+// below it again, short of quadratic in the file's size.
+const maxNesting = 127
+
+// checkNesting returns an error when the arrays and objects of the JSON text data nest more than
+// maxNesting levels deep. It reads no further than that: invalid JSON is left to json.Unmarshal.
+func checkNesting(data []byte) error {
+	depth, inString := 0, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > maxNesting {
+				return fmt.Errorf("expected arrays and objects nested at most %d levels deep, as Hugging Face tokenizers reads them, got a %dth level at byte %d", maxNesting, depth, i)
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
 // Parse reads the contents of a tokenizer.json file. A model, normalizer, pre-tokenizer,
-// post-processor or decoder of a type it does not know is an error that names the type.
+// post-processor or decoder of a type it does not know is an error that names the type; so is a
+// file nested deeper than Hugging Face tokenizers reads (maxNesting levels).
 func Parse(data []byte) (*Tokenizer, error) {
+	if err := checkNesting(data); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: expected tokenizer.json, a JSON object, got %s: %w", excerpt(data), err)
