@@ -132,31 +132,38 @@ func boolOr(p *bool, def bool) bool {
 	return *p
 }
 
-// buildNormalizer reads the normalizer: its steps, in order, nil for none.
-func buildNormalizer(raw json.RawMessage) (normalizers, error) {
+// buildSteps reads a normalizer, pre-tokenizer or decoder (what) of a tokenizer.json: nil for
+// none, one step (built by step), or a Sequence's steps flattened in order, not nil even when
+// there are none (list gives a Sequence's components, which a path in errors names field).
+func buildSteps[S any](raw json.RawMessage, what, field string, list func(*compJSON) []json.RawMessage, step func(*compJSON) (S, error)) ([]S, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	c, err := decodeComp(raw, "normalizer")
+	c, err := decodeComp(raw, what)
 	if err != nil {
 		return nil, err
 	}
-	if c.Type == "Sequence" {
-		var seq normalizers
-		for i, r := range c.Normalizers {
-			n, err := buildNormalizer(r)
-			if err != nil {
-				return nil, fmt.Errorf("normalizers[%d]: %w", i, err)
-			}
-			seq = append(seq, n...)
+	if c.Type != "Sequence" {
+		s, err := step(c)
+		if err != nil {
+			return nil, err
 		}
-		return seq, nil
+		return []S{s}, nil
 	}
-	n, err := buildNormalizerStep(c)
-	if err != nil {
-		return nil, err
+	seq := []S{}
+	for i, r := range list(c) {
+		s, err := buildSteps(r, what, field, list, step)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", field, i, err)
+		}
+		seq = append(seq, s...)
 	}
-	return normalizers{n}, nil
+	return seq, nil
+}
+
+// buildNormalizer reads the normalizer: its steps, in order, nil for none.
+func buildNormalizer(raw json.RawMessage) (normalizers, error) {
+	return buildSteps(raw, "normalizer", "normalizers", func(c *compJSON) []json.RawMessage { return c.Normalizers }, buildNormalizerStep)
 }
 
 // buildNormalizerStep reads a normalizer other than a Sequence.
@@ -232,29 +239,7 @@ func buildBehavior(s string) (behavior, error) {
 
 // buildPreTokenizer reads the pre-tokenizer: its steps, in order, nil for none.
 func buildPreTokenizer(raw json.RawMessage) (preTokenizers, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	c, err := decodeComp(raw, "pre_tokenizer")
-	if err != nil {
-		return nil, err
-	}
-	if c.Type == "Sequence" {
-		var seq preTokenizers
-		for i, r := range c.Pretokenizers {
-			p, err := buildPreTokenizer(r)
-			if err != nil {
-				return nil, fmt.Errorf("pretokenizers[%d]: %w", i, err)
-			}
-			seq = append(seq, p...)
-		}
-		return seq, nil
-	}
-	p, err := buildPreTokenizerStep(c)
-	if err != nil {
-		return nil, err
-	}
-	return preTokenizers{p}, nil
+	return buildSteps(raw, "pre_tokenizer", "pretokenizers", func(c *compJSON) []json.RawMessage { return c.Pretokenizers }, buildPreTokenizerStep)
 }
 
 // buildPreTokenizerStep reads a pre-tokenizer other than a Sequence.
@@ -441,29 +426,7 @@ func buildTemplate(c *compJSON, tokens map[int]string) (postProcessor, error) {
 // even an empty one (with a decoder, Decode joins the tokens with nothing between them, and
 // without one with spaces).
 func buildDecoder(raw json.RawMessage) (decoders, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	c, err := decodeComp(raw, "decoder")
-	if err != nil {
-		return nil, err
-	}
-	if c.Type == "Sequence" {
-		seq := decoders{}
-		for i, r := range c.Decoders {
-			d, err := buildDecoder(r)
-			if err != nil {
-				return nil, fmt.Errorf("decoders[%d]: %w", i, err)
-			}
-			seq = append(seq, d...)
-		}
-		return seq, nil
-	}
-	d, err := buildDecoderStep(c)
-	if err != nil {
-		return nil, err
-	}
-	return decoders{d}, nil
+	return buildSteps(raw, "decoder", "decoders", func(c *compJSON) []json.RawMessage { return c.Decoders }, buildDecoderStep)
 }
 
 // buildDecoderStep reads a decoder other than a Sequence.
