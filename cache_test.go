@@ -282,6 +282,7 @@ func TestAttendCacheErrors(t *testing.T) {
 		{"sinks", kv, q, nil, nil, &SDPAOptions{Sinks: []float32{1}}},
 		{"window", kv, q, nil, nil, &SDPAOptions{Window: &Window{-2, 0}}},
 		{"scale", kv, q, nil, nil, &SDPAOptions{Scale: math.NaN()}},
+		{"scale overflowing float32", kv, q, nil, nil, &SDPAOptions{Scale: 1e39}},
 	} {
 		before := r.Out
 		if err := ctx.AttendCache(&r, c.kv, c.q, c.k, c.v, c.opt); !errors.Is(err, ErrShape) {

@@ -171,11 +171,12 @@ func TestHeadOptionErrors(t *testing.T) {
 		}
 	}
 	for name, c := range map[string]Config{
-		"dims sum":   {EmbedDim: 8, NumHeads: 2, HeadDims: []int{3, 4}},
-		"dims count": {EmbedDim: 8, NumHeads: 2, HeadDims: []int{8}},
-		"dim zero":   {EmbedDim: 8, NumHeads: 2, HeadDims: []int{8, 0}},
-		"scales len": {EmbedDim: 8, NumHeads: 2, HeadScales: []float64{1}},
-		"scale inf":  {EmbedDim: 8, NumHeads: 2, HeadScales: []float64{1, math.Inf(1)}},
+		"dims sum":                  {EmbedDim: 8, NumHeads: 2, HeadDims: []int{3, 4}},
+		"dims count":                {EmbedDim: 8, NumHeads: 2, HeadDims: []int{8}},
+		"dim zero":                  {EmbedDim: 8, NumHeads: 2, HeadDims: []int{8, 0}},
+		"scales len":                {EmbedDim: 8, NumHeads: 2, HeadScales: []float64{1}},
+		"scale inf":                 {EmbedDim: 8, NumHeads: 2, HeadScales: []float64{1, math.Inf(1)}},
+		"scale overflowing float32": {EmbedDim: 8, NumHeads: 2, HeadScales: []float64{-1e39, 1}},
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: New accepted %+v", name, c)

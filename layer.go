@@ -64,7 +64,7 @@ type Config struct {
 	// EmbedDim): head h owns the HeadDims[h] columns from HeadOffset(h) of Q, K, V and the
 	// concatenation. nil means E/H each, as in PyTorch. The parameters keep PyTorch's shapes.
 	HeadDims []int
-	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite): its logits
+	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite in float32): its logits
 	// are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
 	HeadScales []float64
 
@@ -197,8 +197,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for h, s := range c.HeadScales {
-		if math.IsNaN(s) || math.IsInf(s, 0) {
-			return fmt.Errorf("%w: head %d has scale %v, want a finite number", ErrConfig, h, s)
+		if !finite32(s) {
+			return fmt.Errorf("%w: head %d has scale %v, want a number finite in float32, in which scores are computed", ErrConfig, h, s)
 		}
 	}
 	if c.Rotary != nil {

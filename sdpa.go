@@ -45,7 +45,7 @@ type Window struct {
 // also counts exp(Sinks[h]) when Sinks is given. A row whose keys are all masked gets output 0,
 // never NaN.
 type SDPAOptions struct {
-	// Scale multiplies q·k; 0 means 1/√D. It must be finite.
+	// Scale multiplies q·k; 0 means 1/√D. It must be finite in float32 (|Scale| ≤ 3.4e38).
 	Scale float64
 	// Causal is the causal mask and its alignment.
 	Causal CausalMode
@@ -393,6 +393,9 @@ func (p *sdpaPlan) check(q, k, v *tensor.Tensor, opt *SDPAOptions, slopes *[]flo
 	return nil
 }
 
+// finite32 reports whether x is a number that float32 holds without overflowing to ±Inf.
+func finite32(x float64) bool { return math.Abs(x) <= math.MaxFloat32 }
+
 // checkOptions validates p.opt against the sizes in p and sets p.scale (and the default ALiBi
 // slopes, kept in slopes between calls).
 func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
@@ -401,8 +404,8 @@ func (p *sdpaPlan) checkOptions(slopes *[]float64) error {
 		return err
 	}
 	switch {
-	case math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
-		return fmt.Errorf("%w: scale is %v, want a finite number (0 for 1/√D)", ErrShape, o.Scale)
+	case !finite32(o.Scale):
+		return fmt.Errorf("%w: scale is %v, want a number finite in float32, in which scores are computed (0 for 1/√D)", ErrShape, o.Scale)
 	case o.Scale == 0 && p.d == 0:
 		return fmt.Errorf("%w: head size D is 0, so the default scale 1/√D is undefined; give a scale", ErrShape)
 	case o.Causal < NotCausal || o.Causal > CausalBottomRight:
