@@ -264,6 +264,9 @@ func queryRequest(q url.Values) (*runRequest, error) {
 
 // intParam reads the whole-number parameter name, which must lie in [0, n).
 func intParam(q url.Values, name string, n int) (int, error) {
+	if q.Get(name) == "" {
+		return 0, badRequest("%s missing; want a whole number from 0 to %d", name, n-1)
+	}
 	v, err := strconv.Atoi(q.Get(name))
 	if err != nil || v < 0 || v >= n {
 		return 0, badRequest("%s %q; want a whole number from 0 to %d", name, clip(q.Get(name)), n-1)
@@ -362,7 +365,10 @@ func (s *Server) pairPicture(ctx context.Context, mod *model, in *input, q url.V
 		return nil, "", err
 	}
 	metric := q.Get("metric")
-	if !slices.Contains(pairMetrics, metric) {
+	switch {
+	case metric == "":
+		return nil, "", badRequest("metric missing; want %s", strings.Join(pairMetrics, ", "))
+	case !slices.Contains(pairMetrics, metric):
 		return nil, "", badRequest("metric %q; want %s", clip(metric), strings.Join(pairMetrics, ", "))
 	}
 	var meas *measurement

@@ -583,6 +583,7 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/api/picture?model=induction&kind=head&layer=0&head=0&format=png", ``, 400, "exactly one of text (symbols), tokens (ids) or seed"},
 		{"GET", "/api/picture?model=induction&seed=1&kind=head&layer=0&head=4&format=png", ``, 400, `head "4"; want a whole number from 0 to 3`},
 		{"GET", "/api/picture?model=induction&seed=1&kind=head&layer=x&head=0&format=png", ``, 400, `layer "x"; want a whole number from 0 to 1`},
+		{"GET", "/api/picture?model=induction&seed=1&kind=head&head=0&format=png", ``, 400, `layer missing; want a whole number from 0 to 1`},
 		{"GET", "/api/picture?model=induction&seed=1&kind=similarity&layer=0&metric=mse&format=png", ``, 400, `metric "mse"; want rho, js, nmi`},
 		{"GET", "/api/picture?model=induction&seed=1&kind=similarity&layer=0&metric=rho&scope=all&format=png", ``, 400, `scope "all"; want sequence or task`},
 		{"GET", "/api/picture?model=induction&seed=1&kind=grid&format=png&colour=red", ``, 400, `unknown parameter "colour"`},
