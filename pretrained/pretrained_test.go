@@ -317,3 +317,48 @@ func FuzzConfig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIndex reads arbitrary bytes as model.safetensors.index.json of the two-shard Llama 3
+// folder: an error or a model, never a panic, and never a file read from outside the folder
+// (the fuzzer's indexes may name any path; one holding the weights lies next to the folder).
+func FuzzIndex(f *testing.F) {
+	index, err := os.ReadFile(filepath.Join(testdataDir("llama3-bf16"), "model.safetensors.index.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(index)
+	f.Add([]byte(`{"weight_map": {"model.embed_tokens.weight": "../outside.safetensors"}}`))
+	f.Add([]byte(`{"weight_map": {"model.embed_tokens.weight": "model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map": {}}`))
+	dir := copyFolder(f, "llama3-bf16")
+	shard, err := os.ReadFile(filepath.Join(dir, "model-00001-of-00002.safetensors"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "..", "outside.safetensors"), shard, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, index []byte) {
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), index, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, err := Open(dir)
+		if err == nil && m.NN == nil {
+			t.Fatal("no error and no model")
+		}
+		if err != nil {
+			return
+		}
+		var parsed struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(index, &parsed); err != nil {
+			t.Fatalf("Open read an index that is not JSON: %v", err)
+		}
+		for name, file := range parsed.WeightMap {
+			if file != filepath.Base(file) || file == ".." || file == "." {
+				t.Fatalf("Open took %q from %q, outside the folder", name, file)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -106,6 +107,38 @@ func FuzzEncode(f *testing.F) {
 					t.Errorf("%s: %q: token %q (%q) outside its offsets %v (%q)", names[i], text, e.Tokens[k], b, o, text[o[0]:o[1]])
 				}
 			}
+		}
+	})
+}
+
+// FuzzTokenizerConfig reads arbitrary bytes as a Llama-2 folder's tokenizer_config.json (what
+// LoadDir does with it, on a tokenizer.json parsed once): an error or a tokenizer, never a panic,
+// and a tokenizer that encodes "Hi" as the vocabulary does, with at most a special token on
+// either side when asked for them.
+func FuzzTokenizerConfig(f *testing.F) {
+	f.Add([]byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "add_eos_token": true, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}`))
+	f.Add([]byte(`{"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": false}`))
+	f.Add([]byte(`{"tokenizer_class": "LlamaTokenizer", "add_eos_token": true, "eos_token": "<nope>"}`))
+	f.Add([]byte(`[]`))
+	base, err := Parse(tokenizerJSON(f, "llama2"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, config []byte) {
+		tok := *base // applyConfig replaces the post-processor and changes nothing else
+		if tok.applyConfig(config) != nil {
+			return
+		}
+		plain, err := tok.Encode("Hi", false)
+		if err != nil || !slices.Equal(plain.Tokens, []string{"▁Hi"}) {
+			t.Fatalf("Encode(\"Hi\") = %q, %v, want [▁Hi]", plain.Tokens, err)
+		}
+		e, err := tok.Encode("Hi", true)
+		if err != nil {
+			t.Fatalf("Encode(\"Hi\") with special tokens: %v", err)
+		}
+		if i := slices.Index(e.Tokens, "▁Hi"); i < 0 || i > 1 || len(e.Tokens)-i > 2 {
+			t.Fatalf("Encode(\"Hi\") with special tokens = %q, want ▁Hi with at most one token on each side", e.Tokens)
 		}
 	})
 }
