@@ -64,8 +64,8 @@ type Config struct {
 	// EmbedDim): head h owns the HeadDims[h] columns from HeadOffset(h) of Q, K, V and the
 	// concatenation. nil means E/H each, as in PyTorch. The parameters keep PyTorch's shapes.
 	HeadDims []int
-	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite in float32): its logits
-	// are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
+	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite in float32):
+	// its logits are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
 	HeadScales []float64
 
 	// NumKVHeads is the number of key/value heads, Hkv; 0 means NumHeads. Fewer than NumHeads

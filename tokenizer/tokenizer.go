@@ -208,8 +208,8 @@ func tokenContent(raw json.RawMessage) (string, error) {
 
 // maxNesting is how deeply the arrays and objects of a tokenizer.json may nest, counting the
 // file's own object: the most that Hugging Face tokenizers reads (serde_json's recursion limit
-// refuses a 128th level), which also keeps the Sequences' parsing, each level decoding the levels
-// below it again, short of quadratic in the file's size.
+// refuses a 128th level). It also bounds the Sequences' parsing, each level of which decodes the
+// levels below it again, to about 63 passes over the file.
 const maxNesting = 127
 
 // checkNesting returns an error when the arrays and objects of the JSON text data nest more than
