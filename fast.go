@@ -785,9 +785,20 @@ type gemm struct {
 	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
 	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
 	// group, where W is packed once per task (set by pack; 0 where it is not): the blocks of
-	// gemmRows rows of one batch that a task runs against its block of gemmCols columns of C,
-	// rows of the transposed W (doPacked).
+	// gemmRows rows of one batch that a task runs against its block of cols columns of C, rows
+	// of the transposed W (doPacked).
 	group int
+	// cols is the columns of C per task (set by pack; 0 means gemmCols): fewer for the dot
+	// products of at most kernel.GemvRows rows, which are split finely over the workers.
+	cols int
+}
+
+// colBlock returns the columns of C per task.
+func (g *gemm) colBlock() int {
+	if g.cols > 0 {
+		return g.cols
+	}
+	return gemmCols
 }
 
 // pack sets g.group where W is packed once per task: a transposed float32 W (kernel.PackedF32,
@@ -796,8 +807,12 @@ type gemm struct {
 // W is packed once for up to packGroup blocks of rows rather than once for every one: as many as
 // leave the workers four tasks each.
 func (g *gemm) pack(workers int) {
-	g.group = 0
-	packs := g.trans && g.w.f != nil
+	g.group, g.cols = 0, gemmCols
+	// At most kernel.GemvRows rows (a decode step) read W in place as dot products instead.
+	packs := g.trans && g.w.f != nil && g.rows > kernel.GemvRows
+	if !g.bf16 && g.trans && g.rows <= kernel.GemvRows {
+		g.cols = kernel.GemvCols(g.n, workers, gemmCols)
+	}
 	if g.bf16 {
 		packs = g.trans && g.xb != nil && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
 	}
@@ -824,16 +839,16 @@ const gemmRows, gemmCols = 256, 256
 
 func (g *gemm) tasks() int {
 	if g.group > 0 {
-		return g.batches * ceilDiv(ceilDiv(g.rows, gemmRows), g.group) * ceilDiv(g.n, gemmCols)
+		return g.batches * ceilDiv(ceilDiv(g.rows, gemmRows), g.group) * ceilDiv(g.n, g.colBlock())
 	}
-	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
+	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, g.colBlock())
 }
 
 func (g *gemm) do(ws *kernel.Workspace, task int) {
-	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
+	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, g.colBlock())
 	b, rest := task/(rowBlocks*colBlocks), task%(rowBlocks*colBlocks)
-	r0, c0 := rest/colBlocks*gemmRows, rest%colBlocks*gemmCols
-	rows, cols := min(gemmRows, g.rows-r0), min(gemmCols, g.n-c0)
+	r0, c0 := rest/colBlocks*gemmRows, rest%colBlocks*g.colBlock()
+	rows, cols := min(gemmRows, g.rows-r0), min(g.colBlock(), g.n-c0)
 	var bias []float32
 	if g.bias != nil {
 		bias = g.bias[c0 : c0+cols]
@@ -861,17 +876,18 @@ func (g *gemm) do(ws *kernel.Workspace, task int) {
 	}
 }
 
-// doPacked runs one task of a gemm with g.group set: it packs one block of gemmCols rows of the
+// doPacked runs one task of a gemm with g.group set: it packs one block of g.colBlock() rows of the
 // transposed W, columns [c0, c0+cols) of C, and computes them for g.group blocks of gemmRows
 // rows of one batch, with do's sums: kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
-// SgemmPacked Sgemm's (where the CPU's kernels do not read packed float32 panels, Sgemm runs
-// instead). Consecutive tasks take the same rows and the next block of W.
+// SgemmPacked Sgemm's (where the CPU's kernels do not read packed float32 panels, or a block has
+// at most kernel.GemvRows rows, Sgemm runs instead). Consecutive tasks take the same rows and the
+// next block of W.
 func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
-	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, gemmCols)
+	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, g.colBlock())
 	groups := ceilDiv(rowBlocks, g.group)
 	b, rest := task/(groups*colBlocks), task%(groups*colBlocks)
-	r0, c0 := rest/colBlocks*g.group*gemmRows, rest%colBlocks*gemmCols
-	r1, cols := min(g.rows, r0+g.group*gemmRows), min(gemmCols, g.n-c0)
+	r0, c0 := rest/colBlocks*g.group*gemmRows, rest%colBlocks*g.colBlock()
+	r1, cols := min(g.rows, r0+g.group*gemmRows), min(g.colBlock(), g.n-c0)
 	w := g.w.from(c0 * g.ldw)
 	var bias []float32
 	if g.bias != nil {
@@ -899,7 +915,7 @@ func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
 			if g.bits != nil {
 				encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
 			}
-		case packed:
+		case packed && rows > kernel.GemvRows:
 			ws.SgemmPacked(rows, 1, g.x[x:], g.ldx, &pk.f, g.beta, c, g.ldc, bias)
 		default:
 			ws.Sgemm(false, true, rows, cols, g.k, 1, g.x[x:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)

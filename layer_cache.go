@@ -113,9 +113,8 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		{x: x.Data, ldx: e, xRows: n, k: e, w: wk, ldw: e, trans: true, bias: bk, c: k, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
 		{x: x.Data, ldx: e, xRows: n, k: e, w: wv, ldw: e, trans: true, bias: bv, c: v, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
 	} {
-		w.g = g
-		w.g.bf16 = bf
-		w.run(phaseGemm, w.g.tasks())
+		g.bf16 = bf
+		w.runGemm(g)
 	}
 	w.cq = perHead(w.cq, q, b, t, heads, d)
 	w.ck = perHead(w.ck, k, b, t, hkv, d)
@@ -141,8 +140,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		}
 	}
 	y := tensor.New(b, t, e)
-	w.g = gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1, bf16: bf}
-	w.run(phaseGemm, w.g.tasks())
+	w.runGemm(gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1, bf16: bf})
 	return y, nil
 }
 

@@ -74,13 +74,18 @@ type operand struct {
 
 // gemm computes C = op(A)·op(B) + beta·C, then adds bias[j] to column j when bias is not nil, as
 // kernel.Workspace.Sgemm does (row-major, leading dimensions lda, ldb, ldc; op(A) is m×k, op(B)
-// is k×n), in tasks of gemmRows×gemmCols blocks of C. A half-precision B goes through
+// is k×n), in tasks of gemmRows×gemmCols blocks of C (narrower for the dot products of at most
+// kernel.GemvRows rows with a transposed B). A half-precision B goes through
 // kernel.Workspace.SgemmHalf, bit for bit Sgemm's result on its decoded values.
 func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b operand, ldb int, beta float32, c []float32, ldc int, bias []float32) {
-	colBlocks := ceilDiv(n, gemmCols)
+	blockCols := gemmCols
+	if !transA && transB && m <= kernel.GemvRows { // dot products, split finely over the workers
+		blockCols = kernel.GemvCols(n, r.workers, gemmCols)
+	}
+	colBlocks := ceilDiv(n, blockCols)
 	r.run(ceilDiv(m, gemmRows)*colBlocks, func(worker, task int) {
-		i0, j0 := task/colBlocks*gemmRows, task%colBlocks*gemmCols
-		rows, cols := min(gemmRows, m-i0), min(gemmCols, n-j0)
+		i0, j0 := task/colBlocks*gemmRows, task%colBlocks*blockCols
+		rows, cols := min(gemmRows, m-i0), min(blockCols, n-j0)
 		aOff, bOff := i0*lda, j0
 		if transA {
 			aOff = i0

@@ -35,8 +35,9 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 // SgemmHalf is Sgemm with B held in half precision: b holds the bit patterns of B's values,
 // bfloat16 when bf16 is set and IEEE 754 binary16 otherwise, laid out as Sgemm's b (k×n, or n×k
 // when transB is set, with row stride ldb, counted in values). The values are decoded to float32
-// while B is packed, a block at a time, never as a whole; decoding is exact and the products are
-// summed in Sgemm's order, so C comes out bit for bit as Sgemm's on the decoded B. The layer's
+// while B is packed, a block at a time, never as a whole, or, for the dot products of at most
+// GemvRows rows, in registers as they are read; decoding is exact and the products are summed
+// in Sgemm's order, so C comes out bit for bit as Sgemm's on the decoded B. The layer's
 // projection x·Wᵀ of an m×k x with W stored [n, k] is SgemmHalf(false, true, m, n, k, 1, x, k,
 // w, bf16, k, 0, c, n, bias).
 //
@@ -46,6 +47,23 @@ func (w *Workspace) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 // so its Workspace may grow larger.
 func (w *Workspace) SgemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, bf16 bool, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	w.sgemmHalf(best, transA, transB, m, n, k, alpha, a, lda, b, bf16, ldb, beta, c, ldc, bias)
+}
+
+// GemvRows is the most rows of A that Sgemm and SgemmHalf multiply by a transposed B (a
+// projection's weights W [n, k]) as dot products on AVX-512: each row of W read once, in place,
+// in its stored type, with no packing; a decode step's x·Wᵀ is such a product. Each dot product
+// is then summed in one fixed order whatever the rows, so a row's result does not depend on how
+// many rows come with it, nor on whether W is float32 or half precision.
+const GemvRows = 4
+
+// GemvCols returns the columns of C per task for a product of at most GemvRows rows with a
+// transposed B of n rows, on workers goroutines: about a quarter of each worker's share, a
+// multiple of 16, at least 16 and at most maxCols. Such a product reads every row of B once and
+// is bound by that read, so it is split finely enough to keep every worker reading; its results
+// do not depend on the split.
+func GemvCols(n, workers, maxCols int) int {
+	share := (n + 4*max(workers, 1) - 1) / (4 * max(workers, 1))
+	return min(maxCols, max(16, (share+15)/16*16))
 }
 
 // PackedF32 is a transposed B operand of Sgemm, a projection's weights W [n, k] say, packed
@@ -80,7 +98,9 @@ func (p *PackedF32) Pack(k, n int, b []float32, ldb int) bool {
 // SgemmPacked computes C = alpha·A·op(B) + beta·C with A m×k row-major (stride lda), op(B) the
 // k×n operand b holds, and C m×n (stride ldc), then, when bias is not nil, adds bias[j] to
 // column j of every row of C: Sgemm(false, true, m, n, k, alpha, a, lda, B, ldb, beta, c, ldc,
-// bias) on the B that b packed, bit for bit, without packing B. An empty b (Pack returned false)
+// bias) on the B that b packed, without packing B; bit for bit when m > GemvRows (for fewer
+// rows Sgemm sums dot products, see GemvRows, and its C differs in the last bits; a caller that
+// needs those bits calls Sgemm on the rows of B instead). An empty b (Pack returned false)
 // has n = 0: there is no C to compute. Rules on beta and bias are Sgemm's; it panics when A, C or
 // bias is too short for the dimensions.
 func (w *Workspace) SgemmPacked(m int, alpha float32, a []float32, lda int, b *PackedF32, beta float32, c []float32, ldc int, bias []float32) {

@@ -93,6 +93,7 @@ type sgemmVector struct {
 	pack  []float32 // packed panels of B (kc×nr each)
 	apack []float32 // one packed row panel of a transposed A (kc×mr)
 	edge  []float32 // one zero-padded panel of B read in place past the end of its slice
+	dots  []float32 // the dot products of gemv, m×n
 
 	tile  [mrAVX2 * nrAVX2]float32 // AVX2 edge tiles of C
 	btile [nrAVX2]float32          // bias of an AVX2 edge tile
@@ -100,6 +101,10 @@ type sgemmVector struct {
 
 // run is sgemm on AVX-512 or AVX2 for m, n, k > 0 and alpha ≠ 0, with the slices checked.
 func (w *sgemmVector) run(is isa, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int, bias []float32) {
+	if is == avx512 && !transA && transB && m <= GemvRows {
+		w.gemv(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias)
+		return
+	}
 	mrMax, nr := mrAVX2, nrAVX2
 	if is == avx512 {
 		mrMax, nr = mrAVX512, nrAVX512

@@ -69,6 +69,7 @@ var sgemmHalfShapes = [][3]int{
 	{5, 600, 300}, // k·n > inPlaceKN: a row-major B blocked in k and n
 	{1, 1, 1}, {7, 13, 5}, {33, 1, 1000}, {5, 6, 0}, {0, 5, 3}, {4, 0, 3},
 	{2, 3, 4}, {15, 33, 17}, {29, 47, 300}, {64, 64, 64}, {300, 40, 9},
+	{1, 70, 16}, {2, 9, 31}, {3, 5, 47}, {4, 33, 65}, // GemvRows: blocks, 16 and a masked tail
 }
 
 // TestSgemmHalf checks that SgemmHalf on half-precision B gives, bit for bit, what Sgemm gives

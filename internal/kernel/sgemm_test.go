@@ -107,6 +107,9 @@ var sgemmShapes = [][3]int{
 	{2, 3, 4}, {15, 33, 17}, {29, 47, 300}, {64, 64, 64}, {128, 128, 64}, {96, 64, 128},
 	{300, 40, 9}, // m > inPlaceM: B packed even for NN
 	{1023, 769, 33},
+	// At most GemvRows rows: with a transposed B, dot products whose k crosses the kernels'
+	// blocks of 32, their block of 16 and their masked tail.
+	{1, 70, 16}, {2, 9, 31}, {3, 5, 47}, {1, 2, 48}, {4, 33, 65}, {4, 3, 100},
 }
 
 // TestSgemm checks every instruction set, transpose form and (alpha, beta, bias) combination on
@@ -239,6 +242,7 @@ func TestSgemmNoAllocs(t *testing.T) {
 			{m: 280, n: 20, k: 10, transA: true},     // packed NN-like, TN
 			{m: 257, n: 33, k: 5, transB: true},      // row tiles of mixed height
 			{m: 64, n: 64, k: 128, padA: 5, padB: 3}, // attention PV
+			{m: 3, n: 70, k: 37, transB: true},       // dot products (GemvRows)
 		} {
 			opA, opB := tc.logical(r)
 			a, lda, b, ldb, c, ldc := tc.operands(r, opA, opB)
@@ -396,9 +400,12 @@ func TestSgemmPacked(t *testing.T) {
 		{15, 33, 257, 260, 257, 40, 0, false},
 		{14, 32, 256, 256, 256, 32, 1, false},
 		{13, 31, 255, 255, 255, 31, 0, true},
-		{1, 1, 1, 1, 1, 1, 0, true},
+		{5, 1, 1, 1, 1, 1, 0, true},
 		{7, 100, 7, 9, 8, 100, 1, false},
 		{3, 5, 0, 1, 1, 5, 1, true}, // k = 0: C = beta·C + bias
+		// At most GemvRows rows, Sgemm sums dot products in another order: close, not the bits.
+		{1, 1, 1, 1, 1, 1, 0, true},
+		{4, 70, 300, 301, 300, 70, 1, true},
 	} {
 		a, b := to32(randSlice(r, tc.m*tc.lda)), to32(randSlice(r, tc.n*tc.ldb))
 		c0 := to32(randSlice(r, tc.m*tc.ldc))
@@ -414,8 +421,55 @@ func TestSgemmPacked(t *testing.T) {
 		got := slices.Clone(c0)
 		w.SgemmPacked(tc.m, 0.7, a, tc.lda, &p, tc.beta, got, tc.ldc, bias)
 		for i := range got {
+			if tc.m <= GemvRows && tc.k > 0 {
+				if d := math.Abs(float64(got[i]) - float64(want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("%+v: c[%d] = %v, Sgemm gives %v", tc, i, got[i], want[i])
+				}
+				continue
+			}
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("%+v: c[%d] = %v, Sgemm gives %v", tc, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestSgemmFewRows checks what GemvRows promises: with at most GemvRows rows and a transposed B,
+// each row of C is the same bits whether it comes alone or with the others, with B in float32
+// or in half precision (k crossing the kernels' blocks, padded strides, beta and bias).
+func TestSgemmFewRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, k := range []int{1, 15, 16, 17, 32, 33, 48, 63, 95, 300, 768} {
+		const n, lda, ldb, ldc = 37, 800, 801, 40
+		a := to32(randSlice(r, GemvRows*lda))
+		for _, bf16 := range halfFormats {
+			bh := encodeHalf(randSlice(r, n*ldb), bf16)
+			b := make([]float32, len(bh))
+			if bf16 {
+				DecodeBF16(b, bh)
+			} else {
+				DecodeF16(b, bh)
+			}
+			c0, bias := to32(randSlice(r, GemvRows*ldc)), to32(randSlice(r, n))
+			for _, is := range available() {
+				var w Workspace
+				for _, beta := range []float32{0, 1} {
+					all := slices.Clone(c0)
+					w.sgemm(is, false, true, GemvRows, n, k, 0.7, a, lda, b, ldb, beta, all, ldc, bias)
+					for m := 1; m <= GemvRows; m++ {
+						for i := 0; i+m <= GemvRows; i += m {
+							name := fmt.Sprintf("%v/%s/k=%d/beta=%v/rows %d to %d", is, formatName(bf16), k, beta, i, i+m-1)
+							got, half := slices.Clone(c0), slices.Clone(c0)
+							w.sgemm(is, false, true, m, n, k, 0.7, a[i*lda:], lda, b, ldb, beta, got[i*ldc:], ldc, bias)
+							w.sgemmHalf(is, false, true, m, n, k, 0.7, a[i*lda:], lda, bh, bf16, ldb, beta, half[i*ldc:], ldc, bias)
+							for j := i * ldc; j < (i+m)*ldc; j++ {
+								if math.Float32bits(got[j]) != math.Float32bits(all[j]) || math.Float32bits(half[j]) != math.Float32bits(all[j]) {
+									t.Fatalf("%s: C[%d][%d] = %v, half %v; with all %d rows %v", name, j/ldc, j%ldc, got[j], half[j], GemvRows, all[j])
+								}
+							}
+						}
+					}
+				}
 			}
 		}
 	}

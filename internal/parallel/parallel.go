@@ -4,6 +4,7 @@
 package parallel
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -98,7 +99,11 @@ const queue = 256
 // help serves loops until the channel closes, then leaves the count of running helpers.
 func (p *Pool) help(loops <-chan *Loop) {
 	defer p.stopped.Done()
-	for l := range loops {
+	for {
+		l, ok := next(loops)
+		if !ok {
+			break
+		}
 		l.work(int(l.workers.Add(1) - 1))
 		l.done.Done()
 	}
@@ -119,3 +124,23 @@ func (p *Pool) Close() {
 	p.mu.Unlock()
 	p.stopped.Wait()
 }
+
+// next returns the next loop from loops, and false once loops is closed. It polls for a while
+// before it blocks: a Run that follows another within microseconds (a decode step's dozens of
+// small products) then finds its helpers awake, where a parked one takes tens of microseconds
+// to wake, as long as the loop itself.
+func next(loops <-chan *Loop) (*Loop, bool) {
+	for range spinPolls {
+		select {
+		case l, ok := <-loops:
+			return l, ok
+		default:
+			runtime.Gosched()
+		}
+	}
+	l, ok := <-loops
+	return l, ok
+}
+
+// spinPolls is how many times a helper polls for a loop before it blocks.
+const spinPolls = 2000
