@@ -4,62 +4,62 @@
 
 package kernel
 
-// gemvF321AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF321AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF321AVX512(n int, k int, x *float32, ldx int, w *float32, ldw int, s *float32, lds int)
 
-// gemvF322AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF322AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF322AVX512(n int, k int, x *float32, ldx int, w *float32, ldw int, s *float32, lds int)
 
-// gemvF323AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF323AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF323AVX512(n int, k int, x *float32, ldx int, w *float32, ldw int, s *float32, lds int)
 
-// gemvF324AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF324AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF324AVX512(n int, k int, x *float32, ldx int, w *float32, ldw int, s *float32, lds int)
 
-// gemvBF161AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, k ≥ 1: each row of w read once, in place.
+// gemvBF161AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvBF161AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvBF162AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, k ≥ 1: each row of w read once, in place.
+// gemvBF162AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvBF162AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvBF163AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, k ≥ 1: each row of w read once, in place.
+// gemvBF163AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvBF163AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvBF164AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, k ≥ 1: each row of w read once, in place.
+// gemvBF164AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvBF164AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvF161AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF161AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 1, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF161AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvF162AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF162AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 2, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF162AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvF163AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF163AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 3, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF163AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)
 
-// gemvF164AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, k ≥ 1: each row of w read once, in place.
+// gemvF164AVX512 sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < 4, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.
 //
 //go:noescape
 func gemvF164AVX512(n int, k int, x *float32, ldx int, w *uint16, ldw int, s *float32, lds int)

@@ -57,7 +57,8 @@ func main() {
 }
 
 // gemv emits gemv<e><m>AVX512(n, k int, x *float32, ldx int, w *E, ldw int, s *float32, lds int),
-// which sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < m and r < n, k ≥ 1.
+// which sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < m and r < n, with n ≥ 1 and
+// k ≥ 1 (n = 0 would loop for ever).
 //
 // Each sum runs the same way whatever m is: 32 lanes (two vectors) take the products of p ≡ lane
 // (mod 32) in order of p over the whole blocks of 32; a block of 16 after them goes into the
@@ -67,7 +68,7 @@ func gemv(e elem, m int) {
 	name := fmt.Sprintf("gemv%s%dAVX512", e.name, m)
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(n, k int, x *float32, ldx int, w %s, ldw int, s *float32, lds int)", e.ptr))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < %d, r < n, k ≥ 1: each row of w read once, in place.", name, m))
+	Doc(fmt.Sprintf("%s sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < %d, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.", name, m))
 
 	n := Load(Param("n"), GP64())
 	k := Load(Param("k"), GP64())
