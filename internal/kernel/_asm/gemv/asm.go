@@ -17,38 +17,9 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// elem is a stored type of W.
-type elem struct {
-	name string // F32, BF16, F16
-	size int    // bytes
-	ptr  string // the Go pointer type of the storage
-}
-
-var elems = []elem{{"F32", 4, "*float32"}, {"BF16", 2, "*uint16"}, {"F16", 2, "*uint16"}}
-
-// load sets dst to the 16 values of W at src as float32; with a mask, the values outside it
-// are not read and are 0.
-func (e elem) load(src Mem, mask Register, dst VecVirtual) {
-	switch {
-	case e.name == "F32" && mask == nil:
-		VMOVUPS(src, dst)
-	case e.name == "F32":
-		VMOVUPS_Z(src, mask, dst)
-	case e.name == "BF16" && mask == nil:
-		halfop.DecodeBF16(src, dst)
-	case e.name == "BF16":
-		VPMOVZXWD_Z(src, mask, dst)
-		VPSLLD(U8(16), dst, dst)
-	case mask == nil:
-		halfop.DecodeF16(src, dst)
-	default:
-		VCVTPH2PS_Z(src, mask, dst)
-	}
-}
-
 func main() {
 	ConstraintExpr("!purego")
-	for _, e := range elems {
+	for _, e := range halfop.Elems {
 		for m := 1; m <= 4; m++ {
 			gemv(e, m)
 		}
@@ -64,9 +35,9 @@ func main() {
 // (mod 32) in order of p over the whole blocks of 32; a block of 16 after them goes into the
 // first vector, the last k mod 16 values (masked) into the second; then the two vectors are
 // added and their 16 lanes summed by halves (8 + 8, 4 + 4, 2 + 2, 1 + 1).
-func gemv(e elem, m int) {
-	name := fmt.Sprintf("gemv%s%dAVX512", e.name, m)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(n, k int, x *float32, ldx int, w %s, ldw int, s *float32, lds int)", e.ptr))
+func gemv(e halfop.Elem, m int) {
+	name := fmt.Sprintf("gemv%s%dAVX512", e.Name, m)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(n, k int, x *float32, ldx int, w %s, ldw int, s *float32, lds int)", e.Ptr))
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s sets s[i·lds + r] = Σ_{p<k} x[i·ldx + p]·w[r·ldw + p] for i < %d, r < n, n ≥ 1 and k ≥ 1: each row of w read once, in place.", name, m))
 
@@ -83,7 +54,7 @@ func gemv(e elem, m int) {
 	}
 	w := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
-	if e.size == 4 {
+	if e.Size == 4 {
 		SHLQ(U8(2), ldw)
 	} else {
 		SHLQ(U8(1), ldw)
@@ -114,7 +85,7 @@ func gemv(e elem, m int) {
 	}
 
 	o := GP64() // the byte offset of p in w's row; x's is o·4/size
-	xs := uint8(4 / e.size)
+	xs := uint8(4 / e.Size)
 	cnt := GP64()
 	Label(name + "_row")
 	acc := make([][2]VecVirtual, m)
@@ -131,14 +102,14 @@ func gemv(e elem, m int) {
 	Label(name + "_block")
 	wv := [2]VecVirtual{ZMM(), ZMM()}
 	for v := range 2 {
-		e.load(Mem{Base: w, Index: o, Scale: 1, Disp: v * 16 * e.size}, nil, wv[v])
+		e.Load(Mem{Base: w, Index: o, Scale: 1, Disp: v * 16 * e.Size}, nil, wv[v])
 	}
 	for i := range m {
 		for v := range 2 {
 			VFMADD231PS(Mem{Base: x[i], Index: o, Scale: xs, Disp: v * 64}, wv[v], acc[i][v])
 		}
 	}
-	ADDQ(U32(32*e.size), o)
+	ADDQ(U32(32*e.Size), o)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_block"))
 
@@ -147,18 +118,18 @@ func gemv(e elem, m int) {
 	TESTQ(k, k)
 	JZ(LabelRef(name + "_tail"))
 	w0 := ZMM()
-	e.load(Mem{Base: w, Index: o, Scale: 1}, nil, w0)
+	e.Load(Mem{Base: w, Index: o, Scale: 1}, nil, w0)
 	for i := range m {
 		VFMADD231PS(Mem{Base: x[i], Index: o, Scale: xs}, w0, acc[i][0])
 	}
-	ADDQ(U32(16*e.size), o)
+	ADDQ(U32(16*e.Size), o)
 
 	// The last k mod 16, masked, into the lanes after them.
 	Label(name + "_tail")
 	KORTESTW(tail, tail)
 	JZ(LabelRef(name + "_sum"))
 	w1 := ZMM()
-	e.load(Mem{Base: w, Index: o, Scale: 1}, tail, w1)
+	e.Load(Mem{Base: w, Index: o, Scale: 1}, tail, w1)
 	xt := ZMM()
 	for i := range m {
 		VMOVUPS_Z(Mem{Base: x[i], Index: o, Scale: xs}, tail, xt)

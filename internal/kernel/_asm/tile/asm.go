@@ -38,35 +38,14 @@ const tileKeys = 128
 // ahead is how many rows ahead of their loads the kernels prefetch.
 const ahead = 8
 
-// elem is a stored element type.
-type elem struct {
-	name string // F32, BF16, F16
-	size int    // bytes
-	ptr  string // the Go pointer type of the storage
-}
-
-var elems = []elem{{"F32", 4, "*float32"}, {"BF16", 2, "*uint16"}, {"F16", 2, "*uint16"}}
-
-// load loads 16 stored values at src into dst as float32.
-func (e elem) load(src Mem, dst VecVirtual) {
-	switch e.name {
-	case "F32":
-		VMOVUPS(src, dst)
-	case "BF16":
-		halfop.DecodeBF16(src, dst)
-	case "F16":
-		halfop.DecodeF16(src, dst)
-	}
-}
-
 // fmaRow adds x·y[c] to acc[c] for each c, x the float32 at src: for halves x is broadcast into
 // a register once and the FMAs read it there; for float32 each FMA broadcasts it from memory
 // (embedded broadcast). The register form runs the kernels' own loops 20–35% faster for every
 // type (BenchmarkTile, cached); in decode steps (mha bench --decode 32768, alternated rounds) it
 // made bfloat16 caches 7–14% faster, float16 caches no slower, float32 caches ~10% slower, so
 // float32 keeps the memory form.
-func (e elem) fmaRow(src Mem, y, acc []VecVirtual) {
-	if e.size == 4 {
+func fmaRow(e halfop.Elem, src Mem, y, acc []VecVirtual) {
+	if e.Size == 4 {
 		for c := range y {
 			VFMADD231PS_BCST(src, y[c], acc[c])
 		}
@@ -81,12 +60,12 @@ func (e elem) fmaRow(src Mem, y, acc []VecVirtual) {
 
 func main() {
 	ConstraintExpr("!purego")
-	for _, e := range elems {
+	for _, e := range halfop.Elems {
 		for m := 1; m <= 4; m++ {
 			score(e, m)
 		}
 	}
-	for _, e := range elems {
+	for _, e := range halfop.Elems {
 		for m := 1; m <= 4; m++ {
 			accum(e, m)
 		}
@@ -113,9 +92,9 @@ func strides(name string, m int) (ld, ld3 Register) {
 }
 
 // score emits scoreTile<e><m>AVX512.
-func score(e elem, m int) {
-	name := fmt.Sprintf("scoreTile%s%dAVX512", e.name, m)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(s *float32, q *float32, ldq int, d int, scale float32, k %s, next %s)", e.ptr, e.ptr))
+func score(e halfop.Elem, m int) {
+	name := fmt.Sprintf("scoreTile%s%dAVX512", e.Name, m)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(s *float32, q *float32, ldq int, d int, scale float32, k %s, next %s)", e.Ptr, e.Ptr))
 	Doc(fmt.Sprintf("%s sets s[r·128 + j] = scale·Σ_{i<d} q[r·ldq + i]·k[i·128 + j] for r < %d, j < 128, and prefetches as many bytes from next into L2.", name, m))
 	s := Load(Param("s"), GP64())
 	next := Load(Param("next"), GP64())
@@ -125,7 +104,7 @@ func score(e elem, m int) {
 	ldq, ldq3 := strides("ldq", m)
 	sc := ZMM()
 	VBROADCASTSS(asmutil.ParamAddr("scale"), sc)
-	rowBytes := tileKeys * e.size
+	rowBytes := tileKeys * e.Size
 	p, qp, n := GP64(), GP64(), GP64()
 	for half := range 2 {
 		acc := make([][4]VecVirtual, m)
@@ -136,7 +115,7 @@ func score(e elem, m int) {
 			}
 		}
 		loop, done := fmt.Sprintf("%s_loop%d", name, half), fmt.Sprintf("%s_done%d", name, half)
-		LEAQ(Mem{Base: k, Disp: half * 64 * e.size}, p)
+		LEAQ(Mem{Base: k, Disp: half * 64 * e.Size}, p)
 		MOVQ(q, qp)
 		MOVQ(d, n)
 		TESTQ(n, n)
@@ -145,7 +124,7 @@ func score(e elem, m int) {
 		var kz [4]VecVirtual
 		for c := range kz {
 			kz[c] = ZMM()
-			e.load(Mem{Base: p, Disp: c * 16 * e.size}, kz[c])
+			e.Load(Mem{Base: p, Disp: c * 16 * e.Size}, nil, kz[c])
 		}
 		if half == 0 { // the whole row, so the second half finds it in cache
 			for l := 0; l < rowBytes; l += 64 {
@@ -157,7 +136,7 @@ func score(e elem, m int) {
 		}
 		ADDQ(U32(rowBytes/2), next)
 		for r, a := range rows(m, qp, ldq, ldq3) {
-			e.fmaRow(a, kz[:], acc[r][:])
+			fmaRow(e, a, kz[:], acc[r][:])
 		}
 		ADDQ(U32(rowBytes), p)
 		ADDQ(U8(4), qp)
@@ -176,9 +155,9 @@ func score(e elem, m int) {
 }
 
 // accum emits accumTile<e><m>AVX512.
-func accum(e elem, m int) {
-	name := fmt.Sprintf("accumTile%s%dAVX512", e.name, m)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v %s, ldv int, next %s)", e.ptr, e.ptr))
+func accum(e halfop.Elem, m int) {
+	name := fmt.Sprintf("accumTile%s%dAVX512", e.Name, m)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(acc *float32, ldacc int, p *float32, ldp int, n int, cols int, v %s, ldv int, next %s)", e.Ptr, e.Ptr))
 	Doc(fmt.Sprintf("%s adds Σ_{t<n} p[r·ldp + t]·v[t·ldv + c] to acc[r·ldacc + c] for r < %d, c < cols, cols a multiple of 16, and prefetches about as many bytes from next into L2.", name, m))
 	next := Load(Param("next"), GP64())
 	acc := Load(Param("acc"), GP64())
@@ -188,7 +167,7 @@ func accum(e elem, m int) {
 	ldacc, ldacc3 := strides("ldacc", m)
 	ldp, ldp3 := strides("ldp", m)
 	ldv := Load(Param("ldv"), GP64())
-	if e.size == 4 {
+	if e.Size == 4 {
 		SHLQ(U8(2), ldv)
 	} else {
 		SHLQ(U8(1), ldv)
@@ -217,15 +196,15 @@ func accum(e elem, m int) {
 		vz := make([]VecVirtual, w)
 		for c := range vz {
 			vz[c] = ZMM()
-			e.load(Mem{Base: vp, Disp: c * 16 * e.size}, vz[c])
+			e.Load(Mem{Base: vp, Disp: c * 16 * e.Size}, nil, vz[c])
 		}
-		for l := 0; l < w*16*e.size; l += 64 {
+		for l := 0; l < w*16*e.Size; l += 64 {
 			PREFETCHT0(Mem{Base: vp, Index: pf, Scale: 1, Disp: l})
 			PREFETCHT1(Mem{Base: next, Disp: l})
 		}
-		ADDQ(U32(max(64, w*16*e.size)), next)
+		ADDQ(U32(max(64, w*16*e.Size)), next)
 		for r, ar := range rows(m, pp, ldp, ldp3) {
-			e.fmaRow(ar, vz, a[r])
+			fmaRow(e, ar, vz, a[r])
 		}
 		ADDQ(ldv, vp)
 		ADDQ(U8(4), pp)
@@ -238,7 +217,7 @@ func accum(e elem, m int) {
 			}
 		}
 		ADDQ(U32(w*64), acc)
-		ADDQ(U32(w*16*e.size), v)
+		ADDQ(U32(w*16*e.Size), v)
 		SUBQ(U8(w*16), cols)
 		JMP(LabelRef(again))
 	}
