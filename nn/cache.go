@@ -57,11 +57,12 @@ func (c *Cache) Reset() {
 
 // ForwardCached runs tokens [B, T] (row-major, len b·t) as the next T positions of the
 // sequences in c, after the c.Len() it holds, and returns their logits [B, T, Vocab], which equal
-// those of a Forward of the whole sequences at those positions up to float32 rounding. The
-// storage is the model's, overwritten by the next forward. It keeps nothing for Loss or
-// Backward (a Loss needs a Forward); of opt it reads Workers only. It returns an error, leaving
-// c unchanged, when b is not c's batch, t is not positive, c has fewer than t positions left,
-// or a token is outside [0, Vocab).
+// those of a Forward of the whole sequences at those positions up to float32 rounding (or
+// bfloat16's, with Compute bfloat16). The storage is the model's, overwritten by the next
+// forward. It keeps nothing for Loss or Backward (a Loss needs a Forward); of opt it reads
+// Workers and Compute. It returns an error, leaving c unchanged, when b is not c's batch, t is
+// not positive, c has fewer than t positions left, a token is outside [0, Vocab), or Compute is
+// not one of mha's.
 func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
 	if opt == nil {
 		opt = new(RunOptions)
@@ -76,6 +77,8 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 		return nil, fmt.Errorf("nn: %d positions after the cache's %d, more than its capacity %d", t, c.n, c.capacity)
 	case len(tokens) != b*t:
 		return nil, fmt.Errorf("nn: %d tokens for batch %d × length %d, want %d", len(tokens), b, t, b*t)
+	case opt.Compute != mha.ComputeFloat32 && opt.Compute != mha.ComputeBFloat16:
+		return nil, fmt.Errorf("nn: compute type %v, want mha.ComputeFloat32 or mha.ComputeBFloat16", opt.Compute)
 	}
 	for i, tok := range tokens {
 		if tok < 0 || tok >= cfg.Vocab {
@@ -87,8 +90,11 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 	}
 	m.state = stateFresh // no Loss or Backward after this
 	m.tokens = append(m.tokens[:0], tokens...)
+	m.r.compute = opt.Compute.Effective()
+	defer func() { m.r.compute = mha.ComputeFloat32 }()
 	x := m.emb.forward(&m.r, m.tokens, nil, b, t, c.n)
 	mo := cfg.attnOptions(&RunOptions{}, m.r.workers)
+	mo.Compute = opt.Compute.Effective()
 	for l, blk := range m.blocks {
 		var err error
 		if x, err = blk.forwardCached(&m.r, x, b, t, c.kv[l], &mo); err != nil {

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/mhalab/mha"
@@ -101,5 +102,63 @@ func TestNewCacheSparse(t *testing.T) {
 	}
 	if cfg := (Config{Normalizer: "softmax"}); cfg.sparseAttention() {
 		t.Error("the softmax normalizer counts as sparse")
+	}
+}
+
+// TestForwardCachedBFloat16 checks ForwardCached with RunOptions.Compute bfloat16: a prompt's
+// logits within bfloat16's rounding of the float32 ones but not equal to them (its products ran
+// in bfloat16; on a CPU without AVX512_BF16, equal), the same bits from a model of bfloat16
+// weights as from the float32 model of their values, and from 1 and 3 workers; Forward and an
+// unknown compute type are refused.
+func TestForwardCachedBFloat16(t *testing.T) {
+	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3} // 2 sequences of 8
+	const b, n = 2, 8
+	for name, cfg := range hfConfigs() {
+		if cfg.Bidirectional {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			half, full := halfPair(t, cfg, tensor.BFloat16)
+			logits := func(m *Model, opt RunOptions) []float32 {
+				t.Helper()
+				c, err := m.NewCache(b, n, mha.CacheFloat32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				y, err := m.ForwardCached(c, tokens, b, n, &opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return y.Clone().Data
+			}
+			want := logits(full, RunOptions{})
+			got := logits(full, RunOptions{Compute: mha.ComputeBFloat16, Workers: 1})
+			e := tensor.RelError(got, f64(want))
+			t.Logf("relative error of bfloat16 products: %.3g", e)
+			switch {
+			case mha.ComputeBFloat16.Effective() != mha.ComputeBFloat16:
+				if !bitsEqual(got, want) { // no AVX512_BF16: float32
+					t.Errorf("bfloat16 where the CPU computes it in float32: relative error %.3g, want the float32 bits", e)
+				}
+			case e > 3e-2 || bitsEqual(got, want):
+				t.Errorf("relative error %.3g against float32, want > 0 and ≤ 3e-2", e)
+			}
+			if h := logits(half, RunOptions{Compute: mha.ComputeBFloat16, Workers: 3}); !bitsEqual(h, got) {
+				t.Error("bfloat16 weights on 3 workers gave other bits than their float32 values on 1")
+			}
+			if again := logits(full, RunOptions{}); !bitsEqual(again, want) {
+				t.Error("a float32 call after a bfloat16 one gave other bits")
+			}
+			if _, err := full.Forward(tokens, b, n, &RunOptions{Compute: mha.ComputeBFloat16}); err == nil || !strings.Contains(err.Error(), "Forward computes in float32") {
+				t.Errorf("Forward in bfloat16: error %v", err)
+			}
+			c, err := full.NewCache(b, n, mha.CacheFloat32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := full.ForwardCached(c, tokens, b, n, &RunOptions{Compute: 7}); err == nil || !strings.Contains(err.Error(), "compute type") {
+				t.Errorf("compute type 7: error %v", err)
+			}
+		})
 	}
 }

@@ -90,6 +90,16 @@ type RunOptions struct {
 	// softmax attention. A pattern or block size that does not fit the call is an error of
 	// Forward.
 	Sparsity *Sparsity
+	// Compute is the arithmetic of ForwardCached's matrix products: mha.ComputeFloat32 (the
+	// zero value) or mha.ComputeBFloat16, with which the products of more than
+	// kernel.GemvRows (4) rows, a prompt's, take bfloat16 operands and float32 sums, as
+	// mha.Options.Compute says for the attention layers (kernel.GemmBF16Half on the weights as
+	// stored): about twice as fast, with bfloat16's rounding of the activations (~1% of a
+	// logit), where the CPU has AVX512_BF16, and float32 elsewhere (mha.Compute.Effective).
+	// The products of a decode step's few rows stay float32 dot products, bound by reading
+	// the weights either way. Forward, which keeps what Backward needs, computes in float32
+	// and refuses anything else.
+	Compute mha.Compute
 }
 
 // ResidualPatch sets the residual stream entering block Layer (Layer = Layers: the last block's
@@ -348,6 +358,8 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 		return nil, fmt.Errorf("nn: length %d is more than the model's seq_len %d", t, c.SeqLen)
 	case len(tokens) != b*t:
 		return nil, fmt.Errorf("nn: %d tokens for batch %d × length %d, want %d", len(tokens), b, t, b*t)
+	case opt.Compute != mha.ComputeFloat32:
+		return nil, fmt.Errorf("nn: Forward computes in float32 (it keeps what Backward needs), got compute type %v; ForwardCached takes bfloat16", opt.Compute)
 	}
 	for i, tok := range tokens {
 		if tok < 0 || tok >= c.Vocab {

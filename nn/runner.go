@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/internal/parallel"
 )
@@ -18,6 +19,7 @@ type runner struct {
 	ws      []kernel.Workspace // one per worker
 	tmp     [][]float32        // one scratch buffer per worker
 	partial []float32          // gemmAcc's partial products
+	compute mha.Compute        // the arithmetic of gemm's products of more than kernel.GemvRows rows
 }
 
 // setWorkers sets the number of goroutines the next loops use, 0 meaning GOMAXPROCS, and
@@ -76,12 +78,16 @@ type operand struct {
 // kernel.Workspace.Sgemm does (row-major, leading dimensions lda, ldb, ldc; op(A) is m×k, op(B)
 // is k×n), in tasks of gemmRows×gemmCols blocks of C (narrower for the dot products of at most
 // kernel.GemvRows rows with a transposed B). A half-precision B goes through
-// kernel.Workspace.SgemmHalf, bit for bit Sgemm's result on its decoded values.
+// kernel.Workspace.SgemmHalf, bit for bit Sgemm's result on its decoded values. With r.compute
+// bfloat16, a product of more than kernel.GemvRows rows runs in kernel.Workspace.GemmBF16Half or
+// GemmBF16 instead.
 func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b operand, ldb int, beta float32, c []float32, ldc int, bias []float32) {
 	blockCols := gemmCols
-	if !transA && transB && m <= kernel.GemvRows { // dot products, split finely over the workers
+	gemv := !transA && transB && m <= kernel.GemvRows
+	if gemv { // dot products, split finely over the workers
 		blockCols = kernel.GemvCols(n, r.workers, gemmCols)
 	}
+	bf16 := r.compute == mha.ComputeBFloat16 && !gemv
 	colBlocks := ceilDiv(n, blockCols)
 	r.run(ceilDiv(m, gemmRows)*colBlocks, func(worker, task int) {
 		i0, j0 := task/colBlocks*gemmRows, task%colBlocks*blockCols
@@ -97,7 +103,14 @@ func (r *runner) gemm(transA, transB bool, m, n, k int, a []float32, lda int, b 
 		if bias != nil {
 			bs = bias[j0 : j0+cols]
 		}
-		if b.h != nil {
+		switch {
+		case bf16 && b.h != nil:
+			r.ws[worker].GemmBF16Half(transA, transB, rows, cols, k, 1, a[aOff:], lda, b.h[bOff:], b.bf16, ldb, beta, c[i0*ldc+j0:], ldc, bs)
+			return
+		case bf16:
+			r.ws[worker].GemmBF16(transA, transB, rows, cols, k, 1, a[aOff:], lda, b.f[bOff:], ldb, beta, c[i0*ldc+j0:], ldc, bs)
+			return
+		case b.h != nil:
 			r.ws[worker].SgemmHalf(transA, transB, rows, cols, k, 1, a[aOff:], lda, b.h[bOff:], b.bf16, ldb, beta, c[i0*ldc+j0:], ldc, bs)
 			return
 		}

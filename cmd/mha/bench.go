@@ -68,6 +68,7 @@ type benchFlags struct {
 	dense                         bool   // --dense: time dense attention beside --pattern/--normalizer
 	seqSet                        bool   // --seq was given
 	model                         string // --model: time a Hugging Face folder (bench_model.go)
+	gguf, llamaBench              string // --gguf, --llama-bench: llama.cpp on the --model folder (bench_llamacpp.go)
 	steps                         int    // decode steps with --model
 	weights                       string // the worker's weights with --model: stored or f32
 	compute                       string // --compute: float32, bfloat16 or a comma list of them
@@ -184,8 +185,16 @@ causal flag (its mask is random) and no thread flag (OMP_THREAD_LIMIT caps an Op
 --seq (default 128,512) into an empty KV cache, and --steps greedy decode steps of one token
 after an 8-token prompt, as tokens/s, resident memory after loading and at the peak, and the
 weight bytes a step reads per second against the measured read bandwidth. A bf16 or f16 folder
-runs with its weights as stored ("mha") and converted to float32 ("mha-f32"); --torch adds
-"torch-f32", benchscripts/torch_model.py (the Llama family in plain PyTorch, float32). --json
+runs with its weights as stored ("mha") and converted to float32 ("mha-f32"); --compute bfloat16
+(one type with --model) has mha compute the prompts' matrix products in bfloat16
+(nn.RunOptions.Compute; a decode step's one-row products are float32 dot products either way),
+and the rows' "compute" says which. --torch adds "torch-f32", benchscripts/torch_model.py (the
+Llama family in plain PyTorch, float32); --gguf FILE adds "llama.cpp", its llama-bench (--llama-bench, default the one in PATH; built from a
+llama.cpp checkout you fetched: cmake --build BUILD --target llama-bench) on FILE, the same
+model converted to GGUF (llama.cpp's convert_hf_to_gguf.py, or benchscripts/hf_to_gguf.py for a
+folder without a tokenizer), with the same threads, prompt lengths, steps and runs: its prefill
+starts from an empty context, its decode is the mean time per token of each run of --steps
+tokens from an empty context, and its read MB is the GGUF's tensor bytes. --json
 then prints {"model":…} first and one object per implementation. The model's config gives its
 shapes and attention, so the layer's and the core's flags (--embed, --pattern, --decode, …) are
 refused with it, and --steps without it.
@@ -196,9 +205,6 @@ refused with it, and --steps without it.
 			fl := cmd.Flags()
 			f.seqSet = fl.Changed("seq")
 			if f.model != "" {
-				if fl.Changed("compute") {
-					return errors.New("--compute applies to the layer and the attention core; --model runs a model in its weights' types (see --weights)")
-				}
 				// The model's own shapes and attention are timed: the layer's and the core's
 				// flags would be ignored.
 				for _, name := range []string{"embed", "heads", "batch", "causal", "need-weights", "backward", "ort", "ggml",
@@ -211,6 +217,9 @@ refused with it, and --steps without it.
 			}
 			if fl.Changed("steps") {
 				return errors.New("--steps counts the decode steps of --model: want it with --model")
+			}
+			if fl.Changed("gguf") || fl.Changed("llama-bench") {
+				return errors.New("--gguf and --llama-bench time llama.cpp on a whole model: want them with --model")
 			}
 			cfg, err := f.config()
 			if err != nil {
@@ -247,6 +256,8 @@ refused with it, and --steps without it.
 	fl.StringVar(&f.cacheDType, "cache-dtype", "f32", "the worker's cache type with --decode (used by mha bench itself)")
 	fl.StringVar(&f.model, "model", "", "time a whole model instead: the Hugging Face folder DIR's prefill (--seq, default 128,512) and decode tokens/s, memory, against the read bandwidth")
 	fl.IntVar(&f.steps, "steps", 32, "timed decode steps with --model")
+	fl.StringVar(&f.gguf, "gguf", "", "with --model, also time llama.cpp's llama-bench on FILE, the same model as GGUF")
+	fl.StringVar(&f.llamaBench, "llama-bench", "llama-bench", "llama.cpp's llama-bench binary, for --gguf")
 	fl.StringVar(&f.weights, "weights", "stored", "the worker's weights with --model: stored or f32 (used by mha bench itself)")
 	fl.StringVar(&f.compute, "compute", "float32", "mha's compute type: float32 (PyTorch's results) or bfloat16 (bf16 products, float32 sums and softmax; inference only), or both comma-separated for one row each in the same run")
 	_ = fl.MarkHidden("worker")

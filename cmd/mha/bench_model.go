@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -41,6 +42,7 @@ type modelResult struct {
 	DecodeMS    []float64       `json:"decode_ms"` // one per timed step
 	Tokens      []int           `json:"tokens"`    // the greedy tokens after the prompt
 	Arch        string          `json:"architecture,omitempty"`
+	Compute     string          `json:"compute,omitempty"` // of mha's prompts' matrix products: float32 or bfloat16
 }
 
 // prefillResult are the times of prefilling T tokens into an empty cache.
@@ -53,6 +55,7 @@ type prefillResult struct {
 type modelRow struct {
 	Impl         string         `json:"impl"`
 	Weights      string         `json:"weights"`
+	Compute      string         `json:"compute,omitempty"` // of mha's prompts' matrix products: float32 or bfloat16
 	Params       int64          `json:"params"`
 	Threads      int            `json:"threads"`
 	LoadS        jsonnum.Number `json:"load_s"`
@@ -85,7 +88,8 @@ type modelHeader struct {
 	Params       int64          `json:"params"`
 	Threads      int            `json:"threads"`
 	ReadBWGBps   jsonnum.Number `json:"read_bw_gbps"`
-	Torch        string         `json:"torch,omitempty"` // PyTorch's version and BLAS, with --torch
+	Torch        string         `json:"torch,omitempty"`     // PyTorch's version and BLAS, with --torch
+	LlamaCpp     string         `json:"llama_cpp,omitempty"` // llama-bench's binary, build and GGUF, with --gguf
 }
 
 // modelBenchArgs are the child's flags shared by mha's worker and torch_model.py.
@@ -124,6 +128,15 @@ func checkModelFlags(f *benchFlags) ([]int, error) {
 	if f.weights != "stored" && f.weights != "f32" {
 		return nil, fmt.Errorf("--weights %q, want stored or f32", f.weights)
 	}
+	if strings.Contains(f.compute, ",") {
+		return nil, fmt.Errorf("--compute %q: --model takes one compute type, float32 or bfloat16", f.compute)
+	}
+	if _, err := mha.ParseCompute(f.compute); err != nil {
+		return nil, fmt.Errorf("--compute: %v", err)
+	}
+	if f.gguf != "" && f.llamaBench == "" {
+		return nil, errors.New("--llama-bench is empty, want llama.cpp's llama-bench binary for --gguf")
+	}
 	return seqs, nil
 }
 
@@ -148,7 +161,7 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 			name = "mha-f32"
 		}
 		return benchImpl{name: name, command: func(int) *exec.Cmd {
-			c := exec.Command(exe, append([]string{"bench", "--worker", "--weights", weights}, modelBenchArgs(f, seqs)...)...)
+			c := exec.Command(exe, append([]string{"bench", "--worker", "--weights", weights, "--compute", f.compute}, modelBenchArgs(f, seqs)...)...)
 			c.Env = append(os.Environ(), benchWorkerEnv+"=1")
 			return c
 		}}
@@ -201,6 +214,27 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var llamaInfo string // the human output's line about llama.cpp
+	if f.gguf != "" {
+		bin, err := exec.LookPath(f.llamaBench)
+		if err != nil {
+			return fmt.Errorf("--llama-bench: %v; build llama.cpp's llama-bench (cmake --build BUILD --target llama-bench) and give its path", err)
+		}
+		r, commit, err := measureLlamaBench(bin, f.gguf, f, seqs)
+		if err != nil {
+			return err
+		}
+		// A step reads what mha's step reads of weights of the same type (the GGUF's bytes
+		// include the token embedding that an untied model's step does not read).
+		for i, m := range results {
+			if m.Weights == r.Weights && !strings.HasPrefix(names[i], "torch") {
+				r.ReadBytes = m.ReadBytes
+				break
+			}
+		}
+		names, results = append(names, "llama.cpp"), append(results, r)
+		llamaInfo = fmt.Sprintf("%s (build %s) on %s", bin, commit, f.gguf)
+	}
 	// Measured after the children, whose peak RSS would otherwise include its buffer.
 	prev := runtime.GOMAXPROCS(max(f.threads, runtime.GOMAXPROCS(0)))
 	bw := kernel.ReadBandwidth(f.threads, 0, 0)
@@ -208,14 +242,17 @@ func runModelBench(f *benchFlags, stdout, stderr io.Writer) error {
 	rows := make([]modelRow, len(results))
 	for i, r := range results {
 		rows[i] = r.row(names[i], f, bw)
+		if names[i] == "llama.cpp" {
+			rows[i].DecodeSteps = f.steps // in each of its runs, timed as a whole
+		}
 	}
 	for i, r := range results[1:] {
-		if !slices.Equal(r.Tokens, results[0].Tokens) {
+		if r.Tokens != nil && !slices.Equal(r.Tokens, results[0].Tokens) {
 			fmt.Fprintf(stderr, "note: %s chose the greedy tokens %v, %s %v (float32 sums in another order can change a close argmax)\n", names[i+1], r.Tokens, names[0], results[0].Tokens)
 		}
 	}
 	return printModelBench(stdout, f, modelHeader{Model: f.model, Architecture: results[0].Arch, Params: rows[0].Params,
-		Threads: f.threads, ReadBWGBps: sig4(bw / 1e9), Torch: torchInfo}, seqs, rows)
+		Threads: f.threads, ReadBWGBps: sig4(bw / 1e9), Torch: torchInfo, LlamaCpp: llamaInfo}, seqs, rows)
 }
 
 // measureModel runs im's child and collects its result.
@@ -249,7 +286,7 @@ func (r *modelResult) row(impl string, f *benchFlags, bw float64) modelRow {
 		step, fastest = median(r.DecodeMS), slices.Min(r.DecodeMS)
 	}
 	rate := float64(r.ReadBytes) / (step / 1e3)
-	row := modelRow{Impl: impl, Weights: r.Weights, Params: r.Params, Threads: f.threads, LoadS: sig4(r.LoadS),
+	row := modelRow{Impl: impl, Weights: r.Weights, Compute: r.Compute, Params: r.Params, Threads: f.threads, LoadS: sig4(r.LoadS),
 		RSSMiB: mib(r.RSSKiB), PeakLoadMiB: mib(r.PeakLoadKiB), PeakRSSMiB: mib(r.PeakKiB),
 		DecodeMS: sig4(step), DecodeMSMin: sig4(fastest), DecodeTokS: sig4(1e3 / step), ReadBytes: r.ReadBytes,
 		ReadGBps: sig4(rate / 1e9), ReadBWPct: sig4(100 * rate / bw), DecodeSteps: len(r.DecodeMS), DecodePrompt: benchModelPrompt}
@@ -279,6 +316,9 @@ func printModelBench(w io.Writer, f *benchFlags, head modelHeader, seqs []int, r
 	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once (read MB)\n", float64(head.ReadBWGBps), f.threads)
 	if head.Torch != "" {
 		fmt.Fprintf(w, "%s; torch-f32 = benchscripts/torch_model.py, the model written out in plain PyTorch on float32 weights\n", head.Torch)
+	}
+	if head.LlamaCpp != "" {
+		fmt.Fprintf(w, "llama.cpp = llama-bench %s: prefill from an empty context; decode ms the mean per token of a run of %d tokens, median of %d runs; read MB: mha's for the same weights' type, else the GGUF's tensor bytes\n", head.LlamaCpp, f.steps, f.runs)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-10s  %-8s  %8s  %8s  %9s", "impl", "weights", "load s", "RSS MiB", "peak MiB")
@@ -342,7 +382,17 @@ func modelWorker(f *benchFlags, seqs []int, w io.Writer) error {
 	if capacity > cfg.SeqLen {
 		return fmt.Errorf("--seq %s and %d decode steps need %d positions, more than the model's %d", f.seq, f.steps, capacity, cfg.SeqLen)
 	}
-	opt := &nn.RunOptions{Workers: f.threads}
+	// The prompts' products in --compute's type; a bidirectional model's Forward computes in
+	// float32.
+	ct, err := mha.ParseCompute(f.compute)
+	if err != nil {
+		return err
+	}
+	if cfg.Bidirectional {
+		ct = mha.ComputeFloat32
+	}
+	res.Compute = ct.Effective().String()
+	opt := &nn.RunOptions{Workers: f.threads, Compute: ct}
 	tokens := make([]int, capacity)
 	for i := range tokens {
 		tokens[i] = (7*i + 3) % cfg.Vocab

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mhalab/mha"
 )
 
 // modelDir is a tiny Hugging Face folder of the pretrained tests.
@@ -63,6 +65,11 @@ func TestBenchModel(t *testing.T) {
 	if want := []string{"mha/bfloat16", "mha-f32/float32"}; head.Architecture != "LlamaForCausalLM" || !slices.Equal(impls, want) {
 		t.Fatalf("bfloat16 folder: %s %q, want LlamaForCausalLM %q", head.Architecture, impls, want)
 	}
+	for _, r := range rows {
+		if r.Compute != "float32" {
+			t.Errorf("%s: compute %q, want float32 by default", r.Impl, r.Compute)
+		}
+	}
 	if rows[1].ReadBytes <= rows[0].ReadBytes*3/2 {
 		t.Errorf("read bytes per step %d in bfloat16 and %d in float32, want about half", rows[0].ReadBytes, rows[1].ReadBytes)
 	}
@@ -97,6 +104,8 @@ func TestBenchModelErrors(t *testing.T) {
 		{[]string{"--pattern", "local:2"}, "--pattern does not apply"},
 		{[]string{"--batch", "4"}, "--batch does not apply"},
 		{[]string{"--seq", "100000"}, "more than the model's"},
+		{[]string{"--compute", "bfloat16,float32"}, "--model takes one compute type"},
+		{[]string{"--compute", "f8"}, `unknown compute type "f8"`},
 	} {
 		code, _, stderr := runCLI(append([]string{"bench", "--model", modelDir("llama"), "--runs", "1"}, tc.args...)...)
 		if code == 0 || !strings.Contains(stderr, tc.want) {
@@ -106,6 +115,22 @@ func TestBenchModelErrors(t *testing.T) {
 	code, _, stderr := runCLI("bench", "--model", t.TempDir(), "--runs", "1")
 	if code == 0 || !strings.Contains(stderr, "config.json") {
 		t.Errorf("empty folder: exit %d, stderr %q, want an error naming config.json", code, stderr)
+	}
+}
+
+// TestBenchModelCompute times a model's prompts in bfloat16: every mha row says so (or float32
+// where the CPU has no AVX512_BF16), and a bidirectional model's Forward stays float32.
+func TestBenchModelCompute(t *testing.T) {
+	want := mha.ComputeBFloat16.Effective().String()
+	_, rows := benchModelLines(t, "--model", modelDir("llama3-bf16"), "--runs", "1", "--seq", "8", "--steps", "2", "--warmup", "0", "--compute", "bfloat16")
+	for _, r := range rows {
+		if r.Compute != want {
+			t.Errorf("%s: compute %q, want %s", r.Impl, r.Compute, want)
+		}
+	}
+	code, stdout, stderr := runCLI("bench", "--json", "--model", modelDir("bert"), "--runs", "1", "--seq", "8", "--warmup", "0", "--compute", "bfloat16")
+	if code != 0 || !strings.Contains(stdout, `"compute":"float32"`) {
+		t.Errorf("bert in bfloat16: exit %d, stdout %s, stderr %q; want compute float32", code, stdout, stderr)
 	}
 }
 
