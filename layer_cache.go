@@ -58,6 +58,20 @@ func (c Config) CheckCache() error {
 // error wrapping ErrShape, leaving kv unchanged, when x does not fit the layer or kv, or kv has
 // too little room left.
 func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tensor.Tensor, error) {
+	var r Result
+	if err := l.ForwardCacheInto(&r, kv, x, opt); err != nil {
+		return nil, err
+	}
+	return r.Output, nil
+}
+
+// ForwardCacheInto is ForwardCache writing its output into r.Output, whose storage it reuses
+// when it is large enough (and allocates otherwise), so that a caller that passes the same
+// Result every time, as a model's prefill and decode steps do, makes no heap allocation for it
+// once it has seen the largest shape; the other fields of r are set to their zero values
+// (ForwardCache computes no weights or head outputs). Errors are as for ForwardCache; on error r
+// is left as it was.
+func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *Options) error {
 	c := l.cfg
 	var o Options
 	if opt != nil {
@@ -65,33 +79,33 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	}
 	switch {
 	case kv == nil:
-		return nil, fmt.Errorf("%w: ForwardCache needs a KV cache (Layer.NewKVCache)", ErrShape)
+		return fmt.Errorf("%w: ForwardCache needs a KV cache (Layer.NewKVCache)", ErrShape)
 	case x == nil:
-		return nil, fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
+		return fmt.Errorf("%w: x is nil, want [B T %d]", ErrShape, c.EmbedDim)
 	case o.KeyPaddingMask != nil || o.AttnMask != nil || o.AttnBias != nil || o.NeedWeights || o.Training ||
 		len(o.Patterns) > 0 || o.Normalizer != nil && o.Normalizer.Kind != Softmax ||
 		o.Heads.Keep || o.Heads.Gate != nil || o.Heads.Shift != nil || o.Heads.Add != nil || o.Heads.Uniform != nil:
-		return nil, fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi, Workers and Compute; masks, weights, dropout, sparse patterns, normalizers and head options need Forward", ErrShape)
+		return fmt.Errorf("%w: ForwardCache takes Causal, Window, Softcap, ALiBi, Workers and Compute; masks, weights, dropout, sparse patterns, normalizers and head options need Forward", ErrShape)
 	}
 	if err := c.CheckCache(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkData("x", x.Shape, len(x.Data)); err != nil {
-		return nil, err
+		return err
 	}
 	if len(x.Shape) != 3 || x.Shape[2] != c.EmbedDim {
-		return nil, fmt.Errorf("%w: x is %v, want [B T %d]", ErrShape, x.Shape, c.EmbedDim)
+		return fmt.Errorf("%w: x is %v, want [B T %d]", ErrShape, x.Shape, c.EmbedDim)
 	}
 	b, t := x.Shape[0], x.Shape[1]
 	scale := c.HeadScale(0)
 	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
-		return nil, fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
+		return fmt.Errorf("%w: window is (%d, %d), want sizes ≥ 0 or −1 for unbounded", ErrShape, w.Left, w.Right)
 	}
 	if kv.b != b {
-		return nil, fmt.Errorf("%w: x has %d sequences, the cache %d", ErrShape, b, kv.b)
+		return fmt.Errorf("%w: x has %d sequences, the cache %d", ErrShape, b, kv.b)
 	}
 	if err := o.Compute.check(); err != nil {
-		return nil, err
+		return err
 	}
 	bf := o.Compute.bf16()
 
@@ -126,7 +140,7 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 		so.Causal = CausalBottomRight
 	}
 	if err := l.sdpa.AttendCache(&w.cres, kv, w.cq, w.ck, w.cv, &so); err != nil {
-		return nil, err
+		return err
 	}
 
 	// The heads side by side, then the output projection.
@@ -139,9 +153,10 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 			}
 		}
 	}
-	y := tensor.New(b, t, e)
+	y := reuse(r.Output, n*e, b, t, e)
 	w.runGemm(gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1, bf16: bf})
-	return y, nil
+	*r = Result{Output: y}
+	return nil
 }
 
 // perHead returns x [B, T, H·d] laid out as [B, H, T, d], in t's storage when it is large

@@ -575,6 +575,54 @@ func TestLayerForwardCache(t *testing.T) {
 	}
 }
 
+// TestLayerForwardCacheInto checks ForwardCacheInto: ForwardCache's output bits in r.Output, whose
+// storage a second call reuses (while the Result's other fields are reset), r unchanged on an
+// error, and no allocation in a decode step once it has seen the shape.
+func TestLayerForwardCacheInto(t *testing.T) {
+	const b, n, e = 2, 9, 16
+	l := newLayer(t, Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100}, Seed: 5})
+	x := randTensor(tensor.NewRNG(6), b, n, e)
+	opt := &Options{Causal: true, Workers: 2}
+	newCache := func() *KVCache {
+		kv, err := l.NewKVCache(b, n+40, CacheFloat32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kv
+	}
+	want, err := l.ForwardCache(newCache(), x, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Result{Weights: tensor.New(1), FullyMasked: 3}
+	kv := newCache()
+	if err := l.ForwardCacheInto(&r, kv, sliceT(x, 0, 5), opt); err != nil {
+		t.Fatal(err)
+	}
+	first := &r.Output.Data[0]
+	if err := l.ForwardCacheInto(&r, kv, sliceT(x, 5, n), opt); err != nil {
+		t.Fatal(err)
+	}
+	if &r.Output.Data[0] != first || !slices.Equal(r.Output.Shape, []int{b, n - 5, e}) || r.Weights != nil || r.FullyMasked != 0 {
+		t.Errorf("second call: output %v (storage reused: %v), weights %v, %d fully masked; want [%d %d %d] in the first call's storage and the rest reset",
+			r.Output.Shape, &r.Output.Data[0] == first, r.Weights, r.FullyMasked, b, n-5, e)
+	}
+	checkRel(t, "ForwardCacheInto", r.Output.Data, as[float64](sliceT(want, 5, n).Data), 1e-6)
+	before := r
+	if err := l.ForwardCacheInto(&r, kv, tensor.New(b, 1, e+1), opt); !errors.Is(err, ErrShape) || r.Output != before.Output {
+		t.Errorf("bad x: error %v, output %p (was %p); want ErrShape and r unchanged", err, r.Output, before.Output)
+	}
+	step := sliceT(x, 0, 1)
+	if allocs := steadyAllocs(func() {
+		if err := l.ForwardCacheInto(&r, kv, step, opt); err != nil {
+			t.Fatal(err)
+		}
+		kv.n-- // take the token back
+	}); allocs != 0 {
+		t.Errorf("%v allocations per decode step, want 0", allocs)
+	}
+}
+
 // FuzzForwardCache checks the layer's cached decode against Forward on the whole sequence: a
 // prefill and steps of random lengths (0 included), on random head counts and sizes, grouped
 // K/V heads, rotary, sinks, biases or none, causal or not, windows, soft-capping, ALiBi, every

@@ -24,6 +24,7 @@ type block struct {
 	ffn      *mlp // nil in attention-only blocks
 
 	res   mha.Result
+	step  mha.Result // forwardCached's output, its storage reused from call to call
 	saved mha.Saved
 	grads mha.Grads     // Params hold the Grad tensors of the attention's nn parameters
 	gated bool          // the last forward gated the heads: backward fills grads.Gate
@@ -99,11 +100,10 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 // sequences whose keys and values kv holds, which it extends; it keeps nothing for backward.
 func (b *block) forwardCached(r *runner, x []float32, batch, t int, kv *mha.KVCache, opt *mha.Options) ([]float32, error) {
 	return b.run(r, x, batch, t, func() ([]float32, error) {
-		y, err := b.attn.ForwardCache(kv, &b.in, opt)
-		if err != nil {
+		if err := b.attn.ForwardCacheInto(&b.step, kv, &b.in, opt); err != nil {
 			return nil, err
 		}
-		return y.Data, nil
+		return b.step.Output.Data, nil
 	})
 }
 

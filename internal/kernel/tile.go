@@ -70,13 +70,13 @@ func checkAccumTile(nacc, ldacc, np, ldp, m, n, cols, nv, ldv int) {
 	}
 }
 
-// scoreTileGeneric is ScoreTile in Go, for any storage: dec converts a row of stored keys.
-func scoreTileGeneric[E float32 | uint16](s, q []float32, ldq, m, d int, scale float32, k []E, dec func([]float32, []E)) {
+// scoreTileGeneric is ScoreTile in Go, for any storage (halves: bfloat16 when bf16 is set).
+func scoreTileGeneric[E float32 | uint16](s, q []float32, ldq, m, d int, scale float32, k []E, bf16 bool) {
 	s = s[:m*TileKeys]
 	clear(s)
 	var row [TileKeys]float32
 	for i := range d {
-		dec(row[:], k[i*TileKeys:(i+1)*TileKeys])
+		decodeRow(row[:], k[i*TileKeys:(i+1)*TileKeys], bf16)
 		for r := range m {
 			x := q[r*ldq+i]
 			for j, y := range row {
@@ -89,13 +89,13 @@ func scoreTileGeneric[E float32 | uint16](s, q []float32, ldq, m, d int, scale f
 	}
 }
 
-// accumTileGeneric is AccumTile in Go, for any storage: dec converts a piece of a stored row.
-func accumTileGeneric[E float32 | uint16](acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []E, ldv int, dec func([]float32, []E)) {
+// accumTileGeneric is AccumTile in Go, for any storage (halves: bfloat16 when bf16 is set).
+func accumTileGeneric[E float32 | uint16](acc []float32, ldacc int, p []float32, ldp, m, n, cols int, v []E, ldv int, bf16 bool) {
 	var row [64]float32
 	for c0 := 0; c0 < cols; c0 += len(row) {
 		w := min(len(row), cols-c0)
 		for t := range n {
-			dec(row[:w], v[t*ldv+c0:t*ldv+c0+w])
+			decodeRow(row[:w], v[t*ldv+c0:t*ldv+c0+w], bf16)
 			for r := range m {
 				x := p[r*ldp+t]
 				a := acc[r*ldacc+c0 : r*ldacc+c0+w]
@@ -107,15 +107,20 @@ func accumTileGeneric[E float32 | uint16](acc []float32, ldacc int, p []float32,
 	}
 }
 
-// copyF32 is the conversion of float32 storage: a copy.
-func copyF32(dst, src []float32) { copy(dst, src) }
-
-// halfDecoder returns the Go conversion of bfloat16 (bf16) or float16 bits.
-func halfDecoder(bf16 bool) func([]float32, []uint16) {
-	if bf16 {
-		return decodeBF16Generic
+// decodeRow sets dst to src converted to float32: a copy of float32 storage, or the Go
+// conversion of bfloat16 (bf16) or float16 bits. A direct call, not a function value, so that the
+// generic loops' row buffers stay on the stack.
+func decodeRow[E float32 | uint16](dst []float32, src []E, bf16 bool) {
+	switch src := any(src).(type) {
+	case []float32:
+		copy(dst, src)
+	case []uint16:
+		if bf16 {
+			decodeBF16Generic(dst, src)
+		} else {
+			decodeF16Generic(dst, src)
+		}
 	}
-	return decodeF16Generic
 }
 
 // FastTiles reports whether ScoreTile and AccumTile run as vector kernels on this CPU and build

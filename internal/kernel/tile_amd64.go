@@ -20,7 +20,7 @@ var (
 
 func scoreTile(i isa, s, q []float32, ldq, m, d int, scale float32, k, next []float32) {
 	if i != avx512 || d == 0 {
-		scoreTileGeneric(s, q, ldq, m, d, scale, k, copyF32)
+		scoreTileGeneric(s, q, ldq, m, d, scale, k, false)
 		return
 	}
 	for r := 0; r < m; r += 4 {
@@ -30,7 +30,7 @@ func scoreTile(i isa, s, q []float32, ldq, m, d int, scale float32, k, next []fl
 
 func scoreTileHalf(i isa, s, q []float32, ldq, m, d int, scale float32, k, next []uint16, bf16 bool) {
 	if i != avx512 || d == 0 {
-		scoreTileGeneric(s, q, ldq, m, d, scale, k, halfDecoder(bf16))
+		scoreTileGeneric(s, q, ldq, m, d, scale, k, bf16)
 		return
 	}
 	kernels := &scoreTilesF16
@@ -51,7 +51,7 @@ func accumTile(i isa, acc []float32, ldacc int, p []float32, ldp, m, n, cols int
 		accumTilesF32[min(4, m-r)](&acc[r*ldacc], ldacc, &p[r*ldp], ldp, n, vec, &v[0], ldv, prefetchable(next, v))
 	}
 	if vec < cols {
-		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, copyF32)
+		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, false)
 	}
 }
 
@@ -68,7 +68,7 @@ func accumTileHalf(i isa, acc []float32, ldacc int, p []float32, ldp, m, n, cols
 		kernels[min(4, m-r)](&acc[r*ldacc], ldacc, &p[r*ldp], ldp, n, vec, &v[0], ldv, prefetchable(next, v))
 	}
 	if vec < cols {
-		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, halfDecoder(bf16))
+		accumTileGeneric(acc[vec:], ldacc, p, ldp, m, n, cols-vec, v[vec:], ldv, bf16)
 	}
 }
 
