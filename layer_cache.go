@@ -65,12 +65,12 @@ func (l *Layer) ForwardCache(kv *KVCache, x *tensor.Tensor, opt *Options) (*tens
 	return r.Output, nil
 }
 
-// ForwardCacheInto is ForwardCache writing its output into r.Output, whose storage it reuses
-// when it is large enough (and allocates otherwise), so that a caller that passes the same
-// Result every time, as a model's prefill and decode steps do, makes no heap allocation for it
-// once it has seen the largest shape; the other fields of r are set to their zero values
-// (ForwardCache computes no weights or head outputs). Errors are as for ForwardCache; on error r
-// is left as it was.
+// ForwardCacheInto is ForwardCache writing its output [B, T, E] into r.Output, whose storage it
+// reuses when it is large enough (overwriting what that tensor held) and allocates otherwise, so
+// that a caller that passes the same Result every time, as a model's prefill and decode steps
+// do, allocates no output once it has seen the largest shape; the other fields of r are set to
+// their zero values (ForwardCache computes no weights or head outputs). Errors are as for
+// ForwardCache; on error r is left as it was.
 func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *Options) error {
 	c := l.cfg
 	var o Options
