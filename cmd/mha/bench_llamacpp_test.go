@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -167,3 +168,28 @@ func TestParseLlamaBench(t *testing.T) {
 const llamaBenchSample = `{"build_commit": "d775b89", "build_number": 10573, "cpu_info": "AMD EPYC", "gpu_info": "", "backends": "CPU", "model_filename": "llama125-bf16.gguf", "model_type": "llama ?B BF16", "model_size": 249375744, "model_n_params": 124668672, "n_batch": 2048, "n_ubatch": 512, "n_threads": 2, "cpu_mask": "0x0", "cpu_strict": false, "poll": 50, "type_k": "f16", "type_v": "f16", "n_gpu_layers": -1, "n_cpu_moe": 0, "split_mode": "layer", "main_gpu": 0, "no_kv_offload": false, "flash_attn": -1, "devices": "auto", "tensor_split": "0.00", "tensor_buft_overrides": "none", "load_mode": "auto", "embeddings": false, "no_op_offload": 0, "no_host": false, "fit_target": 0, "fit_min_ctx": 0, "n_prompt": 128, "n_gen": 0, "n_depth": 0, "test_time": "2026-11-26T22:16:40Z", "avg_ns": 63741339, "stddev_ns": 1096588, "avg_ts": 2008.512267, "stddev_ts": 34.557909, "samples_ns": [ 64838002, 63741132, 62644884 ],"samples_ts": [ 1974.15, 2008.12, 2043.26 ]}
 {"build_commit": "d775b89", "build_number": 10573, "cpu_info": "AMD EPYC", "gpu_info": "", "backends": "CPU", "model_filename": "llama125-bf16.gguf", "model_type": "llama ?B BF16", "model_size": 249375744, "model_n_params": 124668672, "n_batch": 2048, "n_ubatch": 512, "n_threads": 2, "cpu_mask": "0x0", "cpu_strict": false, "poll": 50, "type_k": "f16", "type_v": "f16", "n_gpu_layers": -1, "n_cpu_moe": 0, "split_mode": "layer", "main_gpu": 0, "no_kv_offload": false, "flash_attn": -1, "devices": "auto", "tensor_split": "0.00", "tensor_buft_overrides": "none", "load_mode": "auto", "embeddings": false, "no_op_offload": 0, "no_host": false, "fit_target": 0, "fit_min_ctx": 0, "n_prompt": 0, "n_gen": 32, "n_depth": 0, "test_time": "2026-11-26T22:16:40Z", "avg_ns": 169838325, "stddev_ns": 9260593, "avg_ts": 188.794073, "stddev_ts": 10.446646, "samples_ns": [ 178218208, 171400900, 159895869 ],"samples_ts": [ 179.555, 186.697, 200.13 ]}
 `
+
+// FuzzLlamaBenchOutput feeds parseLlamaBench any output and flags: it returns an error or a
+// result with one prefill of --runs positive times per length asked for and --runs positive
+// decode times, never a panic.
+func FuzzLlamaBenchOutput(f *testing.F) {
+	f.Add(llamaBenchSample, 2, 3, 32, 128)
+	f.Add(strings.Replace(llamaBenchSample, `"samples_ns": [ `, `"samples_ns": [ -1, `, 1), 2, 4, 32, 128)
+	f.Add(`{"n_prompt": 4, "n_gen": 0, "n_threads": 1, "samples_ns": [1e400]}`+"\n", 1, 1, 1, 4)
+	f.Add("{\"model_type\": \"\", \"n_prompt\": 0, \"n_gen\": 1, \"n_threads\": 1, \"samples_ns\": [ 5 ]}\n{}", 1, 1, 1, 0)
+	f.Fuzz(func(t *testing.T, out string, threads, runs, steps, seq int) {
+		fl := &benchFlags{threads: threads, runs: runs, steps: steps}
+		r, _, err := parseLlamaBench([]byte(out), fl, []int{seq})
+		if err != nil {
+			return
+		}
+		if len(r.Prefill) != 1 || len(r.Prefill[0].MS) != runs || len(r.DecodeMS) != runs {
+			t.Fatalf("parsed %+v for runs %d", r, runs)
+		}
+		for _, ms := range append(slices.Clone(r.Prefill[0].MS), r.DecodeMS...) {
+			if !(ms > 0) {
+				t.Fatalf("parsed a time of %v ms from %q", ms, out)
+			}
+		}
+	})
+}
