@@ -42,6 +42,11 @@ type Options struct {
 	Cache mha.CacheDType
 	// Workers bounds the goroutines each step runs on; 0 means GOMAXPROCS.
 	Workers int
+	// Compute is the arithmetic of the prompt's matrix products through the cache
+	// (nn.RunOptions.Compute): mha.ComputeFloat32, the zero value, or mha.ComputeBFloat16,
+	// about twice as fast with bfloat16's rounding of the activations. A model without a cache
+	// computes in float32 whatever it says.
+	Compute mha.Compute
 }
 
 // Result is a generation's tokens and timings.
@@ -72,6 +77,8 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 		return res, fmt.Errorf("generate: top-k is %d, want ≥ 0", opt.TopK)
 	case !(opt.TopP >= 0 && opt.TopP <= 1):
 		return res, fmt.Errorf("generate: top-p is %v, want a value in [0, 1]", opt.TopP)
+	case opt.Compute != mha.ComputeFloat32 && opt.Compute != mha.ComputeBFloat16:
+		return res, fmt.Errorf("generate: compute type %v, want mha.ComputeFloat32 or mha.ComputeBFloat16", opt.Compute)
 	case len(prompt)+n > m.Config().SeqLen:
 		return res, fmt.Errorf("generate: %d prompt tokens and %d more exceed the model's %d positions", len(prompt), n, m.Config().SeqLen)
 	}
@@ -90,6 +97,7 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 		if err != nil {
 			return res, fmt.Errorf("generate: %w", err)
 		}
+		run.Compute = opt.Compute
 		next = func(input []int) (*tensor.Tensor, error) {
 			return m.ForwardCached(cache, input, 1, len(input), run)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/nn"
 )
 
@@ -80,6 +81,31 @@ func greedyMatchesForward(t *testing.T, m *nn.Model) {
 	}
 }
 
+// TestComputeBFloat16 checks Options.Compute: bfloat16 prompts generate the asked-for tokens,
+// the same ones every time, and a model without a cache computes in float32 whatever it says.
+func TestComputeBFloat16(t *testing.T) {
+	sparse := config()
+	sparse.Patterns, sparse.Block, sparse.Normalizer = []string{"local:2", "global:0"}, []int{4, 4}, "sparsemax"
+	prompt := []int{1, 5, 2, 9, 3, 7} // more rows than a decode step's dot products take
+	for name, cfg := range map[string]nn.Config{"cached": config(), "sparse": sparse} {
+		m := newModel(t, cfg)
+		run := func(c mha.Compute) []int {
+			res, err := Run(context.Background(), m, prompt, Options{MaxTokens: 6, Compute: c}, nil)
+			if err != nil {
+				t.Fatalf("%s, %v: %v", name, c, err)
+			}
+			return res.Tokens
+		}
+		f32, bf, again := run(mha.ComputeFloat32), run(mha.ComputeBFloat16), run(mha.ComputeBFloat16)
+		if len(bf) != 6 || !slices.Equal(bf, again) {
+			t.Errorf("%s: bfloat16 tokens %v, then %v; want 6, the same twice", name, bf, again)
+		}
+		if name == "sparse" && !slices.Equal(bf, f32) {
+			t.Errorf("sparse, no cache: bfloat16 tokens %v, float32 %v; want float32's", bf, f32)
+		}
+	}
+}
+
 // TestSeed checks that a seed gives the same tokens every time and that stop tokens end the
 // generation.
 func TestSeed(t *testing.T) {
@@ -149,7 +175,7 @@ func TestSamplerDistribution(t *testing.T) {
 // TestErrors checks the options and models Run refuses.
 func TestErrors(t *testing.T) {
 	m := model(t)
-	for _, opt := range []Options{{MaxTokens: -1}, {Temperature: -1}, {Temperature: math.Inf(1)}, {TopK: -2}, {TopP: 1.5}, {MaxTokens: 40}} {
+	for _, opt := range []Options{{MaxTokens: -1}, {Temperature: -1}, {Temperature: math.Inf(1)}, {TopK: -2}, {TopP: 1.5}, {MaxTokens: 40}, {Compute: 7}} {
 		if _, err := Run(context.Background(), m, []int{1}, opt, nil); err == nil {
 			t.Errorf("%+v: no error", opt)
 		}

@@ -174,6 +174,14 @@ func TestGenerate(t *testing.T) {
 	if code != 0 || len(strings.Fields(ids)) == 0 {
 		t.Fatalf("--ids: exit %d, %q, %s", code, ids, stderr)
 	}
+	code, ids, stderr = runCLI("generate", "--model", pretrainedDir("llama"), "--ids", "1,259,278,264,200,201", "--max-tokens", "4", "--compute", "bfloat16")
+	if code != 0 || len(strings.Fields(ids)) != 4 {
+		t.Fatalf("--compute bfloat16: exit %d, %q, %s; want 4 ids", code, ids, stderr)
+	}
+	code, _, stderr = runCLI("generate", "--model", pretrainedDir("llama"), "--ids", "1,2", "--compute", "bf8")
+	if code == 0 || !strings.Contains(stderr, `--compute: unknown compute type "bf8"`) {
+		t.Errorf("--compute bf8: exit %d, stderr %q", code, stderr)
+	}
 }
 
 // copyDir copies the files of src into a new folder dst, except those named in skip.
