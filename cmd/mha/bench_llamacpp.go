@@ -22,7 +22,6 @@ type llamaBenchLine struct {
 	Threads     int       `json:"n_threads"`
 	Prompt      int       `json:"n_prompt"`
 	Gen         int       `json:"n_gen"`
-	Depth       int       `json:"n_depth"`
 	SamplesNS   []float64 `json:"samples_ns"` // one per timed run, the whole test's time
 }
 
