@@ -70,7 +70,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--compute", "bf16,bfloat16"}, "names bfloat16 twice"},
 		{[]string{"--compute", "bfloat16", "--backward"}, "--compute bfloat16 is inference only"},
 		{[]string{"--compute", "float32,bfloat16", "--decode", "64"}, "--compute bfloat16 does not apply to --decode"},
-		{[]string{"--compute", "bfloat16", "--model", "x"}, "--compute applies to the layer and the attention core"},
+		{[]string{"--compute", "bfloat16,float32", "--model", "x"}, "--model takes one compute type"},
 	} {
 		code, stdout, stderr := runCLI(append([]string{"bench"}, tc.args...)...)
 		if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "mha: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
