@@ -18,12 +18,6 @@ const (
 	actSiLU                    // s = σ(x): SiLU (swish), SwiGLU's gate
 )
 
-// The constants of GELU's tanh approximation.
-const (
-	tanhGELUScale = 0.7978845608028654 // √(2/π)
-	tanhGELUCubic = 0.044715
-)
-
 // activationOf returns the activation of the feed-forward network of a config whose Activation
 // is name (SiLU for SwiGLU).
 func activationOf(name string) actKind {
@@ -46,35 +40,23 @@ type activation struct {
 }
 
 // forward returns y = x·s(x) for the n values of x, in the module's buffer. x must stay
-// unchanged until backward has run. σ(z) is 1/(1 + e^(−z)), with e^(−z) rounded to float32
-// (kernel.Sexp); it is 0 where e^(−z) overflows.
+// unchanged until backward has run. σ(z) is 1/(1 + e^(−z)) as kernel.SiLU and kernel.GELUTanh
+// compute it: 0 where e^(−z) overflows.
 func (a *activation) forward(r *runner, x []float32) []float32 {
 	n := len(x)
 	a.x = x
 	a.y = kernel.Grow(a.y, n)
 	a.gate = kernel.Grow(a.gate, n)
 	r.rows(n, actBlock, func(_, _, i0, i1 int) {
-		s := a.gate[i0:i1]
+		y, s, x := a.y[i0:i1], a.gate[i0:i1], x[i0:i1]
 		switch a.kind {
 		case actGELU:
-			normalCDF(x[i0:i1], s)
+			normalCDF(x, s)
+			kernel.Smul(y, x, s)
 		case actGELUTanh:
-			for i, v := range x[i0:i1] {
-				s[i] = -2 * tanhGELUScale * (v + tanhGELUCubic*v*v*v)
-			}
+			kernel.GELUTanh(y, s, x)
 		case actSiLU:
-			for i, v := range x[i0:i1] {
-				s[i] = -v
-			}
-		}
-		if a.kind != actGELU {
-			kernel.Sexp(s, 0)
-			for i, e := range s {
-				s[i] = 1 / (1 + e)
-			}
-		}
-		for i := i0; i < i1; i++ {
-			a.y[i] = x[i] * a.gate[i]
+			kernel.SiLU(y, s, x)
 		}
 	})
 	return a.y
@@ -101,7 +83,7 @@ func (a *activation) backward(r *runner, dy, dx []float32) {
 			for i, v := range x {
 				d := s[i] // s + x·s′, with s′ = 0 where σ saturates (x² may overflow there)
 				if ds := s[i] * (1 - s[i]); ds != 0 {
-					d += v * ds * 2 * tanhGELUScale * (1 + 3*tanhGELUCubic*v*v)
+					d += v * ds * 2 * kernel.TanhGELUScale * (1 + 3*kernel.TanhGELUCubic*v*v)
 				}
 				out[i] += g[i] * d
 			}

@@ -72,8 +72,6 @@ func (m *mlp) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 // mul sets dst = a ⊙ b elementwise.
 func mul(r *runner, dst, a, b []float32) {
 	r.rows(len(dst), addBlock, func(_, _, i0, i1 int) {
-		for i := i0; i < i1; i++ {
-			dst[i] = a[i] * b[i]
-		}
+		kernel.Smul(dst[i0:i1], a[i0:i1], b[i0:i1])
 	})
 }

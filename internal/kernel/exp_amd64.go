@@ -59,3 +59,22 @@ func sgrad(i isa, ds, p []float32, delta float32) {
 		sgradGeneric(ds, p, delta)
 	}
 }
+
+func gate(i isa, tanh bool, y, s, x []float32) {
+	switch {
+	case i != avx512:
+		gateGeneric(i, tanh, y, s, x)
+	case tanh:
+		geluTanhAVX512(y, s, x)
+	default:
+		siluAVX512(y, s, x)
+	}
+}
+
+func smul(i isa, dst, a, b []float32) {
+	if i == avx512 {
+		smulAVX512(dst, a, b)
+		return
+	}
+	smulGeneric(dst, a, b)
+}

@@ -15,3 +15,7 @@ func sscal(_ isa, s float32, x []float32) { sscalGeneric(s, x) }
 func saxpy(_ isa, alpha float32, x, y []float32) { saxpyGeneric(alpha, x, y) }
 
 func sgrad(_ isa, ds, p []float32, delta float32) { sgradGeneric(ds, p, delta) }
+
+func gate(i isa, tanh bool, y, s, x []float32) { gateGeneric(i, tanh, y, s, x) }
+
+func smul(_ isa, dst, a, b []float32) { smulGeneric(dst, a, b) }

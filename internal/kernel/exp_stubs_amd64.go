@@ -22,6 +22,17 @@ func saxpyAVX512(alpha float32, x []float32, y []float32)
 // sgradAVX512 sets ds[i] = p[i]·(ds[i] − delta) for i < len(ds); p must be as long.
 func sgradAVX512(ds []float32, p []float32, delta float32)
 
+// siluAVX512 sets s[i] = 1/(1 + e^z), z = −x of x[i], and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.
+// e^z is Sexp's exp, and each step is rounded to float32 as Go rounds it.
+func siluAVX512(y []float32, s []float32, x []float32)
+
+// geluTanhAVX512 sets s[i] = 1/(1 + e^z), z = −2·√(2/π)·(x + 0.044715·x·x·x) of x[i], and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.
+// e^z is Sexp's exp, and each step is rounded to float32 as Go rounds it.
+func geluTanhAVX512(y []float32, s []float32, x []float32)
+
+// smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.
+func smulAVX512(dst []float32, a []float32, b []float32)
+
 // smaxAVX2 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.
 func smaxAVX2(x []float32) float32
 

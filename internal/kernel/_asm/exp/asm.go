@@ -1,5 +1,6 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
-// behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal and kernel.SoftmaxGrad.
+// behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
+// kernel.GELUTanh and kernel.Smul.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -53,6 +54,9 @@ const (
 	kB1
 	kUlo    // the bfloat16 path's least u = t·log2e kept: 2^u ≥ 2⁻¹²⁶
 	kUclamp // the bfloat16 path clamps u to this: 2^u then overflows to +Inf by itself
+	kSign   // −0: the sign bit alone
+	kCubic  // the tanh GELU's 0.044715
+	kTanh   // the tanh GELU's −2·√(2/π), rounded to float32
 	kRows
 )
 
@@ -79,6 +83,9 @@ var rowBits = [kRows]uint32{
 	kB1:      0x3f317093, // 0.693123996
 	kUlo:     0xc2fc0000, // −126
 	kUclamp:  0x43010000, // 129
+	kSign:    0x80000000,
+	kCubic:   math.Float32bits(0.044715),
+	kTanh:    math.Float32bits(-2 * 0.7978845608028654),
 }
 
 // VCMPPS predicates.
@@ -125,6 +132,9 @@ func main() {
 	sscal512()
 	saxpy512()
 	sgrad512()
+	gate512("siluAVX512", false)
+	gate512("geluTanhAVX512", true)
+	smul512()
 	smax256()
 	sexp256()
 	sscal256()
@@ -164,24 +174,18 @@ func tailYMM(n Register) VecVirtual {
 
 // loop emits the usual strip-mined loop: while n ≥ step { body(); ptr += step; n −= step }.
 func loop(name string, ptr, n Register, step int, body func()) {
-	Label(name)
-	CMPQ(n, U32(step))
-	JB(LabelRef(name + "_done"))
-	body()
-	ADDQ(U32(4*step), ptr)
-	SUBQ(U32(step), n)
-	JMP(LabelRef(name))
-	Label(name + "_done")
+	loopN(name, []Register{ptr}, n, step, body)
 }
 
-// loop2 is loop for two slices walked together: it advances both a and b.
-func loop2(name string, a, b, n Register, step int, body func()) {
+// loopN is loop for several slices walked together: it advances every pointer of ptrs.
+func loopN(name string, ptrs []Register, n Register, step int, body func()) {
 	Label(name)
 	CMPQ(n, U32(step))
 	JB(LabelRef(name + "_done"))
 	body()
-	ADDQ(U32(4*step), a)
-	ADDQ(U32(4*step), b)
+	for _, p := range ptrs {
+		ADDQ(U32(4*step), p)
+	}
 	SUBQ(U32(step), n)
 	JMP(LabelRef(name))
 	Label(name + "_done")
@@ -323,8 +327,24 @@ func (e *exp512) block(mem []Mem, kin Op) {
 		e.blockBF16(mem, kin)
 		return
 	}
-	nv := len(mem)
 	t, nn, p, k := e.shifted(mem, kin)
+	e.exp(t, nn, p, k, kin)
+	for u := range p {
+		if kin != nil {
+			VMOVUPS(p[u], kin, mem[u])
+		} else {
+			VMOVUPS(p[u], mem[u])
+		}
+	}
+	for u := range p {
+		VADDPS(p[u], e.acc[u], e.acc[u])
+	}
+}
+
+// exp sets p[u] = exp(t[u]) for each vector t[u] (clobbered), 0 outside the tail mask kin when
+// it is not nil; nn and k are its scratch.
+func (e *exp512) exp(t, nn, p []VecVirtual, k []Register, kin Op) {
+	nv := len(t)
 	e.bound(t, k, kin)
 	for u := range nv {
 		VMULPS(e.log2e, t[u], nn[u])
@@ -348,29 +368,6 @@ func (e *exp512) block(mem []Mem, kin Op) {
 	}
 	for u := range nv {
 		VSCALEFPS_Z(nn[u], p[u], k[u], p[u]) // p·2ⁿ, 0 outside k
-	}
-	for u := range nv {
-		switch {
-		case e.bits != nil:
-			// VCVTNEPS2BF16 comes as an encoded register-only instruction (bf16op) that the
-			// register allocator does not see: it runs on Z31, which avo sees defined by the
-			// VMOVAPS and read by the store, so no virtual register lives there meanwhile.
-			VMOVAPS(p[u], Z31)
-			bf16op.VCVTNEPS2BF16(Z31, Y31)
-			out := Mem{Base: e.bits, Disp: 32 * u}
-			if kin != nil {
-				VMOVDQU16(Y31, kin, out)
-			} else {
-				VMOVDQU16(Y31, out) // EVEX: VMOVDQU cannot name Y31
-			}
-		case kin != nil:
-			VMOVUPS(p[u], kin, mem[u])
-		default:
-			VMOVUPS(p[u], mem[u])
-		}
-	}
-	for u := range nv {
-		VADDPS(p[u], e.acc[u], e.acc[u])
 	}
 }
 
@@ -457,22 +454,13 @@ func sexpBody512(name string, ptr, n, bits Register) {
 	e := exp512{bits: bits}
 	e.negShift = ZMM()
 	VBROADCASTSS(Load(Param("negShift"), XMM()), e.negShift)
-	bcast := func(i int) VecVirtual {
-		z := ZMM()
-		VBROADCASTSS(row(i), z)
-		return z
-	}
 	if bits != nil {
 		e.log2e, e.c6, e.tlo, e.clamp = bcast(kLog2e), bcast(kB4), bcast(kUlo), bcast(kUclamp)
 		for i, r := range []int{kB3, kB2, kB1, kOne} {
 			e.coef[i+1] = bcast(r)
 		}
 	} else {
-		e.log2e, e.nhi, e.nlo, e.c6 = bcast(kLog2e), bcast(kNegLn2H), bcast(kNegLn2L), bcast(kC6)
-		e.tlo, e.clamp = bcast(kTlo), bcast(kClamp)
-		for i, r := range []int{kC5, kC4, kC3, kC2, kOne} {
-			e.coef[i] = bcast(r)
-		}
+		e.load()
 	}
 	for i := range e.acc {
 		e.acc[i] = ZMM()
@@ -507,6 +495,144 @@ func sexpBody512(name string, ptr, n, bits Register) {
 	hsum512(e.acc[0], func(a, b Op) { VADDPS(a, b, b) })
 	VZEROUPPER()
 	Store(e.acc[0].AsX(), ReturnIndex(0))
+	RET()
+}
+
+// bcast returns a new register holding constant row i in every lane.
+func bcast(i int) VecVirtual {
+	z := ZMM()
+	VBROADCASTSS(row(i), z)
+	return z
+}
+
+// load broadcasts the constants of Sexp's exp into e's registers.
+func (e *exp512) load() {
+	e.log2e, e.nhi, e.nlo, e.c6 = bcast(kLog2e), bcast(kNegLn2H), bcast(kNegLn2L), bcast(kC6)
+	e.tlo, e.clamp = bcast(kTlo), bcast(kClamp)
+	for i, r := range []int{kC5, kC4, kC3, kC2, kOne} {
+		e.coef[i] = bcast(r)
+	}
+}
+
+// gate512 emits siluAVX512 (tanh false) or geluTanhAVX512: s = 1/(1 + e^z) and y = x·s, where z
+// is −x for SiLU and −2·√(2/π)·(x + 0.044715·x·x·x) for the tanh GELU, e^z is Sexp's exp, and
+// each step is one float32 operation in the order written, as kernel's Go code does them.
+func gate512(name string, tanh bool) {
+	TEXT(name, NOSPLIT, "func(y, s, x []float32)")
+	z := "−x"
+	if tanh {
+		z = "−2·√(2/π)·(x + 0.044715·x·x·x)"
+	}
+	Doc(name+" sets s[i] = 1/(1 + e^z), z = "+z+" of x[i], and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.",
+		"e^z is Sexp's exp, and each step is rounded to float32 as Go rounds it.")
+	y := Load(Param("y").Base(), GP64())
+	sp := Load(Param("s").Base(), GP64())
+	ptr, n := sliceArgs()
+	var e exp512
+	e.load()
+	one := e.coef[4]
+	var sign, cubic, scale VecVirtual
+	if tanh {
+		cubic, scale = bcast(kCubic), bcast(kTanh)
+	} else {
+		sign = bcast(kSign)
+	}
+	// body handles nv vectors, or one under the tail mask kin when it is not nil.
+	body := func(nv int, kin Op) {
+		x, t, nn, p, k := make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]VecVirtual, nv), make([]Register, nv)
+		for u := range nv {
+			x[u], t[u], nn[u], p[u], k[u] = ZMM(), ZMM(), ZMM(), ZMM(), K()
+		}
+		for u := range nv {
+			if kin != nil {
+				VMOVUPS_Z(at(ptr, 16*u), kin, x[u])
+			} else {
+				VMOVUPS(at(ptr, 16*u), x[u])
+			}
+		}
+		for u := range nv {
+			if !tanh {
+				VPXORD(sign, x[u], t[u]) // −x
+				continue
+			}
+			VMULPS(cubic, x[u], t[u])
+			VMULPS(x[u], t[u], t[u])
+			VMULPS(x[u], t[u], t[u])
+			VADDPS(x[u], t[u], t[u])
+			VMULPS(scale, t[u], t[u])
+		}
+		e.exp(t, nn, p, k, kin)
+		for u := range nv {
+			VADDPS(one, p[u], p[u])
+		}
+		for u := range nv {
+			VDIVPS(p[u], one, p[u]) // s = 1/(1 + e^z)
+		}
+		for u := range nv {
+			VMULPS(p[u], x[u], x[u]) // y = x·s
+		}
+		for u := range nv {
+			if kin != nil {
+				VMOVUPS(p[u], kin, at(sp, 16*u))
+				VMOVUPS(x[u], kin, at(y, 16*u))
+			} else {
+				VMOVUPS(p[u], at(sp, 16*u))
+				VMOVUPS(x[u], at(y, 16*u))
+			}
+		}
+	}
+	ptrs := []Register{ptr, y, sp}
+	loopN(name+"_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN(name+"_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	kin := K()
+	tailK(n, kin)
+	body(1, kin)
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// smul512 emits smulAVX512: dst = a ⊙ b.
+func smul512() {
+	TEXT("smulAVX512", NOSPLIT, "func(dst, a, b []float32)")
+	Doc("smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.")
+	dst := Load(Param("dst").Base(), GP64())
+	n := Load(Param("dst").Len(), GP64())
+	a := Load(Param("a").Base(), GP64())
+	b := Load(Param("b").Base(), GP64())
+	body := func(nv int, kin Op) {
+		v := make([]VecVirtual, nv)
+		for u := range nv {
+			v[u] = ZMM()
+			if kin != nil {
+				VMOVUPS_Z(at(a, 16*u), kin, v[u])
+				w := ZMM()
+				VMOVUPS_Z(at(b, 16*u), kin, w)
+				VMULPS(w, v[u], v[u])
+				VMOVUPS(v[u], kin, at(dst, 16*u))
+				continue
+			}
+			VMOVUPS(at(a, 16*u), v[u])
+			VMULPS(at(b, 16*u), v[u], v[u])
+		}
+		if kin == nil {
+			for u := range nv {
+				VMOVUPS(v[u], at(dst, 16*u))
+			}
+		}
+	}
+	ptrs := []Register{dst, a, b}
+	loopN("smul512_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN("smul512_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef("smul512_done"))
+	k := K()
+	tailK(n, k)
+	body(1, k)
+	Label("smul512_done")
+	VZEROUPPER()
 	RET()
 }
 
@@ -566,12 +692,12 @@ func saxpy512() {
 		VADDPS(at(y, 16*u), v, v)
 		VMOVUPS(v, at(y, 16*u))
 	}
-	loop2("saxpy512_64", ptr, y, n, 64, func() {
+	loopN("saxpy512_64", []Register{ptr, y}, n, 64, func() {
 		for u := range 4 {
 			body(u, ZMM(), nil)
 		}
 	})
-	loop2("saxpy512_16", ptr, y, n, 16, func() {
+	loopN("saxpy512_16", []Register{ptr, y}, n, 16, func() {
 		body(0, ZMM(), nil)
 	})
 	TESTQ(n, n)
@@ -598,7 +724,7 @@ func sgrad512() {
 	ds, p, n := gradArgs()
 	d := ZMM()
 	VBROADCASTSS(Load(Param("delta"), XMM()), d)
-	loop2("sgrad512_64", ds, p, n, 64, func() {
+	loopN("sgrad512_64", []Register{ds, p}, n, 64, func() {
 		v := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
 		for u := range v {
 			VMOVUPS(at(ds, 16*u), v[u])
@@ -613,7 +739,7 @@ func sgrad512() {
 			VMOVUPS(v[u], at(ds, 16*u))
 		}
 	})
-	loop2("sgrad512_16", ds, p, n, 16, func() {
+	loopN("sgrad512_16", []Register{ds, p}, n, 16, func() {
 		v := ZMM()
 		VMOVUPS(at(ds, 0), v)
 		VSUBPS(d, v, v)
@@ -844,7 +970,7 @@ func sgrad256() {
 	ds, p, n := gradArgs()
 	d := YMM()
 	VBROADCASTSS(Load(Param("delta"), XMM()), d)
-	loop2("sgrad256_32", ds, p, n, 32, func() {
+	loopN("sgrad256_32", []Register{ds, p}, n, 32, func() {
 		v := [4]VecVirtual{YMM(), YMM(), YMM(), YMM()}
 		for u := range v {
 			VMOVUPS(at(ds, 8*u), v[u])
@@ -859,7 +985,7 @@ func sgrad256() {
 			VMOVUPS(v[u], at(ds, 8*u))
 		}
 	})
-	loop2("sgrad256_8", ds, p, n, 8, func() {
+	loopN("sgrad256_8", []Register{ds, p}, n, 8, func() {
 		v := YMM()
 		VMOVUPS(at(ds, 0), v)
 		VSUBPS(d, v, v)
