@@ -39,7 +39,10 @@ const (
 	// SDPAReference ignore Compute (they are float64), and the KV cache's attention
 	// (ForwardCache's, AttendCache) computes in float32 whatever Compute says (a decode step is
 	// bound by reading the cache, which CacheBFloat16 halves, not by arithmetic);
-	// ForwardCache's projections follow Compute.
+	// ForwardCache's projections follow Compute. Projections of at most 4 rows per sequence
+	// (kernel.GemvRows: a decode step's) run as float32 dot products that read the weights in
+	// place whatever Compute says: they are bound by reading the weights, which packing them
+	// for bfloat16 products would only add to.
 	ComputeBFloat16
 )
 

@@ -8,6 +8,7 @@ import (
 	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/internal/parallel"
+	"github.com/mhalab/mha/internal/proj"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -81,7 +82,7 @@ func (l *Layer) getWork() *work {
 
 func (l *Layer) putWork(w *work) {
 	// Drop the references to the caller's tensors and to a Saved.
-	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, gemm{}, wgrad{}, nil, nil
+	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, proj.Gemm{}, wgrad{}, nil, nil
 	w.wh, w.rw, w.out, w.dy, w.gr, w.outb = nil, nil, nil, nil, nil, nil
 	w.kInPlace = false
 	l.mu.Lock()
@@ -173,19 +174,19 @@ type work struct {
 	// rather than every projection task rounding its rows of them again.
 	enc     [3][]float32
 	xb      [3][]uint16
-	wp      []wpack   // per worker: its block of a projection's weights, packed (gemm.doPacked)
-	weights []float32 // per-head weights [B, H, Tq, Tkx] when they are not the result's
-	gated   []float32 // the gated heads [B, Tq, E] in inference (Saved.gated in training)
-	wh      []float32 // where the per-head weights go (before dropout)
-	rw      *Result   // the result whose Weights the weights phase fills
-	dy      []float32 // Backward: the output gradient [B, Tq, E]
-	gr      *Grads    // Backward: where the gradients go
-	dbuf    []float32 // Backward: gradients of the projections, laid out as acts.buf
-	dconcat []float32 // Backward: gradient of the concatenated heads [B, Tq, E]
-	g       gemm      // the current GEMM phase
-	wg      wgrad     // the current weight-gradient phase
-	qBlocks int       // query blocks per head
-	runQ    int       // query blocks per attention task (runBlocks)
+	wp      []proj.Pack // per worker: its block of a projection's weights, packed
+	weights []float32   // per-head weights [B, H, Tq, Tkx] when they are not the result's
+	gated   []float32   // the gated heads [B, Tq, E] in inference (Saved.gated in training)
+	wh      []float32   // where the per-head weights go (before dropout)
+	rw      *Result     // the result whose Weights the weights phase fills
+	dy      []float32   // Backward: the output gradient [B, Tq, E]
+	gr      *Grads      // Backward: where the gradients go
+	dbuf    []float32   // Backward: gradients of the projections, laid out as acts.buf
+	dconcat []float32   // Backward: gradient of the concatenated heads [B, Tq, E]
+	g       proj.Gemm   // the current GEMM phase
+	wg      wgrad       // the current weight-gradient phase
+	qBlocks int         // query blocks per head
+	runQ    int         // query blocks per attention task (runBlocks)
 	scratch []attend.Scratch
 	back    []attend.BackScratch
 	ws      []kernel.Workspace
@@ -228,11 +229,7 @@ const (
 func (w *work) Do(worker, task int) {
 	switch w.phase {
 	case phaseGemm:
-		if w.g.group > 0 {
-			w.g.doPacked(&w.ws[worker], &w.wp[worker], task)
-		} else {
-			w.g.do(&w.ws[worker], task)
-		}
+		w.g.Do(&w.ws[worker], &w.wp[worker], task)
 	case phaseWgrad:
 		w.wg.do(&w.ws[worker], task)
 	case phaseTranspose:
@@ -285,6 +282,16 @@ func (w *work) encodeInputs() (xq, xk, xv []uint16) {
 	return xq, xk, xv
 }
 
+// encodeOne writes the bfloat16 bits of x into w.xb[0] (phaseEncode) and returns them; they
+// stay valid until the next encoding.
+func (w *work) encodeOne(x []float32) []uint16 {
+	w.enc = [3][]float32{x}
+	w.xb[0] = kernel.Grow(w.xb[0], len(x))
+	w.run(phaseEncode, ceilDiv(len(x), encodeChunk))
+	w.enc = [3][]float32{}
+	return w.xb[0]
+}
+
 // encode rounds one chunk of the inputs to bfloat16 (phaseEncode).
 func (w *work) encode(task int) {
 	for i, x := range w.enc {
@@ -301,10 +308,10 @@ func (w *work) encode(task int) {
 
 // runGemm runs the projection g on the call's workers, with each block of its weights packed
 // once for several blocks of rows where that applies (gemm.pack).
-func (w *work) runGemm(g gemm) {
+func (w *work) runGemm(g proj.Gemm) {
 	w.g = g
-	w.g.pack(w.workers())
-	w.run(phaseGemm, w.g.tasks())
+	w.g.Plan(w.workers())
+	w.run(phaseGemm, w.g.Tasks())
 }
 
 // run runs phase ph's tasks on the call's workers.
@@ -323,61 +330,29 @@ func (w *work) workers() int {
 		w.scratch = make([]attend.Scratch, n)
 		w.back = make([]attend.BackScratch, n)
 		w.ws = make([]kernel.Workspace, n)
-		w.wp = make([]wpack, n)
+		w.wp = make([]proj.Pack, n)
 		w.rows = make([][]float32, n)
 		w.masked = make([]int, n)
 	}
 	return n
 }
 
-// matrix is a weight matrix as the GEMMs read it: float32 values f, or, when f is nil, the bits
-// h of half-precision values, bfloat16 when bf16 is set.
-type matrix struct {
-	f    []float32
-	h    []uint16
-	bf16 bool
-}
-
 // matrix returns the weight matrix called name, in the precision the layer holds it.
-func (l *Layer) matrix(name string) matrix {
+func (l *Layer) matrix(name string) proj.Matrix {
 	if h := l.half[name]; h != nil {
-		return matrix{h: h.Data, bf16: h.Format == tensor.BFloat16}
+		return proj.Matrix{H: h.Data, BF16: h.Format == tensor.BFloat16}
 	}
-	return matrix{f: l.param(name)}
-}
-
-// present reports whether the layer has the matrix.
-func (m matrix) present() bool { return m.f != nil || m.h != nil }
-
-// slice returns values [i, j) of m.
-func (m matrix) slice(i, j int) matrix {
-	if m.f != nil {
-		return matrix{f: m.f[i:j]}
-	}
-	return matrix{h: m.h[i:j], bf16: m.bf16}
-}
-
-// from returns m from value i on.
-func (m matrix) from(i int) matrix { return m.slice(i, max(len(m.f), len(m.h))) }
-
-// float32s returns m's values as float32: m.f itself, or decoded into a new slice.
-func (m matrix) float32s() []float32 {
-	if m.f != nil || m.h == nil {
-		return m.f
-	}
-	out := make([]float32, len(m.h))
-	kernel.DecodeHalf(out, m.h, m.bf16)
-	return out
+	return proj.Matrix{F: l.param(name)}
 }
 
 // projections returns the layer's input projection weights, in the precision the layer holds
 // them, and biases (nil without biases): the blocks of in_proj_weight and in_proj_bias, or
 // q/k/v_proj_weight.
-func (l *Layer) projections() (wq, wk, wv matrix, bq, bk, bv []float32) {
+func (l *Layer) projections() (wq, wk, wv proj.Matrix, bq, bk, bv []float32) {
 	e, ekv := l.cfg.EmbedDim, l.cfg.KVDim()
 	wq, wk, wv = l.matrix("q_proj_weight"), l.matrix("k_proj_weight"), l.matrix("v_proj_weight")
-	if w := l.matrix("in_proj_weight"); w.present() {
-		wq, wk, wv = w.slice(0, e*e), w.slice(e*e, (e+ekv)*e), w.from((e+ekv)*e)
+	if w := l.matrix("in_proj_weight"); w.Present() {
+		wq, wk, wv = w.Slice(0, e*e), w.Slice(e*e, (e+ekv)*e), w.From((e+ekv)*e)
 	}
 	if b := l.param("in_proj_bias"); b != nil {
 		bq, bk, bv = b[:e], b[e:e+ekv], b[e+ekv:]
@@ -415,7 +390,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	tkx := p.tkx
 	wq, wk, wv, bq, bk, bv := l.projections()
 	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
-	a.layout(p, e, ekv, inW.present())
+	a.layout(p, e, ekv, inW.Present())
 	// With ComputeBFloat16, Q, K and V are also needed as bfloat16 bits (a.bits, laid out as
 	// a.buf). Without rotary each projection task writes its block's bits while the block is
 	// in cache (epi); with rotary the transpose phase writes them after rotating.
@@ -433,19 +408,19 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		xq, xk, xv = w.encodeInputs()
 	}
 	if a.fused {
-		w.runGemm(gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: inW, ldw: e, trans: true, bias: inB, c: a.buf, ldc: a.ldq, cRows: tkx, rows: p.tq, n: a.ldq, batches: p.b, bf16: bf, bits: bits, xb: xq})
+		w.runGemm(proj.Gemm{X: p.q, LdX: e, XRows: p.tq, K: e, W: inW, LdW: e, Trans: true, Bias: inB, C: a.buf, LdC: a.ldq, CRows: tkx, Rows: p.tq, N: a.ldq, Batches: p.b, BF16: bf, Bits: bits, XB: xq})
 	} else {
-		w.runGemm(gemm{x: p.q, ldx: e, xRows: p.tq, k: e, w: wq, ldw: e, trans: true, bias: bq, c: a.q, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, bits: qb, xb: xq})
+		w.runGemm(proj.Gemm{X: p.q, LdX: e, XRows: p.tq, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: a.q, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b, BF16: bf, Bits: qb, XB: xq})
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
 				bkv = inB[e:]
 			}
-			w.runGemm(gemm{x: p.k, ldx: e, xRows: p.tk, k: e, w: inW.from(e * e), ldw: e, trans: true, bias: bkv, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: 2 * ekv, batches: p.b, bf16: bf, bits: kb, xb: xk})
+			w.runGemm(proj.Gemm{X: p.k, LdX: e, XRows: p.tk, K: e, W: inW.From(e * e), LdW: e, Trans: true, Bias: bkv, C: a.k, LdC: a.ldk, CRows: tkx, Rows: p.tk, N: 2 * ekv, Batches: p.b, BF16: bf, Bits: kb, XB: xk})
 		} else {
-			for _, g := range [...]gemm{
-				{x: p.k, ldx: c.kdim(), xRows: p.tk, k: c.kdim(), w: wk, ldw: c.kdim(), trans: true, bias: bk, c: a.k, ldc: a.ldk, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: kb, xb: xk},
-				{x: p.v, ldx: c.vdim(), xRows: p.tk, k: c.vdim(), w: wv, ldw: c.vdim(), trans: true, bias: bv, c: a.v, ldc: a.ldv, cRows: tkx, rows: p.tk, n: ekv, batches: p.b, bf16: bf, bits: vb, xb: xv},
+			for _, g := range [...]proj.Gemm{
+				{X: p.k, LdX: c.kdim(), XRows: p.tk, K: c.kdim(), W: wk, LdW: c.kdim(), Trans: true, Bias: bk, C: a.k, LdC: a.ldk, CRows: tkx, Rows: p.tk, N: ekv, Batches: p.b, BF16: bf, Bits: kb, XB: xk},
+				{X: p.v, LdX: c.vdim(), XRows: p.tk, K: c.vdim(), W: wv, LdW: c.vdim(), Trans: true, Bias: bv, C: a.v, LdC: a.ldv, CRows: tkx, Rows: p.tk, N: ekv, Batches: p.b, BF16: bf, Bits: vb, XB: xv},
 			} {
 				w.runGemm(g)
 			}
@@ -465,8 +440,8 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 				clear(a.v[row*a.ldv : row*a.ldv+ekv])
 			}
 			if epi { // the appended rows' bits
-				encodeRows(a.kb[(b*tkx+p.tk)*a.ldk:], a.k[(b*tkx+p.tk)*a.ldk:], a.ldk, tkx-p.tk, ekv)
-				encodeRows(a.vb[(b*tkx+p.tk)*a.ldv:], a.v[(b*tkx+p.tk)*a.ldv:], a.ldv, tkx-p.tk, ekv)
+				proj.EncodeRows(a.kb[(b*tkx+p.tk)*a.ldk:], a.k[(b*tkx+p.tk)*a.ldk:], a.ldk, tkx-p.tk, ekv)
+				proj.EncodeRows(a.vb[(b*tkx+p.tk)*a.ldv:], a.v[(b*tkx+p.tk)*a.ldv:], a.ldv, tkx-p.tk, ekv)
 			}
 		}
 	}
@@ -567,7 +542,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
 		x, ldx, xRows = *buf, e, p.tq
 	}
-	w.runGemm(gemm{x: x, ldx: ldx, xRows: xRows, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: r.Output.Data, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b, bf16: bf, xb: w.outb})
+	w.runGemm(proj.Gemm{X: x, LdX: ldx, XRows: xRows, K: e, W: l.matrix("out_proj.weight"), LdW: e, Trans: true, Bias: l.param("out_proj.bias"), C: r.Output.Data, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b, BF16: bf, XB: w.outb})
 	r.FullyMasked = 0
 	for _, m := range w.masked {
 		r.FullyMasked += m
@@ -624,7 +599,7 @@ func (w *work) transpose(task int) {
 			w.rope.rotate(view(a.q, off), a.ldq, p.tq, w.ropeQ0, false)
 		}
 		if bf {
-			encodeRows(view(a.qb, off), view(a.q, off), a.ldq, p.tq, w.l.offs[h+1]-w.l.offs[h])
+			proj.EncodeRows(view(a.qb, off), view(a.q, off), a.ldq, p.tq, w.l.offs[h+1]-w.l.offs[h])
 		}
 		return
 	}
@@ -638,8 +613,8 @@ func (w *work) transpose(task int) {
 		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
 		if c.Rotary != nil { // without rotary the projections wrote the bits
 			w.rope.rotate(view(a.k, k), a.ldk, tkx, w.ropeK0, false)
-			encodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
-			encodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
+			proj.EncodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
+			proj.EncodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
 		}
 		if w.packKV {
 			w.kvp[2*task].Pack(true, d, tkx, view(a.kb, k), a.ldk)
@@ -656,14 +631,6 @@ func (w *work) transpose(task int) {
 			w.rope.rotate(src[j0*a.ldk:], a.ldk, j1-j0, w.ropeK0+j0, false)
 		}
 		kernel.Transpose(dst[j0:], ld, src[j0*a.ldk:], a.ldk, j1-j0, d)
-	}
-}
-
-// encodeRows rounds n values of each of rows rows of src, stride ld, to bfloat16 bits in the
-// same places of dst.
-func encodeRows(dst []uint16, src []float32, ld, rows, n int) {
-	for r := range rows {
-		kernel.RoundBF16s(dst[r*ld:r*ld+n], src[r*ld:r*ld+n])
 	}
 }
 
@@ -764,165 +731,6 @@ func (w *work) finishWeights(worker, task int) {
 	}
 }
 
-// gemm is one parallel C = X·op(W) + bias (+ beta·C) for rows rows of every batch, whose rows
-// sit at different strides in X and C: batch b's rows start at row b·xRows of X and row b·cRows
-// of C. op(W) is Wᵀ with W [n, k] when trans is set (a forward projection), else W [k, n] (the
-// input gradient of one).
-type gemm struct {
-	x          []float32
-	ldx, xRows int
-	k          int
-	w          matrix
-	ldw        int
-	trans      bool
-	bias       []float32
-	beta       float32
-	c          []float32
-	ldc, cRows int
-	rows       int
-	n, batches int
-	bf16       bool     // ComputeBFloat16: GemmBF16 or GemmBF16Half
-	bits       []uint16 // when not nil, laid out as c: each task also writes its block of C there as bfloat16 bits
-	xb         []uint16 // with bf16, when not nil: X as bfloat16 bits, laid out as x would be (x is not read)
-	// group, where W is packed once per task (set by pack; 0 where it is not): the blocks of
-	// gemmRows rows of one batch that a task runs against its block of cols columns of C, rows
-	// of the transposed W (doPacked).
-	group int
-	// cols is the columns of C per task (set by pack; 0 means gemmCols): fewer for the dot
-	// products of at most kernel.GemvRows rows, which are split finely over the workers.
-	cols int
-}
-
-// colBlock returns the columns of C per task.
-func (g *gemm) colBlock() int {
-	if g.cols > 0 {
-		return g.cols
-	}
-	return gemmCols
-}
-
-// pack sets g.group where W is packed once per task: a transposed float32 W (kernel.PackedF32,
-// on AVX-512), or a bfloat16 product of X's bits and a transposed W in float32 or bfloat16 on a
-// CPU whose AVX512_BF16 kernels read packed panels (kernel.GemmBF16Packed). Then each block of
-// W is packed once for up to packGroup blocks of rows rather than once for every one: as many as
-// leave the workers four tasks each.
-func (g *gemm) pack(workers int) {
-	g.group, g.cols = 0, gemmCols
-	// At most kernel.GemvRows rows (a decode step) read W in place as dot products instead.
-	packs := g.trans && g.w.f != nil && g.rows > kernel.GemvRows
-	if !g.bf16 && g.trans && g.rows <= kernel.GemvRows {
-		g.cols = kernel.GemvCols(g.n, workers, gemmCols)
-	}
-	if g.bf16 {
-		packs = g.trans && g.xb != nil && kernel.HasBF16() && (g.w.f != nil || g.w.h != nil && g.w.bf16)
-	}
-	if packs {
-		blocks := g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, gemmCols)
-		g.group = max(1, min(packGroup, blocks/(4*workers)))
-	}
-}
-
-// packGroup is the most blocks of gemmRows rows a task of a packed projection runs against its
-// block of W: X's rows a task reads (packGroup·gemmRows of them) then stay in L3 for the tasks
-// after it, which take the same rows and the next blocks of W.
-const packGroup = 4
-
-// wpack is one worker's packing of a block of a projection's weights (gemm.doPacked).
-type wpack struct {
-	p    kernel.PackedBF16
-	bits []uint16 // the block of a float32 W rounded to bfloat16, before it is packed
-	f    kernel.PackedF32
-}
-
-// Task blocks of the projection GEMMs: rows and columns of C per task.
-const gemmRows, gemmCols = 256, 256
-
-func (g *gemm) tasks() int {
-	if g.group > 0 {
-		return g.batches * ceilDiv(ceilDiv(g.rows, gemmRows), g.group) * ceilDiv(g.n, g.colBlock())
-	}
-	return g.batches * ceilDiv(g.rows, gemmRows) * ceilDiv(g.n, g.colBlock())
-}
-
-func (g *gemm) do(ws *kernel.Workspace, task int) {
-	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, g.colBlock())
-	b, rest := task/(rowBlocks*colBlocks), task%(rowBlocks*colBlocks)
-	r0, c0 := rest/colBlocks*gemmRows, rest%colBlocks*g.colBlock()
-	rows, cols := min(gemmRows, g.rows-r0), min(g.colBlock(), g.n-c0)
-	var bias []float32
-	if g.bias != nil {
-		bias = g.bias[c0 : c0+cols]
-	}
-	w := g.w.from(c0)
-	if g.trans {
-		w = g.w.from(c0 * g.ldw)
-	}
-	c, xo := g.c[(b*g.cRows+r0)*g.ldc+c0:], (b*g.xRows+r0)*g.ldx
-	half := w.f == nil && w.h != nil
-	switch {
-	case g.xb != nil:
-		ws.GemmBF16BitsA(false, g.trans, rows, cols, g.k, 1, g.xb[xo:], g.ldx, w.f, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-	case g.bf16 && half:
-		ws.GemmBF16Half(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-	case g.bf16:
-		ws.GemmBF16(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
-	case half:
-		ws.SgemmHalf(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.h, w.bf16, g.ldw, g.beta, c, g.ldc, bias)
-	default:
-		ws.Sgemm(false, g.trans, rows, cols, g.k, 1, g.x[xo:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
-	}
-	if g.bits != nil {
-		encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
-	}
-}
-
-// doPacked runs one task of a gemm with g.group set: it packs one block of g.colBlock() rows of the
-// transposed W, columns [c0, c0+cols) of C, and computes them for g.group blocks of gemmRows
-// rows of one batch, with do's sums: kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
-// SgemmPacked Sgemm's (where the CPU's kernels do not read packed float32 panels, or a block has
-// at most kernel.GemvRows rows, Sgemm runs instead). Consecutive tasks take the same rows and the
-// next block of W.
-func (g *gemm) doPacked(ws *kernel.Workspace, pk *wpack, task int) {
-	rowBlocks, colBlocks := ceilDiv(g.rows, gemmRows), ceilDiv(g.n, g.colBlock())
-	groups := ceilDiv(rowBlocks, g.group)
-	b, rest := task/(groups*colBlocks), task%(groups*colBlocks)
-	r0, c0 := rest/colBlocks*g.group*gemmRows, rest%colBlocks*g.colBlock()
-	r1, cols := min(g.rows, r0+g.group*gemmRows), min(g.colBlock(), g.n-c0)
-	w := g.w.from(c0 * g.ldw)
-	var bias []float32
-	if g.bias != nil {
-		bias = g.bias[c0 : c0+cols]
-	}
-	packed := true
-	switch {
-	case !g.bf16:
-		packed = pk.f.Pack(g.k, cols, w.f, g.ldw)
-	case w.f != nil:
-		pk.bits = kernel.Grow(pk.bits, cols*g.k)
-		for r := range cols {
-			kernel.RoundBF16s(pk.bits[r*g.k:(r+1)*g.k], w.f[r*g.ldw:r*g.ldw+g.k])
-		}
-		pk.p.Pack(true, g.k, cols, pk.bits, g.k)
-	default:
-		pk.p.Pack(true, g.k, cols, w.h, g.ldw)
-	}
-	for ; r0 < r1; r0 += gemmRows {
-		rows := min(gemmRows, r1-r0)
-		x, c := (b*g.xRows+r0)*g.ldx, g.c[(b*g.cRows+r0)*g.ldc+c0:]
-		switch {
-		case g.bf16:
-			ws.GemmBF16Packed(rows, cols, g.k, 1, g.xb[x:], g.ldx, &pk.p, 0, 0, g.beta, c, g.ldc, bias)
-			if g.bits != nil {
-				encodeRows(g.bits[(b*g.cRows+r0)*g.ldc+c0:], c, g.ldc, rows, cols)
-			}
-		case packed && rows > kernel.GemvRows:
-			ws.SgemmPacked(rows, 1, g.x[x:], g.ldx, &pk.f, g.beta, c, g.ldc, bias)
-		default:
-			ws.Sgemm(false, true, rows, cols, g.k, 1, g.x[x:], g.ldx, w.f, g.ldw, g.beta, c, g.ldc, bias)
-		}
-	}
-}
-
 // wgrad is one parallel weight gradient of a projection Y = X·Wᵀ + b: it adds Σ_batches
 // dYᵀ·X to dW [n, k] and the column sums of dY to db (when not nil), over the first rows rows of
 // every batch. Each task owns a block of dW, so the sums run in a fixed order.
@@ -942,13 +750,13 @@ func (g *wgrad) tasks() int {
 	if g.rows == 0 || g.batches == 0 {
 		return 0
 	}
-	return ceilDiv(g.n, gemmRows) * ceilDiv(g.k, gemmCols)
+	return ceilDiv(g.n, proj.Rows) * ceilDiv(g.k, proj.Cols)
 }
 
 func (g *wgrad) do(ws *kernel.Workspace, task int) {
-	colBlocks := ceilDiv(g.k, gemmCols)
-	n0, k0 := task/colBlocks*gemmRows, task%colBlocks*gemmCols
-	nn, kk := min(gemmRows, g.n-n0), min(gemmCols, g.k-k0)
+	colBlocks := ceilDiv(g.k, proj.Cols)
+	n0, k0 := task/colBlocks*proj.Rows, task%colBlocks*proj.Cols
+	nn, kk := min(proj.Rows, g.n-n0), min(proj.Cols, g.k-k0)
 	for b := range g.batches {
 		dy := g.dy[b*g.yRows*g.ldy+n0:]
 		if g.dw != nil {

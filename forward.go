@@ -565,9 +565,9 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 
 	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, [B, T, E] (K and V
 	// [B, T, Hkv·d] with grouped K/V heads).
-	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq.float32s(), bq, e)
-	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk.float32s(), bk, ekv)
-	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv.float32s(), bv, ekv)
+	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq.Float32s(), bq, e)
+	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk.Float32s(), bk, ekv)
+	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv.Float32s(), bv, ekv)
 	k = appendRows(k, p, ekv, l.param("bias_k"), c.AddZeroAttn)
 	v = appendRows(v, p, ekv, l.param("bias_v"), c.AddZeroAttn)
 	if r := c.Rotary; r != nil {
@@ -613,7 +613,7 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 		x = make([]F, len(concat))
 		applyGate(p, l.offs, concat, e, p.tq, x, e, p.tq)
 	}
-	out = linear(x, p.b*p.tq, e, l.matrix("out_proj.weight").float32s(), l.param("out_proj.bias"), e)
+	out = linear(x, p.b*p.tq, e, l.matrix("out_proj.weight").Float32s(), l.param("out_proj.bias"), e)
 	if tr != nil {
 		tr.Q, tr.K, tr.V, tr.Concat = f64(q), f64(k), f64(v), f64(concat)
 	}

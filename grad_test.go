@@ -137,7 +137,7 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 	}
 	var dX [3][]float64
 	var dW, dB [3][]float64
-	for i, pj := range []proj{{"query", dQ, p.q, wq.f, tq, e}, {"key", keep(dK), p.k, wk.f, p.tk, c.kdim()}, {"value", keep(dV), p.v, wv.f, p.tk, c.vdim()}} {
+	for i, pj := range []proj{{"query", dQ, p.q, wq.F, tq, e}, {"key", keep(dK), p.k, wk.F, p.tk, c.kdim()}, {"value", keep(dV), p.v, wv.F, p.tk, c.vdim()}} {
 		rows := nb * pj.rows
 		dX[i] = make([]float64, rows*pj.in)
 		kernel.Gemm(false, false, rows, pj.in, e, 1, pj.dy, e, as[float64](pj.w), pj.in, 0, dX[i], pj.in)

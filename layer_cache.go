@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/proj"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -122,12 +123,16 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	n := b * t
 	w.dbuf = kernel.Grow(w.dbuf, n*(e+2*ekv))
 	q, k, v := w.dbuf[:n*e], w.dbuf[n*e:n*(e+ekv)], w.dbuf[n*(e+ekv):]
-	for _, g := range [...]gemm{
-		{x: x.Data, ldx: e, xRows: n, k: e, w: wq, ldw: e, trans: true, bias: bq, c: q, ldc: e, cRows: n, rows: n, n: e, batches: 1},
-		{x: x.Data, ldx: e, xRows: n, k: e, w: wk, ldw: e, trans: true, bias: bk, c: k, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
-		{x: x.Data, ldx: e, xRows: n, k: e, w: wv, ldw: e, trans: true, bias: bv, c: v, ldc: ekv, cRows: n, rows: n, n: ekv, batches: 1},
+	var xb []uint16 // bfloat16 products read x's bits, rounded once for all three
+	if bf && n > kernel.GemvRows {
+		xb = w.encodeOne(x.Data)
+	}
+	for _, g := range [...]proj.Gemm{
+		{X: x.Data, LdX: e, XRows: n, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: q, LdC: e, CRows: n, Rows: n, N: e, Batches: 1},
+		{X: x.Data, LdX: e, XRows: n, K: e, W: wk, LdW: e, Trans: true, Bias: bk, C: k, LdC: ekv, CRows: n, Rows: n, N: ekv, Batches: 1},
+		{X: x.Data, LdX: e, XRows: n, K: e, W: wv, LdW: e, Trans: true, Bias: bv, C: v, LdC: ekv, CRows: n, Rows: n, N: ekv, Batches: 1},
 	} {
-		g.bf16 = bf
+		g.BF16, g.XB = bf, xb
 		w.runGemm(g)
 	}
 	w.cq = perHead(w.cq, q, b, t, heads, d)
@@ -153,8 +158,11 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 			}
 		}
 	}
+	if xb != nil {
+		xb = w.encodeOne(w.dconcat)
+	}
 	y := reuse(r.Output, n*e, b, t, e)
-	w.runGemm(gemm{x: w.dconcat, ldx: e, xRows: n, k: e, w: l.matrix("out_proj.weight"), ldw: e, trans: true, bias: l.param("out_proj.bias"), c: y.Data, ldc: e, cRows: n, rows: n, n: e, batches: 1, bf16: bf})
+	w.runGemm(proj.Gemm{X: w.dconcat, LdX: e, XRows: n, K: e, W: l.matrix("out_proj.weight"), LdW: e, Trans: true, Bias: l.param("out_proj.bias"), C: y.Data, LdC: e, CRows: n, Rows: n, N: e, Batches: 1, BF16: bf, XB: xb})
 	*r = Result{Output: y}
 	return nil
 }

@@ -102,7 +102,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 	if opt.Causal {
 		so.Causal = CausalTopLeft
 	}
-	kk, vv := project(k, wk.f, bk, hkv), project(v, wv.f, bv, hkv)
+	kk, vv := project(k, wk.F, bk, hkv), project(v, wv.F, bv, hkv)
 	if cfg.AddBiasKV || cfg.AddZeroAttn { // the appended key rows, after the projected ones
 		bkv, bvv := l.param("bias_k"), l.param("bias_v")
 		extra := 0
@@ -128,7 +128,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 			t.Fatal("the composition does not pad appended keys")
 		}
 	}
-	tr, err := SDPAReference(project(q, wq.f, bq, h), kk, vv, so)
+	tr, err := SDPAReference(project(q, wq.F, bq, h), kk, vv, so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mhalab/mha/attend"
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/proj"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -210,8 +211,7 @@ func (w *work) backwardLayer() {
 	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: x, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
 	w.run(phaseWgrad, w.wg.tasks())
 	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*e)
-	w.g = gemm{x: w.dy, ldx: e, xRows: p.tq, k: e, w: l.matrix("out_proj.weight"), ldw: e, c: w.dconcat, ldc: e, cRows: p.tq, rows: p.tq, n: e, batches: p.b}
-	w.run(phaseGemm, w.g.tasks())
+	w.runGemm(proj.Gemm{X: w.dy, LdX: e, XRows: p.tq, K: e, W: l.matrix("out_proj.weight"), LdW: e, C: w.dconcat, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b})
 	w.gateBackward()
 
 	// Attention, per (batch, K/V head): the gradients of Q, K and V land in dbuf, laid out as
@@ -286,12 +286,11 @@ func (w *work) gateBackward() {
 // project is the backward of one input projection Y = X·Wᵀ + b, for X [B, rows, in] and W
 // [n, in]: it adds dYᵀ·X to dW, Σ dY to db (when not nil) and dY·W to dX. dY's rows are
 // strided by ldy, with yRows rows per batch of which the first rows count.
-func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, wt matrix, dw, db, dx []float32, n int) {
+func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, wt proj.Matrix, dw, db, dx []float32, n int) {
 	b := w.p.b
 	w.wg = wgrad{dy: dy, ldy: ldy, yRows: yRows, x: x, ldx: in, xRows: rows, dw: dw, db: db, rows: rows, n: n, k: in, batches: b}
 	w.run(phaseWgrad, w.wg.tasks())
-	w.g = gemm{x: dy, ldx: ldy, xRows: yRows, k: n, w: wt, ldw: in, beta: 1, c: dx, ldc: in, cRows: rows, rows: rows, n: in, batches: b}
-	w.run(phaseGemm, w.g.tasks())
+	w.runGemm(proj.Gemm{X: dy, LdX: ldy, XRows: yRows, K: n, W: wt, LdW: in, Beta: 1, C: dx, LdC: in, CRows: rows, Rows: rows, N: in, Batches: b})
 }
 
 // backward runs the attention backward of one (batch, K/V head) task: of each query head of the

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/proj"
 )
 
 // linear is nn.Linear: y = x·Wᵀ + b with W [out, in] and b [out] (or no b), over n rows of
@@ -35,7 +37,8 @@ func (l *linear) forward(r *runner, x []float32, n int) []float32 {
 	if l.bias != nil {
 		b = l.bias.Value.Data
 	}
-	r.gemm(false, true, n, l.out, l.in, x, l.in, l.weight.operand(), l.in, 0, l.y, l.out, b)
+	r.project(proj.Gemm{X: x, LdX: l.in, XRows: n, K: l.in, W: l.weight.matrix(), LdW: l.in, Trans: true, Bias: b,
+		C: l.y, LdC: l.out, CRows: n, Rows: n, N: l.out, Batches: 1, BF16: r.compute == mha.ComputeBFloat16})
 	return l.y
 }
 
@@ -50,7 +53,8 @@ func (l *linear) backward(r *runner, dy, dx []float32, n int) {
 		sumRows(r, dy, n, l.out, l.bias.Grad.Data)
 	}
 	if dx != nil {
-		r.gemm(false, false, n, l.in, l.out, dy, l.out, l.weight.operand(), l.in, 1, dx, l.in, nil)
+		r.project(proj.Gemm{X: dy, LdX: l.out, XRows: n, K: l.out, W: l.weight.matrix(), LdW: l.in, Beta: 1,
+			C: dx, LdC: l.in, CRows: n, Rows: n, N: l.in, Batches: 1})
 	}
 }
 

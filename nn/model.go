@@ -93,8 +93,9 @@ type RunOptions struct {
 	// Compute is the arithmetic of ForwardCached's matrix products: mha.ComputeFloat32 (the
 	// zero value) or mha.ComputeBFloat16, with which the products of more than
 	// kernel.GemvRows (4) rows, a prompt's, take bfloat16 operands and float32 sums, as
-	// mha.Options.Compute says for the attention layers (kernel.GemmBF16Half on the weights as
-	// stored): about twice as fast, with bfloat16's rounding of the activations (~1% of a
+	// mha.Options.Compute says for the attention layers (the activations rounded to bfloat16
+	// once per product, the weights read as stored and packed once per block of columns):
+	// about twice as fast, with bfloat16's rounding of the activations (~1% of a
 	// logit), where the CPU has AVX512_BF16, and float32 elsewhere (mha.Compute.Effective).
 	// The products of a decode step's few rows stay float32 dot products, bound by reading
 	// the weights either way. Forward, which keeps what Backward needs, computes in float32

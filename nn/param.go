@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/internal/proj"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -51,12 +52,12 @@ func decodeHalf(h *tensor.Half) *tensor.Tensor {
 	return t
 }
 
-// operand returns the parameter's values as the B matrix of a GEMM.
-func (p *Param) operand() operand {
+// matrix returns the parameter's values as a product reads them, in the precision it is held.
+func (p *Param) matrix() proj.Matrix {
 	if h := p.Half; h != nil {
-		return operand{h: h.Data, bf16: h.Format == tensor.BFloat16}
+		return proj.Matrix{H: h.Data, BF16: h.Format == tensor.BFloat16}
 	}
-	return operand{f: p.Value.Data}
+	return proj.Matrix{F: p.Value.Data}
 }
 
 // ZeroGrads sets the gradient of every parameter to zero; parameters without one (held in half
