@@ -355,7 +355,8 @@ func TestBF16Half(t *testing.T) {
 }
 
 // TestBF16Cache checks ForwardCache in bfloat16 (projections in bfloat16, the cached attention
-// in float32): a prefill and three steps against Forward in bfloat16, within 2·10⁻².
+// in float32 but for a prompt into an empty cache): a prefill and three steps against Forward in
+// bfloat16, within 2·10⁻²; a longer prompt against Forward bit for bit.
 func TestBF16Cache(t *testing.T) {
 	l := newLayer(t, Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}, Seed: 4})
 	x := randTensor(tensor.NewRNG(8), 1, 20, 64)
@@ -381,7 +382,29 @@ func TestBF16Cache(t *testing.T) {
 		t.Errorf("relative error against Forward %.3g", e)
 	}
 
-	// AttendCache itself computes in float32 whatever Compute says.
+	// A prompt into an empty cache computes its attention as Forward does, in bfloat16 too:
+	// the same bits (a float32 cache holds the keys and values as they are).
+	long := randTensor(tensor.NewRNG(9), 1, 100, 64)
+	for _, ct := range []Compute{ComputeFloat32, ComputeBFloat16} {
+		o := Options{Causal: true, Compute: ct}
+		want, err := l.Forward(long, nil, nil, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := l.NewKVCache(1, 100, CacheFloat32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := l.ForwardCache(kv, long, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bitsEqual(y.Data, want.Output.Data) {
+			t.Errorf("%v: a prompt of 100 tokens differs from Forward's (relative error %.3g)", ct, relErr(y.Data, f64(want.Output.Data)))
+		}
+	}
+
+	// AttendCache's other calls compute in float32 whatever Compute says.
 	q, k, v := sdpaRand(1, 1, 1, 4, 3, 16), sdpaRand(2, 1, 1, 2, 3, 16), sdpaRand(3, 1, 1, 2, 3, 16)
 	var outs [2][]float32
 	for i, ct := range []Compute{ComputeFloat32, ComputeBFloat16} {

@@ -150,6 +150,19 @@ func (c *KVCache) appendKV(k, v []float32, tn int) {
 	c.n += tn
 }
 
+// round sets dst to src's values as the cache stores them, rounded to its half type through
+// bits, a scratch buffer at least as long as src.
+func (c *KVCache) round(dst, src []float32, bits []uint16) {
+	bits = bits[:len(src)]
+	bf16 := c.dtype == CacheBFloat16
+	if bf16 {
+		kernel.EncodeBF16(bits, src)
+	} else {
+		kernel.EncodeF16(bits, src)
+	}
+	kernel.DecodeHalf(dst, bits, bf16)
+}
+
 // keys returns the block of keys from position j0 (a multiple of cacheTile) of (batch·K/V head)
 // bh as float32, [D, cacheTile] row-major: a view of the storage for CacheFloat32, else
 // converted into buf.
@@ -247,9 +260,13 @@ const (
 // that run on all workers, each giving a partial output, maximum and sum per row, which are
 // merged by their log-sum-exp (flash-decoding); the rows of a K/V head's query group are scored
 // together, so each cached key is read once per step; up to 16 rows, on AVX-512, they are
-// scored and summed by kernels that read the cache in place. AttendCache makes no heap
-// allocation once it has seen the largest shape. It computes in float32 whatever Compute says
-// (a step is bound by reading the cache; CacheBFloat16 and CacheFloat16 halve that).
+// scored and summed by kernels that read the cache in place. A prompt into an empty cache (as
+// many new keys as queries, more than 64 query rows per K/V head) runs SDPA's tiled kernels on
+// the queries and on the keys and values as the cache stores them (rotated, and rounded to its
+// type), and gives SDPA's bits on those. AttendCache makes no heap allocation once it has seen
+// the largest shape. Such a prompt follows Compute; everything else computes in float32
+// whatever Compute says (a decode step is bound by reading the cache, which CacheBFloat16 and
+// CacheFloat16 halve).
 //
 // It returns an error wrapping ErrShape, leaving the cache and r unchanged, when a shape does
 // not fit the cache, the cache has too little room left for Tn positions, or an option is
@@ -270,7 +287,8 @@ func (c *SDPAContext) AttendCache(r *SDPAResult, kv *KVCache, q, k, v *tensor.Te
 	}
 	c.mu.Unlock()
 	defer func() {
-		w.q, w.r, w.kv, w.opt = nil, nil, nil, SDPAOptions{}
+		w.q, w.r, w.kv, w.opt, w.sopt = nil, nil, nil, SDPAOptions{}, SDPAOptions{}
+		w.qt, w.kt, w.vt = tensor.Tensor{}, tensor.Tensor{}, tensor.Tensor{}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if len(c.cacheFree) < keepWork {
@@ -282,12 +300,46 @@ func (c *SDPAContext) AttendCache(r *SDPAResult, kv *KVCache, q, k, v *tensor.Te
 		return err
 	}
 	w.tk = kv.n + tn
+	prefill := kv.n == 0 && tn == w.tq && w.g*w.tq > cacheRows
 	keys := w.rotate(kv.n, k, tn)
+	if prefill {
+		if err := w.prefill(c, r, keys, v.Data); err != nil {
+			return err
+		}
+	}
 	if tn > 0 {
 		kv.appendKV(keys, v.Data, tn)
 	}
-	w.run(pool, r)
+	if !prefill {
+		w.run(pool, r)
+	}
 	return nil
+}
+
+// prefill attends a call's queries to the keys it is about to store in an empty cache, as many
+// as the queries and more than cacheRows rows per K/V head (a prompt), with SDPA's tiled
+// kernels, which outrun the cache's tiles on many rows: the queries as rotated, and the keys
+// (rotated) and values as the cache holds them, rounded to its type, so the result is what the
+// cache's own tiles give up to float32 rounding. Compute applies to it as to SDPA.
+func (w *cacheWork) prefill(c *SDPAContext, r *SDPAResult, keys, values []float32) error {
+	kv := w.kv
+	if kv.dtype != CacheFloat32 {
+		w.krnd = kernel.Grow(w.krnd, len(keys))
+		w.vrnd = kernel.Grow(w.vrnd, len(values))
+		w.half = kernel.Grow(w.half, max(len(keys), len(values)))
+		kv.round(w.krnd, keys, w.half)
+		kv.round(w.vrnd, values, w.half)
+		keys, values = w.krnd, w.vrnd
+	}
+	w.qs = [4]int{w.b, w.hq, w.tq, w.d}
+	w.ks = [4]int{w.b, w.hkv, w.tk, w.d}
+	w.vs = [4]int{w.b, w.hkv, w.tk, w.dv}
+	w.qt = tensor.Tensor{Shape: w.qs[:], Data: w.q}
+	w.kt = tensor.Tensor{Shape: w.ks[:], Data: keys}
+	w.vt = tensor.Tensor{Shape: w.vs[:], Data: values}
+	w.sopt = w.opt
+	w.sopt.Rotary = nil // applied already
+	return c.SDPAInto(r, &w.qt, &w.kt, &w.vt, &w.sopt)
 }
 
 // rotate applies the call's rotary, if any: it rotates a copy of the queries into w.qrot (and
@@ -333,6 +385,14 @@ type cacheWork struct {
 	ropeDim    int // rotary dimensions, 0 without rotary
 	rope       ropeTable
 	qrot, krot []float32 // the rotated queries and new keys
+
+	// prefill's operands: keys and values rounded as a half cache holds them, the bits between,
+	// and SDPA's tensors and options.
+	krnd, vrnd []float32
+	half       []uint16
+	qs, ks, vs [4]int
+	qt, kt, vt tensor.Tensor
+	sopt       SDPAOptions
 
 	b, hq, hkv, g, tq, tk, d, dv int
 	scale                        float32

@@ -217,6 +217,67 @@ func TestAttendCacheFlashDecoding(t *testing.T) {
 	}
 }
 
+// TestAttendCachePrefill checks that a prompt into an empty cache, which AttendCache computes
+// with SDPA's tiled kernels, gives SDPA's bits on the same inputs in float32 and in bfloat16
+// (Compute applies to a prefill), and that a prompt of too few rows for that path (computed by
+// the cache's own tiles) still matches SDPA within float32 rounding.
+func TestAttendCachePrefill(t *testing.T) {
+	const b, hq, hkv, d, dv = 2, 8, 2, 16, 24
+	for _, compute := range []Compute{ComputeFloat32, ComputeBFloat16} {
+		for _, tq := range []int{cacheRows/(hq/hkv) + 1, 300} {
+			for _, tc := range cacheCases() {
+				if tc.opt.Rotary != nil || tc.opt.Causal != CausalBottomRight || tc.hq != hq || tc.hkv != hkv {
+					continue // SDPA would rotate its keys itself, or the case is another shape
+				}
+				t.Run(fmt.Sprintf("%v/T=%d/%s", compute, tq, tc.name), func(t *testing.T) {
+					opt := tc.opt
+					opt.Compute = compute
+					q := sdpaRand(1, 1, b, hq, tq, d)
+					k := sdpaRand(2, 1, b, hkv, tq, d)
+					v := sdpaRand(3, 1, b, hkv, tq, dv)
+					kv, err := NewKVCache(b, hkv, d, dv, tq, CacheFloat32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var r SDPAResult
+					if err := NewSDPAContext().AttendCache(&r, kv, q, k, v, &opt); err != nil {
+						t.Fatal(err)
+					}
+					want, err := SDPA(q, k, v, &opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bitsEqual(r.Out.Data, want.Out.Data) || !bitsEqual(r.LSE.Data, want.LSE.Data) || r.FullyMasked != want.FullyMasked {
+						t.Errorf("prefill gives other bits than SDPA (relative error %.3g)", tensor.RelError(r.Out.Data, f64(want.Out.Data)))
+					}
+					if kv.Len() != tq {
+						t.Errorf("Len() = %d after the prefill, want %d", kv.Len(), tq)
+					}
+				})
+			}
+		}
+	}
+	// 64 rows per K/V head: the cache's tiles, in float32 whatever Compute says.
+	q, k, v := sdpaRand(1, 1, b, hq, cacheRows/(hq/hkv), d), sdpaRand(2, 1, b, hkv, cacheRows/(hq/hkv), d), sdpaRand(3, 1, b, hkv, cacheRows/(hq/hkv), dv)
+	kv, err := NewKVCache(b, hkv, d, dv, cacheRows, CacheFloat32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := SDPAOptions{Causal: CausalBottomRight, Compute: ComputeBFloat16}
+	var r SDPAResult
+	if err := NewSDPAContext().AttendCache(&r, kv, q, k, v, &opt); err != nil {
+		t.Fatal(err)
+	}
+	opt.Compute = ComputeFloat32
+	want, err := SDPA(q, k, v, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := tensor.RelError(r.Out.Data, f64(want.Out.Data)); e > 1e-6 {
+		t.Errorf("a short prompt vs float32 SDPA: relative error %.3g > 1e-6", e)
+	}
+}
+
 // TestKVCacheBytes checks that half caches hold half the bytes of a float32 one, with the
 // capacity rounded up to whole blocks of 128 positions.
 func TestKVCacheBytes(t *testing.T) {
@@ -346,6 +407,17 @@ func TestAttendCacheAllocs(t *testing.T) {
 	}
 	if n := steadyAllocs(step); n != 0 {
 		t.Errorf("%v allocations per decode step, want 0", n)
+	}
+	// A prompt into an empty cache, on SDPA's kernels.
+	pq, pk, pv := sdpaRand(7, 1, b, hq, 200, d), sdpaRand(8, 1, b, hkv, 200, d), sdpaRand(9, 1, b, hkv, 200, d)
+	prompt := func() {
+		kv.Reset()
+		if err := ctx.AttendCache(&r, kv, pq, pk, pv, &opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := steadyAllocs(prompt); n != 0 {
+		t.Errorf("%v allocations per prompt, want 0", n)
 	}
 }
 

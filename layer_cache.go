@@ -51,7 +51,8 @@ func (c Config) CheckCache() error {
 // whole sequence, up to float32 rounding.
 //
 // Of Options it reads Causal, Window, Softcap, ALiBi, Slopes, Workers and Compute (the
-// projections follow it; the cached attention computes in float32); masks, weights, dropout,
+// projections of more than 4 rows per sequence follow it, and so does a prompt's attention into
+// an empty cache; the rest computes in float32, as AttendCache says); masks, weights, dropout,
 // sparse patterns, normalizers other than softmax and head interventions are errors. It returns
 // an error wrapping ErrConfig when a cache cannot serve the layer: keys and values of other
 // sizes than the embedding (KDim, VDim), heads of different sizes or score scales (HeadDims,
@@ -139,7 +140,7 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	w.ck = perHead(w.ck, k, b, t, hkv, d)
 	w.cv = perHead(w.cv, v, b, t, hkv, d)
 
-	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers,
+	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers, Compute: o.Compute,
 		Softcap: o.Softcap, ALiBi: o.ALiBi, Slopes: o.Slopes, Sinks: l.param("sinks")}
 	if o.Causal {
 		so.Causal = CausalBottomRight
