@@ -40,10 +40,10 @@ const (
 	// (ForwardCache's, AttendCache) computes in float32 whatever Compute says (a decode step is
 	// bound by reading the cache, which CacheBFloat16 halves, not by arithmetic), except for a
 	// prompt into an empty cache, which AttendCache computes as SDPA does;
-	// ForwardCache's projections follow Compute. Projections of at most 4 rows per sequence
-	// (kernel.GemvRows: a decode step's) run as float32 dot products that read the weights in
-	// place whatever Compute says: they are bound by reading the weights, which packing them
-	// for bfloat16 products would only add to.
+	// ForwardCache's projections follow Compute, but for calls of at most 4 rows (a decode
+	// step's), which run as float32 dot products that read the weights in place whatever
+	// Compute says: they are bound by reading the weights, which packing them for bfloat16
+	// products would only add to.
 	ComputeBFloat16
 )
 

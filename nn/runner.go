@@ -73,7 +73,7 @@ func (r *runner) scratch(worker, n int) []float32 {
 // dot products.
 func (r *runner) project(g proj.Gemm) {
 	if g.BF16 && g.Rows > kernel.GemvRows {
-		n := g.XRows * g.LdX
+		n := g.Batches * g.XRows * g.LdX
 		r.xb = kernel.Grow(r.xb, n)
 		r.rows(n, encodeChunk, func(_, _, i0, i1 int) {
 			kernel.RoundBF16s(r.xb[i0:i1], g.X[i0:i1])

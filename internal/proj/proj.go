@@ -76,15 +76,16 @@ type Gemm struct {
 // Plan decides how g's tasks split and pack the product for the given number of workers (the
 // split never changes the result). Products of at most kernel.GemvRows rows per batch with a
 // transposed W run as float32 dot products that read W in place, split finely over the workers,
-// BF16 or not. A transposed float32 W (on AVX-512), or with BF16, XB and AVX512_BF16 a
-// transposed W in float32 or bfloat16, is packed once per task for up to packGroup blocks of
-// rows rather than once for every block: as many as leave the workers four tasks each.
+// even with BF16, unless they read X from XB (X then need not hold it). A transposed float32 W
+// (on AVX-512), or with BF16, XB and AVX512_BF16 a transposed W in float32 or bfloat16, is
+// packed once per task for up to packGroup blocks of rows rather than once for every block: as
+// many as leave the workers four tasks each.
 func (g *Gemm) Plan(workers int) {
 	g.group, g.cols = 0, Cols
 	g.half = g.W.F == nil && g.W.H != nil
-	gemv := g.Trans && g.Rows <= kernel.GemvRows
+	gemv := g.Trans && g.Rows <= kernel.GemvRows && g.XB == nil
 	if gemv {
-		g.BF16, g.XB = false, nil
+		g.BF16 = false
 		g.cols = kernel.GemvCols(g.N, workers, Cols)
 	}
 	packs := g.Trans && g.W.F != nil && !gemv
