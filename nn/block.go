@@ -97,14 +97,59 @@ func (b *block) forward(r *runner, x []float32, batch, t int, opt *mha.Options) 
 }
 
 // forwardCached returns the block's output [B·T, d] for x [B·T, d], the next T positions of the
-// sequences whose keys and values kv holds, which it extends; it keeps nothing for backward.
-func (b *block) forwardCached(r *runner, x []float32, batch, t int, kv *mha.KVCache, opt *mha.Options) ([]float32, error) {
+// sequences whose keys and values kv holds, which it extends; it keeps nothing for backward and
+// computes in s's buffers, where the output lies.
+func (b *block) forwardCached(r *runner, x []float32, batch, t int, kv *mha.KVCache, opt *mha.Options, s *shared) ([]float32, error) {
+	b.swap(s)
+	defer b.swap(s)
 	return b.run(r, x, batch, t, func() ([]float32, error) {
 		if err := b.attn.ForwardCacheInto(&b.step, kv, &b.in, opt); err != nil {
 			return nil, err
 		}
 		return b.step.Output.Data, nil
 	})
+}
+
+// shared holds the buffers of a block's forward that the blocks of an inference pass
+// (ForwardCached) take turns with, since they run one after another and keep nothing for
+// Backward: one set of activations for the model rather than one per block. A block's output
+// lies in them until the next block has read it: the next one writes each buffer only after
+// its input is no longer needed.
+type shared struct {
+	sum1, sum2            []float32
+	norm1, norm2          []float32 // the two normalisations' outputs
+	mean1, rstd1          []float32
+	mean2, rstd2          []float32
+	gate, up, act, sig, h []float32 // the feed-forward network's hidden-width buffers
+	ffnOut                []float32
+	step                  mha.Result
+}
+
+// swap exchanges the block's forward buffers with s's. Called before and after a forward (it is
+// its own inverse), it has the block compute in s's memory and leaves its own as it found them.
+func (b *block) swap(s *shared) {
+	sw := func(x, y *[]float32) { *x, *y = *y, *x }
+	sw(&b.sum1, &s.sum1)
+	sw(&b.sum2, &s.sum2)
+	b.step, s.step = s.step, b.step
+	sw(&b.ln1.y, &s.norm1)
+	sw(&b.ln1.mean, &s.mean1)
+	sw(&b.ln1.rstd, &s.rstd1)
+	if b.ln2 != nil {
+		sw(&b.ln2.y, &s.norm2)
+		sw(&b.ln2.mean, &s.mean2)
+		sw(&b.ln2.rstd, &s.rstd2)
+	}
+	if f := b.ffn; f != nil {
+		sw(&f.in.y, &s.gate)
+		sw(&f.act.y, &s.act)
+		sw(&f.act.gate, &s.sig)
+		sw(&f.out.y, &s.ffnOut)
+		if f.up != nil {
+			sw(&f.up.y, &s.up)
+			sw(&f.h, &s.h)
+		}
+	}
 }
 
 // run is the block's computation on x [B·T, d], with attend the attention of b.in, which run

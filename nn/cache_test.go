@@ -162,3 +162,42 @@ func TestForwardCachedBFloat16(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardCachedShared checks that ForwardCached computes every block in the model's one set
+// of shared buffers: after it, the blocks of a model that never ran Forward hold none of their
+// own, and its logits still match Forward's, pre-norm, post-norm and attention-only.
+func TestForwardCachedShared(t *testing.T) {
+	cfgs := hfConfigs()
+	attnOnly := cfgs["gpt2"]
+	attnOnly.AttnOnly, attnOnly.Layers, attnOnly.FFN, attnOnly.Activation = true, 3, 0, ""
+	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}
+	for name, cfg := range map[string]Config{"llama": cfgs["llama"], "mixed": cfgs["mixed"], "attn-only": attnOnly} {
+		t.Run(name, func(t *testing.T) {
+			m, err := NewModel(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.NewCache(2, 8, mha.CacheFloat32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.ForwardCached(c, tokens[:12], 2, 6, nil); err != nil {
+				t.Fatal(err)
+			}
+			for l, b := range m.blocks {
+				own := b.sum1 != nil || b.sum2 != nil || b.ln1.y != nil || b.step.Output != nil
+				if f := b.ffn; f != nil {
+					own = own || f.in.y != nil || f.out.y != nil || f.act.y != nil || f.act.gate != nil || b.ln2.y != nil
+				}
+				if own {
+					t.Errorf("block %d holds buffers of its own after ForwardCached", l)
+				}
+			}
+			if m.shared.sum1 == nil || m.shared.step.Output == nil {
+				t.Error("the shared buffers are empty after ForwardCached")
+			}
+			c.Reset()
+			checkCachedSteps(t, m, c, tokens, 2, 8, []int{5, 1, 2}, 1e-5)
+		})
+	}
+}

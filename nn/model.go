@@ -42,6 +42,7 @@ type Model struct {
 	kept    bool        // the last forward kept the attention weights
 	state   state
 	scr     scratch
+	shared  shared    // the blocks' buffers in ForwardCached
 	dx, dy  []float32 // the residual stream's gradient, [B·T, d], alternating between blocks
 }
 
