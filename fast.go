@@ -70,11 +70,11 @@ func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, o
 const keepWork = 4
 
 func (l *Layer) getWork() *work {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.free); n > 0 {
-		w := l.free[n-1]
-		l.free = l.free[:n-1]
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if n := len(l.s.free); n > 0 {
+		w := l.s.free[n-1]
+		l.s.free = l.s.free[:n-1]
 		return w
 	}
 	return new(work)
@@ -85,10 +85,10 @@ func (l *Layer) putWork(w *work) {
 	w.p, w.g, w.wg, w.a, w.s = plan{layouts: w.p.layouts}, proj.Gemm{}, wgrad{}, nil, nil
 	w.wh, w.rw, w.out, w.dy, w.gr, w.outb = nil, nil, nil, nil, nil, nil
 	w.kInPlace = false
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.free) < keepWork {
-		l.free = append(l.free, w)
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if len(l.s.free) < keepWork {
+		l.s.free = append(l.s.free, w)
 	}
 }
 
@@ -317,7 +317,7 @@ func (w *work) runGemm(g proj.Gemm) {
 // run runs phase ph's tasks on the call's workers.
 func (w *work) run(ph phase, tasks int) {
 	w.phase = ph
-	w.l.pool.Run(&w.loop, w.workers(), tasks, w)
+	w.l.s.pool.Run(&w.loop, w.workers(), tasks, w)
 }
 
 // workers returns the call's worker count and sizes the per-worker scratch for it.

@@ -242,11 +242,34 @@ type Layer struct {
 	kvOffs  []int // K/V head g owns columns kvOffs[g] … kvOffs[g+1] of K and V
 	ropeDim int   // the dimensions Config.Rotary rotates
 
-	pool *parallel.Pool // Forward's helper goroutines, stopped when the layer is collected
+	s *layerScratch // what the calls compute in; shared with other layers by ShareScratch
+}
+
+// layerScratch is what a layer's calls compute in and keep between calls: helper goroutines,
+// work sets and the cached attention's SDPA context. Its pool is stopped when no layer holds it.
+type layerScratch struct {
+	pool *parallel.Pool // Forward's helper goroutines
 	sdpa *SDPAContext   // ForwardCache's attention
 
 	mu   sync.Mutex
 	free []*work // Forward's scratch memory, kept for the next calls
+}
+
+// newLayerScratch returns a scratch of its own, whose pool stops once it is collected.
+func newLayerScratch() *layerScratch {
+	s := &layerScratch{pool: new(parallel.Pool), sdpa: NewSDPAContext()}
+	runtime.AddCleanup(s, (*parallel.Pool).Close, s.pool)
+	return s
+}
+
+// ShareScratch has l compute in other's scratch memory instead of its own: its work buffers,
+// helper goroutines and its ForwardCache's attention buffers, which grow to the largest call
+// and stay between calls. A stack of layers that run one after another, as a model's do, then
+// keeps one set rather than one per layer. Results do not change. Calls on layers that share
+// may still run at once: each takes a set to itself and a concurrent one gets another. Call it
+// before l is used from other goroutines; l's own scratch is dropped.
+func (l *Layer) ShareScratch(other *Layer) {
+	l.s = other.s
 }
 
 // Param is one named parameter. T is the layer's own tensor, not a copy.
@@ -311,7 +334,7 @@ func makeLayer(cfg Config, alloc bool) (*Layer, error) {
 		}
 	}
 	cfg = cfg.clone()
-	l := &Layer{cfg: cfg, pool: new(parallel.Pool), sdpa: NewSDPAContext()}
+	l := &Layer{cfg: cfg, s: newLayerScratch()}
 	for h := range cfg.NumHeads {
 		l.offs = append(l.offs, cfg.HeadOffset(h))
 	}
@@ -326,7 +349,6 @@ func makeLayer(cfg Config, alloc bool) (*Layer, error) {
 	if cfg.Rotary != nil {
 		l.ropeDim, _ = cfg.Rotary.check(cfg.HeadDim(0)) // Validate checked it
 	}
-	runtime.AddCleanup(l, (*parallel.Pool).Close, l.pool)
 	for _, s := range cfg.paramShapes() {
 		var t *tensor.Tensor
 		if alloc {

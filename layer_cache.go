@@ -145,7 +145,7 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	if o.Causal {
 		so.Causal = CausalBottomRight
 	}
-	if err := l.sdpa.AttendCache(&w.cres, kv, w.cq, w.ck, w.cv, &so); err != nil {
+	if err := l.s.sdpa.AttendCache(&w.cres, kv, w.cq, w.ck, w.cv, &so); err != nil {
 		return err
 	}
 

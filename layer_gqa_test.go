@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mhalab/mha/internal/kernel"
@@ -787,4 +788,64 @@ func checkCached(t *testing.T, what string, l *Layer, got, x *tensor.Tensor, fro
 	} else {
 		checkWithin(t, what+": cached decode against Forward", got.Data, want, 5e-2, 1e-2)
 	}
+}
+
+// TestLayerShareScratch checks layers of different configurations computing in one scratch:
+// Forward, ForwardCache and a training Forward with Backward, alternated between them and also
+// run at once from two goroutines, give the bits of layers with scratch of their own.
+func TestLayerShareScratch(t *testing.T) {
+	cfgs := []Config{
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100}, Seed: 1},
+		{EmbedDim: 24, NumHeads: 3, Seed: 2},
+	}
+	run := func(l *Layer, e int) []float32 {
+		x := randTensor(tensor.NewRNG(uint64(e)), 2, 70, e)
+		var out []float32
+		out = append(out, forward(t, l, x, nil, nil, &Options{Causal: true}).Output.Data...)
+		kv, err := l.NewKVCache(2, 71, CacheFloat32)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		y, err := l.ForwardCache(kv, x, &Options{Causal: true})
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		out = append(out, y.Data...)
+		var r Result
+		var s Saved
+		if err := l.ForwardTrain(&r, &s, x, nil, nil, &Options{Causal: true}); err != nil {
+			t.Error(err)
+			return nil
+		}
+		g := Grads{Query: tensor.New(x.Shape...)}
+		if err := l.Backward(&g, &s, r.Output); err != nil {
+			t.Error(err)
+			return nil
+		}
+		return append(out, g.Query.Data...)
+	}
+	var want [2][]float32
+	for i, c := range cfgs {
+		want[i] = run(newLayer(t, c), c.EmbedDim)
+	}
+	a, b := newLayer(t, cfgs[0]), newLayer(t, cfgs[1])
+	b.ShareScratch(a)
+	for round := range 2 {
+		for i, l := range []*Layer{a, b} {
+			if got := run(l, cfgs[i].EmbedDim); !bitsEqual(got, want[i]) {
+				t.Errorf("round %d, layer %d: other bits than with its own scratch", round, i)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i, l := range []*Layer{a, b} {
+		wg.Go(func() {
+			if got := run(l, cfgs[i].EmbedDim); !bitsEqual(got, want[i]) {
+				t.Errorf("at once, layer %d: other bits than with its own scratch", i)
+			}
+		})
+	}
+	wg.Wait()
 }

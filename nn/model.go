@@ -221,6 +221,9 @@ func newModel(cfg Config, half map[string]*tensor.Half, newParam func(paramSpec)
 		if err != nil {
 			return nil, err
 		}
+		if l > 0 { // the blocks run one after another: one set of attention scratch for all
+			b.attn.ShareScratch(m.blocks[0].attn)
+		}
 		m.blocks = append(m.blocks, b)
 	}
 	if cfg.Norm == PreNorm {
