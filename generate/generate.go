@@ -97,7 +97,7 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 		if err != nil {
 			return res, fmt.Errorf("generate: %w", err)
 		}
-		run.Compute = opt.Compute
+		run.Compute, run.LastLogits = opt.Compute, true // a prompt needs only its last logits
 		next = func(input []int) (*tensor.Tensor, error) {
 			return m.ForwardCached(cache, input, 1, len(input), run)
 		}

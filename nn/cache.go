@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
 )
 
@@ -56,11 +57,11 @@ func (c *Cache) Reset() {
 }
 
 // ForwardCached runs tokens [B, T] (row-major, len b·t) as the next T positions of the
-// sequences in c, after the c.Len() it holds, and returns their logits [B, T, Vocab], which equal
-// those of a Forward of the whole sequences at those positions up to float32 rounding (or
+// sequences in c, after the c.Len() it holds, and returns their logits [B, T, Vocab] ([B, 1,
+// Vocab], the last position's, with opt.LastLogits), which equal those of a Forward of the whole sequences at those positions up to float32 rounding (or
 // bfloat16's, with Compute bfloat16). The storage is the model's, overwritten by the next
 // forward. It keeps nothing for Loss or Backward (a Loss needs a Forward); of opt it reads
-// Workers and Compute. It returns an error, leaving c unchanged, when b is not c's batch, t is
+// Workers, Compute and LastLogits. It returns an error, leaving c unchanged, when b is not c's batch, t is
 // not positive, c has fewer than t positions left, a token is outside [0, Vocab), or Compute is
 // not one of mha's.
 func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
@@ -104,7 +105,16 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 			return nil, fmt.Errorf("nn: block %d: %w", l, err)
 		}
 	}
-	m.unembed(x, b*t)
+	rows := t
+	if opt.LastLogits && t > 1 {
+		d := cfg.DModel
+		m.last = kernel.Grow(m.last, b*d)
+		for bb := range b {
+			copy(m.last[bb*d:(bb+1)*d], x[((bb+1)*t-1)*d:])
+		}
+		x, rows = m.last, 1
+	}
+	m.unembed(x, b*rows)
 	c.n += t
-	return &tensor.Tensor{Shape: []int{b, t, cfg.Vocab}, Data: m.logits}, nil
+	return &tensor.Tensor{Shape: []int{b, rows, cfg.Vocab}, Data: m.logits}, nil
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -199,5 +200,65 @@ func TestForwardCachedShared(t *testing.T) {
 			c.Reset()
 			checkCachedSteps(t, m, c, tokens, 2, 8, []int{5, 1, 2}, 1e-5)
 		})
+	}
+}
+
+// TestForwardCachedLastLogits checks RunOptions.LastLogits: each sequence's last logits [B, 1,
+// Vocab], those of the full call's last positions within float32 rounding, in a prompt and in a
+// step; Forward refuses it.
+func TestForwardCachedLastLogits(t *testing.T) {
+	cfg := hfConfigs()["llama"]
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8} // 2 sequences of 6
+	const b, v = 2, 11
+	for _, steps := range [][2]int{{0, 5}, {5, 6}} { // a prompt of 5, then a step of 1
+		t0, t1 := steps[0], steps[1]
+		var part []int
+		for bb := range b {
+			part = append(part, tokens[bb*6+t0:bb*6+t1]...)
+		}
+		var got, want []float32
+		for _, last := range []bool{false, true} {
+			c, err := m.NewCache(b, 6, mha.CacheFloat32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if t0 > 0 {
+				var prompt []int
+				for bb := range b {
+					prompt = append(prompt, tokens[bb*6:bb*6+t0]...)
+				}
+				if _, err := m.ForwardCached(c, prompt, b, t0, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			y, err := m.ForwardCached(c, part, b, t1-t0, &RunOptions{LastLogits: last})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Len() != t1 {
+				t.Errorf("Len() = %d after positions up to %d", c.Len(), t1)
+			}
+			if !last {
+				n := t1 - t0
+				for bb := range b {
+					want = append(want, y.Data[((bb+1)*n-1)*v:(bb+1)*n*v]...)
+				}
+				continue
+			}
+			if !slices.Equal(y.Shape, []int{b, 1, v}) {
+				t.Fatalf("LastLogits: shape %v, want [%d 1 %d]", y.Shape, b, v)
+			}
+			got = y.Data
+		}
+		if e := tensor.RelError(got, f64(want)); e > 1e-5 {
+			t.Errorf("positions %d…%d: last logits %.3g from the full call's", t0, t1-1, e)
+		}
+	}
+	if _, err := m.Forward(tokens, b, 6, &RunOptions{LastLogits: true}); err == nil {
+		t.Error("Forward took LastLogits")
 	}
 }

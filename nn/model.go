@@ -43,6 +43,7 @@ type Model struct {
 	state   state
 	scr     scratch
 	shared  shared    // the blocks' buffers in ForwardCached
+	last    []float32 // ForwardCached's last positions, [B, d], with RunOptions.LastLogits
 	dx, dy  []float32 // the residual stream's gradient, [B·T, d], alternating between blocks
 }
 
@@ -102,6 +103,11 @@ type RunOptions struct {
 	// the weights either way. Forward, which keeps what Backward needs, computes in float32
 	// and refuses anything else.
 	Compute mha.Compute
+	// LastLogits has ForwardCached compute the logits of each sequence's last position only,
+	// [B, 1, Vocab], all that generation needs of a prompt: the head, a large share of a
+	// prompt's work, then runs on B rows, not B·T (as llama.cpp's decode does by default).
+	// Forward, whose Loss needs every position, refuses it.
+	LastLogits bool
 }
 
 // ResidualPatch sets the residual stream entering block Layer (Layer = Layers: the last block's
@@ -365,6 +371,8 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 		return nil, fmt.Errorf("nn: %d tokens for batch %d × length %d, want %d", len(tokens), b, t, b*t)
 	case opt.Compute != mha.ComputeFloat32:
 		return nil, fmt.Errorf("nn: Forward computes in float32 (it keeps what Backward needs), got compute type %v; ForwardCached takes bfloat16", opt.Compute)
+	case opt.LastLogits:
+		return nil, errors.New("nn: Forward computes every position's logits (a Loss needs them); ForwardCached takes LastLogits")
 	}
 	for i, tok := range tokens {
 		if tok < 0 || tok >= c.Vocab {

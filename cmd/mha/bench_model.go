@@ -311,7 +311,7 @@ func printModelBench(w io.Writer, f *benchFlags, head modelHeader, seqs []int, r
 		}
 		return nil
 	}
-	fmt.Fprintf(w, "model %s (%s): %.2fM parameters, %d threads; prefill: T tokens into an empty cache, median of %d after %d warm-up; decode: greedy steps of one token after a %d-token prompt, median of %d steps after %d warm-up\n",
+	fmt.Fprintf(w, "model %s (%s): %.2fM parameters, %d threads; prefill: T tokens into an empty cache (the last one's logits), median of %d after %d warm-up; decode: greedy steps of one token after a %d-token prompt, median of %d steps after %d warm-up\n",
 		f.model, head.Architecture, float64(rows[0].Params)/1e6, f.threads, f.runs, f.warmup, benchModelPrompt, f.steps, f.warmup)
 	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once (read MB)\n", float64(head.ReadBWGBps), f.threads)
 	if head.Torch != "" {
@@ -404,6 +404,7 @@ func modelWorker(f *benchFlags, seqs []int, w io.Writer) error {
 		if c, err = m.NewCache(1, capacity, mha.CacheFloat32); err != nil {
 			return err
 		}
+		opt.LastLogits = true // a prompt's last logits only, as generation and llama.cpp compute them
 	}
 	for _, t := range seqs {
 		p := prefillResult{T: t}
