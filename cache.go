@@ -138,29 +138,30 @@ func (c *KVCache) appendKV(k, v []float32, tn int) {
 		}
 		src := v[bh*tn*c.dv : (bh+1)*tn*c.dv]
 		off := (bh*c.rows + c.n) * c.dv
-		switch c.dtype {
-		case CacheFloat32:
+		if c.dtype == CacheFloat32 {
 			copy(c.v32[off:], src)
-		case CacheFloat16:
-			kernel.EncodeF16(c.v16[off:off+len(src)], src)
-		case CacheBFloat16:
-			kernel.EncodeBF16(c.v16[off:off+len(src)], src)
+		} else {
+			c.encode(c.v16[off:off+len(src)], src)
 		}
 	}
 	c.n += tn
+}
+
+// encode sets dst to the bits of src's values in the cache's half type (not CacheFloat32).
+func (c *KVCache) encode(dst []uint16, src []float32) {
+	if c.dtype == CacheBFloat16 {
+		kernel.EncodeBF16(dst, src)
+	} else {
+		kernel.EncodeF16(dst, src)
+	}
 }
 
 // round sets dst to src's values as the cache stores them, rounded to its half type through
 // bits, a scratch buffer at least as long as src.
 func (c *KVCache) round(dst, src []float32, bits []uint16) {
 	bits = bits[:len(src)]
-	bf16 := c.dtype == CacheBFloat16
-	if bf16 {
-		kernel.EncodeBF16(bits, src)
-	} else {
-		kernel.EncodeF16(bits, src)
-	}
-	kernel.DecodeHalf(dst, bits, bf16)
+	c.encode(bits, src)
+	kernel.DecodeHalf(dst, bits, c.dtype == CacheBFloat16)
 }
 
 // keys returns the block of keys from position j0 (a multiple of cacheTile) of (batch·K/V head)

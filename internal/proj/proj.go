@@ -155,7 +155,8 @@ func (g *Gemm) Do(ws *kernel.Workspace, pk *Pack, task int) {
 // transposed W, columns [c0, c0+cols) of C, and computes them for g.group blocks of Rows rows of
 // one batch, with Do's sums: kernel.GemmBF16Packed gives GemmBF16BitsA's results, and
 // SgemmPacked Sgemm's (where the CPU's kernels do not read packed float32 panels, or a block has
-// at most kernel.GemvRows rows, Sgemm runs instead). Consecutive tasks take the same rows and the next block of W.
+// at most kernel.GemvRows rows, Sgemm runs instead). Consecutive tasks take the same rows and
+// the next block of W.
 func (g *Gemm) doPacked(ws *kernel.Workspace, pk *Pack, task int) {
 	rowBlocks, colBlocks := ceilDiv(g.Rows, Rows), ceilDiv(g.N, g.cols)
 	groups := ceilDiv(rowBlocks, g.group)
