@@ -429,10 +429,16 @@ func FuzzAttendCache(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), int8(0), int8(0), uint8(0), uint8(0x0f), uint8(2), uint64(3))
 	f.Add(uint8(1), uint8(3), uint8(3), uint8(4), uint8(200), uint8(1), uint8(0), uint8(2), int8(-1), int8(3), uint8(1), uint8(0xf0), uint8(1), uint64(4))
 	f.Add(uint8(1), uint8(4), uint8(2), uint8(2), uint8(30), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(1), uint8(0), uint64(0x1_0230_1103))
-	f.Add(uint8(1), uint8(2), uint8(1), uint8(0), uint8(3), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(0), uint8(0), uint64(0xc900)) // no queries, rotary
+	f.Add(uint8(1), uint8(2), uint8(1), uint8(0), uint8(3), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(0), uint8(0), uint64(0xc900))             // no queries, rotary
+	f.Add(uint8(1), uint8(4), uint8(2), uint8(3), uint8(40), uint8(4), uint8(3), uint8(2), int8(-1), int8(-1), uint8(0), uint8(8|4|1), uint8(0), uint64(0x1_0230_1103)) // a prompt, rotary
+	f.Add(uint8(2), uint8(6), uint8(3), uint8(5), uint8(7), uint8(5), uint8(4), uint8(0), int8(3), int8(0), uint8(2), uint8(8|2), uint8(2), uint64(5))                  // a prompt into a bf16 cache
 	f.Fuzz(func(t *testing.T, b, hq, hkv, tq, tn, d, dv, causal uint8, left, right int8, softcap, flags, dtype uint8, seed uint64) {
 		b, hq, hkv, tq, d, dv = b%3, hq%7, hkv%4, tq%9, d%6, dv%5
 		tnI := int(tn)*7 + int(seed%7) // up to ~1800: several flash-decoding chunks
+		prompt := flags&8 != 0         // the first call's queries are its new keys' positions
+		if prompt {
+			tnI = 65 + int(tn)%100 // past cacheRows for a K/V head of one query head: SDPA's kernels
+		}
 		kv, err := NewKVCache(int(b), int(hkv), int(d), int(dv), 1900, CacheDType(dtype%4))
 		if err != nil {
 			if !errors.Is(err, ErrShape) || hkv != 0 && dtype%4 != 3 {
@@ -466,7 +472,11 @@ func FuzzAttendCache(f *testing.F) {
 		ctx := NewSDPAContext()
 		var r SDPAResult
 		for step, span := range [][2]int{{0, tnI}, {tnI, tnI + 1}} { // a prefill, then one step
-			q := sdpaRand(seed+uint64(3+step), 1.5, int(b), int(hq), int(tq), int(d))
+			n := int(tq)
+			if prompt && step == 0 {
+				n = tnI
+			}
+			q := sdpaRand(seed+uint64(3+step), 1.5, int(b), int(hq), n, int(d))
 			before := kv.Len()
 			err := ctx.AttendCache(&r, kv, q, sliceT(k, span[0], span[1]), sliceT(v, span[0], span[1]), &opt)
 			if opt.Causal == CausalTopLeft {
