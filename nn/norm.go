@@ -38,8 +38,9 @@ func newNorm(ps params, c Config, name string) *normLayer {
 }
 
 // forward normalises the n rows of x [n, d] and returns y, the module's buffer. x must stay
-// unchanged until backward has run. Sums are in float64; y rounds (x − mean)·rstd·w (+ b) in
-// float32, in Hugging Face's order for RMSNorm: the normalised x first, then the gain.
+// unchanged until backward has run. The mean and the sum of squared deviations are float64 sums
+// (kernel.SumF64, kernel.SquaresF64); y rounds (x − mean)·rstd·w (+ b) in float32
+// (kernel.NormRow), in Hugging Face's order for RMSNorm: the normalised x first, then the gain.
 func (l *normLayer) forward(r *runner, x []float32, n int) []float32 {
 	d := l.d
 	l.x = x
@@ -47,32 +48,20 @@ func (l *normLayer) forward(r *runner, x []float32, n int) []float32 {
 	l.mean = kernel.Grow(l.mean, n)
 	l.rstd = kernel.Grow(l.rstd, n)
 	w := l.weight.Value.Data
+	var b []float32
+	if l.bias != nil {
+		b = l.bias.Value.Data
+	}
 	r.rows(n, normRows, func(_, _, i0, i1 int) {
 		for i := i0; i < i1; i++ {
-			row, out := x[i*d:(i+1)*d], l.y[i*d:(i+1)*d]
+			row := x[i*d : (i+1)*d]
 			var mean float64
 			if !l.rms {
-				for _, v := range row {
-					mean += float64(v)
-				}
-				mean /= float64(d)
+				mean = kernel.SumF64(row) / float64(d)
 			}
-			var ss float64
-			for _, v := range row {
-				ss += (float64(v) - mean) * (float64(v) - mean)
-			}
-			rstd := 1 / math.Sqrt(ss/float64(d)+l.eps)
+			rstd := 1 / math.Sqrt(kernel.SquaresF64(row, mean)/float64(d)+l.eps)
 			m, s := float32(mean), float32(rstd)
-			if l.bias == nil {
-				for j, v := range row {
-					out[j] = (v - m) * s * w[j]
-				}
-			} else {
-				b := l.bias.Value.Data
-				for j, v := range row {
-					out[j] = (v-m)*s*w[j] + b[j]
-				}
-			}
+			kernel.NormRow(l.y[i*d:(i+1)*d], row, m, s, w, b)
 			l.mean[i], l.rstd[i] = m, s
 		}
 	})

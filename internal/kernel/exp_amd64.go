@@ -78,3 +78,28 @@ func smul(i isa, dst, a, b []float32) {
 	}
 	smulGeneric(dst, a, b)
 }
+
+func sumF64(i isa, x []float32) float64 {
+	if i == avx512 {
+		return sumF64AVX512(x, 0)
+	}
+	return sumF64Generic(x, 0, false)
+}
+
+func squaresF64(i isa, x []float32, c float64) float64 {
+	if i == avx512 {
+		return squaresF64AVX512(x, c)
+	}
+	return sumF64Generic(x, c, true)
+}
+
+func normRow(i isa, y, x []float32, mean, rstd float32, w, b []float32) {
+	switch {
+	case i != avx512:
+		normRowGeneric(y, x, mean, rstd, w, b)
+	case b == nil:
+		normRowAVX512(y, x, mean, rstd, w, nil)
+	default:
+		normRowBiasAVX512(y, x, mean, rstd, w, b)
+	}
+}

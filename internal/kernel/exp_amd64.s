@@ -1232,6 +1232,291 @@ smul512_done:
 	VZEROUPPER
 	RET
 
+// func sumF64AVX512(x []float32, c float64) float64
+// Requires: AVX, AVX512DQ, AVX512F, BMI2, SSE2
+TEXT ·sumF64AVX512(SB), NOSPLIT, $0-40
+	MOVQ   x_base+0(FP), AX
+	MOVQ   x_len+8(FP), CX
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	VXORPD Z2, Z2, Z2
+	VXORPD Z3, Z3, Z3
+
+sumF64AVX512_32:
+	CMPQ      CX, $0x00000020
+	JB        sumF64AVX512_32_done
+	VCVTPS2PD (AX), Z4
+	VADDPD    Z4, Z0, Z0
+	VCVTPS2PD 32(AX), Z4
+	VADDPD    Z4, Z1, Z1
+	VCVTPS2PD 64(AX), Z4
+	VADDPD    Z4, Z2, Z2
+	VCVTPS2PD 96(AX), Z4
+	VADDPD    Z4, Z3, Z3
+	ADDQ      $0x00000080, AX
+	SUBQ      $0x00000020, CX
+	JMP       sumF64AVX512_32
+
+sumF64AVX512_32_done:
+	TESTQ       CX, CX
+	JZ          sumF64AVX512_reduce
+	MOVQ        $0x00000001, DX
+	SHLXQ       CX, DX, DX
+	DECQ        DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z (AX), K1, Z4
+	VADDPD      Z4, Z0, K1, Z0
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 32(AX), K1, Z4
+	VADDPD      Z4, Z1, K1, Z1
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 64(AX), K1, Z4
+	VADDPD      Z4, Z2, K1, Z2
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 96(AX), K1, Z4
+	VADDPD      Z4, Z3, K1, Z3
+
+sumF64AVX512_reduce:
+	VADDPD        Z1, Z0, Z0
+	VADDPD        Z3, Z2, Z2
+	VADDPD        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VADDPD        X0, X1, X0
+	VUNPCKHPD     X0, X0, X1
+	VADDSD        X1, X0, X0
+	VZEROUPPER
+	MOVSD         X0, ret+32(FP)
+	RET
+
+// func squaresF64AVX512(x []float32, c float64) float64
+// Requires: AVX, AVX512DQ, AVX512F, BMI2, SSE2
+TEXT ·squaresF64AVX512(SB), NOSPLIT, $0-40
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	VBROADCASTSD c+24(FP), Z0
+	VXORPD       Z1, Z1, Z1
+	VXORPD       Z2, Z2, Z2
+	VXORPD       Z3, Z3, Z3
+	VXORPD       Z4, Z4, Z4
+
+squaresF64AVX512_32:
+	CMPQ        CX, $0x00000020
+	JB          squaresF64AVX512_32_done
+	VCVTPS2PD   (AX), Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, Z1
+	VCVTPS2PD   32(AX), Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, Z2
+	VCVTPS2PD   64(AX), Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, Z3
+	VCVTPS2PD   96(AX), Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, Z4
+	ADDQ        $0x00000080, AX
+	SUBQ        $0x00000020, CX
+	JMP         squaresF64AVX512_32
+
+squaresF64AVX512_32_done:
+	TESTQ       CX, CX
+	JZ          squaresF64AVX512_reduce
+	MOVQ        $0x00000001, DX
+	SHLXQ       CX, DX, DX
+	DECQ        DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z (AX), K1, Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, K1, Z1
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 32(AX), K1, Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, K1, Z2
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 64(AX), K1, Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, K1, Z3
+	SHRQ        $0x08, DX
+	KMOVW       DX, K1
+	VCVTPS2PD.Z 96(AX), K1, Z5
+	VSUBPD      Z0, Z5, Z5
+	VFMADD231PD Z5, Z5, K1, Z4
+
+squaresF64AVX512_reduce:
+	VADDPD        Z2, Z1, Z1
+	VADDPD        Z4, Z3, Z3
+	VADDPD        Z3, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPD        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VUNPCKHPD     X1, X1, X0
+	VADDSD        X0, X1, X1
+	VZEROUPPER
+	MOVSD         X1, ret+32(FP)
+	RET
+
+// func normRowAVX512(y []float32, x []float32, mean float32, rstd float32, w []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·normRowAVX512(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         y_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	MOVQ         w_base+56(FP), BX
+	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS rstd+52(FP), Z1
+
+normRowAVX512_64:
+	CMPQ    CX, $0x00000040
+	JB      normRowAVX512_64_done
+	VMOVUPS (DX), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (BX), Z2, Z2
+	VMOVUPS 64(DX), Z3
+	VSUBPS  Z0, Z3, Z3
+	VMULPS  Z1, Z3, Z3
+	VMULPS  64(BX), Z3, Z3
+	VMOVUPS 128(DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  128(BX), Z4, Z4
+	VMOVUPS 192(DX), Z5
+	VSUBPS  Z0, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMULPS  192(BX), Z5, Z5
+	VMOVUPS Z2, (AX)
+	VMOVUPS Z3, 64(AX)
+	VMOVUPS Z4, 128(AX)
+	VMOVUPS Z5, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	ADDQ    $0x00000100, BX
+	SUBQ    $0x00000040, CX
+	JMP     normRowAVX512_64
+
+normRowAVX512_64_done:
+normRowAVX512_16:
+	CMPQ    CX, $0x00000010
+	JB      normRowAVX512_16_done
+	VMOVUPS (DX), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (BX), Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x00000010, CX
+	JMP     normRowAVX512_16
+
+normRowAVX512_16_done:
+	TESTQ     CX, CX
+	JZ        normRowAVX512_done
+	MOVL      $0x00000001, SI
+	SHLL      CL, SI
+	DECL      SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (DX), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (BX), K1, Z0
+	VMULPS    Z0, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+normRowAVX512_done:
+	VZEROUPPER
+	RET
+
+// func normRowBiasAVX512(y []float32, x []float32, mean float32, rstd float32, w []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·normRowBiasAVX512(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         y_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	MOVQ         w_base+56(FP), BX
+	MOVQ         b_base+80(FP), SI
+	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS rstd+52(FP), Z1
+
+normRowBiasAVX512_64:
+	CMPQ    CX, $0x00000040
+	JB      normRowBiasAVX512_64_done
+	VMOVUPS (DX), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (BX), Z2, Z2
+	VADDPS  (SI), Z2, Z2
+	VMOVUPS 64(DX), Z3
+	VSUBPS  Z0, Z3, Z3
+	VMULPS  Z1, Z3, Z3
+	VMULPS  64(BX), Z3, Z3
+	VADDPS  64(SI), Z3, Z3
+	VMOVUPS 128(DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  128(BX), Z4, Z4
+	VADDPS  128(SI), Z4, Z4
+	VMOVUPS 192(DX), Z5
+	VSUBPS  Z0, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMULPS  192(BX), Z5, Z5
+	VADDPS  192(SI), Z5, Z5
+	VMOVUPS Z2, (AX)
+	VMOVUPS Z3, 64(AX)
+	VMOVUPS Z4, 128(AX)
+	VMOVUPS Z5, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	ADDQ    $0x00000100, BX
+	ADDQ    $0x00000100, SI
+	SUBQ    $0x00000040, CX
+	JMP     normRowBiasAVX512_64
+
+normRowBiasAVX512_64_done:
+normRowBiasAVX512_16:
+	CMPQ    CX, $0x00000010
+	JB      normRowBiasAVX512_16_done
+	VMOVUPS (DX), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (BX), Z2, Z2
+	VADDPS  (SI), Z2, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, CX
+	JMP     normRowBiasAVX512_16
+
+normRowBiasAVX512_16_done:
+	TESTQ     CX, CX
+	JZ        normRowBiasAVX512_done
+	MOVL      $0x00000001, DI
+	SHLL      CL, DI
+	DECL      DI
+	KMOVW     DI, K1
+	VMOVUPS.Z (DX), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (BX), K1, Z0
+	VMULPS    Z0, Z2, Z2
+	VMOVUPS.Z (SI), K1, Z0
+	VADDPS    Z0, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+normRowBiasAVX512_done:
+	VZEROUPPER
+	RET
+
 // func smaxAVX2(x []float32) float32
 // Requires: AVX, SSE
 TEXT ·smaxAVX2(SB), NOSPLIT, $0-28

@@ -19,3 +19,11 @@ func sgrad(_ isa, ds, p []float32, delta float32) { sgradGeneric(ds, p, delta) }
 func gate(i isa, tanh bool, y, s, x []float32) { gateGeneric(i, tanh, y, s, x) }
 
 func smul(_ isa, dst, a, b []float32) { smulGeneric(dst, a, b) }
+
+func sumF64(_ isa, x []float32) float64 { return sumF64Generic(x, 0, false) }
+
+func squaresF64(_ isa, x []float32, c float64) float64 { return sumF64Generic(x, c, true) }
+
+func normRow(_ isa, y, x []float32, mean, rstd float32, w, b []float32) {
+	normRowGeneric(y, x, mean, rstd, w, b)
+}

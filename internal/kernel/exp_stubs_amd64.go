@@ -33,6 +33,18 @@ func geluTanhAVX512(y []float32, s []float32, x []float32)
 // smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.
 func smulAVX512(dst []float32, a []float32, b []float32)
 
+// sumF64AVX512 returns Σ float64(x[i]) in kernel.SumF64's order; c is not read.
+func sumF64AVX512(x []float32, c float64) float64
+
+// squaresF64AVX512 returns Σ (float64(x[i]) − c)² in kernel.SquaresF64's order.
+func squaresF64AVX512(x []float32, c float64) float64
+
+// normRowAVX512 sets y[i] = ((x[i] − mean)·rstd)·w[i] for i < len(y); x and w must be as long as y; b is not read.
+func normRowAVX512(y []float32, x []float32, mean float32, rstd float32, w []float32, b []float32)
+
+// normRowBiasAVX512 sets y[i] = ((x[i] − mean)·rstd)·w[i] + b[i] for i < len(y); x, w and b must be as long as y.
+func normRowBiasAVX512(y []float32, x []float32, mean float32, rstd float32, w []float32, b []float32)
+
 // smaxAVX2 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.
 func smaxAVX2(x []float32) float32
 

@@ -1,6 +1,6 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
 // behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
-// kernel.GELUTanh and kernel.Smul.
+// kernel.GELUTanh, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -23,6 +23,7 @@ package main
 import (
 	"math"
 
+	"github.com/mhalab/mha/internal/kernel/_asm/asmutil"
 	"github.com/mhalab/mha/internal/kernel/_asm/bf16op"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -135,6 +136,10 @@ func main() {
 	gate512("siluAVX512", false)
 	gate512("geluTanhAVX512", true)
 	smul512()
+	sum512("sumF64AVX512", false)
+	sum512("squaresF64AVX512", true)
+	norm512("normRowAVX512", false)
+	norm512("normRowBiasAVX512", true)
 	smax256()
 	sexp256()
 	sscal256()
@@ -632,6 +637,153 @@ func smul512() {
 	tailK(n, k)
 	body(1, k)
 	Label("smul512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// sum512 emits name(x []float32, c float64) float64: Σ float64(x[i]), or with squares
+// Σ (float64(x[i]) − c)² (each term one FMA), in 32 float64 lanes (four vectors, lane l taking
+// the i ≡ l mod 32, in order of i, the last len(x) mod 32 under a mask), then reduced as
+// sumF64Generic does: (a₀ + a₁) + (a₂ + a₃) across the vectors, then halves 4 + 4, 2 + 2, 1 + 1.
+func sum512(name string, squares bool) {
+	TEXT(name, NOSPLIT, "func(x []float32, c float64) float64")
+	if squares {
+		Doc(name + " returns Σ (float64(x[i]) − c)² in kernel.SquaresF64's order.")
+	} else {
+		Doc(name + " returns Σ float64(x[i]) in kernel.SumF64's order; c is not read.")
+	}
+	ptr, n := sliceArgs()
+	var c VecVirtual
+	if squares {
+		c = ZMM()
+		VBROADCASTSD(asmutil.ParamAddr("c"), c)
+	}
+	acc := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+	for _, a := range acc {
+		VXORPD(a, a, a)
+	}
+	// add adds the 8 values at ptr + 32·u bytes, converted, to acc[u] (in the lanes of k).
+	add := func(u int, k Op) {
+		x := ZMM()
+		if k == nil {
+			VCVTPS2PD(Mem{Base: ptr, Disp: 32 * u}, x)
+		} else {
+			VCVTPS2PD_Z(Mem{Base: ptr, Disp: 32 * u}, k, x)
+		}
+		switch {
+		case squares:
+			VSUBPD(c, x, x)
+			if k == nil {
+				VFMADD231PD(x, x, acc[u])
+			} else {
+				VFMADD231PD(x, x, k, acc[u])
+			}
+		case k == nil:
+			VADDPD(x, acc[u], acc[u])
+		default:
+			VADDPD(x, acc[u], k, acc[u])
+		}
+	}
+	loop(name+"_32", ptr, n, 32, func() {
+		for u := range acc {
+			add(u, nil)
+		}
+	})
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_reduce"))
+	// The last n < 32 values: lane l of vector u when 8u + l < n.
+	m := GP64()
+	MOVQ(U32(1), m)
+	SHLXQ(n, m, m)
+	DECQ(m)
+	for u := range acc {
+		k := K()
+		KMOVW(m.As32(), k)
+		add(u, k)
+		if u < len(acc)-1 {
+			SHRQ(U8(8), m)
+		}
+	}
+	Label(name + "_reduce")
+	VADDPD(acc[1], acc[0], acc[0])
+	VADDPD(acc[3], acc[2], acc[2])
+	VADDPD(acc[2], acc[0], acc[0])
+	y := YMM()
+	VEXTRACTF64X4(U8(1), acc[0], y)
+	VADDPD(y, acc[0].AsY(), y)
+	x := XMM()
+	VEXTRACTF128(U8(1), y, x)
+	VADDPD(x, y.AsX(), x)
+	t := XMM()
+	VUNPCKHPD(x, x, t)
+	VADDSD(t, x, x)
+	VZEROUPPER()
+	Store(x, ReturnIndex(0))
+	RET()
+}
+
+// norm512 emits name(y, x []float32, mean, rstd float32, w, b []float32): y[i] =
+// ((x[i] − mean)·rstd)·w[i], with bias + b[i], each step one float32 operation, for i < len(y).
+func norm512(name string, bias bool) {
+	TEXT(name, NOSPLIT, "func(y, x []float32, mean, rstd float32, w, b []float32)")
+	if bias {
+		Doc(name + " sets y[i] = ((x[i] − mean)·rstd)·w[i] + b[i] for i < len(y); x, w and b must be as long as y.")
+	} else {
+		Doc(name + " sets y[i] = ((x[i] − mean)·rstd)·w[i] for i < len(y); x and w must be as long as y; b is not read.")
+	}
+	y := Load(Param("y").Base(), GP64())
+	n := Load(Param("y").Len(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	w := Load(Param("w").Base(), GP64())
+	ptrs := []Register{y, x, w}
+	var b Register
+	if bias {
+		b = Load(Param("b").Base(), GP64())
+		ptrs = append(ptrs, b)
+	}
+	mean, rstd := ZMM(), ZMM()
+	VBROADCASTSS(asmutil.ParamAddr("mean"), mean)
+	VBROADCASTSS(asmutil.ParamAddr("rstd"), rstd)
+	body := func(nv int, k Op) {
+		v := make([]VecVirtual, nv)
+		for u := range nv {
+			v[u] = ZMM()
+			if k != nil {
+				VMOVUPS_Z(at(x, 16*u), k, v[u])
+				VSUBPS(mean, v[u], v[u])
+				VMULPS(rstd, v[u], v[u])
+				t := ZMM()
+				VMOVUPS_Z(at(w, 16*u), k, t)
+				VMULPS(t, v[u], v[u])
+				if bias {
+					VMOVUPS_Z(at(b, 16*u), k, t)
+					VADDPS(t, v[u], v[u])
+				}
+				VMOVUPS(v[u], k, at(y, 16*u))
+				continue
+			}
+			VMOVUPS(at(x, 16*u), v[u])
+			VSUBPS(mean, v[u], v[u])
+			VMULPS(rstd, v[u], v[u])
+			VMULPS(at(w, 16*u), v[u], v[u])
+			if bias {
+				VADDPS(at(b, 16*u), v[u], v[u])
+			}
+		}
+		if k == nil {
+			for u := range nv {
+				VMOVUPS(v[u], at(y, 16*u))
+			}
+		}
+	}
+	loopN(name+"_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN(name+"_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	k := K()
+	tailK(n, k)
+	body(1, k)
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }
