@@ -1,10 +1,6 @@
 package nn
 
-import (
-	"math"
-
-	"github.com/mhalab/mha/internal/kernel"
-)
+import "github.com/mhalab/mha/internal/kernel"
 
 // actBlock is the number of values one activation task handles.
 const actBlock = 2048
@@ -40,8 +36,8 @@ type activation struct {
 }
 
 // forward returns y = x·s(x) for the n values of x, in the module's buffer. x must stay
-// unchanged until backward has run. σ(z) is 1/(1 + e^(−z)) as kernel.SiLU and kernel.GELUTanh
-// compute it: 0 where e^(−z) overflows.
+// unchanged until backward has run. Φ is kernel.GELU's; σ(z) is 1/(1 + e^(−z)) as kernel.SiLU
+// and kernel.GELUTanh compute it: 0 where e^(−z) overflows.
 func (a *activation) forward(r *runner, x []float32) []float32 {
 	n := len(x)
 	a.x = x
@@ -51,8 +47,7 @@ func (a *activation) forward(r *runner, x []float32) []float32 {
 		y, s, x := a.y[i0:i1], a.gate[i0:i1], x[i0:i1]
 		switch a.kind {
 		case actGELU:
-			normalCDF(x, s)
-			kernel.Smul(y, x, s)
+			kernel.GELU(y, s, x)
 		case actGELUTanh:
 			kernel.GELUTanh(y, s, x)
 		case actSiLU:
@@ -94,49 +89,3 @@ func (a *activation) backward(r *runner, dy, dx []float32) {
 		}
 	})
 }
-
-// normalCDF sets cdf[i] = Φ(x[i]) by cubic Hermite interpolation between the exact values of Φ
-// and of its derivative φ at the nodes of cdfTable; below cdfLo it gives 0 (Φ(−10) < 1e-23),
-// above −cdfLo 1. The error is below 5e-8 (float32 rounding), and below 1e-6 relative for
-// x ≥ −4; in the far left tail the interpolation's error relative to the tiny Φ grows to 3e-5.
-func normalCDF(x, cdf []float32) {
-	for i, v := range x {
-		u := (float64(v) - cdfLo) * cdfScale
-		switch {
-		case u >= 0 && u < cdfIntervals:
-			k := int(u)
-			s, c := u-float64(k), &cdfTable[k]
-			cdf[i] = float32(c[0] + s*(c[1]+s*(c[2]+s*c[3])))
-		case u < 0:
-			cdf[i] = 0
-		case u >= cdfIntervals:
-			cdf[i] = 1
-		default:
-			cdf[i] = v // NaN
-		}
-	}
-}
-
-// The interpolation grid of normalCDF: cdfIntervals intervals of width 1/cdfScale from cdfLo to
-// −cdfLo.
-const (
-	cdfLo        = -10
-	cdfScale     = 32
-	cdfIntervals = -2 * cdfLo * cdfScale
-)
-
-// cdfTable holds, per interval, the coefficients in s ∈ [0, 1) of the cubic that matches Φ and
-// φ at both ends. It is computed once and only read.
-var cdfTable = func() (t [cdfIntervals][4]float64) {
-	const h = 1.0 / cdfScale
-	node := func(k int) (p, d float64) { // Φ and h·φ at node k
-		x := cdfLo + float64(k)*h
-		return math.Erfc(-x/math.Sqrt2) / 2, h * math.Exp(-x*x/2) / math.Sqrt(2*math.Pi)
-	}
-	for k := range t {
-		p0, d0 := node(k)
-		p1, d1 := node(k + 1)
-		t[k] = [4]float64{p0, d0, 3*(p1-p0) - 2*d0 - d1, 2*(p0-p1) + d0 + d1}
-	}
-	return t
-}()

@@ -239,29 +239,6 @@ func TestNorm(t *testing.T) {
 	}
 }
 
-// TestNormalCDF measures Φ against math.Erfc from −12 to 12: within 5e-8 absolute everywhere,
-// 1e-6 relative for x ≥ −4, 5e-5 relative down to −10 (the interpolation's error relative to a
-// tiny Φ), and 0 below, where Φ < 1e-23.
-func TestNormalCDF(t *testing.T) {
-	var xs []float32
-	for x := -12.0; x <= 12; x += 0.0007 {
-		xs = append(xs, float32(x))
-	}
-	cdf := make([]float32, len(xs))
-	normalCDF(xs, cdf)
-	for i, x := range xs {
-		want := math.Erfc(-float64(x)/math.Sqrt2) / 2
-		d := math.Abs(float64(cdf[i]) - want)
-		rel := 5e-5
-		if x >= -4 {
-			rel = 1e-6
-		}
-		if d > 5e-8 || (x >= -10 && d > rel*want) || (x < -10 && cdf[i] != 0) {
-			t.Fatalf("Φ(%v) = %v, want %v", x, cdf[i], want)
-		}
-	}
-}
-
 // TestActivation checks y = x·s(x) and dy/dx = s(x) + x·s′(x) for the exact GELU, its tanh
 // approximation and SiLU against float64 formulas (GELU-tanh in the form PyTorch writes it,
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) and their derivatives, on values spanning several

@@ -130,6 +130,7 @@ func TestGatePanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"SiLU short y":     func() { SiLU(make([]float32, 2), make([]float32, 3), make([]float32, 3)) },
 		"GELUTanh short s": func() { GELUTanh(make([]float32, 3), make([]float32, 2), make([]float32, 3)) },
+		"GELU short y":     func() { GELU(make([]float32, 2), make([]float32, 3), make([]float32, 3)) },
 		"Smul short b":     func() { Smul(make([]float32, 3), make([]float32, 3), make([]float32, 2)) },
 	} {
 		func() {
@@ -140,5 +141,87 @@ func TestGatePanics(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// geluWant returns Φ(x) as GELU's documentation defines it, written out apart from the kernels.
+func geluWant(x float32) float32 {
+	u := (float64(x) + 10) * 32
+	switch {
+	case u != u:
+		return x
+	case u < 0:
+		return 0
+	case u >= 640:
+		return 1
+	}
+	k := math.Floor(u)
+	t, c := u-k, cdfTable[int(k)]
+	p := float64(t * c[3])
+	p = float64(t * float64(c[2]+p))
+	p = float64(t * float64(c[1]+p))
+	return float32(c[0] + p)
+}
+
+// TestGELU checks GELU on every path against its definition bit for bit at every length up to
+// 150 (the masked tails included), with y = x, with the grid's ends and the values next to them,
+// zeros, infinities and NaN (a signalling one keeps its bits); and that nothing is written
+// outside y and s.
+func TestGELU(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.Float32frombits(0x7fa00001), -10, 10, math.Nextafter32(-10, 0), math.Nextafter32(-10, -11), math.Nextafter32(10, 0),
+		math.Nextafter32(10, 11), 1e-40, -1e-40, 3e38, -3e38, -0.03125, 0.5}
+	for _, i := range available() {
+		for n := range 150 {
+			x, xIntact := guarded(r, n, 1, -12, 12)
+			for j := range x {
+				if r.IntN(5) == 0 {
+					x[j] = special[r.IntN(len(special))]
+				}
+			}
+			y, yIntact := guarded(r, n, 2, 0, 1)
+			s, sIntact := guarded(r, n, 3, 0, 1)
+			in := slices.Clone(x)
+			gelu(i, y, s, x)
+			for j, v := range in {
+				ws := geluWant(v)
+				if math.Float32bits(s[j]) != math.Float32bits(ws) || math.Float32bits(y[j]) != math.Float32bits(v*ws) {
+					t.Fatalf("%v n=%d: x[%d] = %v (%#x): s, y = %v, %v, want %v, %v", i, n, j, v, math.Float32bits(v), s[j], y[j], ws, v*ws)
+				}
+			}
+			if !xIntact() || !yIntact() || !sIntact() || !slices.Equal(math32bits(x), math32bits(in)) {
+				t.Errorf("%v n=%d: wrote outside y and s", i, n)
+			}
+			gelu(i, x, s, x) // y = x
+			for j, v := range in {
+				if w := v * geluWant(v); math.Float32bits(x[j]) != math.Float32bits(w) {
+					t.Fatalf("%v n=%d, y = x: y[%d] = %v, want %v", i, n, j, x[j], w)
+				}
+			}
+		}
+	}
+}
+
+// TestGELUAccuracy measures GELU's Φ against math.Erfc from −12 to 12: within 5e-8 absolute
+// everywhere, 1e-6 relative for x ≥ −4, 5e-5 relative down to −10 (the interpolation's error
+// relative to a tiny Φ), and 0 below, where Φ < 1e-23.
+func TestGELUAccuracy(t *testing.T) {
+	var xs []float32
+	for x := -12.0; x <= 12; x += 0.0007 {
+		xs = append(xs, float32(x))
+	}
+	y, s := make([]float32, len(xs)), make([]float32, len(xs))
+	GELU(y, s, xs)
+	for i, x := range xs {
+		want := math.Erfc(-float64(x)/math.Sqrt2) / 2
+		d := math.Abs(float64(s[i]) - want)
+		rel := 5e-5
+		if x >= -4 {
+			rel = 1e-6
+		}
+		if d > 5e-8 || (x >= -10 && d > rel*want) || (x < -10 && s[i] != 0) {
+			t.Fatalf("Φ(%v) = %v, want %v", x, s[i], want)
+		}
 	}
 }

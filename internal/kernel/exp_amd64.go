@@ -103,3 +103,11 @@ func normRow(i isa, y, x []float32, mean, rstd float32, w, b []float32) {
 		normRowBiasAVX512(y, x, mean, rstd, w, b)
 	}
 }
+
+func gelu(i isa, y, s, x []float32) {
+	if i == avx512 {
+		geluAVX512(y, s, x, &cdfTable)
+		return
+	}
+	geluGeneric(y, s, x)
+}

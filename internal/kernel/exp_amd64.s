@@ -198,6 +198,12 @@ DATA expconsts<>+760(SB)/4, $0xbfcc422a
 DATA expconsts<>+764(SB)/4, $0xbfcc422a
 GLOBL expconsts<>(SB), RODATA|NOPTR, $768
 
+DATA cdfconsts<>+0(SB)/8, $0x4024000000000000
+DATA cdfconsts<>+8(SB)/8, $0x4040000000000000
+DATA cdfconsts<>+16(SB)/8, $0x4084000000000000
+DATA cdfconsts<>+24(SB)/8, $0x3ff0000000000000
+GLOBL cdfconsts<>(SB), RODATA|NOPTR, $32
+
 DATA exptailmask<>+0(SB)/4, $0xffffffff
 DATA exptailmask<>+4(SB)/4, $0xffffffff
 DATA exptailmask<>+8(SB)/4, $0xffffffff
@@ -1171,6 +1177,145 @@ geluTanhAVX512_16_done:
 	VMOVUPS     Z13, K1, (AX)
 
 geluTanhAVX512_done:
+	VZEROUPPER
+	RET
+
+// func geluAVX512(y []float32, s []float32, x []float32, table *[640][4]float64)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL
+TEXT ·geluAVX512(SB), NOSPLIT, $32-80
+	MOVQ         y_base+0(FP), AX
+	MOVQ         s_base+24(FP), DX
+	MOVQ         x_base+48(FP), BX
+	MOVQ         x_len+56(FP), CX
+	MOVQ         table+72(FP), SI
+	VBROADCASTSD cdfconsts<>+0(SB), Z0
+	VBROADCASTSD cdfconsts<>+8(SB), Z1
+	VBROADCASTSD cdfconsts<>+16(SB), Z2
+	VBROADCASTSD cdfconsts<>+24(SB), Z3
+	VXORPD       Z4, Z4, Z4
+	MOVL         $0x0000027f, DI
+	VPBROADCASTD DI, Y5
+
+gelu512_8:
+	CMPQ         CX, $0x00000008
+	JB           gelu512_8_done
+	VMOVUPS      (BX), Y6
+	VCVTPS2PD    Y6, Z7
+	VADDPD       Z0, Z7, Z7
+	VMULPD       Z1, Z7, Z7
+	VCMPPD       $0x11, Z4, Z7, K1
+	VCMPPD       $0x1d, Z2, Z7, K2
+	VCMPPD       $0x03, Z7, Z7, K3
+	VCVTTPD2DQ   Z7, Y8
+	VCVTDQ2PD    Y8, Z9
+	VSUBPD       Z9, Z7, Z9
+	VPMAXSD      Y4, Y8, Y8
+	VPMINSD      Y5, Y8, Y8
+	VPSLLD       $0x02, Y8, Y8
+	VMOVDQU      Y8, (SP)
+	MOVL         (SP), DI
+	VMOVUPD      (SI)(DI*8), Y8
+	MOVL         8(SP), DI
+	VINSERTF64X4 $0x01, (SI)(DI*8), Z8, Z8
+	MOVL         4(SP), DI
+	VMOVUPD      (SI)(DI*8), Y10
+	MOVL         12(SP), DI
+	VINSERTF64X4 $0x01, (SI)(DI*8), Z10, Z10
+	MOVL         16(SP), DI
+	VMOVUPD      (SI)(DI*8), Y11
+	MOVL         24(SP), DI
+	VINSERTF64X4 $0x01, (SI)(DI*8), Z11, Z11
+	MOVL         20(SP), DI
+	VMOVUPD      (SI)(DI*8), Y12
+	MOVL         28(SP), DI
+	VINSERTF64X4 $0x01, (SI)(DI*8), Z12, Z12
+	VUNPCKLPD    Z10, Z8, Z7
+	VUNPCKHPD    Z10, Z8, Z13
+	VUNPCKLPD    Z12, Z11, Z14
+	VUNPCKHPD    Z12, Z11, Z15
+	VSHUFF64X2   $0x88, Z14, Z7, Z16
+	VSHUFF64X2   $0x88, Z15, Z13, Z17
+	VSHUFF64X2   $0xdd, Z14, Z7, Z7
+	VSHUFF64X2   $0xdd, Z15, Z13, Z13
+	VMULPD       Z13, Z9, Z13
+	VADDPD       Z7, Z13, Z13
+	VMULPD       Z9, Z13, Z13
+	VADDPD       Z17, Z13, Z13
+	VMULPD       Z9, Z13, Z13
+	VADDPD       Z16, Z13, Z13
+	VMOVAPD      Z4, K1, Z13
+	VMOVAPD      Z3, K2, Z13
+	VCVTPD2PS    Z13, Y7
+	VMOVUPS      Y6, K3, Y7
+	VMULPS       Y7, Y6, Y6
+	VMOVUPS      Y7, (DX)
+	VMOVUPS      Y6, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	SUBQ         $0x00000008, CX
+	JMP          gelu512_8
+
+gelu512_8_done:
+	TESTQ        CX, CX
+	JZ           gelu512_done
+	MOVL         $0x00000001, DI
+	SHLL         CL, DI
+	DECL         DI
+	KMOVW        DI, K1
+	VMOVUPS.Z    (BX), K1, Y7
+	VCVTPS2PD    Y7, Z8
+	VADDPD       Z0, Z8, Z8
+	VMULPD       Z1, Z8, Z8
+	VCMPPD       $0x11, Z4, Z8, K2
+	VCMPPD       $0x1d, Z2, Z8, K3
+	VCMPPD       $0x03, Z8, Z8, K4
+	VCVTTPD2DQ   Z8, Y1
+	VCVTDQ2PD    Y1, Z0
+	VSUBPD       Z0, Z8, Z0
+	VPMAXSD      Y4, Y1, Y1
+	VPMINSD      Y5, Y1, Y1
+	VPSLLD       $0x02, Y1, Y1
+	VMOVDQU      Y1, (SP)
+	MOVL         (SP), CX
+	VMOVUPD      (SI)(CX*8), Y5
+	MOVL         8(SP), CX
+	VINSERTF64X4 $0x01, (SI)(CX*8), Z5, Z5
+	MOVL         4(SP), CX
+	VMOVUPD      (SI)(CX*8), Y6
+	MOVL         12(SP), CX
+	VINSERTF64X4 $0x01, (SI)(CX*8), Z6, Z6
+	MOVL         16(SP), CX
+	VMOVUPD      (SI)(CX*8), Y18
+	MOVL         24(SP), CX
+	VINSERTF64X4 $0x01, (SI)(CX*8), Z18, Z18
+	MOVL         20(SP), CX
+	VMOVUPD      (SI)(CX*8), Y19
+	MOVL         28(SP), CX
+	VINSERTF64X4 $0x01, (SI)(CX*8), Z19, Z19
+	VUNPCKLPD    Z6, Z5, Z1
+	VUNPCKHPD    Z6, Z5, Z2
+	VUNPCKLPD    Z19, Z18, Z5
+	VUNPCKHPD    Z19, Z18, Z6
+	VSHUFF64X2   $0x88, Z5, Z1, Z8
+	VSHUFF64X2   $0x88, Z6, Z2, Z9
+	VSHUFF64X2   $0xdd, Z5, Z1, Z1
+	VSHUFF64X2   $0xdd, Z6, Z2, Z2
+	VMULPD       Z2, Z0, Z2
+	VADDPD       Z1, Z2, Z2
+	VMULPD       Z0, Z2, Z2
+	VADDPD       Z9, Z2, Z2
+	VMULPD       Z0, Z2, Z2
+	VADDPD       Z8, Z2, Z2
+	VMOVAPD      Z4, K2, Z2
+	VMOVAPD      Z3, K3, Z2
+	VCVTPD2PS    Z2, Y0
+	VMOVUPS      Y7, K4, Y0
+	VMULPS       Y0, Y7, Y1
+	VMOVUPS      Y0, K1, (DX)
+	VMOVUPS      Y1, K1, (AX)
+
+gelu512_done:
 	VZEROUPPER
 	RET
 

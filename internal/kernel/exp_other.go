@@ -27,3 +27,5 @@ func squaresF64(_ isa, x []float32, c float64) float64 { return sumF64Generic(x,
 func normRow(_ isa, y, x []float32, mean, rstd float32, w, b []float32) {
 	normRowGeneric(y, x, mean, rstd, w, b)
 }
+
+func gelu(_ isa, y, s, x []float32) { geluGeneric(y, s, x) }

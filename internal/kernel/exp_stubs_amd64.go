@@ -30,6 +30,9 @@ func siluAVX512(y []float32, s []float32, x []float32)
 // e^z is Sexp's exp, and each step is rounded to float32 as Go rounds it.
 func geluTanhAVX512(y []float32, s []float32, x []float32)
 
+// geluAVX512 sets s[i] = Φ(x[i]) by kernel.GELU's interpolation in table and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.
+func geluAVX512(y []float32, s []float32, x []float32, table *[640][4]float64)
+
 // smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.
 func smulAVX512(dst []float32, a []float32, b []float32)
 

@@ -1,6 +1,6 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
 // behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
-// kernel.GELUTanh, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
+// kernel.GELUTanh, kernel.GELU, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -95,13 +95,15 @@ const (
 	cmpNLT   = 0x05 // not less than: ≥ or unordered
 	cmpLT    = 0x11 // less than, false on NaN (LT_OQ)
 	cmpGT    = 0x1e // greater than, false on NaN (GT_OQ)
+	cmpGE    = 0x1d // greater than or equal, false on NaN (GE_OQ)
 )
 
 const roundNearest = 0x08 // VROUNDPS / VRNDSCALEPS: to nearest even, no precision exception
 
 var (
-	consts   Mem // the constant rows
-	tailMask Mem // 8 × −1 then 8 × 0: the 32 bytes at offset 4·(8−k) enable the first k lanes
+	cdfConsts Mem // GELU's float64 constants: −cdfLo, cdfScale, cdfIntervals and 1
+	consts    Mem // the constant rows
+	tailMask  Mem // 8 × −1 then 8 × 0: the 32 bytes at offset 4·(8−k) enable the first k lanes
 )
 
 // row returns the memory operand of constant row i.
@@ -113,6 +115,10 @@ func data() {
 		for j := range 8 {
 			DATA(32*i+4*j, U32(b))
 		}
+	}
+	cdfConsts = GLOBL("cdfconsts", RODATA|NOPTR)
+	for i, v := range []float64{10, 32, 640, 1} {
+		DATA(8*i, U64(math.Float64bits(v)))
 	}
 	tailMask = GLOBL("exptailmask", RODATA|NOPTR)
 	for j := range 16 {
@@ -135,6 +141,7 @@ func main() {
 	sgrad512()
 	gate512("siluAVX512", false)
 	gate512("geluTanhAVX512", true)
+	gelu512()
 	smul512()
 	sum512("sumF64AVX512", false)
 	sum512("squaresF64AVX512", true)
@@ -637,6 +644,114 @@ func smul512() {
 	tailK(n, k)
 	body(1, k)
 	Label("smul512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// gelu512 emits geluAVX512(y, s, x []float32, table *[640][4]float64): s[i] = Φ(x[i]) and
+// y[i] = x[i]·s[i], Φ as kernel.GELU's Go code computes it, step by step in float64 (no FMA):
+// u = (x + 10)·32; in [0, 640) the cubic c₀ + t·(c₁ + t·(c₂ + t·c₃)) of interval k = ⌊u⌋ at
+// t = u − k, its coefficients loaded from table; below 0 Φ = 0, from 640 on 1, and NaN stays
+// the NaN it was. Eight values a step, in float64 lanes.
+func gelu512() {
+	TEXT("geluAVX512", NOSPLIT, "func(y, s, x []float32, table *[640][4]float64)")
+	Doc("geluAVX512 sets s[i] = Φ(x[i]) by kernel.GELU's interpolation in table and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.")
+	y := Load(Param("y").Base(), GP64())
+	sp := Load(Param("s").Base(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	table := Load(Param("table"), GP64())
+	ten, scale, top, one := ZMM(), ZMM(), ZMM(), ZMM()
+	for i, c := range []VecVirtual{ten, scale, top, one} {
+		VBROADCASTSD(cdfConsts.Offset(8*i), c)
+	}
+	zero := ZMM()
+	VXORPD(zero, zero, zero)
+	last := YMM() // the last interval, 639, in every int32 lane
+	l := GP32()
+	MOVL(U32(639), l)
+	VPBROADCASTD(l, last)
+	idx := AllocLocal(32) // the lanes' table offsets, for the loads' address registers
+	body := func(kin Op) {
+		xf := YMM()
+		if kin == nil {
+			VMOVUPS(at(x, 0), xf)
+		} else {
+			VMOVUPS_Z(at(x, 0), kin, xf)
+		}
+		u := ZMM()
+		VCVTPS2PD(xf, u)
+		VADDPD(ten, u, u) // x − cdfLo
+		VMULPD(scale, u, u)
+		below, above, nan := K(), K(), K()
+		VCMPPD(U8(cmpLT), zero, u, below)
+		VCMPPD(U8(cmpGE), top, u, above)
+		VCMPPD(U8(cmpUnord), u, u, nan)
+		k := YMM()
+		VCVTTPD2DQ(u, k)
+		t := ZMM()
+		VCVTDQ2PD(k, t)
+		VSUBPD(t, u, t) // u − k
+		// Each lane's four coefficients are 32 bytes of table: k clamped to [0, 639] so that
+		// every load lies in it (the lanes outside [0, 640) are replaced below), eight loads,
+		// two lanes' to a vector, then transposed into c[j], the jth coefficient of every lane.
+		VPMAXSD(zero.AsY(), k, k)
+		VPMINSD(last, k, k)
+		VPSLLD(U8(2), k, k)
+		VMOVDQU(k, idx)
+		var z [4]VecVirtual
+		for v, pair := range [4][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
+			z[v] = ZMM()
+			for h, lane := range pair {
+				o := GP64()
+				MOVL(idx.Offset(4*lane), o.As32())
+				m := Mem{Base: table, Index: o, Scale: 8}
+				if h == 0 {
+					VMOVUPD(m, z[v].AsY())
+				} else {
+					VINSERTF64X4(U8(1), m, z[v], z[v])
+				}
+			}
+		}
+		lo01, hi01, lo45, hi45 := ZMM(), ZMM(), ZMM(), ZMM()
+		VUNPCKLPD(z[1], z[0], lo01)
+		VUNPCKHPD(z[1], z[0], hi01)
+		VUNPCKLPD(z[3], z[2], lo45)
+		VUNPCKHPD(z[3], z[2], hi45)
+		c := [4]VecVirtual{ZMM(), ZMM(), ZMM(), ZMM()}
+		VSHUFF64X2(U8(0x88), lo45, lo01, c[0])
+		VSHUFF64X2(U8(0x88), hi45, hi01, c[1])
+		VSHUFF64X2(U8(0xdd), lo45, lo01, c[2])
+		VSHUFF64X2(U8(0xdd), hi45, hi01, c[3])
+		r := ZMM()
+		VMULPD(c[3], t, r)
+		VADDPD(c[2], r, r)
+		VMULPD(t, r, r)
+		VADDPD(c[1], r, r)
+		VMULPD(t, r, r)
+		VADDPD(c[0], r, r)
+		VMOVAPD(zero, below, r)
+		VMOVAPD(one, above, r)
+		sf := YMM()
+		VCVTPD2PS(r, sf)
+		VMOVUPS(xf, nan, sf) // NaN: the input's own bits
+		yf := YMM()
+		VMULPS(sf, xf, yf)
+		if kin == nil {
+			VMOVUPS(sf, at(sp, 0))
+			VMOVUPS(yf, at(y, 0))
+		} else {
+			VMOVUPS(sf, kin, at(sp, 0))
+			VMOVUPS(yf, kin, at(y, 0))
+		}
+	}
+	loopN("gelu512_8", []Register{y, sp, x}, n, 8, func() { body(nil) })
+	TESTQ(n, n)
+	JZ(LabelRef("gelu512_done"))
+	kin := K()
+	tailK(n, kin)
+	body(kin)
+	Label("gelu512_done")
 	VZEROUPPER()
 	RET()
 }
