@@ -102,3 +102,32 @@ func TestCloseStopsHelpers(t *testing.T) {
 	}
 	p.Close() // a second Close does nothing
 }
+
+// workers records which worker ran each task.
+type workers []int
+
+func (w workers) Do(worker, task int) { w[task] = worker }
+
+// TestRunWakesBlockedHelper checks that a helper that has stopped polling and blocked joins a
+// loop while tasks are left, even with one processor, where it is woken onto the caller's own
+// and runs only when the caller yields it.
+func TestRunWakesBlockedHelper(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var p Pool
+	defer p.Close()
+	var l Loop
+	for round := range 3 {
+		for range 2 * spinPolls { // let the helper poll its fill and block
+			runtime.Gosched()
+		}
+		w := make(workers, 64)
+		p.Run(&l, 2, len(w), w)
+		helped := 0
+		for _, v := range w {
+			helped += v
+		}
+		if helped == 0 {
+			t.Fatalf("round %d: the caller ran all %d tasks; the helper joined none", round, len(w))
+		}
+	}
+}
