@@ -65,15 +65,7 @@ func (a *activation) backward(r *runner, dy, dx []float32) {
 		x, s, g, out := a.x[i0:i1], a.gate[i0:i1], dy[i0:i1], dx[i0:i1]
 		switch a.kind {
 		case actGELU:
-			e := r.scratch(worker, i1-i0)
-			for i, v := range x {
-				e[i] = -0.5 * v * v
-			}
-			kernel.Sexp(e, 0)
-			const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
-			for i, v := range x {
-				out[i] += g[i] * (s[i] + v*invSqrt2Pi*e[i])
-			}
+			kernel.GELUGrad(out, g, x, s, r.scratch(worker, i1-i0))
 		case actGELUTanh:
 			for i, v := range x {
 				d := s[i] // s + x·s′, with s′ = 0 where σ saturates (x² may overflow there)

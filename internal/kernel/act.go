@@ -1,6 +1,9 @@
 package kernel
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // The constants of GELU's tanh approximation, GELU(x) ≈ x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2.
 const (
@@ -37,6 +40,36 @@ func GELUTanh(y, s, x []float32) {
 // share memory with either. It panics when y or s is shorter than x.
 func GELU(y, s, x []float32) {
 	gelu(best, y[:len(x)], s[:len(x)], x)
+}
+
+// GELUGrad adds the exact GELU's gradient dy[i]·(Φ(x[i]) + x[i]·φ(x[i])) to dx[i] for i <
+// len(dx), given s[i] = Φ(x[i]) as GELU set it, on the fastest instruction set the CPU has:
+// φ(x) = e^(−x²/2)/√(2π), with x² one float32 product and e^ Sexp's, is written into tmp, then
+// each step of dy·(s + (x·(1/√(2π)))·e) is one float32 operation in that order on every path. It
+// panics when dy, x, s or tmp is shorter than dx.
+func GELUGrad(dx, dy, x, s, tmp []float32) {
+	n := len(dx)
+	if len(dy) < n || len(x) < n || len(s) < n || len(tmp) < n {
+		panic(fmt.Sprintf("kernel: GELUGrad of %d values with dy, x, s, tmp of %d, %d, %d, %d", n, len(dy), len(x), len(s), len(tmp)))
+	}
+	geluGrad(best, dx, dy[:n], x[:n], s[:n], tmp[:n])
+}
+
+// geluGrad is GELUGrad on path i, with dy, x, s and e as long as dx.
+func geluGrad(i isa, dx, dy, x, s, e []float32) {
+	smul(i, e, x, x)
+	sscal(i, -0.5, e)
+	sexp(i, e, 0)
+	geluGradAcc(i, dx, dy, x, s, e)
+}
+
+// invSqrt2Pi is 1/√(2π), the standard normal density's factor.
+const invSqrt2Pi = 0.3989422804014327
+
+func geluGradGeneric(dx, dy, x, s, e []float32) {
+	for i, v := range x {
+		dx[i] += dy[i] * float32(s[i]+float32(float32(v*invSqrt2Pi)*e[i]))
+	}
 }
 
 // The interpolation grid of GELU's Φ: cdfIntervals intervals of width 1/cdfScale from cdfLo to

@@ -225,3 +225,51 @@ func TestGELUAccuracy(t *testing.T) {
 		}
 	}
 }
+
+// TestGELUGrad checks GELUGrad on every path against its definition bit for bit at every length
+// up to 150, with infinities and NaN among x, dy and dx, and that it writes nothing outside dx and
+// tmp.
+func TestGELUGrad(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	special := []float32{0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 20, -20, 1e-30, 3e38}
+	same := func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b) }
+	for _, i := range available() {
+		for n := range 150 {
+			x, xIntact := guarded(r, n, 1, -6, 6)
+			dy, dyIntact := guarded(r, n, 2, -1, 1)
+			dx, dxIntact := guarded(r, n, 3, -1, 1)
+			for _, v := range [][]float32{x, dy, dx} {
+				for j := range v {
+					if r.IntN(10) == 0 {
+						v[j] = special[r.IntN(len(special))]
+					}
+				}
+			}
+			y, s := make([]float32, n), make([]float32, n)
+			gelu(i, y, s, x)
+			want := slices.Clone(dx)
+			for j, v := range x {
+				e := []float32{float32(-0.5 * float32(v*v))}
+				sexp(i, e, 0)
+				want[j] += float32(dy[j] * float32(s[j]+float32(float32(v*float32(0.3989422804014327))*e[0])))
+			}
+			tmp, tmpIntact := guarded(r, n, 4, 0, 1)
+			in, gin := slices.Clone(x), slices.Clone(dy)
+			geluGrad(i, dx, dy, x, s, tmp[:n:n])
+			for j := range dx {
+				if !same(dx[j], want[j]) {
+					t.Fatalf("%v n=%d: x[%d] = %v: dx %v, want %v", i, n, j, x[j], dx[j], want[j])
+				}
+			}
+			if !xIntact() || !dyIntact() || !dxIntact() || !tmpIntact() || !slices.Equal(math32bits(x), math32bits(in)) || !slices.Equal(math32bits(dy), math32bits(gin)) {
+				t.Errorf("%v n=%d: wrote outside dx and tmp", i, n)
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("GELUGrad with a short tmp did not panic")
+		}
+	}()
+	GELUGrad(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 2))
+}

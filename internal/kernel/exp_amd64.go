@@ -111,3 +111,11 @@ func gelu(i isa, y, s, x []float32) {
 	}
 	geluGeneric(y, s, x)
 }
+
+func geluGradAcc(i isa, dx, dy, x, s, e []float32) {
+	if i == avx512 {
+		geluGradAVX512(dx, dy, x, s, e)
+		return
+	}
+	geluGradGeneric(dx, dy, x, s, e)
+}

@@ -196,7 +196,15 @@ DATA expconsts<>+752(SB)/4, $0xbfcc422a
 DATA expconsts<>+756(SB)/4, $0xbfcc422a
 DATA expconsts<>+760(SB)/4, $0xbfcc422a
 DATA expconsts<>+764(SB)/4, $0xbfcc422a
-GLOBL expconsts<>(SB), RODATA|NOPTR, $768
+DATA expconsts<>+768(SB)/4, $0x3ecc422a
+DATA expconsts<>+772(SB)/4, $0x3ecc422a
+DATA expconsts<>+776(SB)/4, $0x3ecc422a
+DATA expconsts<>+780(SB)/4, $0x3ecc422a
+DATA expconsts<>+784(SB)/4, $0x3ecc422a
+DATA expconsts<>+788(SB)/4, $0x3ecc422a
+DATA expconsts<>+792(SB)/4, $0x3ecc422a
+DATA expconsts<>+796(SB)/4, $0x3ecc422a
+GLOBL expconsts<>(SB), RODATA|NOPTR, $800
 
 DATA cdfconsts<>+0(SB)/8, $0x4024000000000000
 DATA cdfconsts<>+8(SB)/8, $0x4040000000000000
@@ -1316,6 +1324,93 @@ gelu512_8_done:
 	VMOVUPS      Y1, K1, (AX)
 
 gelu512_done:
+	VZEROUPPER
+	RET
+
+// func geluGradAVX512(dx []float32, dy []float32, x []float32, s []float32, e []float32)
+// Requires: AVX, AVX512F
+TEXT ·geluGradAVX512(SB), NOSPLIT, $0-120
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         dx_len+8(FP), CX
+	MOVQ         dy_base+24(FP), DX
+	MOVQ         x_base+48(FP), BX
+	MOVQ         s_base+72(FP), SI
+	MOVQ         e_base+96(FP), DI
+	VBROADCASTSS expconsts<>+768(SB), Z0
+
+geluGrad512_64:
+	CMPQ    CX, $0x00000040
+	JB      geluGrad512_64_done
+	VMULPS  (BX), Z0, Z1
+	VMULPS  (DI), Z1, Z1
+	VADDPS  (SI), Z1, Z1
+	VMULPS  (DX), Z1, Z1
+	VADDPS  (AX), Z1, Z1
+	VMULPS  64(BX), Z0, Z2
+	VMULPS  64(DI), Z2, Z2
+	VADDPS  64(SI), Z2, Z2
+	VMULPS  64(DX), Z2, Z2
+	VADDPS  64(AX), Z2, Z2
+	VMULPS  128(BX), Z0, Z3
+	VMULPS  128(DI), Z3, Z3
+	VADDPS  128(SI), Z3, Z3
+	VMULPS  128(DX), Z3, Z3
+	VADDPS  128(AX), Z3, Z3
+	VMULPS  192(BX), Z0, Z4
+	VMULPS  192(DI), Z4, Z4
+	VADDPS  192(SI), Z4, Z4
+	VMULPS  192(DX), Z4, Z4
+	VADDPS  192(AX), Z4, Z4
+	VMOVUPS Z1, (AX)
+	VMOVUPS Z2, 64(AX)
+	VMOVUPS Z3, 128(AX)
+	VMOVUPS Z4, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	ADDQ    $0x00000100, BX
+	ADDQ    $0x00000100, SI
+	ADDQ    $0x00000100, DI
+	SUBQ    $0x00000040, CX
+	JMP     geluGrad512_64
+
+geluGrad512_64_done:
+geluGrad512_16:
+	CMPQ    CX, $0x00000010
+	JB      geluGrad512_16_done
+	VMULPS  (BX), Z0, Z1
+	VMULPS  (DI), Z1, Z1
+	VADDPS  (SI), Z1, Z1
+	VMULPS  (DX), Z1, Z1
+	VADDPS  (AX), Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	ADDQ    $0x00000040, SI
+	ADDQ    $0x00000040, DI
+	SUBQ    $0x00000010, CX
+	JMP     geluGrad512_16
+
+geluGrad512_16_done:
+	TESTQ     CX, CX
+	JZ        geluGrad512_done
+	MOVL      $0x00000001, R8
+	SHLL      CL, R8
+	DECL      R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (BX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS.Z (DI), K1, Z0
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS.Z (SI), K1, Z0
+	VADDPS    Z0, Z1, Z1
+	VMOVUPS.Z (DX), K1, Z0
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS.Z (AX), K1, Z0
+	VADDPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+geluGrad512_done:
 	VZEROUPPER
 	RET
 

@@ -29,3 +29,5 @@ func normRow(_ isa, y, x []float32, mean, rstd float32, w, b []float32) {
 }
 
 func gelu(_ isa, y, s, x []float32) { geluGeneric(y, s, x) }
+
+func geluGradAcc(_ isa, dx, dy, x, s, e []float32) { geluGradGeneric(dx, dy, x, s, e) }

@@ -33,6 +33,9 @@ func geluTanhAVX512(y []float32, s []float32, x []float32)
 // geluAVX512 sets s[i] = Φ(x[i]) by kernel.GELU's interpolation in table and y[i] = x[i]·s[i] for i < len(x); y and s must be as long as x.
 func geluAVX512(y []float32, s []float32, x []float32, table *[640][4]float64)
 
+// geluGradAVX512 adds dy[i]·(s[i] + (x[i]·(1/√(2π)))·e[i]) to dx[i] for i < len(dx); dy, x, s and e must be as long as dx.
+func geluGradAVX512(dx []float32, dy []float32, x []float32, s []float32, e []float32)
+
 // smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.
 func smulAVX512(dst []float32, a []float32, b []float32)
 

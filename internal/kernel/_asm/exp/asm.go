@@ -1,6 +1,6 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
 // behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
-// kernel.GELUTanh, kernel.GELU, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
+// kernel.GELUTanh, kernel.GELU, kernel.GELUGrad, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -58,6 +58,7 @@ const (
 	kSign   // −0: the sign bit alone
 	kCubic  // the tanh GELU's 0.044715
 	kTanh   // the tanh GELU's −2·√(2/π), rounded to float32
+	kPhi    // 1/√(2π), rounded to float32: the normal density's factor
 	kRows
 )
 
@@ -87,6 +88,7 @@ var rowBits = [kRows]uint32{
 	kSign:    0x80000000,
 	kCubic:   math.Float32bits(0.044715),
 	kTanh:    math.Float32bits(-2 * 0.7978845608028654),
+	kPhi:     math.Float32bits(0.3989422804014327),
 }
 
 // VCMPPS predicates.
@@ -142,6 +144,7 @@ func main() {
 	gate512("siluAVX512", false)
 	gate512("geluTanhAVX512", true)
 	gelu512()
+	geluGrad512()
 	smul512()
 	sum512("sumF64AVX512", false)
 	sum512("squaresF64AVX512", true)
@@ -752,6 +755,66 @@ func gelu512() {
 	tailK(n, kin)
 	body(kin)
 	Label("gelu512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// geluGrad512 emits geluGradAVX512(dx, dy, x, s, e []float32): dx[i] += dy[i]·(s[i] +
+// (x[i]·(1/√(2π)))·e[i]), each step one float32 operation in that order.
+func geluGrad512() {
+	TEXT("geluGradAVX512", NOSPLIT, "func(dx, dy, x, s, e []float32)")
+	Doc("geluGradAVX512 adds dy[i]·(s[i] + (x[i]·(1/√(2π)))·e[i]) to dx[i] for i < len(dx); dy, x, s and e must be as long as dx.")
+	dx := Load(Param("dx").Base(), GP64())
+	n := Load(Param("dx").Len(), GP64())
+	dy := Load(Param("dy").Base(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	sp := Load(Param("s").Base(), GP64())
+	e := Load(Param("e").Base(), GP64())
+	phi := ZMM()
+	VBROADCASTSS(row(kPhi), phi)
+	body := func(nv int, k Op) {
+		v := make([]VecVirtual, nv)
+		for u := range nv {
+			v[u] = ZMM()
+			if k != nil {
+				t := ZMM()
+				VMOVUPS_Z(at(x, 16*u), k, v[u])
+				VMULPS(phi, v[u], v[u])
+				for _, src := range []struct {
+					p   Register
+					mul bool
+				}{{e, true}, {sp, false}, {dy, true}, {dx, false}} {
+					VMOVUPS_Z(at(src.p, 16*u), k, t)
+					if src.mul {
+						VMULPS(t, v[u], v[u])
+					} else {
+						VADDPS(t, v[u], v[u])
+					}
+				}
+				VMOVUPS(v[u], k, at(dx, 16*u))
+				continue
+			}
+			VMULPS(at(x, 16*u), phi, v[u])
+			VMULPS(at(e, 16*u), v[u], v[u])
+			VADDPS(at(sp, 16*u), v[u], v[u])
+			VMULPS(at(dy, 16*u), v[u], v[u])
+			VADDPS(at(dx, 16*u), v[u], v[u])
+		}
+		if k == nil {
+			for u := range nv {
+				VMOVUPS(v[u], at(dx, 16*u))
+			}
+		}
+	}
+	ptrs := []Register{dx, dy, x, sp, e}
+	loopN("geluGrad512_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN("geluGrad512_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef("geluGrad512_done"))
+	k := K()
+	tailK(n, k)
+	body(1, k)
+	Label("geluGrad512_done")
 	VZEROUPPER()
 	RET()
 }
