@@ -88,23 +88,11 @@ func (l *normLayer) backward(r *runner, dy, dx []float32, n int) {
 		for i := i0; i < i1; i++ {
 			x, g, out := l.x[i*d:(i+1)*d], dy[i*d:(i+1)*d], dx[i*d:(i+1)*d]
 			m, s := l.mean[i], l.rstd[i]
-			var sumG, sumGN float64 // Σ dnorm and Σ dnorm·norm
-			for j, v := range x {
-				norm := (v - m) * s
-				dn := w[j] * g[j]
-				sumG += float64(dn)
-				sumGN += float64(dn * norm)
-				dw[j] += g[j] * norm
-				db[j] += g[j]
-			}
+			sumG, sumGN := kernel.NormGrad(dw, db, x, g, w, m, s) // Σ dnorm and Σ dnorm·norm
 			if l.rms {
 				sumG = 0
 			}
-			a, c := float32(sumG/float64(d)), float32(sumGN/float64(d))
-			for j, v := range x {
-				norm := (v - m) * s
-				out[j] += s * (w[j]*g[j] - a - norm*c)
-			}
+			kernel.NormGradInput(out, x, g, w, m, s, float32(sumG/float64(d)), float32(sumGN/float64(d)))
 		}
 	})
 	gw := l.weight.Grad.Data

@@ -119,3 +119,18 @@ func geluGradAcc(i isa, dx, dy, x, s, e []float32) {
 	}
 	geluGradGeneric(dx, dy, x, s, e)
 }
+
+func normGrad(i isa, dw, db, x, g, w []float32, mean, rstd float32) (float64, float64) {
+	if i == avx512 {
+		return normGradAVX512(dw, db, x, g, w, mean, rstd)
+	}
+	return normGradGeneric(dw, db, x, g, w, mean, rstd)
+}
+
+func normGradInput(i isa, dx, x, g, w []float32, mean, rstd, a, c float32) {
+	if i == avx512 {
+		normGradInputAVX512(dx, x, g, w, mean, rstd, a, c)
+		return
+	}
+	normGradInputGeneric(dx, x, g, w, mean, rstd, a, c)
+}

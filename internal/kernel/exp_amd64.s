@@ -1757,6 +1757,303 @@ normRowBiasAVX512_done:
 	VZEROUPPER
 	RET
 
+// func normGradAVX512(dw []float32, db []float32, x []float32, g []float32, w []float32, mean float32, rstd float32) (sumG float64, sumGN float64)
+// Requires: AVX, AVX512DQ, AVX512F, BMI2, SSE2
+TEXT ·normGradAVX512(SB), NOSPLIT, $0-144
+	MOVQ         dw_base+0(FP), AX
+	MOVQ         db_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         x_len+56(FP), BX
+	MOVQ         g_base+72(FP), SI
+	MOVQ         w_base+96(FP), DI
+	VBROADCASTSS mean+120(FP), Z0
+	VBROADCASTSS rstd+124(FP), Z1
+	VXORPD       Z2, Z2, Z2
+	VXORPD       Z3, Z3, Z3
+	VXORPD       Z4, Z4, Z4
+	VXORPD       Z5, Z5, Z5
+	VXORPD       Z6, Z6, Z6
+	VXORPD       Z7, Z7, Z7
+	VXORPD       Z8, Z8, Z8
+	VXORPD       Z9, Z9, Z9
+
+normGrad512_32:
+	CMPQ          BX, $0x00000020
+	JB            normGrad512_32_done
+	VMOVUPS       (DX), Z10
+	VSUBPS        Z0, Z10, Z10
+	VMULPS        Z1, Z10, Z10
+	VMOVUPS       (SI), Z11
+	VMOVUPS       (DI), Z12
+	VMULPS        Z11, Z12, Z12
+	VMULPS        Z10, Z12, Z13
+	VMOVUPS       (AX), Z14
+	VMULPS        Z11, Z10, Z10
+	VADDPS        Z10, Z14, Z14
+	VMOVUPS       Z14, (AX)
+	VMOVUPS       (CX), Z10
+	VADDPS        Z11, Z10, Z10
+	VMOVUPS       Z10, (CX)
+	VCVTPS2PD     Y12, Z10
+	VADDPD        Z10, Z2, Z2
+	VEXTRACTF64X4 $0x01, Z12, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z4, Z4
+	VCVTPS2PD     Y13, Z10
+	VADDPD        Z10, Z3, Z3
+	VEXTRACTF64X4 $0x01, Z13, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z5, Z5
+	VMOVUPS       64(DX), Z10
+	VSUBPS        Z0, Z10, Z10
+	VMULPS        Z1, Z10, Z10
+	VMOVUPS       64(SI), Z11
+	VMOVUPS       64(DI), Z12
+	VMULPS        Z11, Z12, Z12
+	VMULPS        Z10, Z12, Z13
+	VMOVUPS       64(AX), Z14
+	VMULPS        Z11, Z10, Z10
+	VADDPS        Z10, Z14, Z14
+	VMOVUPS       Z14, 64(AX)
+	VMOVUPS       64(CX), Z10
+	VADDPS        Z11, Z10, Z10
+	VMOVUPS       Z10, 64(CX)
+	VCVTPS2PD     Y12, Z10
+	VADDPD        Z10, Z6, Z6
+	VEXTRACTF64X4 $0x01, Z12, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z8, Z8
+	VCVTPS2PD     Y13, Z10
+	VADDPD        Z10, Z7, Z7
+	VEXTRACTF64X4 $0x01, Z13, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z9, Z9
+	ADDQ          $0x00000080, AX
+	ADDQ          $0x00000080, CX
+	ADDQ          $0x00000080, DX
+	ADDQ          $0x00000080, SI
+	ADDQ          $0x00000080, DI
+	SUBQ          $0x00000020, BX
+	JMP           normGrad512_32
+
+normGrad512_32_done:
+	TESTQ         BX, BX
+	JZ            normGrad512_reduce
+	MOVQ          $0x00000001, R8
+	SHLXQ         BX, R8, R8
+	DECQ          R8
+	KMOVW         R8, K1
+	MOVQ          R8, BX
+	SHRQ          $0x00, BX
+	KMOVW         BX, K2
+	MOVQ          R8, BX
+	SHRQ          $0x08, BX
+	KMOVW         BX, K3
+	VMOVUPS.Z     (DX), K1, Z10
+	VSUBPS        Z0, Z10, Z10
+	VMULPS        Z1, Z10, Z10
+	VMOVUPS.Z     (SI), K1, Z11
+	VMOVUPS.Z     (DI), K1, Z12
+	VMULPS        Z11, Z12, Z12
+	VMULPS        Z10, Z12, Z13
+	VMOVUPS.Z     (AX), K1, Z14
+	VMULPS        Z11, Z10, Z10
+	VADDPS        Z10, Z14, Z14
+	VMOVUPS       Z14, K1, (AX)
+	VMOVUPS.Z     (CX), K1, Z10
+	VADDPS        Z11, Z10, Z10
+	VMOVUPS       Z10, K1, (CX)
+	VCVTPS2PD     Y12, Z10
+	VADDPD        Z10, Z2, K2, Z2
+	VEXTRACTF64X4 $0x01, Z12, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z4, K3, Z4
+	VCVTPS2PD     Y13, Z10
+	VADDPD        Z10, Z3, K2, Z3
+	VEXTRACTF64X4 $0x01, Z13, Y10
+	VCVTPS2PD     Y10, Z10
+	VADDPD        Z10, Z5, K3, Z5
+	SHRQ          $0x10, R8
+	KMOVW         R8, K1
+	MOVQ          R8, BX
+	SHRQ          $0x00, BX
+	KMOVW         BX, K2
+	MOVQ          R8, BX
+	SHRQ          $0x08, BX
+	KMOVW         BX, K3
+	VMOVUPS.Z     64(DX), K1, Z10
+	VSUBPS        Z0, Z10, Z10
+	VMULPS        Z1, Z10, Z10
+	VMOVUPS.Z     64(SI), K1, Z0
+	VMOVUPS.Z     64(DI), K1, Z1
+	VMULPS        Z0, Z1, Z1
+	VMULPS        Z10, Z1, Z11
+	VMOVUPS.Z     64(AX), K1, Z12
+	VMULPS        Z0, Z10, Z10
+	VADDPS        Z10, Z12, Z12
+	VMOVUPS       Z12, K1, 64(AX)
+	VMOVUPS.Z     64(CX), K1, Z10
+	VADDPS        Z0, Z10, Z10
+	VMOVUPS       Z10, K1, 64(CX)
+	VCVTPS2PD     Y1, Z0
+	VADDPD        Z0, Z6, K2, Z6
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VCVTPS2PD     Y0, Z0
+	VADDPD        Z0, Z8, K3, Z8
+	VCVTPS2PD     Y11, Z0
+	VADDPD        Z0, Z7, K2, Z7
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VCVTPS2PD     Y0, Z0
+	VADDPD        Z0, Z9, K3, Z9
+
+normGrad512_reduce:
+	VADDPD        Z4, Z2, Z2
+	VADDPD        Z8, Z6, Z6
+	VADDPD        Z6, Z2, Z2
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPD        Y0, Y2, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VUNPCKHPD     X1, X1, X0
+	VADDSD        X0, X1, X1
+	MOVSD         X1, sumG+128(FP)
+	VADDPD        Z5, Z3, Z3
+	VADDPD        Z9, Z7, Z7
+	VADDPD        Z7, Z3, Z3
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPD        Y0, Y3, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VUNPCKHPD     X1, X1, X0
+	VADDSD        X0, X1, X1
+	VZEROUPPER
+	MOVSD         X1, sumGN+136(FP)
+	RET
+
+// func normGradInputAVX512(dx []float32, x []float32, g []float32, w []float32, mean float32, rstd float32, a float32, c float32)
+// Requires: AVX, AVX512F
+TEXT ·normGradInputAVX512(SB), NOSPLIT, $0-112
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         dx_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	MOVQ         g_base+48(FP), BX
+	MOVQ         w_base+72(FP), SI
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS a+104(FP), Z2
+	VBROADCASTSS c+108(FP), Z3
+
+normGradInput512_64:
+	CMPQ    CX, $0x00000040
+	JB      normGradInput512_64_done
+	VMOVUPS (DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VMOVUPS (SI), Z5
+	VMOVUPS (BX), Z6
+	VMULPS  Z6, Z5, Z5
+	VSUBPS  Z2, Z5, Z5
+	VSUBPS  Z4, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS (AX), Z4
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, (AX)
+	VMOVUPS 64(DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VMOVUPS 64(SI), Z5
+	VMOVUPS 64(BX), Z6
+	VMULPS  Z6, Z5, Z5
+	VSUBPS  Z2, Z5, Z5
+	VSUBPS  Z4, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS 64(AX), Z4
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, 64(AX)
+	VMOVUPS 128(DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VMOVUPS 128(SI), Z5
+	VMOVUPS 128(BX), Z6
+	VMULPS  Z6, Z5, Z5
+	VSUBPS  Z2, Z5, Z5
+	VSUBPS  Z4, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS 128(AX), Z4
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, 128(AX)
+	VMOVUPS 192(DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VMOVUPS 192(SI), Z5
+	VMOVUPS 192(BX), Z6
+	VMULPS  Z6, Z5, Z5
+	VSUBPS  Z2, Z5, Z5
+	VSUBPS  Z4, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS 192(AX), Z4
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	ADDQ    $0x00000100, BX
+	ADDQ    $0x00000100, SI
+	SUBQ    $0x00000040, CX
+	JMP     normGradInput512_64
+
+normGradInput512_64_done:
+normGradInput512_16:
+	CMPQ    CX, $0x00000010
+	JB      normGradInput512_16_done
+	VMOVUPS (DX), Z4
+	VSUBPS  Z0, Z4, Z4
+	VMULPS  Z1, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VMOVUPS (SI), Z5
+	VMOVUPS (BX), Z6
+	VMULPS  Z6, Z5, Z5
+	VSUBPS  Z2, Z5, Z5
+	VSUBPS  Z4, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS (AX), Z4
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, CX
+	JMP     normGradInput512_16
+
+normGradInput512_16_done:
+	TESTQ     CX, CX
+	JZ        normGradInput512_done
+	MOVL      $0x00000001, DI
+	SHLL      CL, DI
+	DECL      DI
+	KMOVW     DI, K1
+	VMOVUPS.Z (DX), K1, Z4
+	VSUBPS    Z0, Z4, Z4
+	VMULPS    Z1, Z4, Z4
+	VMULPS    Z3, Z4, Z4
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z (BX), K1, Z3
+	VMULPS    Z3, Z0, Z0
+	VSUBPS    Z2, Z0, Z0
+	VSUBPS    Z4, Z0, Z0
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS.Z (AX), K1, Z1
+	VADDPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+normGradInput512_done:
+	VZEROUPPER
+	RET
+
 // func smaxAVX2(x []float32) float32
 // Requires: AVX, SSE
 TEXT ·smaxAVX2(SB), NOSPLIT, $0-28

@@ -31,3 +31,11 @@ func normRow(_ isa, y, x []float32, mean, rstd float32, w, b []float32) {
 func gelu(_ isa, y, s, x []float32) { geluGeneric(y, s, x) }
 
 func geluGradAcc(_ isa, dx, dy, x, s, e []float32) { geluGradGeneric(dx, dy, x, s, e) }
+
+func normGrad(_ isa, dw, db, x, g, w []float32, mean, rstd float32) (float64, float64) {
+	return normGradGeneric(dw, db, x, g, w, mean, rstd)
+}
+
+func normGradInput(_ isa, dx, x, g, w []float32, mean, rstd, a, c float32) {
+	normGradInputGeneric(dx, x, g, w, mean, rstd, a, c)
+}

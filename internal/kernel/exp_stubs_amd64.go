@@ -51,6 +51,12 @@ func normRowAVX512(y []float32, x []float32, mean float32, rstd float32, w []flo
 // normRowBiasAVX512 sets y[i] = ((x[i] − mean)·rstd)·w[i] + b[i] for i < len(y); x, w and b must be as long as y.
 func normRowBiasAVX512(y []float32, x []float32, mean float32, rstd float32, w []float32, b []float32)
 
+// normGradAVX512 adds g[i]·norm to dw[i] and g[i] to db[i] and returns Σ w[i]·g[i] and Σ w[i]·g[i]·norm, norm = (x[i] − mean)·rstd, in kernel.NormGrad's order; dw, db, g and w must be as long as x.
+func normGradAVX512(dw []float32, db []float32, x []float32, g []float32, w []float32, mean float32, rstd float32) (sumG float64, sumGN float64)
+
+// normGradInputAVX512 adds rstd·((w[i]·g[i] − a) − ((x[i] − mean)·rstd)·c) to dx[i] for i < len(dx); x, g and w must be as long as dx.
+func normGradInputAVX512(dx []float32, x []float32, g []float32, w []float32, mean float32, rstd float32, a float32, c float32)
+
 // smaxAVX2 returns the largest value of x: −Inf when x is empty, NaN when x holds a NaN.
 func smaxAVX2(x []float32) float32
 

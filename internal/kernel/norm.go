@@ -45,6 +45,11 @@ func sumF64Generic(x []float32, c float64, squares bool) float64 {
 			s[i%sumLanes] += float64(v)
 		}
 	}
+	return reduceLanes(&s)
+}
+
+// reduceLanes sums the partial sums of SumF64 in its order.
+func reduceLanes(s *[sumLanes]float64) float64 {
 	for l := range 8 {
 		s[l] = (s[l] + s[l+8]) + (s[l+16] + s[l+24])
 	}
@@ -64,5 +69,52 @@ func normRowGeneric(y, x []float32, mean, rstd float32, w, b []float32) {
 		for i := range y {
 			y[i] += b[i]
 		}
+	}
+}
+
+// NormGrad is the first pass of a normalisation row's backward, given its input x, the gradient
+// g of its output, its gain w, and the mean and rstd its forward used: with norm = (x[i] −
+// mean)·rstd and dn = w[i]·g[i], each one float32 operation at a time, it adds g[i]·norm to
+// dw[i] and g[i] to db[i], and returns Σ dn and Σ dn·norm (the product rounded to float32) as
+// float64 sums in SumF64's order, the same bits on every instruction set. It panics when dw,
+// db, g or w is shorter than x.
+func NormGrad(dw, db, x, g, w []float32, mean, rstd float32) (sumG, sumGN float64) {
+	n := len(x)
+	if len(dw) < n || len(db) < n || len(g) < n || len(w) < n {
+		panic(fmt.Sprintf("kernel: NormGrad of %d values with dw, db, g, w of %d, %d, %d, %d", n, len(dw), len(db), len(g), len(w)))
+	}
+	return normGrad(best, dw[:n], db[:n], x, g[:n], w[:n], mean, rstd)
+}
+
+// NormGradInput is the second pass of a normalisation row's backward: it adds
+// rstd·((w[i]·g[i] − a) − ((x[i] − mean)·rstd)·c) to dx[i] for i < len(dx), each step one
+// float32 operation in that order on every instruction set, where a and c are the means of dn
+// and of dn·norm (NormGrad's sums over the row's length; a = 0 for RMSNorm). It panics when x,
+// g or w is shorter than dx.
+func NormGradInput(dx, x, g, w []float32, mean, rstd, a, c float32) {
+	n := len(dx)
+	if len(x) < n || len(g) < n || len(w) < n {
+		panic(fmt.Sprintf("kernel: NormGradInput of %d values with x, g, w of %d, %d, %d", n, len(x), len(g), len(w)))
+	}
+	normGradInput(best, dx, x[:n], g[:n], w[:n], mean, rstd, a, c)
+}
+
+func normGradGeneric(dw, db, x, g, w []float32, mean, rstd float32) (sumG, sumGN float64) {
+	var sg, sgn [sumLanes]float64
+	for i, v := range x {
+		norm := float32((v - mean) * rstd)
+		dn := float32(w[i] * g[i])
+		sg[i%sumLanes] += float64(dn)
+		sgn[i%sumLanes] += float64(float32(dn * norm))
+		dw[i] += float32(g[i] * norm)
+		db[i] += g[i]
+	}
+	return reduceLanes(&sg), reduceLanes(&sgn)
+}
+
+func normGradInputGeneric(dx, x, g, w []float32, mean, rstd, a, c float32) {
+	for i, v := range x {
+		norm := float32((v - mean) * rstd)
+		dx[i] += float32(rstd * (float32(float32(w[i]*g[i])-a) - float32(norm*c)))
 	}
 }

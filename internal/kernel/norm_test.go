@@ -170,3 +170,76 @@ func TestNormRowPanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestNormGrad checks NormGrad and NormGradInput on every path against their definitions bit
+// for bit at every length up to 200 (every masked tail), with gradients over 30 decades, with
+// infinities and NaN, and that nothing is written outside dw, db and dx.
+func TestNormGrad(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	special := []float32{0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3e38, -3e38, 1e-40}
+	sameBits := func(a, b []float32) bool {
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) && (a[i] == a[i] || b[i] == b[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	same64 := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) || (a != a && b != b) }
+	for _, i := range available() {
+		for n := range 201 {
+			x, xIntact := guarded(r, n, 1, -4, 4)
+			g, gIntact := guarded(r, n, 2, -1e3, 1e3)
+			w, wIntact := guarded(r, n, 3, -2, 2)
+			dw, dwIntact := guarded(r, n, 4, -1, 1)
+			db, dbIntact := guarded(r, n, 5, -1, 1)
+			dx, dxIntact := guarded(r, n, 6, -1, 1)
+			for j := range g { // over 30 decades, so that the order of the sums shows in their bits
+				g[j] = float32(math.Pow(10, -15+30*r.Float64()) * float64(1-2*r.IntN(2)))
+			}
+			for _, v := range [][]float32{x, g} {
+				for j := range v {
+					if n%3 == 0 && r.IntN(12) == 0 { // not always: a NaN or an infinity hides the sums' order
+						v[j] = special[r.IntN(len(special))]
+					}
+				}
+			}
+			mean, rstd := float32(r.NormFloat64()), float32(0.1+r.Float64()*3)
+			a, c := float32(r.NormFloat64()), float32(r.NormFloat64())
+			var sg, sgn [32]float64
+			wantDw, wantDb, wantDx := slices.Clone(dw), slices.Clone(db), slices.Clone(dx)
+			for j, v := range x {
+				norm := float32(float32(v-mean) * rstd)
+				dn := float32(w[j] * g[j])
+				sg[j%32] = sg[j%32] + float64(dn)
+				sgn[j%32] = sgn[j%32] + float64(float32(dn*norm))
+				wantDw[j] = wantDw[j] + float32(g[j]*norm)
+				wantDb[j] = wantDb[j] + g[j]
+				wantDx[j] = wantDx[j] + float32(rstd*float32(float32(float32(w[j]*g[j])-a)-float32(norm*c)))
+			}
+			want := func(s [32]float64) float64 {
+				var t [8]float64
+				for l := range t {
+					t[l] = (s[l] + s[l+8]) + (s[l+16] + s[l+24])
+				}
+				return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]))
+			}
+			gotG, gotGN := normGrad(i, dw, db, x, g, w, mean, rstd)
+			if !same64(gotG, want(sg)) || !same64(gotGN, want(sgn)) {
+				t.Fatalf("%v n=%d: sums %v, %v; want %v, %v", i, n, gotG, gotGN, want(sg), want(sgn))
+			}
+			if !sameBits(dw, wantDw) || !sameBits(db, wantDb) {
+				t.Fatalf("%v n=%d: dw, db %v, %v; want %v, %v", i, n, dw, db, wantDw, wantDb)
+			}
+			normGradInput(i, dx, x, g, w, mean, rstd, a, c)
+			if !sameBits(dx, wantDx) {
+				t.Fatalf("%v n=%d: dx %v, want %v", i, n, dx, wantDx)
+			}
+			for name, ok := range map[string]bool{"x": xIntact(), "g": gIntact(), "w": wIntact(), "dw": dwIntact(), "db": dbIntact(), "dx": dxIntact()} {
+				if !ok {
+					t.Errorf("%v n=%d: wrote outside %s", i, n, name)
+				}
+			}
+		}
+	}
+}

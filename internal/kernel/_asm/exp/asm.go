@@ -1,6 +1,7 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
 // behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
-// kernel.GELUTanh, kernel.GELU, kernel.GELUGrad, kernel.Smul, kernel.SumF64, kernel.SquaresF64 and kernel.NormRow.
+// kernel.GELUTanh, kernel.GELU, kernel.GELUGrad, kernel.Smul, kernel.SumF64, kernel.SquaresF64, kernel.NormRow, kernel.NormGrad and
+// kernel.NormGradInput.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
 //
@@ -150,6 +151,8 @@ func main() {
 	sum512("squaresF64AVX512", true)
 	norm512("normRowAVX512", false)
 	norm512("normRowBiasAVX512", true)
+	normGrad512()
+	normGradInput512()
 	smax256()
 	sexp256()
 	sscal256()
@@ -883,6 +886,15 @@ func sum512(name string, squares bool) {
 		}
 	}
 	Label(name + "_reduce")
+	x := reduce64(acc)
+	VZEROUPPER()
+	Store(x, ReturnIndex(0))
+	RET()
+}
+
+// reduce64 sums the 32 float64 lanes of acc as kernel.SumF64 does, (a₀ + a₁) + (a₂ + a₃) across
+// the vectors, then halves 4 + 4, 2 + 2, 1 + 1, and returns the register holding the sum.
+func reduce64(acc [4]VecVirtual) VecVirtual {
 	VADDPD(acc[1], acc[0], acc[0])
 	VADDPD(acc[3], acc[2], acc[2])
 	VADDPD(acc[2], acc[0], acc[0])
@@ -895,8 +907,180 @@ func sum512(name string, squares bool) {
 	t := XMM()
 	VUNPCKHPD(x, x, t)
 	VADDSD(t, x, x)
+	return x
+}
+
+// normGrad512 emits normGradAVX512(dw, db, x, g, w []float32, mean, rstd float32) (sumG, sumGN
+// float64): with norm = (x[i] − mean)·rstd and dn = w[i]·g[i], each one float32 operation at a
+// time, it adds g[i]·norm to dw[i] and g[i] to db[i], and returns Σ dn and Σ dn·norm in float64
+// (dn·norm rounded to float32 first) in kernel.SumF64's order. Thirty-two values a step: value
+// 16h + l of a step is in half h's float32 vector, lane l, and goes to float64 accumulator
+// 2h + l/8; the last len(x) mod 32 under masks.
+func normGrad512() {
+	TEXT("normGradAVX512", NOSPLIT, "func(dw, db, x, g, w []float32, mean, rstd float32) (sumG, sumGN float64)")
+	Doc("normGradAVX512 adds g[i]·norm to dw[i] and g[i] to db[i] and returns Σ w[i]·g[i] and Σ w[i]·g[i]·norm, norm = (x[i] − mean)·rstd, in kernel.NormGrad's order; dw, db, g and w must be as long as x.")
+	dw := Load(Param("dw").Base(), GP64())
+	db := Load(Param("db").Base(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	g := Load(Param("g").Base(), GP64())
+	w := Load(Param("w").Base(), GP64())
+	mean, rstd := ZMM(), ZMM()
+	VBROADCASTSS(asmutil.ParamAddr("mean"), mean)
+	VBROADCASTSS(asmutil.ParamAddr("rstd"), rstd)
+	var accG, accGN [4]VecVirtual
+	for u := range 4 {
+		accG[u], accGN[u] = ZMM(), ZMM()
+		VXORPD(accG[u], accG[u], accG[u])
+		VXORPD(accGN[u], accGN[u], accGN[u])
+	}
+	// half runs the 16 values at 16h; k16 masks them and k8 holds its two 8-lane masks.
+	half := func(h int, k16 Op, k8 [2]Op) {
+		load := func(p Register) VecVirtual {
+			v := ZMM()
+			if k16 == nil {
+				VMOVUPS(at(p, 16*h), v)
+			} else {
+				VMOVUPS_Z(at(p, 16*h), k16, v)
+			}
+			return v
+		}
+		store := func(v VecVirtual, p Register) {
+			if k16 == nil {
+				VMOVUPS(v, at(p, 16*h))
+			} else {
+				VMOVUPS(v, k16, at(p, 16*h))
+			}
+		}
+		norm := load(x)
+		VSUBPS(mean, norm, norm)
+		VMULPS(rstd, norm, norm)
+		gv := load(g)
+		dn := load(w)
+		VMULPS(gv, dn, dn)
+		dnn := ZMM()
+		VMULPS(norm, dn, dnn)
+		t := load(dw)
+		VMULPS(gv, norm, norm)
+		VADDPS(norm, t, t)
+		store(t, dw)
+		t = load(db)
+		VADDPS(gv, t, t)
+		store(t, db)
+		for _, sum := range []struct {
+			v   VecVirtual
+			acc *[4]VecVirtual
+		}{{dn, &accG}, {dnn, &accGN}} {
+			for q := range 2 {
+				src := Op(sum.v.AsY())
+				if q == 1 {
+					y := YMM()
+					VEXTRACTF64X4(U8(1), sum.v, y)
+					src = y
+				}
+				d := ZMM()
+				VCVTPS2PD(src, d)
+				a := sum.acc[2*h+q]
+				if k8[q] == nil {
+					VADDPD(d, a, a)
+				} else {
+					VADDPD(d, a, k8[q], a)
+				}
+			}
+		}
+	}
+	loopN("normGrad512_32", []Register{dw, db, x, g, w}, n, 32, func() {
+		half(0, nil, [2]Op{})
+		half(1, nil, [2]Op{})
+	})
+	TESTQ(n, n)
+	JZ(LabelRef("normGrad512_reduce"))
+	m := GP64()
+	MOVQ(U32(1), m)
+	SHLXQ(n, m, m)
+	DECQ(m)
+	for h := range 2 {
+		k16 := K()
+		KMOVW(m.As32(), k16)
+		var k8 [2]Op
+		for q := range 2 {
+			b := GP64()
+			MOVQ(m, b)
+			SHRQ(U8(8*q), b)
+			k := K()
+			KMOVW(b.As32(), k)
+			k8[q] = k
+		}
+		half(h, k16, k8)
+		if h == 0 {
+			SHRQ(U8(16), m)
+		}
+	}
+	Label("normGrad512_reduce")
+	sg := reduce64(accG)
+	Store(sg, ReturnIndex(0))
+	sgn := reduce64(accGN)
 	VZEROUPPER()
-	Store(x, ReturnIndex(0))
+	Store(sgn, ReturnIndex(1))
+	RET()
+}
+
+// normGradInput512 emits normGradInputAVX512(dx, x, g, w []float32, mean, rstd, a, c float32):
+// dx[i] += rstd·((w[i]·g[i] − a) − ((x[i] − mean)·rstd)·c), each step one float32 operation.
+func normGradInput512() {
+	TEXT("normGradInputAVX512", NOSPLIT, "func(dx, x, g, w []float32, mean, rstd, a, c float32)")
+	Doc("normGradInputAVX512 adds rstd·((w[i]·g[i] − a) − ((x[i] − mean)·rstd)·c) to dx[i] for i < len(dx); x, g and w must be as long as dx.")
+	dx := Load(Param("dx").Base(), GP64())
+	n := Load(Param("dx").Len(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	g := Load(Param("g").Base(), GP64())
+	w := Load(Param("w").Base(), GP64())
+	var cs [4]VecVirtual
+	for i, name := range []string{"mean", "rstd", "a", "c"} {
+		cs[i] = ZMM()
+		VBROADCASTSS(asmutil.ParamAddr(name), cs[i])
+	}
+	mean, rstd, a, c := cs[0], cs[1], cs[2], cs[3]
+	body := func(nv int, k Op) {
+		for u := range nv {
+			load := func(p Register) VecVirtual {
+				v := ZMM()
+				if k == nil {
+					VMOVUPS(at(p, 16*u), v)
+				} else {
+					VMOVUPS_Z(at(p, 16*u), k, v)
+				}
+				return v
+			}
+			norm := load(x)
+			VSUBPS(mean, norm, norm)
+			VMULPS(rstd, norm, norm)
+			VMULPS(c, norm, norm)
+			t := load(w)
+			gv := load(g)
+			VMULPS(gv, t, t)
+			VSUBPS(a, t, t)
+			VSUBPS(norm, t, t)
+			VMULPS(rstd, t, t)
+			o := load(dx)
+			VADDPS(t, o, o)
+			if k == nil {
+				VMOVUPS(o, at(dx, 16*u))
+			} else {
+				VMOVUPS(o, k, at(dx, 16*u))
+			}
+		}
+	}
+	ptrs := []Register{dx, x, g, w}
+	loopN("normGradInput512_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN("normGradInput512_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef("normGradInput512_done"))
+	k := K()
+	tailK(n, k)
+	body(1, k)
+	Label("normGradInput512_done")
+	VZEROUPPER()
 	RET()
 }
 
