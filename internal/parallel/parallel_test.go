@@ -103,10 +103,10 @@ func TestCloseStopsHelpers(t *testing.T) {
 	p.Close() // a second Close does nothing
 }
 
-// workers records which worker ran each task.
-type workers []int
+// ranBy records which worker ran each task.
+type ranBy []int
 
-func (w workers) Do(worker, task int) { w[task] = worker }
+func (r ranBy) Do(worker, task int) { r[task] = worker }
 
 // TestRunWakesBlockedHelper checks that a helper that has stopped polling and blocked joins a
 // loop while tasks are left, even with one processor, where it is woken onto the caller's own
@@ -120,7 +120,7 @@ func TestRunWakesBlockedHelper(t *testing.T) {
 		for range 2 * spinPolls { // let the helper poll its fill and block
 			runtime.Gosched()
 		}
-		w := make(workers, 64)
+		w := make(ranBy, 64)
 		p.Run(&l, 2, len(w), w)
 		helped := 0
 		for _, v := range w {
