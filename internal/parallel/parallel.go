@@ -67,9 +67,10 @@ func (p *Pool) Run(l *Loop, workers, tasks int, job Job) {
 // work claims and runs tasks until none is left. Run's caller passes the workers it asked for:
 // a helper that had stopped polling (next) and blocked is woken onto the caller's own
 // processor, and while the others are busy (with other pools' helpers polling, say) it would
-// join only once the caller had run every task. So after its first task, if not every helper
-// has joined, the caller yields its processor once. A 1.24B model's decode step, ~200 loops,
-// ran 12–20% faster for it: its helper had joined each loop ~60 µs late (BENCHMARKS.md, v26).
+// join only once the caller had run every task; a polling one may also wait its turn behind
+// them. So after its first task, if not every helper has joined, the caller yields its
+// processor once. A 1.24B model's decode step, 226 loops, ran 10–20% faster for it: its
+// helper had joined each loop ~60 µs late (BENCHMARKS.md, v26).
 func (l *Loop) work(worker, workers int) {
 	yield := workers > 1
 	for {

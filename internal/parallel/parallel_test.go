@@ -108,26 +108,31 @@ type ranBy []int
 
 func (r ranBy) Do(worker, task int) { r[task] = worker }
 
-// TestRunWakesBlockedHelper checks that a helper that has stopped polling and blocked joins a
-// loop while tasks are left, even with one processor, where it is woken onto the caller's own
-// and runs only when the caller yields it.
+// TestRunWakesBlockedHelper checks that a helper just started, or one that has stopped polling
+// and blocked, joins a loop while tasks are left, even with one processor, where it waits on
+// the caller's own and runs only when the caller yields it. (The scheduler takes from its
+// global queue first one time in 61, and then the caller runs on: so most rounds, not all.)
 func TestRunWakesBlockedHelper(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var p Pool
 	defer p.Close()
 	var l Loop
-	for round := range 3 {
-		for range 2 * spinPolls { // let the helper poll its fill and block
-			runtime.Gosched()
-		}
+	const rounds = 10
+	joined := 0
+	for range rounds {
 		w := make(ranBy, 64)
 		p.Run(&l, 2, len(w), w)
-		helped := 0
 		for _, v := range w {
-			helped += v
+			if v == 1 {
+				joined++
+				break
+			}
 		}
-		if helped == 0 {
-			t.Fatalf("round %d: the caller ran all %d tasks; the helper joined none", round, len(w))
+		for range 4 * spinPolls { // let the helper poll its fill and block
+			runtime.Gosched()
 		}
+	}
+	if joined < rounds*7/10 {
+		t.Fatalf("the helper joined %d of %d loops; the caller ran the others alone", joined, rounds)
 	}
 }
