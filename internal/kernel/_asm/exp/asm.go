@@ -209,6 +209,22 @@ func loopN(name string, ptrs []Register, n Register, step int, body func()) {
 	Label(name + "_done")
 }
 
+// elementwise emits the body of an elementwise AVX-512 kernel over n values of the slices at
+// ptrs: body(4, nil) for 64 values at a time, body(1, nil) for 16, then body(1, k) with k
+// masking the last n mod 16; then it returns.
+func elementwise(name string, ptrs []Register, n Register, body func(nv int, k Op)) {
+	loopN(name+"_64", ptrs, n, 64, func() { body(4, nil) })
+	loopN(name+"_16", ptrs, n, 16, func() { body(1, nil) })
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	k := K()
+	tailK(n, k)
+	body(1, k)
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
 // ---------------------------------------------------------------------------------------------
 // AVX-512
 
@@ -641,17 +657,7 @@ func smul512() {
 			}
 		}
 	}
-	ptrs := []Register{dst, a, b}
-	loopN("smul512_64", ptrs, n, 64, func() { body(4, nil) })
-	loopN("smul512_16", ptrs, n, 16, func() { body(1, nil) })
-	TESTQ(n, n)
-	JZ(LabelRef("smul512_done"))
-	k := K()
-	tailK(n, k)
-	body(1, k)
-	Label("smul512_done")
-	VZEROUPPER()
-	RET()
+	elementwise("smul512", []Register{dst, a, b}, n, body)
 }
 
 // gelu512 emits geluAVX512(y, s, x []float32, table *[640][4]float64): s[i] = Φ(x[i]) and
@@ -809,17 +815,7 @@ func geluGrad512() {
 			}
 		}
 	}
-	ptrs := []Register{dx, dy, x, sp, e}
-	loopN("geluGrad512_64", ptrs, n, 64, func() { body(4, nil) })
-	loopN("geluGrad512_16", ptrs, n, 16, func() { body(1, nil) })
-	TESTQ(n, n)
-	JZ(LabelRef("geluGrad512_done"))
-	k := K()
-	tailK(n, k)
-	body(1, k)
-	Label("geluGrad512_done")
-	VZEROUPPER()
-	RET()
+	elementwise("geluGrad512", []Register{dx, dy, x, sp, e}, n, body)
 }
 
 // sum512 emits name(x []float32, c float64) float64: Σ float64(x[i]), or with squares
@@ -1071,17 +1067,7 @@ func normGradInput512() {
 			}
 		}
 	}
-	ptrs := []Register{dx, x, g, w}
-	loopN("normGradInput512_64", ptrs, n, 64, func() { body(4, nil) })
-	loopN("normGradInput512_16", ptrs, n, 16, func() { body(1, nil) })
-	TESTQ(n, n)
-	JZ(LabelRef("normGradInput512_done"))
-	k := K()
-	tailK(n, k)
-	body(1, k)
-	Label("normGradInput512_done")
-	VZEROUPPER()
-	RET()
+	elementwise("normGradInput512", []Register{dx, x, g, w}, n, body)
 }
 
 // norm512 emits name(y, x []float32, mean, rstd float32, w, b []float32): y[i] =
@@ -1138,16 +1124,7 @@ func norm512(name string, bias bool) {
 			}
 		}
 	}
-	loopN(name+"_64", ptrs, n, 64, func() { body(4, nil) })
-	loopN(name+"_16", ptrs, n, 16, func() { body(1, nil) })
-	TESTQ(n, n)
-	JZ(LabelRef(name + "_done"))
-	k := K()
-	tailK(n, k)
-	body(1, k)
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	elementwise(name, ptrs, n, body)
 }
 
 func sscal512() {
