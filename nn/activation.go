@@ -67,17 +67,9 @@ func (a *activation) backward(r *runner, dy, dx []float32) {
 		case actGELU:
 			kernel.GELUGrad(out, g, x, s, r.scratch(worker, i1-i0))
 		case actGELUTanh:
-			for i, v := range x {
-				d := s[i] // s + x·s′, with s′ = 0 where σ saturates (x² may overflow there)
-				if ds := s[i] * (1 - s[i]); ds != 0 {
-					d += v * ds * 2 * kernel.TanhGELUScale * (1 + 3*kernel.TanhGELUCubic*v*v)
-				}
-				out[i] += g[i] * d
-			}
+			kernel.GELUTanhGrad(out, g, x, s)
 		case actSiLU:
-			for i, v := range x {
-				out[i] += g[i] * (s[i] + v*s[i]*(1-s[i]))
-			}
+			kernel.SiLUGrad(out, g, x, s)
 		}
 	})
 }

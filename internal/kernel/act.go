@@ -63,6 +63,48 @@ func geluGrad(i isa, dx, dy, x, s, e []float32) {
 	geluGradAcc(i, dx, dy, x, s, e)
 }
 
+// SiLUGrad adds SiLU's gradient dy[i]·(s + x·s·(1 − s)) to dx[i] for i < len(dx), with x = x[i]
+// and s = s[i] = σ(x) as SiLU set it, each step one float32 operation in the order written, on
+// every instruction set. It panics when dy, x or s is shorter than dx.
+func SiLUGrad(dx, dy, x, s []float32) {
+	checkGrad("SiLUGrad", dx, dy, x, s)
+	gateGrad(best, false, dx, dy[:len(dx)], x[:len(dx)], s[:len(dx)])
+}
+
+// GELUTanhGrad adds the tanh GELU's gradient dy[i]·(s + ((x·s·(1 − s))·2·√(2/π))·(1 +
+// 3·0.044715·x²)) to dx[i] for i < len(dx), with x = x[i] and s = s[i] as GELUTanh set it,
+// each step one float32 operation in the order written (x·(s·(1 − s)) first, 3·0.044715 one
+// constant), on every instruction set; where s·(1 − s) is 0 (the gate saturated, and x² may
+// have overflowed) the gradient is dy[i]·s. It panics when dy, x or s is shorter than dx.
+func GELUTanhGrad(dx, dy, x, s []float32) {
+	checkGrad("GELUTanhGrad", dx, dy, x, s)
+	gateGrad(best, true, dx, dy[:len(dx)], x[:len(dx)], s[:len(dx)])
+}
+
+// checkGrad panics when dy, x or s is shorter than dx.
+func checkGrad(name string, dx, dy, x, s []float32) {
+	if n := len(dx); len(dy) < n || len(x) < n || len(s) < n {
+		panic(fmt.Sprintf("kernel: %s of %d values with dy, x, s of %d, %d, %d", name, n, len(dy), len(x), len(s)))
+	}
+}
+
+// gateGradGeneric is SiLUGrad (tanh false) or GELUTanhGrad in Go.
+func gateGradGeneric(tanh bool, dx, dy, x, s []float32) {
+	for i, v := range x {
+		ds := float32(s[i] * (1 - s[i]))
+		var d float32
+		switch {
+		case !tanh:
+			d = s[i] + float32(float32(v*s[i])*(1-s[i]))
+		case ds != 0:
+			d = s[i] + float32(float32(float32(v*ds)*2*TanhGELUScale)*(1+float32(float32(3*TanhGELUCubic*v)*v)))
+		default:
+			d = s[i]
+		}
+		dx[i] += float32(dy[i] * d)
+	}
+}
+
 // invSqrt2Pi is 1/√(2π), the standard normal density's factor.
 const invSqrt2Pi = 0.3989422804014327
 

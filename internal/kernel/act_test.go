@@ -273,3 +273,77 @@ func TestGELUGrad(t *testing.T) {
 	}()
 	GELUGrad(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 2))
 }
+
+// gateGradWant is SiLUGrad's (tanh false) or GELUTanhGrad's gradient factor d for x and its gate
+// s, as their documentation writes them, apart from the kernels.
+func gateGradWant(tanh bool, x, s float32) float32 {
+	ds := float32(s * float32(1-s))
+	if !tanh {
+		return float32(s + float32(float32(x*s)*float32(1-s)))
+	}
+	if ds == 0 {
+		return s
+	}
+	t := float32(float32(float32(x*ds)*2) * float32(0.7978845608028654))
+	p := float32(1 + float32(float32(float32(3*0.044715)*x)*x))
+	return float32(s + float32(t*p))
+}
+
+// TestGateGrad checks SiLUGrad and GELUTanhGrad on every path against their definitions bit for
+// bit at every length up to 150, with saturated gates (0 and 1, where the tanh GELU's x² may
+// overflow), infinities and NaN; and that nothing is written outside dx.
+func TestGateGrad(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	same := func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b) }
+	specialX := []float32{0, 1e20, -1e20, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3e38}
+	specialS := []float32{0, 1, float32(math.NaN()), 0.5}
+	for _, i := range available() {
+		for _, tanh := range []bool{false, true} {
+			for n := range 150 {
+				x, xIntact := guarded(r, n, 1, -12, 12)
+				dy, dyIntact := guarded(r, n, 2, -1, 1)
+				dx, dxIntact := guarded(r, n, 3, -1, 1)
+				s := make([]float32, n)
+				if tanh {
+					GELUTanh(make([]float32, n), s, x)
+				} else {
+					SiLU(make([]float32, n), s, x)
+				}
+				for j := range x {
+					if r.IntN(8) == 0 {
+						x[j] = specialX[r.IntN(len(specialX))]
+					}
+					if r.IntN(8) == 0 {
+						s[j] = specialS[r.IntN(len(specialS))]
+					}
+				}
+				want := slices.Clone(dx)
+				for j, v := range x {
+					want[j] = float32(want[j] + float32(dy[j]*gateGradWant(tanh, v, s[j])))
+				}
+				gateGrad(i, tanh, dx, dy, x, s)
+				for j := range dx {
+					if !same(dx[j], want[j]) {
+						t.Fatalf("%v tanh=%v n=%d: x, s = %v, %v: dx %v, want %v", i, tanh, n, x[j], s[j], dx[j], want[j])
+					}
+				}
+				if !xIntact() || !dyIntact() || !dxIntact() {
+					t.Errorf("%v tanh=%v n=%d: wrote outside dx", i, tanh, n)
+				}
+			}
+		}
+	}
+	for name, f := range map[string]func(){
+		"SiLUGrad short s":      func() { SiLUGrad(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 2)) },
+		"GELUTanhGrad short dy": func() { GELUTanhGrad(make([]float32, 3), make([]float32, 2), make([]float32, 3), make([]float32, 3)) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}

@@ -134,3 +134,14 @@ func normGradInput(i isa, dx, x, g, w []float32, mean, rstd, a, c float32) {
 	}
 	normGradInputGeneric(dx, x, g, w, mean, rstd, a, c)
 }
+
+func gateGrad(i isa, tanh bool, dx, dy, x, s []float32) {
+	switch {
+	case i != avx512:
+		gateGradGeneric(tanh, dx, dy, x, s)
+	case tanh:
+		geluTanhGradAVX512(dx, dy, x, s)
+	default:
+		siluGradAVX512(dx, dy, x, s)
+	}
+}

@@ -39,3 +39,5 @@ func normGrad(_ isa, dw, db, x, g, w []float32, mean, rstd float32) (float64, fl
 func normGradInput(_ isa, dx, x, g, w []float32, mean, rstd, a, c float32) {
 	normGradInputGeneric(dx, x, g, w, mean, rstd, a, c)
 }
+
+func gateGrad(_ isa, tanh bool, dx, dy, x, s []float32) { gateGradGeneric(tanh, dx, dy, x, s) }

@@ -36,6 +36,12 @@ func geluAVX512(y []float32, s []float32, x []float32, table *[640][4]float64)
 // geluGradAVX512 adds dy[i]·(s[i] + (x[i]·(1/√(2π)))·e[i]) to dx[i] for i < len(dx); dy, x, s and e must be as long as dx.
 func geluGradAVX512(dx []float32, dy []float32, x []float32, s []float32, e []float32)
 
+// siluGradAVX512 adds dy[i]·(s + x·s·(1 − s)) to dx[i], x = x[i], s = s[i], in kernel.SiLUGrad's order, for i < len(dx); dy, x and s must be as long as dx.
+func siluGradAVX512(dx []float32, dy []float32, x []float32, s []float32)
+
+// geluTanhGradAVX512 adds dy[i]·(s + x·s·(1 − s)·2·√(2/π)·(1 + 3·0.044715·x²)) to dx[i] (s alone where s·(1 − s) = 0), x = x[i], s = s[i], in kernel.GELUTanhGrad's order, for i < len(dx); dy, x and s must be as long as dx.
+func geluTanhGradAVX512(dx []float32, dy []float32, x []float32, s []float32)
+
 // smulAVX512 sets dst[i] = a[i]·b[i] for i < len(dst); a and b must be as long as dst.
 func smulAVX512(dst []float32, a []float32, b []float32)
 

@@ -1,6 +1,6 @@
 // Command exp generates exp_amd64.s and exp_stubs_amd64.go: the AVX-512 and AVX2+FMA kernels
 // behind kernel.Smax, kernel.Sexp, kernel.SexpBF16, kernel.Sscal, kernel.SoftmaxGrad, kernel.SiLU,
-// kernel.GELUTanh, kernel.GELU, kernel.GELUGrad, kernel.Smul, kernel.SumF64, kernel.SquaresF64, kernel.NormRow, kernel.NormGrad and
+// kernel.GELUTanh, kernel.GELU, kernel.GELUGrad, kernel.SiLUGrad, kernel.GELUTanhGrad, kernel.Smul, kernel.SumF64, kernel.SquaresF64, kernel.NormRow, kernel.NormGrad and
 // kernel.NormGradInput.
 //
 // Run it through go generate in internal/kernel (see exp.go); the output is committed.
@@ -60,6 +60,8 @@ const (
 	kCubic  // the tanh GELU's 0.044715
 	kTanh   // the tanh GELU's −2·√(2/π), rounded to float32
 	kPhi    // 1/√(2π), rounded to float32: the normal density's factor
+	kScale  // the tanh GELU's √(2/π), rounded to float32
+	kCubic3 // the tanh GELU's 3·0.044715, rounded to float32
 	kRows
 )
 
@@ -90,6 +92,8 @@ var rowBits = [kRows]uint32{
 	kCubic:   math.Float32bits(0.044715),
 	kTanh:    math.Float32bits(-2 * 0.7978845608028654),
 	kPhi:     math.Float32bits(0.3989422804014327),
+	kScale:   math.Float32bits(0.7978845608028654),
+	kCubic3:  math.Float32bits(3 * 0.044715),
 }
 
 // VCMPPS predicates.
@@ -99,6 +103,7 @@ const (
 	cmpLT    = 0x11 // less than, false on NaN (LT_OQ)
 	cmpGT    = 0x1e // greater than, false on NaN (GT_OQ)
 	cmpGE    = 0x1d // greater than or equal, false on NaN (GE_OQ)
+	cmpNEQ   = 0x04 // not equal, true on NaN (NEQ_UQ)
 )
 
 const roundNearest = 0x08 // VROUNDPS / VRNDSCALEPS: to nearest even, no precision exception
@@ -146,6 +151,8 @@ func main() {
 	gate512("geluTanhAVX512", true)
 	gelu512()
 	geluGrad512()
+	gateGrad512("siluGradAVX512", false)
+	gateGrad512("geluTanhGradAVX512", true)
 	smul512()
 	sum512("sumF64AVX512", false)
 	sum512("squaresF64AVX512", true)
@@ -816,6 +823,78 @@ func geluGrad512() {
 		}
 	}
 	elementwise("geluGrad512", []Register{dx, dy, x, sp, e}, n, body)
+}
+
+// gateGrad512 emits name(dx, dy, x, s []float32): dx[i] += dy[i]·d with the gate s = s[i] of
+// x = x[i] and ds = s·(1 − s), each step one float32 operation in this order:
+//
+//	SiLU:      d = s + (x·s)·(1 − s)
+//	tanh GELU: d = s + (((x·ds)·2)·√(2/π))·(1 + ((3·0.044715)·x)·x), or d = s where ds = 0
+func gateGrad512(name string, tanh bool) {
+	TEXT(name, NOSPLIT, "func(dx, dy, x, s []float32)")
+	if tanh {
+		Doc(name + " adds dy[i]·(s + x·s·(1 − s)·2·√(2/π)·(1 + 3·0.044715·x²)) to dx[i] (s alone where s·(1 − s) = 0), x = x[i], s = s[i], in kernel.GELUTanhGrad's order, for i < len(dx); dy, x and s must be as long as dx.")
+	} else {
+		Doc(name + " adds dy[i]·(s + x·s·(1 − s)) to dx[i], x = x[i], s = s[i], in kernel.SiLUGrad's order, for i < len(dx); dy, x and s must be as long as dx.")
+	}
+	dx := Load(Param("dx").Base(), GP64())
+	n := Load(Param("dx").Len(), GP64())
+	dy := Load(Param("dy").Base(), GP64())
+	x := Load(Param("x").Base(), GP64())
+	sp := Load(Param("s").Base(), GP64())
+	one := ZMM()
+	VBROADCASTSS(row(kOne), one)
+	var scale, cubic3 VecVirtual
+	if tanh {
+		scale, cubic3 = ZMM(), ZMM()
+		VBROADCASTSS(row(kScale), scale)
+		VBROADCASTSS(row(kCubic3), cubic3)
+	}
+	body := func(nv int, k Op) {
+		for u := range nv {
+			load := func(p Register) VecVirtual {
+				v := ZMM()
+				if k == nil {
+					VMOVUPS(at(p, 16*u), v)
+				} else {
+					VMOVUPS_Z(at(p, 16*u), k, v)
+				}
+				return v
+			}
+			xv, sv := load(x), load(sp)
+			ds := ZMM()
+			VSUBPS(sv, one, ds) // 1 − s
+			d := ZMM()
+			if tanh {
+				VMULPS(ds, sv, ds) // s·(1 − s)
+				nz := K()
+				VXORPS(d, d, d)
+				VCMPPS(U8(cmpNEQ), d, ds, nz) // ds ≠ 0 (or NaN)
+				VMULPS(ds, xv, ds)            // x·ds
+				VADDPS(ds, ds, ds)            // ·2
+				VMULPS(scale, ds, ds)
+				p := ZMM()
+				VMULPS(cubic3, xv, p)
+				VMULPS(xv, p, p)
+				VADDPS(one, p, p)
+				VMULPS(p, ds, ds)
+				VMOVAPS(sv, d)
+				VADDPS(ds, d, nz, d) // s + t where ds ≠ 0, s elsewhere
+			} else {
+				VMULPS(sv, xv, d) // x·s
+				VMULPS(ds, d, d)  // ·(1 − s)
+				VADDPS(sv, d, d)  // s + …
+			}
+			VMULPS(load(dy), d, d)
+			VADDPS(load(dx), d, d)
+			if k == nil {
+				VMOVUPS(d, at(dx, 16*u))
+			} else {
+				VMOVUPS(d, k, at(dx, 16*u))
+			}
+		}
+	}
+	elementwise(name, []Register{dx, dy, x, sp}, n, body)
 }
 
 // sum512 emits name(x []float32, c float64) float64: Σ float64(x[i]), or with squares
