@@ -232,6 +232,27 @@ func elementwise(name string, ptrs []Register, n Register, body func(nv int, k O
 	RET()
 }
 
+// loadZ loads the 16 float32 at ptr + 64·u bytes into a new vector, only the lanes of k (the
+// others 0) when k is not nil.
+func loadZ(ptr Register, u int, k Op) VecVirtual {
+	v := ZMM()
+	if k == nil {
+		VMOVUPS(at(ptr, 16*u), v)
+	} else {
+		VMOVUPS_Z(at(ptr, 16*u), k, v)
+	}
+	return v
+}
+
+// storeZ stores v at ptr + 64·u bytes, only the lanes of k when k is not nil.
+func storeZ(v VecVirtual, ptr Register, u int, k Op) {
+	if k == nil {
+		VMOVUPS(v, at(ptr, 16*u))
+	} else {
+		VMOVUPS(v, k, at(ptr, 16*u))
+	}
+}
+
 // ---------------------------------------------------------------------------------------------
 // AVX-512
 
@@ -622,17 +643,7 @@ func gate512(name string, tanh bool) {
 			}
 		}
 	}
-	ptrs := []Register{ptr, y, sp}
-	loopN(name+"_64", ptrs, n, 64, func() { body(4, nil) })
-	loopN(name+"_16", ptrs, n, 16, func() { body(1, nil) })
-	TESTQ(n, n)
-	JZ(LabelRef(name + "_done"))
-	kin := K()
-	tailK(n, kin)
-	body(1, kin)
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	elementwise(name, []Register{ptr, y, sp}, n, body)
 }
 
 // smul512 emits smulAVX512: dst = a ⊙ b.
@@ -852,15 +863,7 @@ func gateGrad512(name string, tanh bool) {
 	}
 	body := func(nv int, k Op) {
 		for u := range nv {
-			load := func(p Register) VecVirtual {
-				v := ZMM()
-				if k == nil {
-					VMOVUPS(at(p, 16*u), v)
-				} else {
-					VMOVUPS_Z(at(p, 16*u), k, v)
-				}
-				return v
-			}
+			load := func(p Register) VecVirtual { return loadZ(p, u, k) }
 			xv, sv := load(x), load(sp)
 			ds := ZMM()
 			VSUBPS(sv, one, ds) // 1 − s
@@ -887,11 +890,7 @@ func gateGrad512(name string, tanh bool) {
 			}
 			VMULPS(load(dy), d, d)
 			VADDPS(load(dx), d, d)
-			if k == nil {
-				VMOVUPS(d, at(dx, 16*u))
-			} else {
-				VMOVUPS(d, k, at(dx, 16*u))
-			}
+			storeZ(d, dx, u, k)
 		}
 	}
 	elementwise(name, []Register{dx, dy, x, sp}, n, body)
@@ -1011,22 +1010,8 @@ func normGrad512() {
 	}
 	// half runs the 16 values at 16h; k16 masks them and k8 holds its two 8-lane masks.
 	half := func(h int, k16 Op, k8 [2]Op) {
-		load := func(p Register) VecVirtual {
-			v := ZMM()
-			if k16 == nil {
-				VMOVUPS(at(p, 16*h), v)
-			} else {
-				VMOVUPS_Z(at(p, 16*h), k16, v)
-			}
-			return v
-		}
-		store := func(v VecVirtual, p Register) {
-			if k16 == nil {
-				VMOVUPS(v, at(p, 16*h))
-			} else {
-				VMOVUPS(v, k16, at(p, 16*h))
-			}
-		}
+		load := func(p Register) VecVirtual { return loadZ(p, h, k16) }
+		store := func(v VecVirtual, p Register) { storeZ(v, p, h, k16) }
 		norm := load(x)
 		VSUBPS(mean, norm, norm)
 		VMULPS(rstd, norm, norm)
@@ -1118,15 +1103,7 @@ func normGradInput512() {
 	mean, rstd, a, c := cs[0], cs[1], cs[2], cs[3]
 	body := func(nv int, k Op) {
 		for u := range nv {
-			load := func(p Register) VecVirtual {
-				v := ZMM()
-				if k == nil {
-					VMOVUPS(at(p, 16*u), v)
-				} else {
-					VMOVUPS_Z(at(p, 16*u), k, v)
-				}
-				return v
-			}
+			load := func(p Register) VecVirtual { return loadZ(p, u, k) }
 			norm := load(x)
 			VSUBPS(mean, norm, norm)
 			VMULPS(rstd, norm, norm)
@@ -1139,11 +1116,7 @@ func normGradInput512() {
 			VMULPS(rstd, t, t)
 			o := load(dx)
 			VADDPS(t, o, o)
-			if k == nil {
-				VMOVUPS(o, at(dx, 16*u))
-			} else {
-				VMOVUPS(o, k, at(dx, 16*u))
-			}
+			storeZ(o, dx, u, k)
 		}
 	}
 	elementwise("normGradInput512", []Register{dx, x, g, w}, n, body)
