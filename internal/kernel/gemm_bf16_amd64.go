@@ -218,6 +218,21 @@ func (w *bf16Vector) packAT(mr, kc int, a []float32, lda, i0, pc int) {
 	}
 }
 
+// packBTBF16 packs the first kc pairs of the first nj rows of the bfloat16 src (row stride ld)
+// into pair rows of dst nrAVX512 wide, as bf16PackBTBF16 does (kc and nj positive multiples of
+// 8), in the 16×16 blocks of bf16PackBT16BF16 where it can (blocks16).
+func packBTBF16(dst, src []uint16, ld, kc, nj int) {
+	const nr = nrAVX512
+	blocks16(kc, nj, func(p0, j0, kc, nj int, wide bool) {
+		d, s := &dst[2*(p0*nr+j0)], &src[j0*ld+2*p0]
+		if wide {
+			bf16PackBT16BF16(d, s, ld, kc, nj, nr)
+		} else {
+			bf16PackBTBF16(d, s, ld, kc, nj, nr)
+		}
+	})
+}
+
 // packBF16B packs rows pc…pc+kc−1 and columns jc…jc+nc−1 of op(B) into pack as ⌈nc/32⌉ panels
 // of ⌈kc/2⌉ pair rows × 32 pairs, as bfloat16, zero-padded past nc and past an odd kc.
 func packBF16B(pack []uint16, transB bool, kc, nc int, b operandB, pc, jc, ldb int) {
@@ -251,7 +266,7 @@ func packBF16B(pack []uint16, transB bool, kc, nc int, b operandB, pc, jc, ldb i
 					bf16PackBT(&dst[0], &b.f32[off], ldb, p8, j8, nr)
 				case bfloat16:
 					_ = b.half[last]
-					bf16PackBTBF16(&dst[0], &b.half[off], ldb, p8, j8, nr)
+					packBTBF16(dst, b.half[off:], ldb, p8, j8)
 				default:
 					_ = b.half[last]
 					bf16PackBTF16(&dst[0], &b.half[off], ldb, p8, j8, nr)

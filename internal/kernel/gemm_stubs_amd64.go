@@ -209,6 +209,11 @@ func sgemmAVX2T6(k int, a *float32, sa int, b *float32, sb int, c *float32, ldc 
 //go:noescape
 func sgemmPackBT(dst *float32, src *float32, ld int, kc int, nj int, nr int)
 
+// sgemmPackBT16 is sgemmPackBT in 16×16 blocks with AVX-512: kc and nj are positive multiples of 16.
+//
+//go:noescape
+func sgemmPackBT16(dst *float32, src *float32, ld int, kc int, nj int, nr int)
+
 // sgemmPackBTBF16 sets dst[p·nr+j] to the float32 of bfloat16 src[j·ld+p] for p < kc, j < nj; kc and nj are positive multiples of 8.
 //
 //go:noescape
@@ -218,6 +223,16 @@ func sgemmPackBTBF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
 //
 //go:noescape
 func sgemmPackBTF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+
+// sgemmPackBT16BF16 is sgemmPackBTBF16 in 16×16 blocks with AVX-512: kc and nj are positive multiples of 16.
+//
+//go:noescape
+func sgemmPackBT16BF16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
+
+// sgemmPackBT16F16 is sgemmPackBTF16 in 16×16 blocks with AVX-512: kc and nj are positive multiples of 16.
+//
+//go:noescape
+func sgemmPackBT16F16(dst *float32, src *uint16, ld int, kc int, nj int, nr int)
 
 // sgemmPackAT512 sets dst[p·mr+i] = src[p·ld+i] for p < kc, i < mr; 1 ≤ mr ≤ 16, kc > 0 (AVX-512).
 //
@@ -398,6 +413,11 @@ func bf16PackBF16(dst *uint16, src *uint16, ld int, kc int)
 //
 //go:noescape
 func bf16PackAT(dst *uint16, src *float32, ld int, kc int)
+
+// bf16PackBT16BF16 is bf16PackBTBF16 in 16×16 blocks: kc and nj are positive multiples of 16.
+//
+//go:noescape
+func bf16PackBT16BF16(dst *uint16, src *uint16, ld int, kc int, nj int, nr int)
 
 // bf16Convert sets dst[i] to the bfloat16 of src[i] (VCVTNE2PS2BF16) for i < n, a positive multiple of 32.
 //

@@ -276,7 +276,7 @@ func packPanels(is isa, pack []float32, transB bool, kc, nc, nr int, b operandB,
 			}
 		default:
 			// op(B)(p, j) = b[j·ldb + p]: transpose.
-			packBT(dst, b, (jc+jr)*ldb+pc, ldb, kc, nrc, nr)
+			packBT(is, dst, b, (jc+jr)*ldb+pc, ldb, kc, nrc, nr)
 		}
 		if nrc < nr {
 			for p := range kc {
@@ -299,22 +299,39 @@ func (b operandB) at(i int) float32 {
 
 // packBT sets dst[p·nr+j] = op(B)(p, j) = b[off + j·ld + p] for p < kc, j < nj, decoded where B
 // is half-precision: it transposes an nj×kc block of the stored B into kc rows of stride nr.
-// Whole 8×8 blocks go to the assembly, the ragged right and bottom edges to the loops.
-func packBT(dst []float32, b operandB, off, ld, kc, nj, nr int) {
+// Whole blocks go to the assembly, 16×16 ones where is is avx512 and 8×8 ones elsewhere and
+// beside them (blocks16); the ragged right and bottom edges to the loops.
+func packBT(is isa, dst []float32, b operandB, off, ld, kc, nj, nr int) {
 	p8, j8 := kc/8*8, nj/8*8
 	if p8 > 0 && j8 > 0 {
 		last := off + (j8-1)*ld + p8 - 1 // the assembly reads no further
 		_ = dst[(p8-1)*nr+j8-1]          // nor writes
-		switch b.format {
-		case f32:
+		if b.format == f32 {
 			_ = b.f32[last]
-			sgemmPackBT(&dst[0], &b.f32[off], ld, p8, j8, nr)
-		case bfloat16:
+		} else {
 			_ = b.half[last]
-			sgemmPackBTBF16(&dst[0], &b.half[off], ld, p8, j8, nr)
-		default:
-			_ = b.half[last]
-			sgemmPackBTF16(&dst[0], &b.half[off], ld, p8, j8, nr)
+		}
+		pack := func(p0, j0, kc, nj int, wide bool) {
+			d, o := &dst[p0*nr+j0], off+j0*ld+p0
+			switch {
+			case b.format == f32 && wide:
+				sgemmPackBT16(d, &b.f32[o], ld, kc, nj, nr)
+			case b.format == f32:
+				sgemmPackBT(d, &b.f32[o], ld, kc, nj, nr)
+			case b.format == bfloat16 && wide:
+				sgemmPackBT16BF16(d, &b.half[o], ld, kc, nj, nr)
+			case b.format == bfloat16:
+				sgemmPackBTBF16(d, &b.half[o], ld, kc, nj, nr)
+			case wide:
+				sgemmPackBT16F16(d, &b.half[o], ld, kc, nj, nr)
+			default:
+				sgemmPackBTF16(d, &b.half[o], ld, kc, nj, nr)
+			}
+		}
+		if is == avx512 {
+			blocks16(p8, j8, pack)
+		} else {
+			pack(0, 0, p8, j8, false)
 		}
 	}
 	for j := j8; j < nj; j++ {
@@ -327,6 +344,22 @@ func packBT(dst []float32, b operandB, off, ld, kc, nj, nr int) {
 		for j := range row {
 			row[j] = b.at(off + j*ld + p)
 		}
+	}
+}
+
+// blocks16 splits a kc×nj block, kc and nj multiples of 8, between a packer of 16×16 blocks and
+// one of 8×8 blocks: it calls pack(p0, j0, kc, nj, true) on the part that 16 divides and
+// pack(…, false) on the strips right of it and below it.
+func blocks16(kc, nj int, pack func(p0, j0, kc, nj int, wide bool)) {
+	p16, j16 := kc/16*16, nj/16*16
+	if p16 > 0 && j16 > 0 {
+		pack(0, 0, p16, j16, true)
+	}
+	if p16 > 0 && nj > j16 {
+		pack(0, j16, p16, nj-j16, false)
+	}
+	if kc > p16 {
+		pack(p16, 0, kc-p16, nj, false)
 	}
 }
 
@@ -345,11 +378,11 @@ func packAT(is isa, dst, a []float32, off, lda, kc, mr int) {
 	}
 }
 
-// transpose is Transpose on the instruction set is: packBT's AVX 8×8 blocks, or Go.
+// transpose is Transpose on the instruction set is: packBT's blocks, or Go.
 func transpose(is isa, dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	if is == generic {
 		transposeGeneric(dst, ldd, src, lds, rows, cols)
 		return
 	}
-	packBT(dst, operandB{f32: src}, 0, lds, cols, rows, ldd)
+	packBT(is, dst, operandB{f32: src}, 0, lds, cols, rows, ldd)
 }

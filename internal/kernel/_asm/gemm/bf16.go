@@ -16,6 +16,8 @@ package main
 //	bf16PackBT, bf16PackBTBF16, bf16PackBTF16   transposed B (n×k: the layer's Wᵀ) of float32,
 //	                                            bfloat16 or binary16: packTranspose's 8×8
 //	                                            transpose on 32-bit pairs
+//	bf16PackBT16BF16                            the same for bfloat16 in 16×16 blocks
+//	                                            (packTranspose16), where 16 divides the block
 //	bf16PackB, bf16PackBBF16, bf16PackBF16      row-major B (k×n): two rows into one zmm of
 //	                                            bfloat16, VPERMW interleaves them into pairs
 //	bf16PackAT                                  the same, 16 wide: a transposed float32 A
@@ -84,6 +86,9 @@ func bf16Packers() {
 	rowMajor("bf16PackAT", "func(dst *uint16, src *float32, ld, kc int)",
 		"bf16PackAT sets pair p of dst[p·16+i] to the bfloat16 of src[2p·ld+i], src[(2p+1)·ld+i] (VCVTNE2PS2BF16) for p < kc, i < 16; kc is positive.",
 		4, 1, perm, f32Rows)
+	packTranspose16("bf16PackBT16BF16", "func(dst *uint16, src *uint16, ld, kc, nj, nr int)",
+		"bf16PackBT16BF16 is bf16PackBTBF16 in 16×16 blocks: kc and nj are positive multiples of 16.",
+		2, 64, *pfRows, func(src Mem, dst VecPhysical) { VMOVUPS(src, dst) })
 	convertBF16()
 }
 
