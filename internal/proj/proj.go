@@ -96,6 +96,23 @@ func (g *Gemm) Plan(workers int) {
 		blocks := g.Batches * ceilDiv(g.Rows, Rows) * ceilDiv(g.N, Cols)
 		g.group = max(1, min(packGroup, blocks/(4*workers)))
 	}
+	if !gemv {
+		g.cols = taskCols(g.N, g.Batches*ceilDiv(g.Rows, Rows), workers)
+	}
+}
+
+// taskCols returns the columns of C a task computes when the product has rowBlocks blocks of
+// rows: Cols, unless blocks of Cols columns would give the workers fewer than two tasks each,
+// as a short prompt's narrow products do (the K and V projections of grouped heads, 256
+// columns: one task for two workers). Then it cuts finer, in multiples of 32 (the kernels'
+// panel), into about four tasks a worker, so that none waits long for the last one.
+func taskCols(n, rowBlocks, workers int) int {
+	workers = max(workers, 1)
+	if rowBlocks == 0 || rowBlocks*ceilDiv(n, Cols) >= 2*workers {
+		return Cols
+	}
+	want := ceilDiv(4*workers, rowBlocks) // blocks of columns
+	return min(Cols, max(32, ceilDiv(ceilDiv(n, want), 32)*32))
 }
 
 // Tasks returns the number of tasks of the planned product.

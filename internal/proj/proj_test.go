@@ -167,3 +167,28 @@ func TestMatrix(t *testing.T) {
 		t.Error("Present is wrong")
 	}
 }
+
+// TestPlanShortProducts checks that a product with few rows, which blocks of Cols columns
+// would give the workers fewer than two tasks each, is cut into narrower tasks (about four a
+// worker, at least 32 columns), and that others keep their blocks of Cols columns.
+func TestPlanShortProducts(t *testing.T) {
+	for _, c := range []struct{ rows, n, batches, workers, tasks int }{
+		{128, 256, 1, 2, 8},   // a short prompt's K projection: 1 task of 256 columns → 8 of 32
+		{128, 768, 1, 2, 8},   // its Q projection: 3 → 8 of 96
+		{128, 2048, 1, 2, 8},  // its MLP: 8 of 256 already
+		{512, 256, 1, 2, 8},   // 2 row blocks: 2 tasks → 8 of 64 columns
+		{512, 768, 1, 2, 6},   // 6 of 256 already
+		{1024, 192, 1, 2, 4},  // 4 row blocks of 192 columns already
+		{128, 40, 1, 2, 2},    // never narrower than 32 columns
+		{128, 768, 1, 16, 24}, // 16 workers: 64 wanted, 24 of 32 columns at most
+		{300, 256, 2, 3, 12},  // batches count as row blocks: 4 tasks → 12 of 96 columns
+		{0, 256, 1, 2, 0},     // no rows, no tasks
+	} {
+		g := Gemm{X: []float32{}, LdX: 64, XRows: c.rows, K: 64, W: Matrix{F: []float32{}}, LdW: 64, Trans: true,
+			LdC: c.n, CRows: c.rows, Rows: c.rows, N: c.n, Batches: c.batches}
+		g.Plan(c.workers)
+		if got := g.Tasks(); got != c.tasks {
+			t.Errorf("%d×%d ×%d batches on %d workers: %d tasks, want %d", c.rows, c.n, c.batches, c.workers, got, c.tasks)
+		}
+	}
+}
