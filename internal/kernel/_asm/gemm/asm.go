@@ -477,9 +477,10 @@ func packBTHalf() {
 // (unpack, VSHUFPS, two rounds of VSHUFF32X4: 64 shuffles) and 16 stores of 64 bytes, each a
 // whole line of a panel 32 values wide. packTranspose's 8×8 blocks write 32 bytes of each of 8
 // packed rows and come back for the other half of every line a group of rows later, when it
-// has left L1 (a panel of 768 bfloat16 pairs is 48 KiB): bf16PackBTBF16 packed a 256×768 block
-// in cache in 12.1 µs, this one in 7.7. The rows are walked 16 at a time, each group along all
-// kc values, prefetching the rows pf further down (the next group's, for pf = 16) when pf > 0.
+// has left L1 (a panel of 768 bfloat16 pairs is 48 KiB): bf16PackBTBF16 packs a 256×768 block
+// in cache in 12.3 µs, this one in 7.6 (BenchmarkPackBT16, BENCHMARKS.md v27). The rows are
+// walked 16 at a time, each group along all kc values, prefetching the rows pf further down
+// (the next group's, for pf = 16) when pf > 0.
 func packTranspose16(name, sig, doc string, size, step, pf int, load func(src Mem, dst VecPhysical)) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -524,7 +525,7 @@ func packTranspose16(name, sig, doc string, size, step, pf int, load func(src Me
 		load(rowAddr(rows[q/4], q), r[q])
 	}
 	if pf > 0 {
-		// rows pf further: pf/4 steps of 4 rows from each base
+		// The group's rows pf further down, from row pf on, four rows per base.
 		LEAQ(Mem{Base: rows[0], Index: ld, Scale: 8}, RAX)
 		for range pf/8 - 1 {
 			LEAQ(Mem{Base: RAX, Index: ld, Scale: 8}, RAX)
