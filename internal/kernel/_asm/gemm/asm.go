@@ -272,15 +272,8 @@ func kernel(c config) {
 	// aAddr is the address of A(i, u) relative to the current k position.
 	aAddr := func(i, u int) Mem {
 		if c.transA {
-			m := Mem{Base: ap, Disp: 4 * i}
-			switch u {
-			case 1:
-				m.Index, m.Scale = sa, 1
-			case 2:
-				m.Index, m.Scale = sa, 2
-			case 3:
-				m.Index, m.Scale = sa3, 1
-			}
+			m := quadRow(ap, sa, sa3, u)
+			m.Disp = 4 * i
 			return m
 		}
 		m := Mem{Base: bases[i/3], Disp: 4 * u}
@@ -290,15 +283,8 @@ func kernel(c config) {
 		return m
 	}
 	bAddr := func(u, v int) Mem {
-		m := Mem{Base: bp, Disp: v * vb}
-		switch u {
-		case 1:
-			m.Index, m.Scale = sb, 1
-		case 2:
-			m.Index, m.Scale = sb, 2
-		case 3:
-			m.Index, m.Scale = sb3, 1
-		}
+		m := quadRow(bp, sb, sb3, u)
+		m.Disp = v * vb
 		return m
 	}
 	step := func(u int) {
@@ -471,6 +457,20 @@ func packBTHalf() {
 		2, 32, *pfRows, func(src Mem, dst VecPhysical) { halfop.DecodeF16(src, dst) })
 }
 
+// quadRow addresses row q mod 4 of the four rows from base, ld bytes apart (ld3 = 3·ld).
+func quadRow(base, ld, ld3 Register, q int) Mem {
+	m := Mem{Base: base}
+	switch q % 4 {
+	case 1:
+		m.Index, m.Scale = ld, 1
+	case 2:
+		m.Index, m.Scale = ld, 2
+	case 3:
+		m.Index, m.Scale = ld3, 1
+	}
+	return m
+}
+
 // packTranspose16 emits packTranspose's packer in 16×16 blocks with AVX-512, for nj and kc
 // multiples of 16: load converts step bytes of a row into a zmm of 16 packed 32-bit values (16
 // float32, or 16 bfloat16 pairs); per block, 16 loads, a 16×16 transpose of 32-bit words
@@ -497,18 +497,7 @@ func packTranspose16(name, sig, doc string, size, step, pf int, load func(src Me
 	SHLQ(U8(2), nr) // bytes per packed row
 	MOVQ(asmutil.ParamAddr("kc"), kc)
 	SHRQ(U8(4), kc)
-	rowAddr := func(base Register, q int) Mem {
-		m := Mem{Base: base}
-		switch q % 4 {
-		case 1:
-			m.Index, m.Scale = ld, 1
-		case 2:
-			m.Index, m.Scale = ld, 2
-		case 3:
-			m.Index, m.Scale = ld3, 1
-		}
-		return m
-	}
+	rowAddr := func(base Register, q int) Mem { return quadRow(base, ld, ld3, q) }
 	r := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15}
 	t := []VecPhysical{Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
 	MOVQ(asmutil.ParamAddr("nj"), jj)
@@ -629,19 +618,8 @@ func packTranspose(name, sig, doc string, size, step, pf int, load func(src Mem,
 	SHRQ(U8(3), kc)
 	r := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
 	t := []VecPhysical{Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
-	rowAddr := func(base Register, q int) Mem {
-		// rows 0..3 from base, rows 4..7 from base + 4·ld
-		m := Mem{Base: base}
-		switch q % 4 {
-		case 1:
-			m.Index, m.Scale = ld, 1
-		case 2:
-			m.Index, m.Scale = ld, 2
-		case 3:
-			m.Index, m.Scale = ld3, 1
-		}
-		return m
-	}
+	// rows 0..3 from base, rows 4..7 from base + 4·ld
+	rowAddr := func(base Register, q int) Mem { return quadRow(base, ld, ld3, q) }
 	row4, pp := R13, RBX
 	MOVQ(asmutil.ParamAddr("nj"), jj)
 	SHRQ(U8(3), jj)
