@@ -40,8 +40,9 @@ func (m Matrix) Float32s() []float32 {
 	return out
 }
 
-// Rows and Cols are the rows and columns of C one task computes (a plain task; a packed one runs
-// several blocks of Rows rows, see Gemm.Plan).
+// Rows and Cols are the rows and columns of C one task computes at most (a plain task; a packed
+// one runs several blocks of Rows rows, and a short product's tasks take fewer columns: see
+// Gemm.Plan).
 const Rows, Cols = 256, 256
 
 // packGroup is the most blocks of Rows rows a task of a packed product runs against its block
@@ -79,7 +80,8 @@ type Gemm struct {
 // even with BF16, unless they read X from XB (X then need not hold it). A transposed float32 W
 // (on AVX-512), or with BF16, XB and AVX512_BF16 a transposed W in float32 or bfloat16, is
 // packed once per task for up to packGroup blocks of rows rather than once for every block: as
-// many as leave the workers four tasks each.
+// many as leave the workers four tasks each. Other products split into blocks of Rows rows and
+// Cols columns, or narrower columns where those would leave the workers too few (taskCols).
 func (g *Gemm) Plan(workers int) {
 	g.group, g.cols = 0, Cols
 	g.half = g.W.F == nil && g.W.H != nil
