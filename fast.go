@@ -211,6 +211,7 @@ type work struct {
 	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
 	cres       SDPAResult     // ForwardCache: the attention's result
+	layouts    []headLayout   // ForwardCache: the copies of the current phaseLayout
 }
 
 type phase int
@@ -223,6 +224,7 @@ const (
 	phaseWeights
 	phaseBackward
 	phaseEncode
+	phaseLayout
 )
 
 // Do runs one task of the current phase.
@@ -242,6 +244,15 @@ func (w *work) Do(worker, task int) {
 		w.backward(worker, task)
 	case phaseEncode:
 		w.encode(task)
+	case phaseLayout:
+		for i := range w.layouts {
+			c := &w.layouts[i]
+			if task < c.b*c.h {
+				c.copy(task)
+				break
+			}
+			task -= c.b * c.h
+		}
 	}
 }
 

@@ -136,9 +136,12 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 		g.BF16, g.XB = bf, xb
 		w.runGemm(g)
 	}
-	w.cq = perHead(w.cq, q, b, t, heads, d)
-	w.ck = perHead(w.ck, k, b, t, hkv, d)
-	w.cv = perHead(w.cv, v, b, t, hkv, d)
+	w.cq = reuse(w.cq, n*e, b, heads, t, d)
+	w.ck = reuse(w.ck, n*ekv, b, hkv, t, d)
+	w.cv = reuse(w.cv, n*ekv, b, hkv, t, d)
+	w.relayout(headLayout{q, w.cq.Data, b, t, heads, d, true},
+		headLayout{k, w.ck.Data, b, t, hkv, d, true},
+		headLayout{v, w.cv.Data, b, t, hkv, d, true})
 
 	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers, Compute: o.Compute,
 		Softcap: o.Softcap, ALiBi: o.ALiBi, Slopes: o.Slopes, Sinks: l.param("sinks")}
@@ -151,14 +154,7 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 
 	// The heads side by side, then the output projection.
 	w.dconcat = kernel.Grow(w.dconcat, n*e)
-	out := w.cres.Out.Data
-	for bb := range b {
-		for h := range heads {
-			for i := range t {
-				copy(w.dconcat[(bb*t+i)*e+h*d:][:d], out[((bb*heads+h)*t+i)*d:][:d])
-			}
-		}
-	}
+	w.relayout(headLayout{w.dconcat, w.cres.Out.Data, b, t, heads, d, false})
 	if xb != nil {
 		xb = w.encodeOne(w.dconcat)
 	}
@@ -168,17 +164,47 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	return nil
 }
 
-// perHead returns x [B, T, H·d] laid out as [B, H, T, d], in t's storage when it is large
-// enough.
-func perHead(t *tensor.Tensor, x []float32, b, n, heads, d int) *tensor.Tensor {
-	t = reuse(t, b*n*heads*d, b, heads, n, d)
-	for bb := range b {
-		for i := range n {
-			row := x[(bb*n+i)*heads*d:]
-			for h := range heads {
-				copy(t.Data[((bb*heads+h)*n+i)*d:][:d], row[h*d:(h+1)*d])
-			}
+// headLayout is one copy between heads side by side, rows [B, T, H·d], and heads one after
+// another, [B, H, T, d]: into heads when toHeads is set, else back into rows.
+type headLayout struct {
+	rows, heads []float32
+	b, t, h, d  int
+	toHeads     bool
+}
+
+// copy copies head task mod h of batch task / h.
+func (c *headLayout) copy(task int) {
+	bb, h, e := task/c.h, task%c.h, c.h*c.d
+	for i := range c.t {
+		r := c.rows[(bb*c.t+i)*e+h*c.d:][:c.d]
+		hd := c.heads[((bb*c.h+h)*c.t+i)*c.d:][:c.d]
+		if c.toHeads {
+			copy(hd, r)
+		} else {
+			copy(r, hd)
 		}
 	}
-	return t
 }
+
+// relayout runs the copies ls, a (batch, head) a task: on the call's workers, or on the caller
+// where they move fewer than parallelCopy values (a decode step's), too few to share.
+func (w *work) relayout(ls ...headLayout) {
+	tasks, values := 0, 0
+	for _, c := range ls {
+		tasks += c.b * c.h
+		values += c.b * c.t * c.h * c.d
+	}
+	if values >= parallelCopy {
+		w.layouts = append(w.layouts[:0], ls...)
+		w.run(phaseLayout, tasks)
+		return
+	}
+	for _, c := range ls {
+		for task := range c.b * c.h {
+			c.copy(task)
+		}
+	}
+}
+
+// parallelCopy is the fewest values that relayout copies on more than one worker.
+const parallelCopy = 1 << 14
