@@ -576,6 +576,33 @@ func TestLayerForwardCache(t *testing.T) {
 	}
 }
 
+// TestLayerForwardCacheLong checks ForwardCache against Forward on a prompt long enough that the
+// copies into per-head layout and back run on the workers (relayout), then a few steps.
+func TestLayerForwardCacheLong(t *testing.T) {
+	const b, n, e = 2, 300, 32
+	l := newLayer(t, Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100}, Seed: 7})
+	x := randTensor(tensor.NewRNG(8), b, n, e)
+	if b*(n-3)*e < parallelCopy {
+		t.Fatalf("the prompt has %d values, fewer than parallelCopy", b*(n-3)*e)
+	}
+	opt := &Options{Causal: true, Workers: 3}
+	want := forward(t, l, x, nil, nil, opt).Output
+	kv, err := l.NewKVCache(b, n, CacheFloat32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []*tensor.Tensor
+	for _, step := range []int{n - 3, 1, 2} {
+		start := kv.Len()
+		y, err := l.ForwardCache(kv, sliceT(x, start, start+step), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, y)
+	}
+	checkRel(t, "long prompt", concatT(parts).Data, as[float64](want.Data), 1e-5)
+}
+
 // TestLayerForwardCacheInto checks ForwardCacheInto: ForwardCache's output bits in r.Output, whose
 // storage a second call reuses (while the Result's other fields are reset), r unchanged on an
 // error, and no allocation in a decode step once it has seen the shape.
