@@ -471,6 +471,26 @@ func quadRow(base, ld, ld3 Register, q int) Mem {
 	return m
 }
 
+// transposeEntry emits a transposing packer's entry, func(dst, src, ld, kc, nj, nr) with ld
+// counting units of size bytes, and returns its registers: dst and src, ld and 3·ld in bytes,
+// nr in bytes per packed row, and kc in blocks of 1<<shift values.
+func transposeEntry(name, sig, doc string, size, shift int) (dst, src, ld, ld3, nr, kc Register) {
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	Doc(doc)
+	dst, src, ld, ld3, nr, kc = RDI, RSI, RDX, R8, R9, RCX
+	MOVQ(asmutil.ParamAddr("dst"), dst)
+	MOVQ(asmutil.ParamAddr("src"), src)
+	MOVQ(asmutil.ParamAddr("ld"), ld)
+	SHLQ(U8(size/2), ld) // bytes per row of src: size 2 or 4
+	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
+	MOVQ(asmutil.ParamAddr("nr"), nr)
+	SHLQ(U8(2), nr) // bytes per packed row
+	MOVQ(asmutil.ParamAddr("kc"), kc)
+	SHRQ(U8(shift), kc)
+	return
+}
+
 // packTranspose16 emits packTranspose's packer in 16×16 blocks with AVX-512, for nj and kc
 // multiples of 16: load converts step bytes of a row into a zmm of 16 packed 32-bit values (16
 // float32, or 16 bfloat16 pairs); per block, 16 loads, a 16×16 transpose of 32-bit words
@@ -482,21 +502,9 @@ func quadRow(base, ld, ld3 Register, q int) Mem {
 // walked 16 at a time, each group along all kc values, prefetching the rows pf further down
 // (the next group's, for pf = 16) when pf > 0.
 func packTranspose16(name, sig, doc string, size, step, pf int, load func(src Mem, dst VecPhysical)) {
-	TEXT(name, NOSPLIT, sig)
-	Pragma("noescape")
-	Doc(doc)
-	dst, src, ld, ld3, nr, kc := RDI, RSI, RDX, R8, R9, RCX
+	dst, src, ld, ld3, nr, kc := transposeEntry(name, sig, doc, size, 4)
 	out, jj, pp := R11, R12, RBX
 	rows := []Register{R10, R13, R14, R15} // rows 0, 4, 8 and 12 of the group
-	MOVQ(asmutil.ParamAddr("dst"), dst)
-	MOVQ(asmutil.ParamAddr("src"), src)
-	MOVQ(asmutil.ParamAddr("ld"), ld)
-	SHLQ(U8(size/2), ld) // bytes per row of src
-	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
-	MOVQ(asmutil.ParamAddr("nr"), nr)
-	SHLQ(U8(2), nr) // bytes per packed row
-	MOVQ(asmutil.ParamAddr("kc"), kc)
-	SHRQ(U8(4), kc)
 	rowAddr := func(base Register, q int) Mem { return quadRow(base, ld, ld3, q) }
 	r := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15}
 	t := []VecPhysical{Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
@@ -598,24 +606,8 @@ func packTranspose16(name, sig, doc string, size, step, pf int, load func(src Me
 // 1.10 → 0.80 ms, 768 182 → 107 µs; with W in cache it costs ~7%, and for float32 it gained
 // less and lost more, so sgemmPackBT does not prefetch.
 func packTranspose(name, sig, doc string, size, step, pf int, load func(src Mem, dst Register)) {
-	TEXT(name, NOSPLIT, sig)
-	Pragma("noescape")
-	Doc(doc)
-	dst, src, ld, ld3, nr, kc := RDI, RSI, RDX, R8, R9, RCX
+	dst, src, ld, ld3, nr, kc := transposeEntry(name, sig, doc, size, 3)
 	row, out, jj := R10, R11, R12
-	MOVQ(asmutil.ParamAddr("dst"), dst)
-	MOVQ(asmutil.ParamAddr("src"), src)
-	MOVQ(asmutil.ParamAddr("ld"), ld)
-	if size == 4 {
-		SHLQ(U8(2), ld)
-	} else {
-		SHLQ(U8(1), ld)
-	}
-	LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
-	MOVQ(asmutil.ParamAddr("nr"), nr)
-	SHLQ(U8(2), nr) // bytes per packed row
-	MOVQ(asmutil.ParamAddr("kc"), kc)
-	SHRQ(U8(3), kc)
 	r := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
 	t := []VecPhysical{Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
 	// rows 0..3 from base, rows 4..7 from base + 4·ld
