@@ -34,13 +34,77 @@ var (
 func writeLlama(t *testing.T, dir string, s llamaSize) int64 {
 	t.Helper()
 	d, layers, heads, kv, ffn, vocab := s.d, s.layers, s.heads, s.kv, s.ffn, s.vocab
-	cfg := map[string]any{
+	w := newFolderWriter(t, dir, map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "hidden_size": d,
 		"intermediate_size": ffn, "num_attention_heads": heads, "num_key_value_heads": kv,
 		"num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": 2048,
 		"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": s.tied, "hidden_act": "silu",
 		"torch_dtype": "bfloat16",
+	})
+	w.add("model.embed_tokens.weight", false, vocab, d)
+	for l := range layers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		w.add(p+"input_layernorm.weight", true, d)
+		w.add(p+"post_attention_layernorm.weight", true, d)
+		w.add(p+"self_attn.q_proj.weight", false, d, d)
+		w.add(p+"self_attn.k_proj.weight", false, d/heads*kv, d)
+		w.add(p+"self_attn.v_proj.weight", false, d/heads*kv, d)
+		w.add(p+"self_attn.o_proj.weight", false, d, d)
+		w.add(p+"mlp.gate_proj.weight", false, ffn, d)
+		w.add(p+"mlp.up_proj.weight", false, ffn, d)
+		w.add(p+"mlp.down_proj.weight", false, d, ffn)
 	}
+	w.add("model.norm.weight", true, d)
+	if !s.tied {
+		w.add("lm_head.weight", false, vocab, d)
+	}
+	return w.write()
+}
+
+// writeGPT2 writes GPT-2 small's shape (124M parameters, the head tied to wte) in bfloat16 to
+// dir, laid out as the openai-community/gpt2 folder: names without a prefix, Conv1D weights
+// [in, out], the attention's causal-mask buffers left out. It returns the file's size.
+func writeGPT2(t *testing.T, dir string) int64 {
+	t.Helper()
+	const d, layers, heads, positions, vocab = 768, 12, 12, 1024, 50257
+	w := newFolderWriter(t, dir, map[string]any{
+		"architectures": []string{"GPT2LMHeadModel"}, "model_type": "gpt2", "n_embd": d,
+		"n_head": heads, "n_layer": layers, "n_positions": positions, "n_ctx": positions,
+		"vocab_size": vocab, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+		"tie_word_embeddings": true, "torch_dtype": "bfloat16",
+	})
+	w.add("wte.weight", false, vocab, d)
+	w.add("wpe.weight", false, positions, d)
+	for l := range layers {
+		p := fmt.Sprintf("h.%d.", l)
+		for _, ln := range []string{"ln_1.", "ln_2."} {
+			w.add(p+ln+"weight", true, d)
+			w.add(p+ln+"bias", false, d)
+		}
+		for _, c := range []struct {
+			name    string
+			in, out int
+		}{{"attn.c_attn.", d, 3 * d}, {"attn.c_proj.", d, d}, {"mlp.c_fc.", d, 4 * d}, {"mlp.c_proj.", 4 * d, d}} {
+			w.add(p+c.name+"weight", false, c.in, c.out)
+			w.add(p+c.name+"bias", false, c.out)
+		}
+	}
+	w.add("ln_f.weight", true, d)
+	w.add("ln_f.bias", false, d)
+	return w.write()
+}
+
+// folderWriter collects a generated folder's bfloat16 tensors and writes them with its
+// config.json.
+type folderWriter struct {
+	t       *testing.T
+	dir     string
+	state   uint64
+	tensors map[string]safetensors.Tensor
+}
+
+// newFolderWriter writes cfg to dir/config.json.
+func newFolderWriter(t *testing.T, dir string, cfg map[string]any) *folderWriter {
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -48,45 +112,33 @@ func writeLlama(t *testing.T, dir string, s llamaSize) int64 {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	state := uint64(1)
-	tensors := map[string]safetensors.Tensor{}
-	add := func(name string, ones bool, shape ...int) {
-		n, _ := tensor.NumElements(shape)
-		h := &tensor.Half{Shape: shape, Data: make([]uint16, n), Format: tensor.BFloat16}
-		for i := range h.Data {
-			if ones {
-				h.Data[i] = 0x3f80 // 1
-				continue
-			}
-			state = state*6364136223846793005 + 1442695040888963407
-			h.Data[i] = uint16(state>>48)&0x807f | 0x3c00 // ±[2⁻⁷, 2⁻⁶)
+	return &folderWriter{t: t, dir: dir, state: 1, tensors: map[string]safetensors.Tensor{}}
+}
+
+// add adds a tensor of the shape: ones, or pseudo-random values of magnitude in [2⁻⁷, 2⁻⁶).
+func (w *folderWriter) add(name string, ones bool, shape ...int) {
+	n, _ := tensor.NumElements(shape)
+	h := &tensor.Half{Shape: shape, Data: make([]uint16, n), Format: tensor.BFloat16}
+	for i := range h.Data {
+		if ones {
+			h.Data[i] = 0x3f80 // 1
+			continue
 		}
-		tensors[name] = safetensors.FromHalf(h)
+		w.state = w.state*6364136223846793005 + 1442695040888963407
+		h.Data[i] = uint16(w.state>>48)&0x807f | 0x3c00 // ±[2⁻⁷, 2⁻⁶)
 	}
-	add("model.embed_tokens.weight", false, vocab, d)
-	for l := range layers {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		add(p+"input_layernorm.weight", true, d)
-		add(p+"post_attention_layernorm.weight", true, d)
-		add(p+"self_attn.q_proj.weight", false, d, d)
-		add(p+"self_attn.k_proj.weight", false, d/heads*kv, d)
-		add(p+"self_attn.v_proj.weight", false, d/heads*kv, d)
-		add(p+"self_attn.o_proj.weight", false, d, d)
-		add(p+"mlp.gate_proj.weight", false, ffn, d)
-		add(p+"mlp.up_proj.weight", false, ffn, d)
-		add(p+"mlp.down_proj.weight", false, d, ffn)
-	}
-	add("model.norm.weight", true, d)
-	if !s.tied {
-		add("lm_head.weight", false, vocab, d)
-	}
-	path := filepath.Join(dir, "model.safetensors")
-	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
-		t.Fatal(err)
+	w.tensors[name] = safetensors.FromHalf(h)
+}
+
+// write writes model.safetensors and returns its size.
+func (w *folderWriter) write() int64 {
+	path := filepath.Join(w.dir, "model.safetensors")
+	if err := safetensors.WriteFile(path, w.tensors, nil); err != nil {
+		w.t.Fatal(err)
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	return info.Size()
 }
@@ -119,12 +171,13 @@ func residentKiB() (peak, now int64, err error) {
 // memoryDirEnv names, in the child process of TestOpenMemory, the folder to open.
 const memoryDirEnv = "MHA_TEST_OPEN_MEMORY_DIR"
 
-// TestOpenMemory opens a generated bfloat16 Llama of about 125M parameters (250 MB) in a child
-// process and checks its resident memory: the peak must stay well below the file plus a float32
-// model (what reading the whole file and converting would take), near the file's size, which is
-// the model's. Set MHA_KEEP_MODEL_DIR to write the folder there and keep it (for mha bench
-// --model), and MHA_TEST_LLAMA_1B=1 for Llama 3.2 1B's shape instead (a 2.5 GB file; writing
-// it takes about 7 GB). Skipped with -short.
+// TestOpenMemory opens generated bfloat16 models of about 125M parameters (250 MB: a Llama, and
+// GPT-2 small, whose Conv1D weights are transposed as they load) in a child process each and
+// checks its resident memory: the peak must stay well below the file plus a float32 model (what
+// reading the whole file and converting would take), near the file's size, which is the model's.
+// MHA_TEST_GPT2=1 runs GPT-2 alone, MHA_TEST_LLAMA_1B=1 Llama 3.2 1B's shape alone (a 2.5 GB
+// file; writing it takes about 7 GB). MHA_KEEP_MODEL_DIR writes the first model's folder there
+// and keeps it (for mha bench --model). Skipped with -short.
 func TestOpenMemory(t *testing.T) {
 	if dir := os.Getenv(memoryDirEnv); dir != "" {
 		base, _, err := residentKiB()
@@ -157,17 +210,40 @@ func TestOpenMemory(t *testing.T) {
 	if _, _, err := residentKiB(); err != nil {
 		t.Skipf("no /proc/self/status: %v", err)
 	}
-	dir := os.Getenv("MHA_KEEP_MODEL_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	shapes := []struct {
+		name  string
+		write func(t *testing.T, dir string) int64
+	}{
+		{"llama-125M", func(t *testing.T, dir string) int64 { return writeLlama(t, dir, llama125M) }},
+		{"gpt2-small", writeGPT2},
 	}
-	shape := llama125M
-	if os.Getenv("MHA_TEST_LLAMA_1B") != "" {
-		shape = llama1B
+	switch {
+	case os.Getenv("MHA_TEST_LLAMA_1B") != "":
+		shapes = shapes[:1]
+		shapes[0].name, shapes[0].write = "llama-1B", func(t *testing.T, dir string) int64 { return writeLlama(t, dir, llama1B) }
+	case os.Getenv("MHA_TEST_GPT2") != "":
+		shapes = shapes[1:]
 	}
-	size := writeLlama(t, dir, shape)
+	keep := os.Getenv("MHA_KEEP_MODEL_DIR")
+	if keep != "" {
+		shapes = shapes[:1]
+	}
+	for _, s := range shapes {
+		t.Run(s.name, func(t *testing.T) {
+			dir := keep
+			if dir == "" {
+				dir = t.TempDir()
+			} else if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			checkOpenMemory(t, dir, s.write(t, dir))
+		})
+	}
+}
+
+// checkOpenMemory opens the folder dir, whose weights file has size bytes, in a child process
+// and checks the resident memory it reports.
+func checkOpenMemory(t *testing.T, dir string, size int64) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenMemory$", "-test.count=1")
 	cmd.Env = append(os.Environ(), memoryDirEnv+"="+dir)
 	out, err := cmd.CombinedOutput()

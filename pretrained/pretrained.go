@@ -362,6 +362,7 @@ type values[T float32 | uint16] struct {
 func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string) ([]T, error)) (map[string]values[T], map[string]bool, error) {
 	sd := make(map[string]values[T], len(l.params))
 	used := map[string]bool{}
+	var scratch []T // transpose's buffer, kept for the next transposed parameter
 	for _, b := range l.params {
 		rows, cols := 0, 0
 		for _, p := range b.parts {
@@ -410,7 +411,7 @@ func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.Fi
 			shape = append(shape, cols)
 		}
 		if b.transpose {
-			data = transposed(data, rows, cols)
+			scratch = transpose(data, rows, cols, scratch)
 			shape = []int{cols, rows}
 		}
 		sd[b.name] = values[T]{shape: shape, data: data}
@@ -452,15 +453,23 @@ func (l *layout) base(name string) string {
 	return name
 }
 
-// transposed returns x [rows, cols] transposed, [cols, rows].
-func transposed[T any](x []T, rows, cols int) []T {
-	y := make([]T, len(x))
-	for i := range rows {
-		for j := range cols {
-			y[j*rows+i] = x[i*cols+j]
+// transpose transposes x [rows, cols] in place into [cols, rows], through buf, which it grows to
+// len(x) and returns for the next call: one buffer for all of a folder's transposed weights, not
+// a second copy of each left for the garbage collector.
+func transpose[T any](x []T, rows, cols int, buf []T) []T {
+	buf = slices.Grow(buf[:0], len(x))[:len(x)]
+	const block = 64 // rows and columns of x a block moves, so that buf's lines are written whole
+	for i0 := 0; i0 < rows; i0 += block {
+		for j0 := 0; j0 < cols; j0 += block {
+			for j := j0; j < min(j0+block, cols); j++ {
+				for i := i0; i < min(i0+block, rows); i++ {
+					buf[j*rows+i] = x[i*cols+j]
+				}
+			}
 		}
 	}
-	return y
+	copy(x, buf)
+	return buf
 }
 
 // checkSizes reports an error naming the first size outside [1, its bound]: nn's bounds, so

@@ -1,19 +1,20 @@
-"""hf_to_gguf.py DIR OUT.gguf [--outtype bf16|f32]: writes a Llama-family Hugging Face folder
-(config.json and model*.safetensors, bf16, f16 or f32 tensors) as a GGUF that llama.cpp's
+"""hf_to_gguf.py DIR OUT.gguf [--outtype bf16|f32]: writes a Llama-family or GPT-2 Hugging Face
+folder (config.json and model*.safetensors, bf16, f16 or f32 tensors) as a GGUF that llama.cpp's
 llama-bench loads, for mha bench --model DIR --gguf OUT.gguf. It is for folders without a
 tokenizer, such as the random models mha's tests write (MHA_KEEP_MODEL_DIR=DIR go test
-./pretrained -run TestOpenMemory): the GGUF gets a placeholder vocabulary of the config's
-vocab_size tokens, so its text is meaningless and only its speed counts. Convert a real model
-with llama.cpp's own convert_hf_to_gguf.py instead.
+./pretrained -run TestOpenMemory, with MHA_TEST_GPT2=1 for GPT-2 small): the GGUF gets a
+placeholder vocabulary of the config's vocab_size tokens, so its text is meaningless and only its
+speed counts. Convert a real model with llama.cpp's own convert_hf_to_gguf.py instead.
 
 It needs numpy and llama.cpp's gguf-py, from the checkout you built llama-bench from:
 
     PYTHONPATH=LLAMA_CPP/gguf-py /usr/bin/python3 hf_to_gguf.py DIR OUT.gguf
 
-The tensors get llama.cpp's names (gguf-py's map for the llama architecture) and its layouts:
-q_proj's and k_proj's rows reordered from Hugging Face's rotate-half rotary to GGML's
-interleaved pairs, norms and 1-D tensors in float32, the matrices in bf16 or, with --outtype
-f32, float32. A tied model gets no output.weight: llama.cpp reads token_embd for it.
+The tensors get llama.cpp's names (gguf-py's map for the llama or gpt2 architecture) and its
+layouts: a Llama's q_proj and k_proj rows reordered from Hugging Face's rotate-half rotary to
+GGML's interleaved pairs, GPT-2's Conv1D weights ([in, out]) transposed to [out, in] and its
+causal-mask buffers left out, norms and 1-D tensors in float32, the matrices in bf16 or, with
+--outtype f32, float32. A tied model gets no output.weight: llama.cpp reads token_embd for it.
 """
 import argparse
 import json
@@ -72,26 +73,37 @@ def main():
     args = ap.parse_args()
 
     cfg = json.loads((args.folder / "config.json").read_text())
-    if cfg.get("model_type") != "llama":
-        sys.exit(f"hf_to_gguf.py: model_type {cfg.get('model_type')!r}, want llama (use llama.cpp's convert_hf_to_gguf.py)")
+    family = cfg.get("model_type")
+    if family not in ("llama", "gpt2"):
+        sys.exit(f"hf_to_gguf.py: model_type {family!r}, want llama or gpt2 (use llama.cpp's convert_hf_to_gguf.py)")
     if cfg.get("rope_scaling"):
         sys.exit("hf_to_gguf.py: rope_scaling is not written; use llama.cpp's convert_hf_to_gguf.py")
-    layers, heads, embed = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["hidden_size"]
-    kv_heads, vocab = cfg.get("num_key_value_heads", heads), cfg["vocab_size"]
+    vocab = cfg["vocab_size"]
 
-    arch = gguf.MODEL_ARCH.LLAMA
+    if family == "llama":
+        arch = gguf.MODEL_ARCH.LLAMA
+        layers, heads, embed = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["hidden_size"]
+        kv_heads = cfg.get("num_key_value_heads", heads)
+    else:
+        arch = gguf.MODEL_ARCH.GPT2
+        layers, heads, embed = cfg["n_layer"], cfg["n_head"], cfg["n_embd"]
     w = gguf.GGUFWriter(args.out, gguf.MODEL_ARCH_NAMES[arch])
     w.add_type(gguf.GGUFType.MODEL)
     w.add_name(args.folder.name)
     w.add_block_count(layers)
-    w.add_context_length(cfg.get("max_position_embeddings", 2048))
     w.add_embedding_length(embed)
-    w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
-    w.add_rope_dimension_count(cfg.get("head_dim") or embed // heads)
-    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    if family == "llama":
+        w.add_context_length(cfg.get("max_position_embeddings", 2048))
+        w.add_feed_forward_length(cfg["intermediate_size"])
+        w.add_head_count_kv(kv_heads)
+        w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+        w.add_rope_dimension_count(cfg.get("head_dim") or embed // heads)
+        w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    else:
+        w.add_context_length(cfg.get("n_positions", 1024))
+        w.add_feed_forward_length(cfg.get("n_inner") or 4 * embed)
+        w.add_layer_norm_eps(float(cfg.get("layer_norm_epsilon", 1e-5)))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if args.outtype == "bf16" else gguf.LlamaFileType.ALL_F32)
     w.add_vocab_size(vocab)
     # The placeholder vocabulary: SentencePiece's specials, its 256 byte tokens, then fillers.
@@ -112,19 +124,24 @@ def main():
 
     names = gguf.get_tensor_name_map(arch, layers)
     for name, dtype, a in tensors(args.folder):
-        if name.endswith("rotary_emb.inv_freq"):
+        if name.endswith(("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")):
             continue
-        if name.endswith("q_proj.weight"):
-            a = interleave(a, heads)
-        elif name.endswith("k_proj.weight"):
-            a = interleave(a, kv_heads)
+        if family == "llama":
+            if name.endswith("q_proj.weight"):
+                a = interleave(a, heads)
+            elif name.endswith("k_proj.weight"):
+                a = interleave(a, kv_heads)
+        else:
+            name = name.removeprefix("transformer.")
+            if name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+                a = a.T
         out = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if out is None:
             sys.exit(f"hf_to_gguf.py: no GGUF name for tensor {name}")
         if a.ndim == 1 or out.endswith("_norm.weight") or args.outtype == "f32":
             w.add_tensor(out, np.ascontiguousarray(float32(dtype, a)), raw_dtype=gguf.GGMLQuantizationType.F32)
         else:
-            w.add_tensor(out, bfloat16(dtype, a), raw_dtype=gguf.GGMLQuantizationType.BF16)
+            w.add_tensor(out, np.ascontiguousarray(bfloat16(dtype, a)), raw_dtype=gguf.GGMLQuantizationType.BF16)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
