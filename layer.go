@@ -317,6 +317,25 @@ func NewHalf(cfg Config, sd map[string]*tensor.Half) (*Layer, error) {
 	return l, nil
 }
 
+// NewFloat32 returns a layer for cfg holding sd's tensors themselves, not copies, as its
+// parameters: a float32 state dict as LoadStateDict takes it, checked as LoadStateDict checks it,
+// without the weights New would allocate and initialise first, so that a checkpoint loads at the
+// memory of one copy. Training the layer writes to sd's tensors. It returns an error wrapping
+// ErrConfig when cfg is invalid, and LoadStateDict's errors.
+func NewFloat32(cfg Config, sd map[string]*tensor.Tensor) (*Layer, error) {
+	l, err := makeLayer(cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.checkFloat32(sd); err != nil {
+		return nil, err
+	}
+	for i, p := range l.params {
+		l.params[i].T = sd[p.Name]
+	}
+	return l, nil
+}
+
 // makeLayer returns a layer for cfg with zero parameters, or with none allocated (every T nil)
 // when alloc is false, for LoadHalfStateDict to fill.
 func makeLayer(cfg Config, alloc bool) (*Layer, error) {
@@ -459,14 +478,7 @@ func (l *Layer) StateDict() map[string]*tensor.Tensor {
 // may appear. Weights the layer held in half precision are float32 again afterwards. On error
 // (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
-	err := l.checkStateDict(slices.Sorted(maps.Keys(sd)), func(name string) ([]int, int, bool) {
-		t, ok := sd[name]
-		if !ok {
-			return nil, 0, false
-		}
-		return t.Shape, len(t.Data), true
-	})
-	if err != nil {
+	if err := l.checkFloat32(sd); err != nil {
 		return err
 	}
 	for i, p := range l.params {
@@ -490,6 +502,9 @@ func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
 // error (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
 	names := slices.Sorted(maps.Keys(sd))
+	if err := checkNotNil(names, sd); err != nil {
+		return err
+	}
 	err := l.checkStateDict(names, func(name string) ([]int, int, bool) {
 		t, ok := sd[name]
 		if !ok {
@@ -528,6 +543,31 @@ func decodeHalf(h *tensor.Half) *tensor.Tensor {
 	t := &tensor.Tensor{Shape: slices.Clone(h.Shape), Data: make([]float32, len(h.Data))}
 	kernel.DecodeHalf(t.Data, h.Data, h.Format == tensor.BFloat16)
 	return t
+}
+
+// checkFloat32 checks the float32 state dict sd against the layer's parameters.
+func (l *Layer) checkFloat32(sd map[string]*tensor.Tensor) error {
+	names := slices.Sorted(maps.Keys(sd))
+	if err := checkNotNil(names, sd); err != nil {
+		return err
+	}
+	return l.checkStateDict(names, func(name string) ([]int, int, bool) {
+		t, ok := sd[name]
+		if !ok {
+			return nil, 0, false
+		}
+		return t.Shape, len(t.Data), true
+	})
+}
+
+// checkNotNil returns an error naming the first of names whose tensor in sd is nil.
+func checkNotNil[T any](names []string, sd map[string]*T) error {
+	for _, name := range names {
+		if sd[name] == nil {
+			return fmt.Errorf("%w: %s is nil, want a tensor", ErrStateDict, name)
+		}
+	}
+	return nil
 }
 
 // checkStateDict checks a state dict with the given sorted names against the layer's parameters:

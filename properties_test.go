@@ -2,8 +2,10 @@ package mha
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -495,6 +497,54 @@ func TestStateDict(t *testing.T) {
 	}
 	if _, err := InferConfig(map[string]*tensor.Tensor{}, 2); !errors.Is(err, ErrStateDict) {
 		t.Errorf("empty state dict: %v", err)
+	}
+	sd["bias_k"] = nil
+	if err := m.LoadStateDict(sd); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "bias_k is nil") {
+		t.Errorf("nil tensor: %v", err)
+	}
+	if err := m.LoadHalfStateDict(map[string]*tensor.Half{"bias_k": nil}); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "bias_k is nil") {
+		t.Errorf("nil half tensor: %v", err)
+	}
+}
+
+// TestNewFloat32 checks that NewFloat32 holds the state dict's own tensors and runs as the layer
+// they came from, and that it rejects what LoadStateDict rejects.
+func TestNewFloat32(t *testing.T) {
+	cfg := Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, AddBiasKV: true, Seed: 17}
+	l := newLayer(t, cfg)
+	sd := map[string]*tensor.Tensor{}
+	for name, p := range l.StateDict() {
+		sd[name] = &tensor.Tensor{Shape: slices.Clone(p.Shape), Data: slices.Clone(p.Data)}
+	}
+	m, err := NewFloat32(cfg, sd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.HeldParameters() {
+		if p.T != sd[p.Name] {
+			t.Errorf("%s is not the state dict's tensor", p.Name)
+		}
+	}
+	rng := tensor.NewRNG(18)
+	x := randTensor(rng, 2, 5, 8)
+	opt := &Options{Causal: true, NeedWeights: true}
+	if a, b := forward(t, l, x, nil, nil, opt), forward(t, m, x, nil, nil, opt); !bitsEqual(a.Output.Data, b.Output.Data) || !bitsEqual(a.Weights.Data, b.Weights.Data) {
+		t.Error("NewFloat32's layer differs from the one its state dict came from")
+	}
+	for name, edit := range map[string]func(map[string]*tensor.Tensor){
+		`unexpected "extra"`:            func(sd map[string]*tensor.Tensor) { sd["extra"] = tensor.New(1) },
+		"bias_v is [1 4], want [1 1 4]": func(sd map[string]*tensor.Tensor) { sd["bias_v"] = tensor.New(1, 4) },
+		`missing "out_proj.bias"`:       func(sd map[string]*tensor.Tensor) { delete(sd, "out_proj.bias") },
+		"in_proj_weight is nil":         func(sd map[string]*tensor.Tensor) { sd["in_proj_weight"] = nil },
+	} {
+		bad := maps.Clone(sd)
+		edit(bad)
+		if _, err := NewFloat32(cfg, bad); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), name) {
+			t.Errorf("NewFloat32: %v, want ErrStateDict saying %q", err, name)
+		}
+	}
+	if _, err := NewFloat32(Config{EmbedDim: 8, NumHeads: 3}, sd); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewFloat32 with a bad config: %v, want ErrConfig", err)
 	}
 }
 

@@ -40,23 +40,22 @@ type block struct {
 // newBlock builds block l of a model for c from its parameters, with its attention layer, whose
 // tensors become the values of the blocks.l.attn.* parameters. When half is not nil the layer
 // is built from it (mha.NewHalf): its weight matrices become the parameters' Half, its float32
-// biases their Value, with a Grad.
-func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half) (_ *block, err error) {
+// biases their Value, with a Grad. When full is not nil the layer holds full's tensors
+// (mha.NewFloat32); else New initialises it.
+func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half, full map[string]*tensor.Tensor) (_ *block, err error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
 	ac := c.Attention()
 	ac.Seed = attnSeed
 	var attn *mha.Layer
 	var sd map[string]*tensor.Half
-	if half == nil {
-		attn, err = mha.New(ac)
-	} else {
-		sd = make(map[string]*tensor.Half)
-		for name, h := range half {
-			if n, ok := strings.CutPrefix(name, prefix+"attn."); ok {
-				sd[n] = h
-			}
-		}
+	switch {
+	case half != nil:
+		sd = attnTensors(half, prefix)
 		attn, err = mha.NewHalf(ac, sd) // NewModelHalf checked the shapes and formats
+	case full != nil:
+		attn, err = mha.NewFloat32(ac, attnTensors(full, prefix)) // NewModelFloat32 checked the shapes
+	default:
+		attn, err = mha.New(ac)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
@@ -82,6 +81,18 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 		b.ffn = newMLP(ps, c, prefix+"ffn.")
 	}
 	return b, nil
+}
+
+// attnTensors returns the tensors of sd whose names start with prefix+"attn.", by the rest of
+// their names: an attention layer's state dict.
+func attnTensors[T any](sd map[string]T, prefix string) map[string]T {
+	out := make(map[string]T)
+	for name, t := range sd {
+		if n, ok := strings.CutPrefix(name, prefix+"attn."); ok {
+			out[n] = t
+		}
+	}
+	return out
 }
 
 // forward returns the block's output [B·T, d] for x [B·T, d], keeping what backward needs.

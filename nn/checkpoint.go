@@ -170,20 +170,18 @@ func (o LoadOptions) fromFile(f *safetensors.File) (*Model, map[string]string, m
 		}
 		shapes[name] = t.Shape
 	}
-	cfg = cfg.withDefaults()
-	if err := checkShapes(cfg.layout(), shapes); err != nil {
+	if err := checkShapes(cfg.withDefaults().layout(), shapes); err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := NewModel(cfg)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	for _, p := range m.params {
-		t, err := f.Float32(p.Name)
-		if err != nil {
+	sd := make(map[string]*tensor.Tensor, len(shapes))
+	for name := range shapes {
+		if sd[name], err = f.Float32(name); err != nil {
 			return nil, nil, nil, err
 		}
-		copy(p.Value.Data, t.Data)
+	}
+	m, err := NewModelFloat32(cfg, sd)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if err := m.CheckFinite(); err != nil && !o.AllowNonFinite {
 		return nil, nil, nil, fmt.Errorf("nn: checkpoint %w", err)

@@ -133,8 +133,18 @@ type Sparsity struct {
 // Config() then reports. It returns an error wrapping ErrConfig when cfg is invalid or has more
 // than MaxParams parameters.
 func NewModel(cfg Config) (*Model, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := float32Config(cfg)
+	if err != nil {
 		return nil, err
+	}
+	rng := tensor.NewRNG(cfg.Seed)
+	return newModel(cfg, nil, nil, func(s paramSpec) *Param { return s.newParam(rng) })
+}
+
+// float32Config validates cfg for a model held in float32 and returns it with its defaults.
+func float32Config(cfg Config) (Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
 	}
 	cfg = cfg.withDefaults()
 	n := 0 // a valid Config's shapes are within tensor.MaxElements, and their sum fits an int
@@ -143,10 +153,33 @@ func NewModel(cfg Config) (*Model, error) {
 		n += k
 	}
 	if n > MaxParams {
-		return nil, fmt.Errorf("%w: %d parameters, more than the %d (16 GiB of values and gradients in float32) that NewModel allocates; NewModelHalf holds larger models", ErrConfig, n, MaxParams)
+		return cfg, fmt.Errorf("%w: %d parameters, more than the %d (16 GiB of values and gradients in float32) that a float32 model holds; NewModelHalf holds larger models", ErrConfig, n, MaxParams)
 	}
-	rng := tensor.NewRNG(cfg.Seed)
-	return newModel(cfg, nil, func(s paramSpec) *Param { return s.newParam(rng) })
+	return cfg, nil
+}
+
+// NewModelFloat32 returns a model for cfg holding sd's tensors themselves, not copies, as its
+// parameters' values, each with a zero Grad: the state dict LoadStateDict takes, without the
+// values NewModel would allocate and initialise first, so that a checkpoint loads at the memory
+// of one copy. Training the model writes to sd's tensors, which must not share their values.
+// It returns an error wrapping ErrConfig when cfg is invalid or has more than MaxParams
+// parameters, and one naming the tensor when a parameter is missing, nil or has another shape,
+// or a tensor is not a parameter.
+func NewModelFloat32(cfg Config, sd map[string]*tensor.Tensor) (*Model, error) {
+	cfg, err := float32Config(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStateDict(cfg.layout(), sd); err != nil {
+		return nil, err
+	}
+	return newModel(cfg, nil, sd, func(s paramSpec) *Param {
+		p := &Param{Name: s.name, NoDecay: !s.decay}
+		if s.init != initAttn { // an attention layer's are bound by newBlock
+			p.Value, p.Grad = sd[s.name], tensor.New(s.shape...)
+		}
+		return p
+	})
 }
 
 // MaxParams bounds the parameters of a NewModel model: each takes a float32 value and a float32
@@ -197,7 +230,7 @@ func NewModelHalf(cfg Config, sd map[string]*tensor.Half) (*Model, error) {
 	if err := checkShapes(cfg.layout(), shapes); err != nil {
 		return nil, err
 	}
-	return newModel(cfg, sd, func(s paramSpec) *Param {
+	return newModel(cfg, sd, nil, func(s paramSpec) *Param {
 		p := &Param{Name: s.name, NoDecay: !s.decay}
 		switch h := sd[s.name]; {
 		case s.init == initAttn: // its attention layer's, bound by newBlock
@@ -211,8 +244,9 @@ func NewModelHalf(cfg Config, sd map[string]*tensor.Half) (*Model, error) {
 }
 
 // newModel builds the model for cfg (valid, with defaults) from the parameters newParam makes,
-// and, when half is not nil, loads the attention layers from it (see NewModelHalf).
-func newModel(cfg Config, half map[string]*tensor.Half, newParam func(paramSpec) *Param) (*Model, error) {
+// and builds the attention layers from half or full when one is not nil (see NewModelHalf and
+// NewModelFloat32).
+func newModel(cfg Config, half map[string]*tensor.Half, full map[string]*tensor.Tensor, newParam func(paramSpec) *Param) (*Model, error) {
 	m := &Model{cfg: cfg, r: runner{pool: new(parallel.Pool)}}
 	runtime.AddCleanup(m, (*parallel.Pool).Close, m.r.pool)
 	ps := make(params)
@@ -223,7 +257,7 @@ func newModel(cfg Config, half map[string]*tensor.Half, newParam func(paramSpec)
 	}
 	m.emb = newEmbedding(ps, cfg)
 	for l := range cfg.Layers {
-		b, err := newBlock(ps, cfg, l, mix(cfg.Seed, uint64(l)), half)
+		b, err := newBlock(ps, cfg, l, mix(cfg.Seed, uint64(l)), half, full)
 		if err != nil {
 			return nil, err
 		}
@@ -671,17 +705,7 @@ func (m *Model) LoadStateDict(sd map[string]*tensor.Tensor) error {
 			return fmt.Errorf("nn: LoadStateDict into a model holding %s in %v, want a float32 model (NewModel)", p.Name, p.Half.Format)
 		}
 	}
-	shapes := make(map[string][]int, len(sd))
-	for name, t := range sd {
-		if t == nil {
-			return fmt.Errorf("nn: state dict tensor %q is nil", name)
-		}
-		if n, err := tensor.NumElements(t.Shape); err != nil || n != len(t.Data) {
-			return fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(t.Data), t.Shape)
-		}
-		shapes[name] = t.Shape
-	}
-	if err := checkShapes(m.cfg.layout(), shapes); err != nil {
+	if err := checkStateDict(m.cfg.layout(), sd); err != nil {
 		return err
 	}
 	for _, p := range m.params {
@@ -698,6 +722,23 @@ func (m *Model) StateDict() map[string]*tensor.Tensor {
 		sd[p.Name] = p.Float32()
 	}
 	return sd
+}
+
+// checkStateDict returns an error unless sd holds exactly the parameters of layout, each a tensor
+// of its shape.
+func checkStateDict(layout []paramSpec, sd map[string]*tensor.Tensor) error {
+	shapes := make(map[string][]int, len(sd))
+	for _, name := range slices.Sorted(maps.Keys(sd)) {
+		t := sd[name]
+		if t == nil {
+			return fmt.Errorf("nn: state dict tensor %q is nil", name)
+		}
+		if n, err := tensor.NumElements(t.Shape); err != nil || n != len(t.Data) {
+			return fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(t.Data), t.Shape)
+		}
+		shapes[name] = t.Shape
+	}
+	return checkShapes(layout, shapes)
 }
 
 // checkShapes returns an error unless have holds exactly the parameters of layout, each with its

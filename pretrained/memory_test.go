@@ -168,14 +168,19 @@ func residentKiB() (peak, now int64, err error) {
 	return peak, now, sc.Err()
 }
 
-// memoryDirEnv names, in the child process of TestOpenMemory, the folder to open.
-const memoryDirEnv = "MHA_TEST_OPEN_MEMORY_DIR"
+// memoryDirEnv names, in the child process of TestOpenMemory, the folder to open, and
+// memoryFloat32Env, when set, has it opened with Options.Float32.
+const (
+	memoryDirEnv     = "MHA_TEST_OPEN_MEMORY_DIR"
+	memoryFloat32Env = "MHA_TEST_OPEN_MEMORY_FLOAT32"
+)
 
 // TestOpenMemory opens generated bfloat16 models of about 125M parameters (250 MB: a Llama, and
 // GPT-2 small, whose Conv1D weights are transposed as they load) in a child process each and
 // checks its resident memory: the peak must stay well below the file plus a float32 model (what
 // reading the whole file and converting would take), near the file's size, which is the model's.
-// MHA_TEST_GPT2=1 runs GPT-2 alone, MHA_TEST_LLAMA_1B=1 Llama 3.2 1B's shape alone (a 2.5 GB
+// GPT-2 is opened in float32 too (Options.Float32), whose peak must stay near the float32
+// model's size, not twice it. MHA_TEST_GPT2=1 runs GPT-2 alone, MHA_TEST_LLAMA_1B=1 Llama 3.2 1B's shape alone (a 2.5 GB
 // file; writing it takes about 7 GB). MHA_KEEP_MODEL_DIR writes the first model's folder there
 // and keeps it (for mha bench --model). Skipped with -short.
 func TestOpenMemory(t *testing.T) {
@@ -184,7 +189,7 @@ func TestOpenMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := Open(dir)
+		m, err := Options{Float32: os.Getenv(memoryFloat32Env) != ""}.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,11 +216,13 @@ func TestOpenMemory(t *testing.T) {
 		t.Skipf("no /proc/self/status: %v", err)
 	}
 	shapes := []struct {
-		name  string
-		write func(t *testing.T, dir string) int64
+		name    string
+		write   func(t *testing.T, dir string) int64
+		float32 bool // open with Options.Float32
 	}{
-		{"llama-125M", func(t *testing.T, dir string) int64 { return writeLlama(t, dir, llama125M) }},
-		{"gpt2-small", writeGPT2},
+		{"llama-125M", func(t *testing.T, dir string) int64 { return writeLlama(t, dir, llama125M) }, false},
+		{"gpt2-small", writeGPT2, false},
+		{"gpt2-small-float32", writeGPT2, true},
 	}
 	switch {
 	case os.Getenv("MHA_TEST_LLAMA_1B") != "":
@@ -236,16 +243,19 @@ func TestOpenMemory(t *testing.T) {
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			checkOpenMemory(t, dir, s.write(t, dir))
+			checkOpenMemory(t, dir, s.write(t, dir), s.float32)
 		})
 	}
 }
 
-// checkOpenMemory opens the folder dir, whose weights file has size bytes, in a child process
-// and checks the resident memory it reports.
-func checkOpenMemory(t *testing.T, dir string, size int64) {
+// checkOpenMemory opens the folder dir, whose bfloat16 weights file has size bytes, in a child
+// process, in float32 if asked, and checks the resident memory it reports.
+func checkOpenMemory(t *testing.T, dir string, size int64, float32 bool) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenMemory$", "-test.count=1")
 	cmd.Env = append(os.Environ(), memoryDirEnv+"="+dir)
+	if float32 {
+		cmd.Env = append(cmd.Env, memoryFloat32Env+"=1")
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -261,10 +271,14 @@ func checkOpenMemory(t *testing.T, dir string, size int64) {
 	mib := func(kib int64) float64 { return float64(kib) / 1024 }
 	t.Logf("file %.0f MiB; model %.0f MiB half + %.1f MiB float32; resident before Open %.0f MiB, peak %.0f MiB, after %.0f MiB, after a GC %.0f MiB",
 		float64(size)/(1<<20), float64(hb)/(1<<20), float64(fb)/(1<<20), mib(base), mib(peak), mib(now), mib(gc))
-	if hb < size*9/10 {
-		t.Errorf("%d bytes held in half precision, want about the file's %d", hb, size)
+	held, what := hb, "half precision"
+	if float32 {
+		held, what, size = fb, "float32", 2*size // the float32 model's size
+	}
+	if held < size*9/10 {
+		t.Errorf("%d bytes held in %s, want about %d", held, what, size)
 	}
 	if limit := base + size*3/2/1024; peak > limit {
-		t.Errorf("peak resident memory %.0f MiB, want at most 1.5 × the file (%.0f MiB) over the %.0f MiB before Open", mib(peak), float64(size)/(1<<20), mib(base))
+		t.Errorf("peak resident memory %.0f MiB, want at most 1.5 × the %s model (%.0f MiB) over the %.0f MiB before Open", mib(peak), what, float64(size)/(1<<20), mib(base))
 	}
 }

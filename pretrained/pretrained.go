@@ -168,7 +168,8 @@ type Options struct {
 // not both resident. When every tensor the model reads is BF16, or every one F16, and
 // o.Float32 is false, the model keeps its weight matrices and token embedding as they are
 // stored (nn.NewModelHalf), at half the memory of float32; otherwise every tensor is converted
-// to float32.
+// to float32, and the model holds the converted tensors themselves (nn.NewModelFloat32), not
+// copies of them.
 func (o Options) Open(dir string) (*Model, error) {
 	var hc hfConfig
 	if err := readJSON(dir, "config.json", &hc); err != nil {
@@ -294,14 +295,14 @@ func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, e
 		if err != nil {
 			return nil, err
 		}
-		if m.NN, err = nn.NewModel(l.cfg); err != nil {
-			return nil, fmt.Errorf("maps to an invalid model: %w", err)
-		}
 		tensors := make(map[string]*tensor.Tensor, len(sd))
 		for name, v := range sd {
 			tensors[name] = &tensor.Tensor{Shape: v.shape, Data: v.data}
 		}
-		return used, m.NN.LoadStateDict(tensors)
+		if m.NN, err = nn.NewModelFloat32(l.cfg, tensors); err != nil {
+			return nil, fmt.Errorf("maps to an invalid model: %w", err)
+		}
+		return used, nil
 	}
 	sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]uint16, error) {
 		h, err := f.Half(name)
