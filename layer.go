@@ -607,6 +607,9 @@ func (l *Layer) describe() string {
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
 // a valid layer.
 func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
+	if err := checkNotNil(slices.Sorted(maps.Keys(sd)), sd); err != nil {
+		return Config{}, err
+	}
 	out, ok := sd["out_proj.weight"]
 	if !ok {
 		return Config{}, fmt.Errorf("%w: no out_proj.weight (have %s)", ErrStateDict, strings.Join(slices.Sorted(maps.Keys(sd)), ", "))

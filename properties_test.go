@@ -505,6 +505,9 @@ func TestStateDict(t *testing.T) {
 	if err := m.LoadHalfStateDict(map[string]*tensor.Half{"bias_k": nil}); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "bias_k is nil") {
 		t.Errorf("nil half tensor: %v", err)
 	}
+	if _, err := InferConfig(sd, 2); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "bias_k is nil") {
+		t.Errorf("InferConfig with a nil tensor: %v", err)
+	}
 }
 
 // TestNewFloat32 checks that NewFloat32 holds the state dict's own tensors and runs as the layer
