@@ -105,6 +105,7 @@ type folderWriter struct {
 
 // newFolderWriter writes cfg to dir/config.json.
 func newFolderWriter(t *testing.T, dir string, cfg map[string]any) *folderWriter {
+	t.Helper()
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +133,7 @@ func (w *folderWriter) add(name string, ones bool, shape ...int) {
 
 // write writes model.safetensors and returns its size.
 func (w *folderWriter) write() int64 {
+	w.t.Helper()
 	path := filepath.Join(w.dir, "model.safetensors")
 	if err := safetensors.WriteFile(path, w.tensors, nil); err != nil {
 		w.t.Fatal(err)
