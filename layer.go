@@ -327,7 +327,7 @@ func NewFloat32(cfg Config, sd map[string]*tensor.Tensor) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.checkFloat32(sd); err != nil {
+	if err := checkStateDict(l, sd, floatDims); err != nil {
 		return nil, err
 	}
 	for i, p := range l.params {
@@ -478,7 +478,7 @@ func (l *Layer) StateDict() map[string]*tensor.Tensor {
 // may appear. Weights the layer held in half precision are float32 again afterwards. On error
 // (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
-	if err := l.checkFloat32(sd); err != nil {
+	if err := checkStateDict(l, sd, floatDims); err != nil {
 		return err
 	}
 	for i, p := range l.params {
@@ -501,20 +501,10 @@ func (l *Layer) LoadStateDict(sd map[string]*tensor.Tensor) error {
 // layer keeps sd's matrices, not copies: they must not change while the layer uses them. On
 // error (wrapping ErrStateDict) the layer is unchanged.
 func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
+	if err := checkStateDict(l, sd, halfDims); err != nil {
+		return err
+	}
 	names := slices.Sorted(maps.Keys(sd))
-	if err := checkNotNil(names, sd); err != nil {
-		return err
-	}
-	err := l.checkStateDict(names, func(name string) ([]int, int, bool) {
-		t, ok := sd[name]
-		if !ok {
-			return nil, 0, false
-		}
-		return t.Shape, len(t.Data), true
-	})
-	if err != nil {
-		return err
-	}
 	format := sd[names[0]].Format
 	for _, name := range names {
 		if f := sd[name].Format; f != format || (f != tensor.BFloat16 && f != tensor.Float16) {
@@ -545,39 +535,19 @@ func decodeHalf(h *tensor.Half) *tensor.Tensor {
 	return t
 }
 
-// checkFloat32 checks the float32 state dict sd against the layer's parameters.
-func (l *Layer) checkFloat32(sd map[string]*tensor.Tensor) error {
+// checkStateDict checks sd against the layer's parameters: each present, not nil and of its
+// shape (dims gives a tensor's shape and value count), and no other name.
+func checkStateDict[T any](l *Layer, sd map[string]*T, dims func(*T) ([]int, int)) error {
 	names := slices.Sorted(maps.Keys(sd))
 	if err := checkNotNil(names, sd); err != nil {
 		return err
 	}
-	return l.checkStateDict(names, func(name string) ([]int, int, bool) {
-		t, ok := sd[name]
-		if !ok {
-			return nil, 0, false
-		}
-		return t.Shape, len(t.Data), true
-	})
-}
-
-// checkNotNil returns an error naming the first of names whose tensor in sd is nil.
-func checkNotNil[T any](names []string, sd map[string]*T) error {
-	for _, name := range names {
-		if sd[name] == nil {
-			return fmt.Errorf("%w: %s is nil, want a tensor", ErrStateDict, name)
-		}
-	}
-	return nil
-}
-
-// checkStateDict checks a state dict with the given sorted names against the layer's parameters:
-// lookup returns a tensor's shape and value count, and whether it is there.
-func (l *Layer) checkStateDict(names []string, lookup func(name string) ([]int, int, bool)) error {
 	for i, p := range l.params {
-		shape, count, ok := lookup(p.Name)
+		t, ok := sd[p.Name]
 		if !ok {
 			return fmt.Errorf("%w: missing %q (want %s)", ErrStateDict, p.Name, l.describe())
 		}
+		shape, count := dims(t)
 		want, _ := tensor.NumElements(l.shapes[i])
 		if !slices.Equal(shape, l.shapes[i]) || count != want {
 			return fmt.Errorf("%w: %s is %v, want %v", ErrStateDict, p.Name, shape, l.shapes[i])
@@ -586,6 +556,20 @@ func (l *Layer) checkStateDict(names []string, lookup func(name string) ([]int, 
 	for _, name := range names {
 		if !l.has(name) {
 			return fmt.Errorf("%w: unexpected %q (want %s)", ErrStateDict, name, l.describe())
+		}
+	}
+	return nil
+}
+
+// floatDims and halfDims give a tensor's shape and value count, for checkStateDict.
+func floatDims(t *tensor.Tensor) ([]int, int) { return t.Shape, len(t.Data) }
+func halfDims(t *tensor.Half) ([]int, int)    { return t.Shape, len(t.Data) }
+
+// checkNotNil returns an error naming the first of names whose tensor in sd is nil.
+func checkNotNil[T any](names []string, sd map[string]*T) error {
+	for _, name := range names {
+		if sd[name] == nil {
+			return fmt.Errorf("%w: %s is nil, want a tensor", ErrStateDict, name)
 		}
 	}
 	return nil

@@ -170,7 +170,7 @@ func NewModelFloat32(cfg Config, sd map[string]*tensor.Tensor) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkStateDict(cfg.layout(), sd); err != nil {
+	if err := checkStateDict(cfg.layout(), sd, floatDims); err != nil {
 		return nil, err
 	}
 	return newModel(cfg, nil, sd, func(s paramSpec) *Param {
@@ -209,26 +209,18 @@ func NewModelHalf(cfg Config, sd map[string]*tensor.Half) (*Model, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	shapes := make(map[string][]int, len(sd))
+	if err := checkStateDict(cfg.layout(), sd, halfDims); err != nil {
+		return nil, err
+	}
 	var format tensor.HalfFormat
 	for _, name := range slices.Sorted(maps.Keys(sd)) {
 		h := sd[name]
-		if h == nil {
-			return nil, fmt.Errorf("nn: state dict tensor %q is nil", name)
-		}
-		if n, err := tensor.NumElements(h.Shape); err != nil || n != len(h.Data) {
-			return nil, fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(h.Data), h.Shape)
-		}
 		if format == 0 {
 			format = h.Format
 		}
 		if h.Format != format || (format != tensor.BFloat16 && format != tensor.Float16) {
 			return nil, fmt.Errorf("nn: state dict tensor %q is %v after tensors in %v, want all bfloat16 or all float16", name, h.Format, format)
 		}
-		shapes[name] = h.Shape
-	}
-	if err := checkShapes(cfg.layout(), shapes); err != nil {
-		return nil, err
 	}
 	return newModel(cfg, sd, nil, func(s paramSpec) *Param {
 		p := &Param{Name: s.name, NoDecay: !s.decay}
@@ -705,7 +697,7 @@ func (m *Model) LoadStateDict(sd map[string]*tensor.Tensor) error {
 			return fmt.Errorf("nn: LoadStateDict into a model holding %s in %v, want a float32 model (NewModel)", p.Name, p.Half.Format)
 		}
 	}
-	if err := checkStateDict(m.cfg.layout(), sd); err != nil {
+	if err := checkStateDict(m.cfg.layout(), sd, floatDims); err != nil {
 		return err
 	}
 	for _, p := range m.params {
@@ -725,21 +717,26 @@ func (m *Model) StateDict() map[string]*tensor.Tensor {
 }
 
 // checkStateDict returns an error unless sd holds exactly the parameters of layout, each a tensor
-// of its shape.
-func checkStateDict(layout []paramSpec, sd map[string]*tensor.Tensor) error {
+// of its shape; dims gives a tensor's shape and value count.
+func checkStateDict[T any](layout []paramSpec, sd map[string]*T, dims func(*T) ([]int, int)) error {
 	shapes := make(map[string][]int, len(sd))
 	for _, name := range slices.Sorted(maps.Keys(sd)) {
 		t := sd[name]
 		if t == nil {
 			return fmt.Errorf("nn: state dict tensor %q is nil", name)
 		}
-		if n, err := tensor.NumElements(t.Shape); err != nil || n != len(t.Data) {
-			return fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, len(t.Data), t.Shape)
+		shape, count := dims(t)
+		if n, err := tensor.NumElements(shape); err != nil || n != count {
+			return fmt.Errorf("nn: state dict tensor %q has %d values for shape %v", name, count, shape)
 		}
-		shapes[name] = t.Shape
+		shapes[name] = shape
 	}
 	return checkShapes(layout, shapes)
 }
+
+// floatDims and halfDims give a tensor's shape and value count, for checkStateDict.
+func floatDims(t *tensor.Tensor) ([]int, int) { return t.Shape, len(t.Data) }
+func halfDims(t *tensor.Half) ([]int, int)    { return t.Shape, len(t.Data) }
 
 // checkShapes returns an error unless have holds exactly the parameters of layout, each with its
 // shape.
