@@ -285,13 +285,7 @@ func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, e
 	}
 	format := l.halfFormat(w)
 	if format == 0 || toFloat32 {
-		sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]float32, error) {
-			t, err := f.Float32(name)
-			if err != nil {
-				return nil, err
-			}
-			return t.Data, nil
-		})
+		sd, used, err := load(l, w, (*safetensors.File).ReadFloat32)
 		if err != nil {
 			return nil, err
 		}
@@ -304,12 +298,9 @@ func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, e
 		}
 		return used, nil
 	}
-	sd, used, err := load(l, w, func(f *safetensors.File, name string) ([]uint16, error) {
-		h, err := f.Half(name)
-		if err != nil {
-			return nil, err
-		}
-		return h.Data, nil
+	sd, used, err := load(l, w, func(f *safetensors.File, name string, dst []uint16) error {
+		_, err := f.ReadHalf(name, dst) // halfFormat checked that every tensor is in format
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -357,10 +348,11 @@ type values[T float32 | uint16] struct {
 	data  []T
 }
 
-// load resolves every binding of l against w, reading each tensor with read (a fresh slice) and
-// releasing its pages from w's mapping, and returns the parameters by name and the tensor names
-// read.
-func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string) ([]T, error)) (map[string]values[T], map[string]bool, error) {
+// load resolves every binding of l against w, reading each parameter's tensors with read into
+// one slice allocated for the parameter (so a parameter made of parts is never held twice) and
+// releasing their pages from w's mapping, and returns the parameters by name and the tensor
+// names read.
+func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string, dst []T) error) (map[string]values[T], map[string]bool, error) {
 	sd := make(map[string]values[T], len(l.params))
 	used := map[string]bool{}
 	var scratch []T // transpose's buffer, kept for the next transposed parameter
@@ -373,38 +365,30 @@ func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.Fi
 				rows += p.shape[0]
 			}
 		}
-		n := rows * max(cols, 1)
-		var data []T // one part's slice itself, or all parts copied into one
+		data := make([]T, rows*max(cols, 1))
+		at := 0 // where the next part goes in data
 		for _, p := range b.parts {
 			name, t, file, found := l.find(w, p)
 			want := p.shape
 			size, _ := tensor.NumElements(want)
+			dst := data[at : at+size]
+			at += size
 			if !found {
 				if !p.zero {
 					return nil, nil, fmt.Errorf("the folder has no tensor %s %v (for %s)", l.fullName(p), want, b.name)
 				}
-				data = append(data, make([]T, size)...)
-				continue
+				continue // data is zero already
 			}
 			used[name] = true
 			if !slices.Equal(t.Shape, want) {
 				return nil, nil, fmt.Errorf("%s in %s is %v, want %v", name, file, t.Shape, want)
 			}
 			f := w.files[file]
-			v, err := read(f, name)
-			if err != nil {
+			if err := read(f, name, dst); err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", file, err)
 			}
 			if err := f.Release(name); err != nil {
 				return nil, nil, err
-			}
-			if len(b.parts) == 1 {
-				data = v
-			} else {
-				if data == nil {
-					data = make([]T, 0, n)
-				}
-				data = append(data, v...)
 			}
 		}
 		shape := []int{rows}

@@ -20,11 +20,27 @@ func (f *File) Float32(name string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := decode[float32](name, t)
-	if err != nil {
+	out := make([]float32, len(t.Data)/t.DType.Size())
+	if err := decode(name, t, out); err != nil {
 		return nil, err
 	}
 	return &tensor.Tensor{Shape: t.Shape, Data: out}, nil
+}
+
+// ReadFloat32 converts the tensor called name to float32 as Float32 does, into dst, which must
+// hold exactly as many values as the tensor: a reader filling a slice it allocated once (one
+// part of a larger parameter, say) need not hold a second copy. It returns an error when there is
+// no such tensor, when len(dst) differs from the tensor's number of values (dst is then left
+// unchanged), or when a BOOL byte is neither 0 nor 1.
+func (f *File) ReadFloat32(name string, dst []float32) error {
+	t, err := f.Raw(name)
+	if err != nil {
+		return err
+	}
+	if n := len(t.Data) / t.DType.Size(); len(dst) != n {
+		return fmt.Errorf("safetensors: tensor %q %s %v has %d values, read into a slice of %d", name, t.DType, t.Shape, n, len(dst))
+	}
+	return decode(name, t, dst)
 }
 
 // Float64 returns the values of the tensor called name converted to float64, and a copy of its
@@ -36,17 +52,16 @@ func (f *File) Float64(name string) ([]float64, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := decode[float64](name, t)
-	if err != nil {
+	out := make([]float64, len(t.Data)/t.DType.Size())
+	if err := decode(name, t, out); err != nil {
 		return nil, nil, err
 	}
 	return out, t.Shape, nil
 }
 
-// decode converts t's little-endian bytes to F, rounding each value once (integers convert
-// straight to F, not through float64).
-func decode[F float32 | float64](name string, t Tensor) ([]F, error) {
-	out := make([]F, len(t.Data)/t.DType.Size())
+// decode converts t's little-endian bytes to F into out, which holds one value per element of t,
+// rounding each value once (integers convert straight to F, not through float64).
+func decode[F float32 | float64](name string, t Tensor, out []F) error {
 	b := t.Data
 	switch t.DType {
 	case F32:
@@ -79,15 +94,15 @@ func decode[F float32 | float64](name string, t Tensor) ([]F, error) {
 		}
 	case Bool:
 		if err := checkBoolBytes(name, b); err != nil {
-			return nil, err
+			return err
 		}
 		for i, v := range b {
 			out[i] = F(v)
 		}
 	default: // unreachable: Parse rejects unknown dtypes
-		return nil, fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
+		return fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, t.DType)
 	}
-	return out, nil
+	return nil
 }
 
 // Bool returns the tensor called name as a mask, with the stored shape. It accepts dtype BOOL,
@@ -124,20 +139,52 @@ func (f *File) Half(name string) (*tensor.Half, error) {
 	if err != nil {
 		return nil, err
 	}
-	var format tensor.HalfFormat
-	switch t.DType {
-	case BF16:
-		format = tensor.BFloat16
-	case F16:
-		format = tensor.Float16
-	default:
-		return nil, fmt.Errorf("safetensors: tensor %q has dtype %s, want BF16 or F16 for a half-precision tensor", name, t.DType)
+	format, err := halfFormat(name, t)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]uint16, len(t.Data)/2)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
-	}
+	copyHalves(out, t.Data)
 	return &tensor.Half{Shape: t.Shape, Data: out, Format: format}, nil
+}
+
+// ReadHalf copies the 16-bit patterns of the BF16 or F16 tensor called name into dst, as Half
+// does, and returns their format. dst must hold exactly as many values as the tensor. It returns
+// an error when there is no such tensor, when its dtype is neither BF16 nor F16, or when len(dst)
+// differs from its number of values; dst is then left unchanged.
+func (f *File) ReadHalf(name string, dst []uint16) (tensor.HalfFormat, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return 0, err
+	}
+	format, err := halfFormat(name, t)
+	if err != nil {
+		return 0, err
+	}
+	if n := len(t.Data) / 2; len(dst) != n {
+		return 0, fmt.Errorf("safetensors: tensor %q %s %v has %d values, read into a slice of %d", name, t.DType, t.Shape, n, len(dst))
+	}
+	copyHalves(dst, t.Data)
+	return format, nil
+}
+
+// halfFormat returns the half-precision format of t's dtype, or an error naming the dtype when
+// it is neither BF16 nor F16.
+func halfFormat(name string, t Tensor) (tensor.HalfFormat, error) {
+	switch t.DType {
+	case BF16:
+		return tensor.BFloat16, nil
+	case F16:
+		return tensor.Float16, nil
+	}
+	return 0, fmt.Errorf("safetensors: tensor %q has dtype %s, want BF16 or F16 for a half-precision tensor", name, t.DType)
+}
+
+// copyHalves sets out[i] to the little-endian 16-bit value at b[2i:].
+func copyHalves(out []uint16, b []byte) {
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
 }
 
 func checkBoolBytes(name string, b []byte) error {

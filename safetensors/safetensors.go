@@ -82,7 +82,8 @@ type Tensor struct {
 }
 
 // File is a parsed .safetensors file. Metadata is the header's "__metadata__" object; it is nil
-// when the file has none. Look tensors up with Names, Has, Raw, Float32, Float64 and Bool.
+// when the file has none. Look tensors up with Names and Has; read them with Raw, Float32,
+// Float64, Half and Bool, or into slices of your own with ReadFloat32 and ReadHalf.
 type File struct {
 	Metadata map[string]string
 

@@ -392,6 +392,91 @@ func TestHalf(t *testing.T) {
 	}
 }
 
+// TestReadInto checks that ReadFloat32 and ReadHalf fill a caller's slice with what Float32 and
+// Half return, and that each refuses, leaving the slice unchanged, a slice of the wrong length, a
+// tensor it cannot convert and a missing tensor.
+func TestReadInto(t *testing.T) {
+	tensors := map[string]Tensor{
+		"f32":  {F32, []int{2, 2}, le32(1.5, -2, float32(math.Inf(1)), 0)},
+		"bf16": FromHalf(&tensor.Half{Shape: []int{3}, Data: []uint16{0x3f80, 0xc000, 0x7fc0}, Format: tensor.BFloat16}),
+		"f16":  FromHalf(&tensor.Half{Shape: []int{1, 2}, Data: []uint16{0x3c00, 0x0001}, Format: tensor.Float16}),
+		"bool": {Bool, []int{2}, []byte{1, 2}},
+	}
+	enc, err := Encode(tensors, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustParse(t, enc)
+	for _, name := range []string{"f32", "bf16", "f16"} {
+		want, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, len(want.Data)+2) // read into the middle of a larger slice
+		got[0], got[len(got)-1] = 7, 7
+		if err := f.ReadFloat32(name, got[1:len(got)-1]); err != nil {
+			t.Fatalf("ReadFloat32(%q): %v", name, err)
+		}
+		if got[0] != 7 || got[len(got)-1] != 7 || !slices.EqualFunc(got[1:len(got)-1], want.Data, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+			t.Errorf("ReadFloat32(%q) wrote %v, want 7 %v 7", name, got, want.Data)
+		}
+	}
+	for _, name := range []string{"bf16", "f16"} {
+		want, err := f.Half(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]uint16, len(want.Data))
+		format, err := f.ReadHalf(name, got)
+		if err != nil || format != want.Format || !slices.Equal(got, want.Data) {
+			t.Errorf("ReadHalf(%q) = %v %#04x, %v; want %v %#04x", name, format, got, err, want.Format, want.Data)
+		}
+	}
+
+	for _, c := range []struct {
+		name   string
+		n      int
+		phrase string
+	}{
+		{"f32", 3, `tensor "f32" F32 [2 2] has 4 values, read into a slice of 3`},
+		{"f32", 5, `tensor "f32" F32 [2 2] has 4 values, read into a slice of 5`},
+		{"bool", 2, `tensor "bool": BOOL element 1 is byte 2, want 0 or 1`},
+		{"x", 2, `no tensor "x"`},
+	} {
+		dst := make([]float32, c.n)
+		for i := range dst {
+			dst[i] = 9
+		}
+		if err := f.ReadFloat32(c.name, dst); err == nil || !strings.Contains(err.Error(), c.phrase) {
+			t.Errorf("ReadFloat32(%q, %d values) error = %v, want %q", c.name, c.n, err, c.phrase)
+		}
+		if slices.ContainsFunc(dst, func(v float32) bool { return v != 9 }) {
+			t.Errorf("ReadFloat32(%q) changed the slice after an error: %v", c.name, dst)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		n      int
+		phrase string
+	}{
+		{"bf16", 2, `tensor "bf16" BF16 [3] has 3 values, read into a slice of 2`},
+		{"f16", 0, `tensor "f16" F16 [1 2] has 2 values, read into a slice of 0`},
+		{"f32", 4, `tensor "f32" has dtype F32, want BF16 or F16`},
+		{"x", 2, `no tensor "x"`},
+	} {
+		dst := make([]uint16, c.n)
+		for i := range dst {
+			dst[i] = 9
+		}
+		if _, err := f.ReadHalf(c.name, dst); err == nil || !strings.Contains(err.Error(), c.phrase) {
+			t.Errorf("ReadHalf(%q, %d values) error = %v, want %q", c.name, c.n, err, c.phrase)
+		}
+		if slices.ContainsFunc(dst, func(v uint16) bool { return v != 9 }) {
+			t.Errorf("ReadHalf(%q) changed the slice after an error: %v", c.name, dst)
+		}
+	}
+}
+
 // TestPythonGolden parses a header exactly as Python's safetensors writes it.
 func TestPythonGolden(t *testing.T) {
 	const header = `{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}}`
