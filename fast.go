@@ -16,7 +16,7 @@ import (
 // large enough and allocates it otherwise, so a caller that passes the same Result every time
 // makes no heap allocation once the layer has seen the largest shape (the layer keeps its
 // scratch memory between calls). The tensors r held before the call are overwritten. Errors are
-// as for Forward; on error r is left as it was.
+// as for Forward, and one wrapping ErrShape when r is nil; on error r is left as it was.
 //
 // The float32 path runs the projections as blocked GEMMs, the attention of each (batch, head,
 // block of BlockQ queries) as one task, on up to Options.Workers goroutines. Without
@@ -30,6 +30,9 @@ func (l *Layer) ForwardInto(r *Result, query, key, value *tensor.Tensor, opt *Op
 func (l *Layer) forward(r *Result, s *Saved, query, key, value *tensor.Tensor, opt *Options) error {
 	if s != nil {
 		s.l = nil // a failed call leaves nothing for Backward
+	}
+	if r == nil {
+		return fmt.Errorf("%w: result is nil, want a Result to write into", ErrShape)
 	}
 	w := l.getWork()
 	defer l.putWork(w)
@@ -781,4 +784,11 @@ func (g *wgrad) do(ws *kernel.Workspace, task int) {
 	}
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0 and b > 0, without overflow when b is near math.MaxInt.
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}

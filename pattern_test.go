@@ -247,45 +247,52 @@ func TestParsePattern(t *testing.T) {
 func TestSparseLayouts(t *testing.T) {
 	const hq, tq, tk = 2, 11, 13
 	q, k := sdpaRand(1, 1, 1, hq, tq, 4), sdpaRand(2, 1, 1, hq, tk, 4)
-	for _, specs := range [][]string{{"local:2"}, {"dilated:2,3", "global:0,7"}, {"strided:4"}, {"bigbird:1,1,1,5"}} {
-		var ps []Pattern
-		for _, s := range specs {
-			p, err := ParsePattern(s)
+	// Blocks smaller than the call, and larger in either dimension or both: a block larger than
+	// the call costs no more than the call's pairs.
+	for _, block := range [][2]int{{3, 4}, {16, 5}, {2, 1 << 20}, {1 << 40, 1 << 40}, {math.MaxInt, math.MaxInt}} {
+		for _, specs := range [][]string{{"local:2"}, {"dilated:2,3", "global:0,7"}, {"strided:4"}, {"bigbird:1,1,1,5"}} {
+			var ps []Pattern
+			for _, s := range specs {
+				p, err := ParsePattern(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
+			}
+			bq, bk := block[0], block[1]
+			got, err := SparseLayouts(ps, block, hq, tq, tk)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("%v %v: %d layouts, %v, want 1", specs, block, len(got), err)
+			}
+			s := got[0]
+			nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
+			if s.BQ != bq || s.BK != bk || s.NBK != nbk || len(s.Kinds) != nbq*nbk {
+				t.Fatalf("%v: blocks %d × %d, %d kinds of %d columns, want %v, %d of %d", specs, s.BQ, s.BK, len(s.Kinds), s.NBK, block, nbq*nbk, nbk)
+			}
+			if len(s.Masks) > 4*tq*tk {
+				t.Errorf("%v %v: %d mask entries for %d × %d pairs", specs, block, len(s.Masks), tq, tk)
+			}
+			r, err := SDPA(q, k, k, &SDPAOptions{Patterns: ps, Block: block, NeedWeights: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps = append(ps, p)
-		}
-		block := [2]int{3, 4}
-		got, err := SparseLayouts(ps, block, hq, tq, tk)
-		if err != nil || len(got) != 1 {
-			t.Fatalf("%v: %d layouts, %v, want 1", specs, len(got), err)
-		}
-		s := got[0]
-		nbq, nbk := ceilDiv(tq, 3), ceilDiv(tk, 4)
-		if s.BQ != 3 || s.BK != 4 || s.NBK != nbk || len(s.Kinds) != nbq*nbk {
-			t.Fatalf("%v: blocks %d × %d, %d kinds of %d columns, want 3 × 4, %d of %d", specs, s.BQ, s.BK, len(s.Kinds), s.NBK, nbq*nbk, nbk)
-		}
-		r, err := SDPA(q, k, k, &SDPAOptions{Patterns: ps, Block: block, NeedWeights: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		kept := make([]int, len(s.Kinds)) // per block
-		for i := range tq {
-			for j := range tk {
-				b := i/3*nbk + j/4
-				if s.Keep(i, j) {
-					kept[b]++
-				}
-				if w := r.Weights.Data[i*tk+j]; s.Keep(i, j) != (w != 0) {
-					t.Errorf("%v: pair (%d, %d): Keep %v, SDPA's weight %v", specs, i, j, s.Keep(i, j), w)
+			kept := make([]int, len(s.Kinds)) // per block
+			for i := range tq {
+				for j := range tk {
+					b := i/bq*nbk + j/bk
+					if s.Keep(i, j) {
+						kept[b]++
+					}
+					if w := r.Weights.Data[i*tk+j]; s.Keep(i, j) != (w != 0) {
+						t.Errorf("%v %v: pair (%d, %d): Keep %v, SDPA's weight %v", specs, block, i, j, s.Keep(i, j), w)
+					}
 				}
 			}
-		}
-		for b, kind := range s.Kinds {
-			size := (min(b/nbk*3+3, tq) - b/nbk*3) * (min(b%nbk*4+4, tk) - b%nbk*4)
-			if want := kept[b] == size; kind == attend.Full && !want || kind == attend.Empty && kept[b] > 0 {
-				t.Errorf("%v: block %d is %v with %d of %d pairs kept", specs, b, kind, kept[b], size)
+			for b, kind := range s.Kinds {
+				size := (min(b/nbk*bq+bq, tq) - b/nbk*bq) * (min(b%nbk*bk+bk, tk) - b%nbk*bk)
+				if want := kept[b] == size; kind == attend.Full && !want || kind == attend.Empty && kept[b] > 0 {
+					t.Errorf("%v %v: block %d is %v with %d of %d pairs kept", specs, block, b, kind, kept[b], size)
+				}
 			}
 		}
 	}

@@ -24,9 +24,12 @@ type Sparse struct {
 	Kinds  []BlockKind
 	Keep   func(i, j int) bool
 	// Masks, when not nil, holds the partial blocks' pairs, computed once (see Precompute):
-	// block b's row r, column c is Masks[Offsets[b] + r·BK + c], true for a kept pair.
-	Masks   []bool
-	Offsets []int32
+	// block b's row r, column c is Masks[Offsets[b] + r·MaskStride + c], true for a kept pair.
+	// A block's mask has min(BQ, Tq) rows of MaskStride = min(BK, Tk) columns, so that blocks
+	// larger than the call cost no more than its pairs.
+	Masks      []bool
+	Offsets    []int
+	MaskStride int
 	// Cols, when not nil, lists the key blocks that are not empty, query block by query block,
 	// in order: those of query block qb are Cols[ColStart[qb]:ColStart[qb+1]] (see Precompute),
 	// so that Tiled walks them alone rather than every key block.
@@ -40,6 +43,8 @@ type Sparse struct {
 func (s *Sparse) Precompute(tq, tk int) {
 	s.Offsets = s.Offsets[:0]
 	s.Masks = s.Masks[:0]
+	rows, cols := min(s.BQ, tq), min(s.BK, tk)
+	s.MaskStride = cols
 	s.Cols, s.ColStart = s.Cols[:0], append(s.ColStart[:0], 0)
 	for b, k := range s.Kinds {
 		if k != Empty {
@@ -52,17 +57,21 @@ func (s *Sparse) Precompute(tq, tk int) {
 			s.Offsets = append(s.Offsets, -1)
 			continue
 		}
-		s.Offsets = append(s.Offsets, int32(len(s.Masks)))
+		s.Offsets = append(s.Offsets, len(s.Masks))
 		i0, j0 := b/s.NBK*s.BQ, b%s.NBK*s.BK
-		for r := range s.BQ {
-			for c := range s.BK {
+		for r := range rows {
+			for c := range cols {
 				i, j := i0+r, j0+c
 				s.Masks = append(s.Masks, i < tq && j < tk && s.Keep(i, j))
 			}
 		}
 	}
 	// Without keys (NBK = 0) Kinds is empty: each query block's list is empty.
-	for len(s.ColStart) <= (tq+s.BQ-1)/s.BQ {
+	nbq := tq / s.BQ
+	if tq%s.BQ != 0 {
+		nbq++
+	}
+	for len(s.ColStart) <= nbq {
 		s.ColStart = append(s.ColStart, 0)
 	}
 }
@@ -86,7 +95,7 @@ func applySparse[F Float](s *Sparse, i, j0 int, row []F) {
 			if s.Masks != nil {
 				kb := key / s.BK
 				// Key j0 + k of the block is mask column j0 + k − kb·BK of row i mod BQ.
-				base := int(s.Offsets[i/s.BQ*s.NBK+kb]) + i%s.BQ*s.BK - kb*s.BK + j0
+				base := s.Offsets[i/s.BQ*s.NBK+kb] + i%s.BQ*s.MaskStride - kb*s.BK + j0
 				for k := j; k < end; k++ {
 					if !s.Masks[base+k] {
 						row[k] = negInf

@@ -296,11 +296,14 @@ func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 
 // VisibleKeys returns, per head, how many keys each of t queries may see in the blocks'
 // attention ([Heads][t]): those the causal mask (unless Bidirectional), the sliding Window and
-// the Patterns leave it. It returns an error when t < 1 or the config's patterns do not lay out
-// for t tokens.
+// the Patterns leave it. It returns an error when the config is invalid (Validate), t is not in
+// 1 … SeqLen, or the config's patterns do not lay out for t tokens.
 func (c Config) VisibleKeys(t int) ([][]int, error) {
-	if t < 1 {
-		return nil, fmt.Errorf("nn: visible keys of %d tokens, want at least 1", t)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if t < 1 || t > c.SeqLen {
+		return nil, fmt.Errorf("nn: visible keys of %d tokens, want 1 … %d (the config's seq_len)", t, c.SeqLen)
 	}
 	mo := c.attnOptions(&RunOptions{}, 1)
 	var layouts []attend.Sparse

@@ -561,18 +561,20 @@ func TestRunSparsity(t *testing.T) {
 func TestVisibleKeys(t *testing.T) {
 	const n = 9
 	base := Config{Vocab: 5, SeqLen: 16, DModel: 8, Heads: 2, Layers: 1, FFN: 8, Norm: PreNorm, Positions: Learned}
-	window, local, bidir := base, base, base
+	window, local, bidir, huge := base, base, base, base
 	window.Window = 3
 	local.Patterns, local.Block = []string{"local:1"}, []int{4, 4}
+	huge.Patterns, huge.Block = []string{"local:1"}, []int{1 << 40, 1 << 40} // one block, larger than any call
 	bidir.Bidirectional, bidir.Patterns = true, []string{"local:1"}
 	for name, c := range map[string]struct {
 		cfg  Config
 		keep func(i, j int) bool
 	}{
-		"causal":              {base, func(i, j int) bool { return j <= i }},
-		"window":              {window, func(i, j int) bool { return j <= i && j > i-3 }},
-		"local":               {local, func(i, j int) bool { return j <= i && j >= i-1 }},
-		"bidirectional local": {bidir, func(i, j int) bool { return j >= i-1 && j <= i+1 }},
+		"causal":                {base, func(i, j int) bool { return j <= i }},
+		"window":                {window, func(i, j int) bool { return j <= i && j > i-3 }},
+		"local":                 {local, func(i, j int) bool { return j <= i && j >= i-1 }},
+		"local in a huge block": {huge, func(i, j int) bool { return j <= i && j >= i-1 }},
+		"bidirectional local":   {bidir, func(i, j int) bool { return j >= i-1 && j <= i+1 }},
 	} {
 		got, err := c.cfg.VisibleKeys(n)
 		if err != nil {
@@ -592,7 +594,14 @@ func TestVisibleKeys(t *testing.T) {
 			}
 		}
 	}
-	if _, err := base.VisibleKeys(0); err == nil {
-		t.Error("0 tokens: no error")
+	for _, n := range []int{0, 17, 1 << 40} {
+		if _, err := base.VisibleKeys(n); err == nil || !strings.Contains(err.Error(), "want 1 … 16") {
+			t.Errorf("%d tokens: %v, want an error asking for 1 … 16", n, err)
+		}
+	}
+	bad := base
+	bad.Heads = -1
+	if _, err := bad.VisibleKeys(4); err == nil {
+		t.Error("-1 heads: no error")
 	}
 }

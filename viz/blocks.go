@@ -39,7 +39,14 @@ func (b *BlockMap) check(name string, rows, cols int) error {
 	return nil
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0 and b > 0, without overflow when b is near math.MaxInt.
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
 
 // The colours of a heatmap's overlay.
 var (

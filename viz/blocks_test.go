@@ -119,6 +119,27 @@ func btoi(b bool) int {
 	return 0
 }
 
+// TestBlockLargerThanHeatmap draws one block larger than the heatmap, up to math.MaxInt cells a
+// side: a single full block, as a block of the heatmap's own size draws.
+func TestBlockLargerThanHeatmap(t *testing.T) {
+	want := blockHeatmap()
+	want.Blocks = &BlockMap{Size: [2]int{8, 8}, Kinds: []BlockKind{BlockEmpty}}
+	var ref strings.Builder
+	if err := want.SVG(&ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range [][2]int{{9, 8}, {8, 1 << 40}, {math.MaxInt, math.MaxInt}} {
+		h := blockHeatmap()
+		h.Blocks = &BlockMap{Size: size, Kinds: []BlockKind{BlockEmpty}}
+		var got strings.Builder
+		if err := h.SVG(&got); err != nil {
+			t.Errorf("blocks of %v: %v", size, err)
+		} else if got.String() != ref.String() {
+			t.Errorf("blocks of %v draw otherwise than one block of 8 × 8", size)
+		}
+	}
+}
+
 // TestBlockOverlayErrors checks that a bad overlay is an error that says what is wrong.
 func TestBlockOverlayErrors(t *testing.T) {
 	for want, change := range map[string]func(*Heatmap){
