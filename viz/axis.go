@@ -39,7 +39,7 @@ func linearTicks(lo, hi float64, n int) ([]float64, int) {
 		return []float64{lo}, 0
 	}
 	first, last := math.Ceil(lo/step-1e-9), math.Floor(hi/step+1e-9)
-	if !(last-first < maxTicks) || first+1 == first { // too many, or steps lost in rounding
+	if !(last-first < maxTicks) || last < first || first+1 == first { // too many, none, or steps lost in rounding
 		return []float64{lo}, 0
 	}
 	ticks := make([]float64, 0, int(last-first)+1)
@@ -77,7 +77,6 @@ func logTicks(lo, hi float64, n int) []float64 {
 	var ticks []float64
 	for e := a; e <= b && len(ticks) < maxTicks; e++ {
 		if math.Mod(e, every) != 0 { // every k-th decade, 10⁰ among them
-
 			continue
 		}
 		for _, m := range mults {

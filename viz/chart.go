@@ -73,8 +73,9 @@ func span(log bool, vs iter.Seq[float64]) (lo, hi float64) {
 	}
 	m := (hi/2 - lo/2) * 0.06
 	lo, hi = math.Max(lo-m, -math.MaxFloat64), math.Min(hi+m, math.MaxFloat64)
-	if log {
-		lo, hi = math.Pow(10, lo), math.Pow(10, hi)
+	if log { // within the positive floats, however wide the margin made the range
+		lo = math.Min(math.Max(math.Pow(10, lo), math.SmallestNonzeroFloat64), math.MaxFloat64)
+		hi = math.Max(math.Min(math.Pow(10, hi), math.MaxFloat64), lo)
 	}
 	return lo, hi
 }

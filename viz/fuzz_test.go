@@ -87,3 +87,48 @@ func FuzzHeatmap(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChart draws charts of any points, log axes and fixed y range: it must never panic or hang,
+// and whatever it accepts must come out as a PNG and as well-formed SVG.
+func FuzzChart(f *testing.F) {
+	bits := func(vs ...float64) []byte {
+		var b []byte
+		for _, v := range vs {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+		return b
+	}
+	f.Add(bits(0, 1, 1, 2, 2, 4), uint8(0), 0.0, 0.0)
+	f.Add(bits(1, 1, 1e300, 2), uint8(1), 0.0, 0.0)      // a log x axis over 300 decades
+	f.Add(bits(5e-324, 1, 1, 1e308), uint8(3), 0.0, 0.0) // both log axes at the floats' ends
+	f.Add(bits(1, math.NaN(), 2, math.Inf(1), 3, 3), uint8(2), 0.5, 9.0)
+	f.Add(bits(-1e308, 1e308, 1e308, -1e308), uint8(4), -1.0, 1.0)
+	f.Add(bits(3, 3), uint8(6), 1.0, 1.0)
+	f.Add([]byte("seven b"), uint8(7), math.NaN(), math.Inf(1))
+	f.Fuzz(func(t *testing.T, data []byte, flags uint8, ymin, ymax float64) {
+		var xs, ys []float64
+		for i := 0; i+16 <= len(data); i += 16 {
+			xs = append(xs, math.Float64frombits(binary.LittleEndian.Uint64(data[i:])))
+			ys = append(ys, math.Float64frombits(binary.LittleEndian.Uint64(data[i+8:])))
+		}
+		if len(data)%16 >= 8 {
+			xs = append(xs, 1) // sometimes one x too many
+		}
+		c := Chart{Title: "t", Series: []Series{{Name: "s", X: xs, Y: ys}}, LogX: flags&1 != 0, LogY: flags&2 != 0, Markers: flags&8 != 0}
+		if flags&4 != 0 {
+			c.YMin, c.YMax = &ymin, &ymax
+		}
+		if flags&16 != 0 { // a second series, the first one's points swapped
+			c.Series = append(c.Series, Series{X: ys, Y: xs})
+		}
+		pngErr := c.PNG(io.Discard)
+		var svg bytes.Buffer
+		svgErr := c.SVG(&svg)
+		if (pngErr == nil) != (svgErr == nil) {
+			t.Fatalf("PNG error %v, SVG error %v: they must agree", pngErr, svgErr)
+		}
+		if svgErr == nil {
+			parseSVG(t, svg.Bytes())
+		}
+	})
+}
