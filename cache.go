@@ -269,12 +269,12 @@ const (
 // whatever Compute says (a decode step is bound by reading the cache, which CacheBFloat16 and
 // CacheFloat16 halve).
 //
-// It returns an error wrapping ErrShape, leaving the cache and r unchanged, when a shape does
-// not fit the cache, the cache has too little room left for Tn positions, or an option is
+// It returns an error wrapping ErrShape, leaving the cache and r unchanged, when kv or r is nil,
+// a shape does not fit the cache, the cache has too little room left for Tn positions, or an option is
 // invalid or not supported.
 func (c *SDPAContext) AttendCache(r *SDPAResult, kv *KVCache, q, k, v *tensor.Tensor, opt *SDPAOptions) error {
-	if kv == nil {
-		return fmt.Errorf("%w: KV cache is nil", ErrShape)
+	if kv == nil || r == nil {
+		return fmt.Errorf("%w: KV cache %p and result %p, want both", ErrShape, kv, r)
 	}
 	c.mu.Lock()
 	c.startPool()

@@ -355,6 +355,9 @@ func TestAttendCacheErrors(t *testing.T) {
 			t.Errorf("%s: the failed call changed the cache (Len %d) or the result", c.name, kv.Len())
 		}
 	}
+	if err := ctx.AttendCache(nil, kv, q, k, v, &br); !errors.Is(err, ErrShape) || kv.Len() != 3 {
+		t.Errorf("nil result: error %v and Len %d, want ErrShape and 3", err, kv.Len())
+	}
 	kv.Reset()
 	if kv.Len() != 0 || kv.Cap() != 5 || kv.DType() != CacheBFloat16 {
 		t.Errorf("after Reset: Len %d, Cap %d, DType %v; want 0, 5, BF16", kv.Len(), kv.Cap(), kv.DType())

@@ -513,6 +513,9 @@ func TestBackwardErrors(t *testing.T) {
 		{"other layer", func() error { return other.Backward(&Grads{}, &s, q) }, "this layer"},
 		{"gradOutput shape", func() error { return l.Backward(&Grads{}, &s, tensor.New(2, 4, 8)) }, "gradOutput is [2 4 8], want [2 5 8]"},
 		{"gradOutput nil", func() error { return l.Backward(&Grads{}, &s, nil) }, "gradOutput is nil"},
+		{"Grads nil", func() error { return l.Backward(nil, &s, q) }, "Backward into nil Grads"},
+		{"Saved nil", func() error { return l.Backward(&Grads{}, nil, q) }, "needs the Saved of a ForwardTrain"},
+		{"Result nil", func() error { return l.ForwardInto(nil, q, nil, nil, nil) }, "result is nil"},
 		{"query grad shape", func() error { return l.Backward(&Grads{Query: tensor.New(5, 8)}, &s, q) }, "Grads.Query is [5 8], want [2 5 8]"},
 		{"params count", func() error { return l.Backward(&Grads{Params: []Param{{"x", tensor.New(1)}}}, &s, q) }, "has 1 tensors, want 4"},
 		{"param shape", func() error {

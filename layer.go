@@ -93,7 +93,9 @@ const MaxDim = 1 << 16
 // float32 gradient, 16 GiB for 2³¹ of them (a layer of embed dim 16384 has 2³⁰).
 const MaxParams = 1 << 31
 
-// HeadDim returns d_h, the size of head h: HeadDims[h], or EmbedDim / NumHeads.
+// HeadDim returns d_h, the size of head h: HeadDims[h], or EmbedDim / NumHeads. It is for a
+// config that New accepts and 0 ≤ h < NumHeads, and may panic (index out of range, division by
+// zero) otherwise; so are HeadOffset, HeadScale, KVDim and KVHead.
 func (c Config) HeadDim(h int) int {
 	if c.HeadDims != nil {
 		return c.HeadDims[h]
@@ -507,8 +509,11 @@ func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
 	names := slices.Sorted(maps.Keys(sd))
 	format := sd[names[0]].Format
 	for _, name := range names {
-		if f := sd[name].Format; f != format || (f != tensor.BFloat16 && f != tensor.Float16) {
-			return fmt.Errorf("%w: %s is %v and %s %v, want one format, bfloat16 or float16", ErrStateDict, names[0], format, name, f)
+		switch f := sd[name].Format; {
+		case f != tensor.BFloat16 && f != tensor.Float16:
+			return fmt.Errorf("%w: %s is in format %v, want bfloat16 or float16", ErrStateDict, name, f)
+		case f != format:
+			return fmt.Errorf("%w: %s is %v and %s %v, want one format for all", ErrStateDict, names[0], format, name, f)
 		}
 	}
 	l.half = make(map[string]*tensor.Half)
@@ -549,8 +554,11 @@ func checkStateDict[T any](l *Layer, sd map[string]*T, dims func(*T) ([]int, int
 		}
 		shape, count := dims(t)
 		want, _ := tensor.NumElements(l.shapes[i])
-		if !slices.Equal(shape, l.shapes[i]) || count != want {
+		if !slices.Equal(shape, l.shapes[i]) {
 			return fmt.Errorf("%w: %s is %v, want %v", ErrStateDict, p.Name, shape, l.shapes[i])
+		}
+		if count != want {
+			return fmt.Errorf("%w: %s has %d values for its shape %v, want %d", ErrStateDict, p.Name, count, shape, want)
 		}
 	}
 	for _, name := range names {

@@ -468,7 +468,7 @@ func TestLayerHalfWeights(t *testing.T) {
 		}
 		sd[p.Name] = &tensor.Half{Shape: p.T.Shape, Data: make([]uint16, len(p.T.Data)), Format: f}
 	}
-	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) {
+	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "want one format for all") {
 		t.Errorf("mixed formats: %v, want ErrStateDict", err)
 	}
 	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 2}, sd); !errors.Is(err, ErrStateDict) {
@@ -476,6 +476,12 @@ func TestLayerHalfWeights(t *testing.T) {
 	}
 	if _, err := NewHalf(Config{EmbedDim: 8, NumHeads: 3}, sd); !errors.Is(err, ErrConfig) {
 		t.Errorf("NewHalf with a bad config: %v, want ErrConfig", err)
+	}
+	for _, h := range sd {
+		h.Format = 0
+	}
+	if err := l.LoadHalfStateDict(sd); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "in_proj_bias is in format HalfFormat(0), want bfloat16 or float16") {
+		t.Errorf("no format: %v, want ErrStateDict naming in_proj_bias", err)
 	}
 }
 

@@ -491,6 +491,10 @@ func TestStateDict(t *testing.T) {
 	if err := m.LoadStateDict(sd); !strings.Contains(err.Error(), "bias_k is [1 8], want [1 1 8]") {
 		t.Errorf("bad shape: %v", err)
 	}
+	sd["bias_k"] = &tensor.Tensor{Shape: []int{1, 1, 8}, Data: make([]float32, 3)}
+	if err := m.LoadStateDict(sd); !strings.Contains(err.Error(), "bias_k has 3 values for its shape [1 1 8], want 8") {
+		t.Errorf("values short of the shape: %v", err)
+	}
 	delete(sd, "bias_k")
 	if err := m.LoadStateDict(sd); !strings.Contains(err.Error(), `missing "bias_k"`) {
 		t.Errorf("missing: %v", err)

@@ -211,8 +211,12 @@ func SDPA(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPAResult, error) {
 
 // SDPAInto is SDPA writing into r: it reuses r.Out's, r.LSE's and r.Weights' storage when it is
 // large enough, so that calls with the same r make no heap allocation in steady state. Fields
-// not asked for are set to nil. Errors are as for SDPA; on error r is left as it was.
+// not asked for are set to nil. Errors are as for SDPA, and one wrapping ErrShape when r is nil;
+// on error r is left as it was.
 func (c *SDPAContext) SDPAInto(r *SDPAResult, q, k, v *tensor.Tensor, opt *SDPAOptions) error {
+	if r == nil {
+		return fmt.Errorf("%w: result is nil, want an SDPAResult to write into", ErrShape)
+	}
 	w, pool := c.get()
 	defer c.put(w)
 	p := &w.p

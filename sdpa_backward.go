@@ -50,8 +50,12 @@ func SDPABackward(q, k, v *tensor.Tensor, r *SDPAResult, dOut *tensor.Tensor, op
 // SDPABackwardInto is SDPABackward writing into g, reusing its tensors' storage when it is large
 // enough, so that calls with the same g make no heap allocation in steady state. The result has
 // the same bits for any number of workers: each task owns one (batch, K/V head) and runs its query
-// heads in order. On error g is left as it was.
+// heads in order. It returns SDPABackward's errors, and one wrapping ErrShape when g is nil; on
+// error g is left as it was.
 func (c *SDPAContext) SDPABackwardInto(g *SDPAGrads, q, k, v *tensor.Tensor, r *SDPAResult, dOut *tensor.Tensor, opt *SDPAOptions) error {
+	if g == nil {
+		return fmt.Errorf("%w: gradients are nil, want an SDPAGrads to write into", ErrShape)
+	}
 	w, pool := c.get()
 	defer c.put(w)
 	p := &w.p

@@ -1019,6 +1019,13 @@ func TestSDPABackwardErrors(t *testing.T) {
 			t.Errorf("error %v, want ErrShape with %q", err, c.want)
 		}
 	}
+	ctx := NewSDPAContext()
+	if err := ctx.SDPABackwardInto(nil, q, k, v, r, dOut, nil); !errors.Is(err, ErrShape) {
+		t.Errorf("SDPABackwardInto into nil: %v, want ErrShape", err)
+	}
+	if err := ctx.SDPAInto(nil, q, k, v, nil); !errors.Is(err, ErrShape) {
+		t.Errorf("SDPAInto into nil: %v, want ErrShape", err)
+	}
 }
 
 // TestSDPABackwardFiniteDifferences checks SDPABackward against central differences of the

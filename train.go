@@ -81,10 +81,13 @@ func (g *Grads) Zero() {
 // all masked add nothing: their gradients are 0, never NaN. An empty batch or query sequence
 // (B = 0 or Tq = 0) adds nothing at all, and the input gradients it allocates are empty or zero.
 //
-// It returns an error wrapping ErrShape when gradOutput or a tensor in g does not fit, or when s
-// was not filled by this layer's ForwardTrain.
+// It returns an error wrapping ErrShape when g is nil, gradOutput or a tensor in g does not fit,
+// or s was not filled by this layer's ForwardTrain.
 func (l *Layer) Backward(g *Grads, s *Saved, gradOutput *tensor.Tensor) error {
-	if s.l != l {
+	if g == nil {
+		return fmt.Errorf("%w: Backward into nil Grads, want a Grads to add into", ErrShape)
+	}
+	if s == nil || s.l != l {
 		return fmt.Errorf("%w: Backward needs the Saved of a ForwardTrain of this layer", ErrShape)
 	}
 	p, e := &s.p, l.cfg.EmbedDim

@@ -255,10 +255,11 @@ func (c *CompositionScores) Strongest(mode string, n int) ([]HeadPairScore, erro
 // generator seeded with seed (the same arguments give the same number). It is the baseline of
 // Elhage et al. (2021): unrelated heads score about this much. (For full-rank square Gaussian
 // matrices it is about 1/√dModel; low-rank circuits score more.) It returns an error wrapping
-// ErrArgument when a size is < 1, dA or dB exceeds dModel, or samples < 1.
+// ErrArgument when a size is < 1, dA or dB exceeds dModel, dModel exceeds nn.MaxDim (the
+// widest model), or samples < 1.
 func RandomCompositionBaseline(dModel, dA, dB, samples int, seed uint64) (float64, error) {
-	if dModel < 1 || dA < 1 || dB < 1 || dA > dModel || dB > dModel || samples < 1 {
-		return 0, fmt.Errorf("%w: baseline of d_model %d, head sizes %d and %d, %d samples; want 1 ≤ head sizes ≤ d_model and samples ≥ 1", ErrArgument, dModel, dA, dB, samples)
+	if dModel < 1 || dA < 1 || dB < 1 || dA > dModel || dB > dModel || dModel > nn.MaxDim || samples < 1 {
+		return 0, fmt.Errorf("%w: baseline of d_model %d, head sizes %d and %d, %d samples; want 1 ≤ head sizes ≤ d_model ≤ %d and samples ≥ 1", ErrArgument, dModel, dA, dB, samples, nn.MaxDim)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x636f6d70))
 	gauss := func(r, c int) *mat.Dense {

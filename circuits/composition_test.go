@@ -330,7 +330,7 @@ func TestCompositionErrors(t *testing.T) {
 	if _, err := c.Strongest("Q", -1); !errors.Is(err, ErrArgument) {
 		t.Errorf("Strongest(-1): %v, want ErrArgument", err)
 	}
-	for _, a := range [][4]int{{0, 1, 1, 1}, {4, 5, 1, 1}, {4, 2, 2, 0}} {
+	for _, a := range [][4]int{{0, 1, 1, 1}, {4, 5, 1, 1}, {4, 2, 2, 0}, {1 << 30, 1, 1, 1}} {
 		if _, err := RandomCompositionBaseline(a[0], a[1], a[2], a[3], 1); !errors.Is(err, ErrArgument) {
 			t.Errorf("RandomCompositionBaseline%v: %v, want ErrArgument", a, err)
 		}

@@ -79,7 +79,7 @@ func Run(ctx context.Context, m *nn.Model, prompt []int, opt Options, emit func(
 		return res, fmt.Errorf("generate: top-p is %v, want a value in [0, 1]", opt.TopP)
 	case opt.Compute != mha.ComputeFloat32 && opt.Compute != mha.ComputeBFloat16:
 		return res, fmt.Errorf("generate: compute type %v, want mha.ComputeFloat32 or mha.ComputeBFloat16", opt.Compute)
-	case len(prompt)+n > m.Config().SeqLen:
+	case n > m.Config().SeqLen-len(prompt): // not len(prompt)+n, which may overflow
 		return res, fmt.Errorf("generate: %d prompt tokens and %d more exceed the model's %d positions", len(prompt), n, m.Config().SeqLen)
 	}
 	// The next token's logits after input: through the cache, or, for a model a cache cannot

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mhalab/mha"
@@ -175,10 +176,16 @@ func TestSamplerDistribution(t *testing.T) {
 // TestErrors checks the options and models Run refuses.
 func TestErrors(t *testing.T) {
 	m := model(t)
-	for _, opt := range []Options{{MaxTokens: -1}, {Temperature: -1}, {Temperature: math.Inf(1)}, {TopK: -2}, {TopP: 1.5}, {MaxTokens: 40}, {Compute: 7}} {
+	for _, opt := range []Options{{MaxTokens: -1}, {Temperature: -1}, {Temperature: math.Inf(1)}, {TopK: -2}, {TopP: 1.5}, {MaxTokens: 40}, {MaxTokens: math.MaxInt}, {Compute: 7}} {
 		if _, err := Run(context.Background(), m, []int{1}, opt, nil); err == nil {
 			t.Errorf("%+v: no error", opt)
 		}
+	}
+	// A model without a cache, whose sequence Run would have allocated for MaxInt tokens.
+	sparse := config()
+	sparse.Patterns = []string{"local:2"}
+	if _, err := Run(context.Background(), newModel(t, sparse), []int{1}, Options{MaxTokens: math.MaxInt}, nil); err == nil || !strings.Contains(err.Error(), "exceed the model's 32 positions") {
+		t.Errorf("MaxTokens MaxInt without a cache: %v, want an error about the 32 positions", err)
 	}
 	if _, err := Run(context.Background(), m, nil, Options{}, nil); err == nil {
 		t.Error("an empty prompt: no error")

@@ -76,11 +76,11 @@ type Model struct {
 // hfConfig holds the fields of config.json the families read, under Hugging Face's names.
 // Pointers tell a field left out from a zero.
 type hfConfig struct {
-	Architectures []string `json:"architectures"`
-	ModelType     string   `json:"model_type"`
-	VocabSize     int      `json:"vocab_size"`
-	TieEmbeddings *bool    `json:"tie_word_embeddings"`
-	EOSTokenID    any      `json:"eos_token_id"` // a number, a list of them, or null
+	Architectures []string        `json:"architectures"`
+	ModelType     string          `json:"model_type"`
+	VocabSize     int             `json:"vocab_size"`
+	TieEmbeddings *bool           `json:"tie_word_embeddings"`
+	EOSTokenID    json.RawMessage `json:"eos_token_id"` // a token id, a list of them, or null
 
 	// GPT-2
 	NEmbd                   int             `json:"n_embd"`
@@ -175,6 +175,14 @@ func (o Options) Open(dir string) (*Model, error) {
 	if err := readJSON(dir, "config.json", &hc); err != nil {
 		return nil, err
 	}
+	for _, eps := range []struct {
+		name string
+		v    *float64
+	}{{"layer_norm_epsilon", hc.LayerNormEpsilon}, {"layer_norm_eps", hc.LayerNormEps}, {"rms_norm_eps", hc.RMSNormEps}} {
+		if eps.v != nil && !(*eps.v > 0) { // nn would read an eps of 0 as its default
+			return nil, fmt.Errorf("pretrained: %s's %s is %v, want > 0", filepath.Join(dir, "config.json"), eps.name, *eps.v)
+		}
+	}
 	m := &Model{}
 	switch {
 	case len(hc.Architectures) > 0:
@@ -193,16 +201,6 @@ func (o Options) Open(dir string) (*Model, error) {
 		m.Family = fam
 	default:
 		return nil, fmt.Errorf("pretrained: %s names no architectures and no model_type", filepath.Join(dir, "config.json"))
-	}
-	switch e := hc.EOSTokenID.(type) {
-	case float64:
-		m.EOS = []int{int(e)}
-	case []any:
-		for _, x := range e {
-			if f, ok := x.(float64); ok {
-				m.EOS = append(m.EOS, int(f))
-			}
-		}
 	}
 	w, err := openWeights(dir)
 	if err != nil {
@@ -225,6 +223,9 @@ func (o Options) Open(dir string) (*Model, error) {
 		}
 		lay, err = llamaLayout(&hc, w)
 		m.LMHead = !bare
+	}
+	if err == nil {
+		m.EOS, err = eosIDs(hc.EOSTokenID, lay.cfg.Vocab)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, filepath.Join(dir, "config.json"))
@@ -383,6 +384,9 @@ func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.Fi
 			if !slices.Equal(t.Shape, want) {
 				return nil, nil, fmt.Errorf("%s in %s is %v, want %v", name, file, t.Shape, want)
 			}
+			if t.DType != safetensors.F32 && t.DType != safetensors.F16 && t.DType != safetensors.BF16 {
+				return nil, nil, fmt.Errorf("%s in %s is %s, want F32, F16 or BF16", name, file, t.DType)
+			}
 			f := w.files[file]
 			if err := read(f, name, dst); err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", file, err)
@@ -475,6 +479,27 @@ func checkSizes(sizes map[string]int) error {
 		}
 	}
 	return nil
+}
+
+// eosIDs returns config.json's eos_token_id, raw: a token id or a list of them, each in
+// [0, vocab), or null or left out (none).
+func eosIDs(raw json.RawMessage, vocab int) ([]int, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var ids []int
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		ids = []int{one}
+	} else if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, fmt.Errorf("pretrained: eos_token_id is %s, want a token id, a list of them, or null", raw)
+	}
+	for _, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("pretrained: eos_token_id %d is not a token of the %d in vocab_size", id, vocab)
+		}
+	}
+	return ids, nil
 }
 
 func orFloat(p *float64, def float64) float64 {

@@ -3,6 +3,7 @@ package pretrained
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -254,6 +255,26 @@ func TestOpenConfigForms(t *testing.T) {
 // and what came.
 func TestOpenErrors(t *testing.T) {
 	edit := func(name string, change func(cfg map[string]any)) string { return editConfig(t, name, change) }
+	// The llama folder with model.norm.weight stored as dtype.
+	stored := func(dtype safetensors.DType) string {
+		dir := copyFolder(t, "llama")
+		path := filepath.Join(dir, "model.safetensors")
+		f, err := safetensors.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors := map[string]safetensors.Tensor{}
+		for _, name := range f.Names() {
+			tensors[name], _ = f.Raw(name)
+		}
+		norm := tensors["model.norm.weight"]
+		norm.DType, norm.Data = dtype, make([]byte, norm.Shape[0]*dtype.Size())
+		tensors["model.norm.weight"] = norm
+		if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
 	for _, c := range []struct {
 		name, dir, want string
 		unsupported     bool
@@ -272,9 +293,12 @@ func TestOpenErrors(t *testing.T) {
 		{"activation", edit("gpt2", func(c map[string]any) { c["activation_function"] = "relu" }), `activation_function "relu"`, true},
 		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }), `rope_scaling type "yarn"`, true},
 		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
-		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
+		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number ≥ 1 or null`, false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},
 		{"heads", edit("llama", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide", false},
+		{"integer weights", stored(safetensors.I64), "model.norm.weight in model.safetensors is I64, want F32, F16 or BF16", false},
+		{"bool weights", stored(safetensors.Bool), "model.norm.weight in model.safetensors is BOOL, want F32, F16 or BF16", false},
+		{"float64 weights", stored(safetensors.F64), "model.norm.weight in model.safetensors is F64, want F32, F16 or BF16", false},
 		// The config is checked before the weights are read: the missing layer is not reached.
 		{"config first", edit("llama", func(c map[string]any) { c["num_hidden_layers"] = 3; c["rms_norm_eps"] = 2 }), "norm_eps is 2", false},
 	} {
@@ -380,6 +404,57 @@ func TestTranspose(t *testing.T) {
 					t.Fatalf("%d×%d: element [%d, %d] of the transpose is %d, want %d", rows, cols, j, i, got, want)
 				}
 			}
+		}
+	}
+}
+
+// TestConfigFieldChecks checks config.json's eos_token_id forms (a token id, a list, null, left out)
+// and that anything else, or an id outside the vocabulary, is an error naming it; also that the
+// norms' eps must be > 0 and Mistral's sliding_window ≥ 1 when set.
+func TestConfigFieldChecks(t *testing.T) {
+	for _, c := range []struct {
+		value any
+		want  []int
+	}{{7, []int{7}}, {[]any{2, 294, 0}, []int{2, 294, 0}}, {nil, nil}, {"absent", nil}, {[]any{}, []int{}}} {
+		m, err := Open(editConfig(t, "llama", func(cfg map[string]any) {
+			if c.value == "absent" {
+				delete(cfg, "eos_token_id")
+			} else {
+				cfg["eos_token_id"] = c.value
+			}
+		}))
+		if err != nil || !slices.Equal(m.EOS, c.want) {
+			t.Errorf("eos_token_id %v: %v, %v; want %v", c.value, m, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		value  any
+		phrase string
+	}{
+		{1.5, "eos_token_id is 1.5, want a token id"},
+		{1e30, "eos_token_id is 1e+30, want a token id"},
+		{"2", `eos_token_id is "2", want a token id`},
+		{[]any{2, "x"}, `eos_token_id is [2,"x"], want a token id`},
+		{295, "eos_token_id 295 is not a token of the 295 in vocab_size"},
+		{[]any{2, -7}, "eos_token_id -7 is not a token"},
+	} {
+		_, err := Open(editConfig(t, "llama", func(cfg map[string]any) { cfg["eos_token_id"] = c.value }))
+		if err == nil || !strings.Contains(err.Error(), c.phrase) {
+			t.Errorf("eos_token_id %v: %v, want an error containing %q", c.value, err, c.phrase)
+		}
+	}
+	for _, c := range [][2]string{{"llama", "rms_norm_eps"}, {"gpt2", "layer_norm_epsilon"}, {"bert", "layer_norm_eps"}} {
+		for _, eps := range []float64{0, -1e-5} {
+			_, err := Open(editConfig(t, c[0], func(cfg map[string]any) { cfg[c[1]] = eps }))
+			if want := fmt.Sprintf("%s is %v, want > 0", c[1], eps); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s with %s %v: %v, want an error containing %q", c[0], c[1], eps, err, want)
+			}
+		}
+	}
+	for _, w := range []any{0, -5, 1.5} {
+		_, err := Open(editConfig(t, "mistral", func(cfg map[string]any) { cfg["sliding_window"] = w }))
+		if err == nil || !strings.Contains(err.Error(), "want a whole number ≥ 1 or null") {
+			t.Errorf("Mistral's sliding_window %v: %v, want an error", w, err)
 		}
 	}
 }

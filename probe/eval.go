@@ -348,7 +348,9 @@ func correctSequences(logits []float32, vocab int, bt tasks.Batch) int {
 
 // RepeatedTokens returns b sequences of 2n tokens, [b, 2n] row-major: n tokens drawn uniformly
 // from [0, vocab) with a generator seeded by seed, followed by the same n again, as Olsson et al.
-// measure induction heads. The same arguments give the same tokens.
+// measure induction heads. The same arguments give the same tokens. Like math/rand's IntN, it
+// panics unless vocab ≥ 1, and it panics when b or n is negative or b·2n tokens cannot be
+// allocated: its sizes are the caller's, checked there.
 func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tokens := make([]int, 0, b*2*n)
@@ -366,11 +368,12 @@ func RepeatedTokens(seed uint64, b, n, vocab int) []int {
 // drawn uniformly from [0, vocab) with a generator seeded by seed, followed by the same n again.
 // On them the pattern scores are Olsson et al.'s positional ones: with no repeat inside a half,
 // PrefixMatching is the mean over the second half's queries i of α_{i, i−n+1} (the induction
-// score) and DuplicateToken the mean of α_{i, i−n}. It returns an error unless 1 ≤ n ≤ vocab and
-// b ≥ 1.
+// score) and DuplicateToken the mean of α_{i, i−n}. It returns an error unless 1 ≤ n ≤ vocab,
+// b ≥ 1, and b·2n and vocab are at most 2³⁰ (each sequence shuffles the whole vocabulary).
 func DistinctRepeatedTokens(seed uint64, b, n, vocab int) ([]int, error) {
-	if b < 1 || n < 1 || n > vocab {
-		return nil, fmt.Errorf("probe: %d sequences of %d distinct tokens of a vocabulary of %d; want b ≥ 1 and 1 ≤ n ≤ vocab", b, n, vocab)
+	const most = 1 << 30
+	if b < 1 || n < 1 || n > vocab || vocab > most || b > most/(2*n) {
+		return nil, fmt.Errorf("probe: %d sequences of %d distinct tokens of a vocabulary of %d; want b ≥ 1, 1 ≤ n ≤ vocab ≤ 2³⁰ and b·2n ≤ 2³⁰", b, n, vocab)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0xd15c))
 	tokens := make([]int, 0, b*2*n)

@@ -213,7 +213,7 @@ func TestDistinctRepeatedTokens(t *testing.T) {
 			t.Errorf("head %d: prefix-matching %v duplicate %v, want %v and %v", hi, prefix[hi], dup[hi], ind/(b*n), d/(b*n))
 		}
 	}
-	for _, bad := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 8, 7}} {
+	for _, bad := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 8, 7}, {1 << 31, 1 << 31, 1 << 31}, {1 << 29, 2, 10}, {1, 1, 1<<30 + 1}} {
 		if _, err := DistinctRepeatedTokens(1, bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("b %d, n %d, vocab %d: no error", bad[0], bad[1], bad[2])
 		}
