@@ -1,6 +1,7 @@
 package mha
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -58,14 +59,26 @@ type Pattern struct {
 // stride of 0).
 func ParsePattern(s string) (Pattern, error) {
 	name, args, _ := strings.Cut(s, ":")
+	if name == "blocks" {
+		return Pattern{}, fmt.Errorf("%w: pattern %q: a block map is read from its file by the commands that take --pattern blocks:FILE (mha sdpa, run, explain, bench); here the patterns are local:W, dilated:W,D, strided:S, global:I,J,… and bigbird:W,G,R,SEED", ErrShape, s)
+	}
 	var nums []int
+	var seed uint64 // bigbird's last number, which may use every bit of a uint64
 	if args != "" {
-		for _, a := range strings.Split(args, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(a))
-			if err != nil || v < 0 {
+		fields := strings.Split(args, ",")
+		for i, a := range fields {
+			v, err := strconv.ParseUint(strings.TrimSpace(a), 10, 64)
+			switch {
+			case errors.Is(err, strconv.ErrRange):
+				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is beyond 2⁶⁴ − 1", ErrShape, s, a)
+			case err != nil:
 				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is not a whole number ≥ 0", ErrShape, s, a)
+			case name == "bigbird" && i == 3:
+				seed = v
+			case v > math.MaxInt:
+				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is beyond %d", ErrShape, s, a, math.MaxInt)
 			}
-			nums = append(nums, v)
+			nums = append(nums, int(v)) // the seed's own value is seed
 		}
 	}
 	want := func(n int, form string) error {
@@ -100,7 +113,7 @@ func ParsePattern(s string) (Pattern, error) {
 		if err := want(4, "bigbird:W,G,R,SEED"); err != nil {
 			return Pattern{}, err
 		}
-		p = Pattern{Kind: PatternBigBird, Width: nums[0], Globals: nums[1], Random: nums[2], Seed: uint64(nums[3])}
+		p = Pattern{Kind: PatternBigBird, Width: nums[0], Globals: nums[1], Random: nums[2], Seed: seed}
 	default:
 		return Pattern{}, fmt.Errorf("%w: pattern %q, want local:W, dilated:W,D, strided:S, global:I,J,…, bigbird:W,G,R,SEED or blocks:FILE", ErrShape, s)
 	}
@@ -151,7 +164,8 @@ func (p *Pattern) check(hq, tq, tk, bq, bk int) error {
 }
 
 // SparseLayouts compiles patterns, as SDPA and Layer.Forward do, for a call of hq query heads,
-// tq queries and tk keys in blocks of block[0] queries × block[1] keys (both 0: 64 × 64): one
+// tq queries and tk keys in blocks of block[0] queries × block[1] keys (both 0: 64 × 64; a
+// size beyond the call's is clamped to it, which keeps the same pairs in the same blocks): one
 // layout per query head when a block pattern has one map per head, else one that all heads
 // share. Each layout's Kinds [⌈tq/BQ⌉, ⌈tk/BK⌉] say which blocks the kernels skip (attend.Empty),
 // test pair by pair (attend.Partial) or take whole (attend.Full), and Keep(i, j) whether the
@@ -211,7 +225,9 @@ func (c *layoutCache) compileSparse(patterns []Pattern, block [2]int, hq, tq, tk
 		}
 		return nil, fmt.Errorf("%w: blocks of %d × %d lay %d queries and %d keys out in %d × %d blocks%s, more than %d in all: want larger blocks", ErrShape, bq, bk, tq, tk, nbq, nbk, each, maxSparseBlocks)
 	}
-	return c.get(patterns, hq, tq, tk, bq, bk), nil
+	// A block larger than the call covers the call: it is the same single block, with the same
+	// pairs, clamped so that no kernel sizes a tile by more queries or keys than there are.
+	return c.get(patterns, hq, tq, tk, max(1, min(bq, tq)), max(1, min(bk, tk))), nil
 }
 
 // maxSparseBlocks bounds the blocks a call's layouts hold in all (a byte each, and each

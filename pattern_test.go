@@ -214,11 +214,13 @@ func TestLayoutCache(t *testing.T) {
 // TestParsePattern checks the CLI's pattern syntax and its errors.
 func TestParsePattern(t *testing.T) {
 	for s, want := range map[string]Pattern{
-		"local:5":         {Kind: PatternLocal, Width: 5},
-		"dilated:4,2":     {Kind: PatternDilated, Width: 4, Dilation: 2},
-		"strided:8":       {Kind: PatternStrided, Stride: 8},
-		"global:0,5,9":    {Kind: PatternGlobal, Positions: []int{0, 5, 9}},
-		"bigbird:3,2,1,7": {Kind: PatternBigBird, Width: 3, Globals: 2, Random: 1, Seed: 7},
+		"local:5":                            {Kind: PatternLocal, Width: 5},
+		"dilated:4,2":                        {Kind: PatternDilated, Width: 4, Dilation: 2},
+		"strided:8":                          {Kind: PatternStrided, Stride: 8},
+		"global:0,5,9":                       {Kind: PatternGlobal, Positions: []int{0, 5, 9}},
+		"bigbird:3,2,1,7":                    {Kind: PatternBigBird, Width: 3, Globals: 2, Random: 1, Seed: 7},
+		"bigbird:3,2,1,18446744073709551615": {Kind: PatternBigBird, Width: 3, Globals: 2, Random: 1, Seed: math.MaxUint64},
+		"local:9223372036854775807":          {Kind: PatternLocal, Width: math.MaxInt},
 	} {
 		got, err := ParsePattern(s)
 		if err != nil || got.Kind != want.Kind || got.Width != want.Width || got.Dilation != want.Dilation || got.Stride != want.Stride ||
@@ -229,6 +231,16 @@ func TestParsePattern(t *testing.T) {
 	for _, s := range []string{"", "local", "local:", "local:-1", "local:1,2", "dilated:3", "strided:x", "global:", "bigbird:1,2,3", "ring:4", "dilated:3,0", "strided:0"} {
 		if _, err := ParsePattern(s); !errors.Is(err, ErrShape) {
 			t.Errorf("ParsePattern(%q): %v, want ErrShape", s, err)
+		}
+	}
+	for s, phrase := range map[string]string{
+		"blocks:map.safetensors":             "a block map is read from its file by the commands",
+		"local:9223372036854775808":          `"9223372036854775808" is beyond 9223372036854775807`,
+		"bigbird:1,2,3,18446744073709551616": `"18446744073709551616" is beyond 2⁶⁴ − 1`,
+		"global:1,x":                         `"x" is not a whole number ≥ 0`,
+	} {
+		if _, err := ParsePattern(s); !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), phrase) {
+			t.Errorf("ParsePattern(%q): %v, want ErrShape saying %q", s, err, phrase)
 		}
 	}
 	q := sdpaRand(1, 1, 1, 1, 4, 2)
@@ -259,7 +271,7 @@ func TestSparseLayouts(t *testing.T) {
 				}
 				ps = append(ps, p)
 			}
-			bq, bk := block[0], block[1]
+			bq, bk := min(block[0], tq), min(block[1], tk) // clamped to the call
 			got, err := SparseLayouts(ps, block, hq, tq, tk)
 			if err != nil || len(got) != 1 {
 				t.Fatalf("%v %v: %d layouts, %v, want 1", specs, block, len(got), err)
@@ -267,7 +279,7 @@ func TestSparseLayouts(t *testing.T) {
 			s := got[0]
 			nbq, nbk := ceilDiv(tq, bq), ceilDiv(tk, bk)
 			if s.BQ != bq || s.BK != bk || s.NBK != nbk || len(s.Kinds) != nbq*nbk {
-				t.Fatalf("%v: blocks %d × %d, %d kinds of %d columns, want %v, %d of %d", specs, s.BQ, s.BK, len(s.Kinds), s.NBK, block, nbq*nbk, nbk)
+				t.Fatalf("%v: blocks %d × %d, %d kinds of %d columns, want %d × %d, %d of %d", specs, s.BQ, s.BK, len(s.Kinds), s.NBK, bq, bk, nbq*nbk, nbk)
 			}
 			if len(s.Masks) > 4*tq*tk {
 				t.Errorf("%v %v: %d mask entries for %d × %d pairs", specs, block, len(s.Masks), tq, tk)
@@ -1100,4 +1112,37 @@ func checkSameGrads(t *testing.T, q, k, v, dy *tensor.Tensor, ra *SDPAResult, a 
 	checkRel(t, "dq", ga.Q.Data, as[float64](gb.Q.Data), 1e-5)
 	checkRel(t, "dk", ga.K.Data, as[float64](gb.K.Data), 1e-5)
 	checkRel(t, "dv", ga.V.Data, as[float64](gb.V.Data), 1e-5)
+}
+
+// TestSparseHugeBlocks checks that blocks larger than the call, up to math.MaxInt a side, give
+// the forward and the backward of one block the call's own size, bit for bit.
+func TestSparseHugeBlocks(t *testing.T) {
+	const hq, tq, tk = 2, 7, 9
+	q, k, v := sdpaRand(1, 1, 1, hq, tq, 4), sdpaRand(2, 1, 1, hq, tk, 4), sdpaRand(3, 1, 1, hq, tk, 4)
+	dOut := sdpaRand(4, 1, 1, hq, tq, 4)
+	ps := []Pattern{{Kind: PatternLocal, Width: 1}, {Kind: PatternGlobal, Positions: []int{3}}}
+	run := func(block [2]int) (*SDPAResult, *SDPAGrads) {
+		opt := &SDPAOptions{Patterns: ps, Block: block, NeedLSE: true, Causal: CausalBottomRight}
+		r, err := SDPA(q, k, v, opt)
+		if err != nil {
+			t.Fatalf("blocks %v: %v", block, err)
+		}
+		g, err := SDPABackward(q, k, v, r, dOut, opt)
+		if err != nil {
+			t.Fatalf("blocks %v: %v", block, err)
+		}
+		return r, g
+	}
+	wantR, wantG := run([2]int{tq, tk})
+	for _, block := range [][2]int{{math.MaxInt, math.MaxInt}, {1 << 40, tk}, {tq, math.MaxInt}} {
+		r, g := run(block)
+		for _, c := range []struct {
+			name      string
+			got, want *tensor.Tensor
+		}{{"out", r.Out, wantR.Out}, {"lse", r.LSE, wantR.LSE}, {"dq", g.Q, wantG.Q}, {"dk", g.K, wantG.K}, {"dv", g.V, wantG.V}} {
+			if maxAbsDiff(c.got.Data, c.want.Data) != 0 {
+				t.Errorf("blocks %v: %s differs from one block of %d × %d", block, c.name, tq, tk)
+			}
+		}
+	}
 }
