@@ -141,8 +141,8 @@ func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool,
 var inputNames = []string{"query", "key", "value", "key_padding_mask", "attn_mask", "grad_output"}
 
 // loadInput reads the query, optional key and value, and masks from path. It passes to warn a
-// query, key, value or grad_output that holds NaN or ±Inf (not a float attn_mask, where −Inf is a
-// mask).
+// query, key, value or grad_output that holds NaN or ±Inf, and a float attn_mask that holds NaN
+// or +Inf (−Inf is a mask).
 func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (*job, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
@@ -192,7 +192,11 @@ func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (
 		case safetensors.Bool, safetensors.U8:
 			j.opt.AttnMask, err = f.Bool("attn_mask")
 		case safetensors.F32, safetensors.F64, safetensors.F16, safetensors.BF16:
-			j.opt.AttnBias, err = f.Float32("attn_mask")
+			if j.opt.AttnBias, err = f.Float32("attn_mask"); err == nil {
+				if bad := checkBias("attn_mask", j.opt.AttnBias); bad != nil {
+					warn(path, bad)
+				}
+			}
 		default:
 			err = fmt.Errorf("tensor \"attn_mask\" is %s, want BOOL or U8 (true = may not attend) or a float dtype (added to the scores)", raw.DType)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -78,6 +79,29 @@ func withNonFiniteHint(err error) error {
 		return fmt.Errorf("%w; pass --allow-nonfinite to use them anyway", err)
 	}
 	return err
+}
+
+// checkBias returns an error when t, an additive mask or bias called name, holds NaN or +Inf:
+// −Inf masks a pair, but either of those makes its row's outputs NaN.
+func checkBias(name string, t *tensor.Tensor) error {
+	first, count := -1, 0
+	for i, v := range t.Data {
+		if v != v || math.IsInf(float64(v), 1) {
+			if first < 0 {
+				first = i
+			}
+			count++
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	verb := "are"
+	if count == 1 {
+		verb = "is"
+	}
+	return fmt.Errorf("tensor %q %v: %d of %d values %s NaN or +Inf, the first %v at index %d (−Inf masks a pair; these make their rows NaN)",
+		name, t.Shape, count, len(t.Data), verb, t.Data[first], first)
 }
 
 // nonFiniteWarning returns the warning line that source holds what err, a tensor's CheckFinite

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tasks"
+	"github.com/mhalab/mha/tensor"
 )
 
 // withNaN returns t with a copy of its data whose F32 value i is NaN.
@@ -130,6 +132,28 @@ func TestRunNonFinite(t *testing.T) {
 	if code, _, stderr := run(weights, withGrad); code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "pass --backward") {
 		t.Errorf("NaN in the input of a failing run: exit %d, stderr %q; want exit 1 and only the error's line", code, stderr)
 	}
+	// A float attn_mask: −Inf masks a pair (no warning), NaN or +Inf makes its row NaN.
+	q, _ := g.Float32("query")
+	tq := q.Shape[len(q.Shape)-2]
+	for _, c := range []struct {
+		value float32
+		warn  bool
+	}{{float32(math.Inf(-1)), false}, {float32(math.NaN()), true}, {float32(math.Inf(1)), true}} {
+		mask := make([]float32, tq*tq)
+		mask[1] = c.value
+		path := filepath.Join(dir, "mask.safetensors")
+		tensors := map[string]safetensors.Tensor{"attn_mask": safetensors.FromFloat32(&tensor.Tensor{Shape: []int{tq, tq}, Data: mask})}
+		tensors["query"], _ = g.Raw("query")
+		if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := run(weights, path)
+		want := fmt.Sprintf(`mha: warning: %s: tensor "attn_mask" [%d %d]: 1 of %d values is NaN or +Inf, the first %v at index 1`, path, tq, tq, tq*tq, c.value)
+		if code != 0 || strings.HasPrefix(stderr, want) != c.warn || !c.warn && stderr != "" {
+			t.Errorf("attn_mask with %v: exit %d, stderr %q; want exit 0 and a warning %v", c.value, code, stderr, c.warn)
+		}
+	}
+
 	code, _, stderr = run(badWeights, input)
 	if code != 1 || !strings.Contains(stderr, badWeights+`: tensor "out_proj.bias" [`) || !strings.Contains(stderr, "pass --allow-nonfinite") {
 		t.Errorf("NaN in the weights: exit %d, stderr %q; want exit 1 naming out_proj.bias", code, stderr)

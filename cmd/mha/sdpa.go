@@ -274,6 +274,9 @@ func (f *sdpaFlags) run(cmd *cobra.Command) error {
 	for _, line := range in.warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), line)
 	}
+	if err := r.Out.CheckFinite("out"); err != nil && len(in.warnings) == 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "mha: warning: every input is finite, but %v: the scores overflowed float32 (beyond ±3.4e38; check --scale and the inputs' size)\n", err)
+	}
 	if r.FullyMasked > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: %d (batch, head, query) rows had no key to attend; their output is 0\n", r.FullyMasked)
 	}
@@ -374,6 +377,11 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (*sdpaInput, error) {
 	}
 	if opt.AttnBias, err = float("attn_bias", ""); err != nil {
 		return nil, err
+	}
+	if opt.AttnBias != nil {
+		if err := checkBias("attn_bias", opt.AttnBias); err != nil {
+			in.warnings = append(in.warnings, nonFiniteWarning(path, err))
+		}
 	}
 	for _, m := range []struct {
 		name string

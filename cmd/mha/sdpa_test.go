@@ -241,6 +241,24 @@ func TestSDPAOutput(t *testing.T) {
 	if code, _, stderr := runCLI("sdpa", "--input", in, "--out", os.DevNull); code != 1 || !strings.Contains(stderr, os.DevNull) {
 		t.Errorf("--out %s: exit %d, stderr %q", os.DevNull, code, stderr)
 	}
+	// attn_bias: −Inf masks a pair, NaN makes its row NaN.
+	bias := tensor.New(2, 3)
+	bias.Data[0], bias.Data[4] = float32(math.Inf(-1)), float32(math.NaN())
+	in = writeFile(t, map[string]safetensors.Tensor{"q": f32(1, 1, 2, 2), "k": f32(1, 1, 3, 2), "v": f32(1, 1, 3, 2), "attn_bias": safetensors.FromFloat32(bias)})
+	code, _, stderr = runCLI("sdpa", "--input", in, "--out", out)
+	if want := `tensor "attn_bias" [2 3]: 1 of 6 values is NaN or +Inf, the first NaN at index 4`; code != 0 || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("attn_bias with NaN: exit %d, stderr %q; want one warning %q", code, stderr, want)
+	}
+	// Finite inputs whose scores overflow float32: NaN in the output, said once.
+	big := tensor.New(1, 1, 2, 2)
+	for i := range big.Data {
+		big.Data[i] = 1e30
+	}
+	in = writeFile(t, map[string]safetensors.Tensor{"q": safetensors.FromFloat32(big), "k": safetensors.FromFloat32(big), "v": f32(1, 1, 2, 2)})
+	code, _, stderr = runCLI("sdpa", "--input", in, "--out", out)
+	if code != 0 || !strings.Contains(stderr, "every input is finite, but tensor \"out\"") || !strings.Contains(stderr, "the scores overflowed float32") {
+		t.Errorf("overflowing scores: exit %d, stderr %q; want a warning", code, stderr)
+	}
 }
 
 // FuzzSDPAInput runs `mha sdpa` on arbitrary input files: it must answer with exit 0 or with
