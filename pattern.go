@@ -63,10 +63,9 @@ func ParsePattern(s string) (Pattern, error) {
 		return Pattern{}, fmt.Errorf("%w: pattern %q: a block map is read from its file by the commands that take --pattern blocks:FILE (mha sdpa, run, explain, bench); here the patterns are local:W, dilated:W,D, strided:S, global:I,J,… and bigbird:W,G,R,SEED", ErrShape, s)
 	}
 	var nums []int
-	var seed uint64 // bigbird's last number, which may use every bit of a uint64
+	var seed uint64 // bigbird's fourth number, which may use every bit of a uint64
 	if args != "" {
-		fields := strings.Split(args, ",")
-		for i, a := range fields {
+		for i, a := range strings.Split(args, ",") {
 			v, err := strconv.ParseUint(strings.TrimSpace(a), 10, 64)
 			switch {
 			case errors.Is(err, strconv.ErrRange):
@@ -74,11 +73,11 @@ func ParsePattern(s string) (Pattern, error) {
 			case err != nil:
 				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is not a whole number ≥ 0", ErrShape, s, a)
 			case name == "bigbird" && i == 3:
-				seed = v
+				seed, v = v, 0 // nums holds a place for it
 			case v > math.MaxInt:
 				return Pattern{}, fmt.Errorf("%w: pattern %q: %q is beyond %d", ErrShape, s, a, math.MaxInt)
 			}
-			nums = append(nums, int(v)) // the seed's own value is seed
+			nums = append(nums, int(v))
 		}
 	}
 	want := func(n int, form string) error {
