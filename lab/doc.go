@@ -43,10 +43,12 @@
 // Every answer is JSON except pictures. Every error is a 4xx (5xx only for the server's own
 // failures, busy or slow) with the body {"error": "what was expected and what came"}. Bodies are
 // at most MaxBody bytes (413), sent within Options.BodyTimeout (408); POST bodies are JSON sent as
-// Content-Type: application/json (415 otherwise) and their unknown fields are refused (400). A
-// request with an Origin header other than the lab's own (scheme://Host) gets 403, so that a page
-// of another site cannot make the lab work; a query pair that does not parse (a bad % escape, a
-// ";") gets 400. A sequence is given as exactly one of
+// Content-Type: application/json (415 otherwise) in UTF-8, whose fields are spelled exactly as
+// below and given once: an unknown field, a field given twice or a body that is not UTF-8 is a
+// 400. A request with an Origin header other than the lab's own (scheme://Host) gets 403, so that
+// a page of another site cannot make the lab work; a query pair that does not parse (a bad %
+// escape, a ";"), or a query of more than 100 pairs, gets 400. A sequence is given as exactly one
+// of
 //
 //	"text":   "BOS 3 17 3"   symbols as tasks.Task.Symbol prints them, separated by spaces;
 //	                         for a model without a task, natural text that its tokenizer
@@ -59,7 +61,7 @@
 //
 // of 1 to seq_len tokens (to MaxUserTokens for a model without a task). Text whose tokenizer
 // gives an id outside the model's vocabulary is a 400 that names the token. Heads to ablate are "ablate": [{"layer": 1, "head": 2, "mode":
-// "zero"|"mean"|"uniform"}] (probe.Ablation); mean ablation uses the head's mean output over
+// "zero"|"mean"|"uniform"}] (probe.Ablation, all three fields required); mean ablation uses the head's mean output over
 // the positions of the sequence it runs on (over the task's sequences for task scores).
 //
 // The sequence may run under sparse attention (nn.RunOptions.Sparsity), each field left out

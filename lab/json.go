@@ -2,15 +2,20 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mhalab/mha/jsonnum"
+	"github.com/mhalab/mha/probe"
 )
 
 // httpError is an error with the HTTP status it answers with. Its message goes to the client.
@@ -50,10 +55,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-// decode reads the request body, one JSON object, into v, whose fields are the only ones
-// allowed. Its errors are 400 and say what was wrong.
+// decode reads the request body, one JSON object of UTF-8 text, into v, whose fields are the
+// only ones allowed, each spelled exactly as v names it and given once (encoding/json alone
+// would take "Seed" for "seed", keep the last of a field given twice, and replace bytes that are
+// not UTF-8). Its errors are 400 and say what was wrong.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return badRequest("reading the request body: %v", err)
+	}
+	if !utf8.Valid(body) {
+		return badRequest("request body is not UTF-8 text; want a JSON object in UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, v)
@@ -64,7 +78,100 @@ func decode(r *http.Request, v any) error {
 		}
 		return jsonError(err, v)
 	}
-	return nil
+	return checkKeys(json.NewDecoder(bytes.NewReader(body)), reflect.TypeOf(v), "")
+}
+
+// requiredFields lists, for the types whose every field a request must give, those fields:
+// an ablation without its layer would otherwise ablate layer 0.
+var requiredFields = map[reflect.Type][]string{
+	reflect.TypeFor[probe.Ablation](): {"layer", "head", "mode"},
+}
+
+// checkKeys walks the JSON value at dec, valid JSON that decodes into type t, and returns a 400
+// error for an object key that is not spelled exactly as one of t's fields, a key given twice,
+// or a field of requiredFields left out. path names the value, for the error.
+func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		var skip json.RawMessage // the type reads its own JSON
+		return dec.Decode(&skip)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('['):
+		elem := t
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := checkKeys(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case json.Delim('{'):
+		var fields map[string]reflect.Type // a struct's fields by their JSON names
+		if t.Kind() == reflect.Struct {
+			fields = jsonFieldTypes(t)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key := tok.(string) // an object's keys are strings in valid JSON
+			name := path + "." + key
+			if path == "" {
+				name = key
+			}
+			if seen[key] {
+				return badRequest("field %q is given twice; want it once", clip(name))
+			}
+			seen[key] = true
+			elem := t
+			switch {
+			case fields != nil:
+				if elem = fields[key]; elem == nil {
+					return badRequest("unknown field %q; want only %s (spelled so)", clip(name), strings.Join(slices.Sorted(maps.Keys(fields)), ", "))
+				}
+			case t.Kind() == reflect.Map:
+				elem = t.Elem()
+			}
+			if err := checkKeys(dec, elem, name); err != nil {
+				return err
+			}
+		}
+		for _, f := range requiredFields[t] {
+			if !seen[f] {
+				return badRequest("%s has no field %q; want %s", cmp.Or(path, "the request"), f, strings.Join(requiredFields[t], ", "))
+			}
+		}
+	default:
+		return nil // a scalar: nothing to close
+	}
+	_, err = dec.Token() // the closing ] or }
+	return err
+}
+
+// jsonFieldTypes returns the types of the fields of struct type t by their JSON names, with
+// those of its embedded structs in place.
+func jsonFieldTypes(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && name == "":
+			maps.Copy(out, jsonFieldTypes(f.Type))
+		case name != "" && name != "-":
+			out[name] = f.Type
+		}
+	}
+	return out
 }
 
 // jsonError turns a decoding error into a request error.

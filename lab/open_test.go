@@ -58,14 +58,15 @@ func TestOpen(t *testing.T) {
 	}
 
 	for name, f := range map[string]func() error{
-		"no model":   func() error { _, err := Open("no-such-model"); return err },
-		"bad symbol": func() error { _, err := m.Encode("zzz"); return err },
-		"bad token":  func() error { _, err := m.Token("zzz"); return err },
-		"bad id":     func() error { _, err := m.Token("#99999"); return err },
-		"not an id":  func() error { _, err := g.Token("#x"); return err },
-		"two tokens": func() error { _, err := g.Token("hello world again"); return err },
-		"empty text": func() error { _, err := g.Encode(" "); return err },
-		"unknown":    func() error { _, err := bert.Token("zebra"); return err }, // one token: [UNK]
+		"no model":      func() error { _, err := Open("no-such-model"); return err },
+		"bad symbol":    func() error { _, err := m.Encode("zzz"); return err },
+		"bad token":     func() error { _, err := m.Token("zzz"); return err },
+		"bad id":        func() error { _, err := m.Token("#99999"); return err },
+		"not an id":     func() error { _, err := g.Token("#x"); return err },
+		"two tokens":    func() error { _, err := g.Token("hello world again"); return err },
+		"empty text":    func() error { _, err := g.Encode(""); return err },
+		"only specials": func() error { _, err := bert.Encode(" "); return err },
+		"unknown":       func() error { _, err := bert.Token("zebra"); return err }, // one token: [UNK]
 	} {
 		if err := f(); err == nil {
 			t.Errorf("%s: no error", name)

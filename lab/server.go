@@ -306,8 +306,12 @@ func checkOrigin(r *http.Request) error {
 }
 
 // checkQuery refuses, with 400, a query with a pair that url.ParseQuery cannot parse (a bad %
-// escape, a semicolon), which r.URL.Query() would drop without a word.
+// escape, a semicolon), which r.URL.Query() would drop without a word, and one of more than
+// maxQueryPairs pairs (past net/url's own limit, r.URL.Query() drops them all).
 func checkQuery(raw string) error {
+	if n := strings.Count(raw, "&") + 1; n > maxQueryPairs {
+		return badRequest("query has %d pairs, want at most %d", n, maxQueryPairs)
+	}
 	for pair := range strings.SplitSeq(raw, "&") {
 		if _, err := url.ParseQuery(pair); err != nil {
 			return badRequest("query pair %q: %v; want NAME=VALUE pairs joined by &, with %% only in %%XX escapes", clip(pair), err)
@@ -315,6 +319,9 @@ func checkQuery(raw string) error {
 	}
 	return nil
 }
+
+// maxQueryPairs bounds a query's NAME=VALUE pairs: no endpoint reads more than a few dozen.
+const maxQueryPairs = 100
 
 // readBody reads r's body whole, at most MaxBody bytes (then 413), within Options.BodyTimeout
 // (then 408), so that a client that sends it slowly holds no heavy-work slot meanwhile.

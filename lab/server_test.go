@@ -598,6 +598,14 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/api/picture?model=induction;seed=1&kind=grid&format=png", ``, 400, `query pair "model=induction;seed=1": invalid semicolon separator`},
 		{"GET", "/api/experiment/params/heads?format=png&colour=%", ``, 400, `query pair "colour=%"`},
 		{"POST", "/api/run?x=%zz", `{"model": "induction", "seed": 1}`, 400, `query pair "x=%zz"`},
+		{"GET", "/api/picture?model=induction&seed=3&kind=grid&format=png" + strings.Repeat("&", 10000), ``, 400, "query has 10004 pairs, want at most 100"},
+		// Field names exactly as documented, each once; UTF-8 text; an ablation names its head.
+		{"POST", "/api/run", `{"model": "induction", "seed": 3, "Model": "modadd"}`, 400, `unknown field "Model"; want only ablate, block, model, normalizer, patterns, seed, text, tokens (spelled so)`},
+		{"POST", "/api/run", `{"model": "induction", "seed": 3, "seed": 4}`, 400, `field "seed" is given twice`},
+		{"POST", "/api/run", `{"model": "induction", "seed": 3, "ablate": [{"layer": 0, "head": 0, "mode": "zero", "Head": 1}]}`, 400, `unknown field "ablate[0].Head"`},
+		{"POST", "/api/run", `{"model": "induction", "seed": 3, "ablate": [{"mode": "zero"}]}`, 400, `ablate[0] has no field "layer"; want layer, head, mode`},
+		{"POST", "/api/run", `{"model": "induction", "seed": 3, "ablate": [{"layer": 1, "mode": "zero"}]}`, 400, `ablate[0] has no field "head"`},
+		{"POST", "/api/run", "{\"model\": \"gpt\xff\", \"seed\": 1}", 400, "request body is not UTF-8 text"},
 	} {
 		status, body := call(t, c.method, c.path, c.body)
 		var e struct{ Error string }

@@ -45,7 +45,10 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 			return nil, badRequest("patterns[%d] is %d characters long, want at most %d", i, len(s), maxPatternLength)
 		}
 	}
-	if block != nil && (len(block) != 2 || block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock) {
+	if block != nil && len(block) != 2 {
+		return nil, badRequest("block is an array of %d, want [BQ, BK], two sizes from 1 to %d", len(block), maxBlock)
+	}
+	if block != nil && (block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock) {
 		return nil, badRequest("block is %v, want [BQ, BK], two sizes from 1 to %d", block, maxBlock)
 	}
 	if patterns == nil {
@@ -56,7 +59,12 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 	}
 	norm := m.cfg.Normalizer
 	if normalizer != nil {
-		norm = *normalizer
+		switch norm = *normalizer; {
+		case norm == "":
+			return nil, badRequest("normalizer is empty; want softmax, sparsemax, entmax15, entmax:ALPHA or topk:K, or none for the model's own")
+		case len(norm) > maxPatternLength:
+			return nil, badRequest("normalizer is %d characters long, want at most %d", len(norm), maxPatternLength)
+		}
 	}
 	sp := &sparsity{patterns: patterns, normalizer: cmp.Or(norm, "softmax"), block: [2]int{64, 64}, run: new(nn.Sparsity)}
 	for i, s := range patterns {

@@ -489,7 +489,8 @@ func TestUserErrors(t *testing.T) {
 		{"POST", "/api/run", `{"model": "gpt2", "seed": 1}`, 400, "model gpt2 has no task, so no seed sequences; give text or tokens (ids) instead"},
 		{"POST", "/api/ablate", `{"model": "llama", "seed": 1, "ablate": [{"layer": 0, "head": 0, "mode": "zero"}]}`, 400, "has no task, so no seed"},
 		{"POST", "/api/run", `{"model": "gpt2", "text": "` + long + `"}`, 400, "the sequence has 80 tokens, want 1 to 16 (the seq_len of gpt2)"},
-		{"POST", "/api/run", `{"model": "bert", "text": "  "}`, 400, "text is empty; want some words for bert"},
+		{"POST", "/api/run", `{"model": "bert", "text": "  "}`, 400, `text "  " has no tokens of its own for bert (only the special ones)`},
+		{"POST", "/api/run", `{"model": "bert", "text": ""}`, 400, "text is empty; want some words for bert"},
 		{"POST", "/api/run", `{"model": "gpt2", "tokens": [1, 265]}`, 400, "id 265 at position 1 is outside the vocabulary of gpt2, want 0 to 264"},
 		{"GET", "/api/picture?model=gpt2&kind=pruning&format=png", ``, 400, "model gpt2 has no task; kind=pruning is measured on the task's sequences"},
 		{"GET", "/api/picture?model=gpt2&kind=importance&format=svg", ``, 400, "model gpt2 has no task; kind=importance"},
@@ -501,6 +502,12 @@ func TestUserErrors(t *testing.T) {
 		if err := json.Unmarshal(body, &e); err != nil || status != c.status || !strings.Contains(e.Error, c.msg) {
 			t.Errorf("%s %s %.80s: %d %s, want %d and an error containing %q", c.method, c.path, c.body, status, body, c.status, c.msg)
 		}
+	}
+	// Whitespace is text to a byte-level tokenizer: a newline is GPT-2's token 198.
+	status, body := callUser(t, "POST", "/api/run", `{"model": "gpt2", "text": "\n"}`)
+	var run struct{ Tokens []int }
+	if err := json.Unmarshal(body, &run); err != nil || status != 200 || len(run.Tokens) != 1 {
+		t.Errorf("gpt2 on a newline: %d %.200s, want 200 and one token", status, body)
 	}
 }
 
