@@ -880,6 +880,7 @@ func FuzzRunRequest(f *testing.F) {
 		`{"model": "sort", "tokens": [1, 2], "patterns": ["bigbird:1,1,2,9", "dilated:2,2"], "block": [1, 3], "normalizer": "topk:1"}`,
 		`{"model": "modadd", "seed": 3, "patterns": [], "normalizer": "entmax:1.2", "ablate": [{"layer": 0, "head": 0, "mode": "mean"}]}`,
 		`{"model": "brackets", "seed": 3, "patterns": ["strided:0"], "block": [0, 9]}`,
+		`{"model": "sort", "Seed": 1, "seed": 2, "seed": 3, "ablate": [{"mode": "zero", "LAYER": 0}]}`,
 	} {
 		f.Add(seed)
 	}
