@@ -98,7 +98,7 @@ func loadLayer(path, prefix string, heads int, addZeroAttn, allowNonFinite bool,
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", path, err)
 		}
-		if err := t.CheckFinite(name); err != nil {
+		if err := checkFinite(f, name, t); err != nil {
 			if !allowNonFinite {
 				return nil, "", withNonFiniteHint(fmt.Errorf("%s: %w", path, err))
 			}
@@ -162,7 +162,7 @@ func loadInput(path string, cfg mha.Config, warn func(path string, err error)) (
 	float := func(name string) (*tensor.Tensor, error) {
 		t, err := readFloat(f, path, name)
 		if t != nil {
-			if err := t.CheckFinite(name); err != nil {
+			if err := checkFinite(f, name, t); err != nil {
 				warn(path, err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/mhalab/mha/internal/atomicfile"
+	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
 	"github.com/spf13/pflag"
 )
@@ -77,6 +78,21 @@ const allowNonFiniteUsage = "load weights that hold NaN or ±Inf (refused otherw
 func withNonFiniteHint(err error) error {
 	if _, ok := errors.AsType[*tensor.NonFiniteError](err); ok {
 		return fmt.Errorf("%w; pass --allow-nonfinite to use them anyway", err)
+	}
+	return err
+}
+
+// checkFinite returns t.CheckFinite(name) for t, tensor name of f converted to float32, saying
+// when the first value that is not finite was finite in the file (an F64 beyond float32's
+// range, which the conversion rounds to ±Inf).
+func checkFinite(f *safetensors.File, name string, t *tensor.Tensor) error {
+	err := t.CheckFinite(name)
+	nf, ok := errors.AsType[*tensor.NonFiniteError](err)
+	if !ok {
+		return err
+	}
+	if stored, _, e := f.Float64(name); e == nil && nf.Index < len(stored) && !math.IsInf(stored[nf.Index], 0) && !math.IsNaN(stored[nf.Index]) {
+		return fmt.Errorf("%w: the file holds %g there, beyond float32's range (±3.4e38)", err, stored[nf.Index])
 	}
 	return err
 }

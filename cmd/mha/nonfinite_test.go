@@ -154,6 +154,26 @@ func TestRunNonFinite(t *testing.T) {
 		}
 	}
 
+	// A float64 weight beyond float32's range: the error says the file's value was finite.
+	bias, _ := g.Float32("out_proj.bias")
+	wide := make([]float64, len(bias.Data))
+	wide[2] = 1e300
+	f64, err := safetensors.FromFloat64(wide, bias.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{"out_proj.bias": f64}
+	for _, n := range params[:3] {
+		tensors[n], _ = g.Raw(n)
+	}
+	wideWeights := filepath.Join(dir, "f64-w.safetensors")
+	if err := safetensors.WriteFile(wideWeights, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(wideWeights, input); code != 1 || !strings.Contains(stderr, "+Inf at [2] (index 2): the file holds 1e+300 there, beyond float32's range") {
+		t.Errorf("a float64 weight of 1e300: exit %d, stderr %q; want exit 1 saying the file's value", code, stderr)
+	}
+
 	code, _, stderr = run(badWeights, input)
 	if code != 1 || !strings.Contains(stderr, badWeights+`: tensor "out_proj.bias" [`) || !strings.Contains(stderr, "pass --allow-nonfinite") {
 		t.Errorf("NaN in the weights: exit %d, stderr %q; want exit 1 naming out_proj.bias", code, stderr)

@@ -350,7 +350,7 @@ func loadSDPAInput(path string, opt *mha.SDPAOptions) (*sdpaInput, error) {
 		if *c.t, err = float(c.name, c.dims); err != nil {
 			return nil, err
 		}
-		if err := (*c.t).CheckFinite(c.name); err != nil {
+		if err := checkFinite(f, c.name, *c.t); err != nil {
 			in.warnings = append(in.warnings, nonFiniteWarning(path, err))
 		}
 	}
