@@ -9,16 +9,33 @@ import (
 	"testing"
 )
 
+// bits returns vs as little-endian float64 bytes, a fuzzer's seed.
+func bits(vs ...float64) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// drawBoth draws p as a PNG and as an SVG: the two must accept it alike, and an accepted SVG must
+// be well-formed.
+func drawBoth(t *testing.T, p Picture) {
+	t.Helper()
+	pngErr := p.PNG(io.Discard)
+	var svg bytes.Buffer
+	svgErr := p.SVG(&svg)
+	if (pngErr == nil) != (svgErr == nil) {
+		t.Fatalf("PNG error %v, SVG error %v: they must agree", pngErr, svgErr)
+	}
+	if svgErr == nil {
+		parseSVG(t, svg.Bytes())
+	}
+}
+
 // FuzzHeatmap draws heatmaps of any size, values, labels, scale and overlay: it must never panic, and
 // whatever it accepts must come out as a PNG and as well-formed SVG.
 func FuzzHeatmap(f *testing.F) {
-	bits := func(vs ...float64) []byte {
-		var b []byte
-		for _, v := range vs {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-		}
-		return b
-	}
 	f.Add(int8(2), int8(2), bits(0, 1, 0.5, math.NaN()), "tok", true, uint8(0), 0.0, 0.0)
 	f.Add(int8(3), int8(1), bits(math.Inf(1), math.Inf(-1), math.Copysign(0, -1)), "<a&b>\n\xff", true, uint8(1), -1.0, 1.0)
 	f.Add(int8(1), int8(3), bits(1e308, -1e308, 5e-324), "", false, uint8(2), 0.0, 0.0)
@@ -76,28 +93,13 @@ func FuzzHeatmap(f *testing.F) {
 		case 3:
 			h.Scale = Scale(nil)
 		}
-		pngErr := h.PNG(io.Discard)
-		var svg bytes.Buffer
-		svgErr := h.SVG(&svg)
-		if (pngErr == nil) != (svgErr == nil) {
-			t.Fatalf("PNG error %v, SVG error %v: they must agree", pngErr, svgErr)
-		}
-		if svgErr == nil {
-			parseSVG(t, svg.Bytes())
-		}
+		drawBoth(t, h)
 	})
 }
 
 // FuzzChart draws charts of any points, log axes and fixed y range: it must never panic or hang,
 // and whatever it accepts must come out as a PNG and as well-formed SVG.
 func FuzzChart(f *testing.F) {
-	bits := func(vs ...float64) []byte {
-		var b []byte
-		for _, v := range vs {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-		}
-		return b
-	}
 	f.Add(bits(0, 1, 1, 2, 2, 4), uint8(0), 0.0, 0.0)
 	f.Add(bits(1, 1, 1e300, 2), uint8(1), 0.0, 0.0)      // a log x axis over 300 decades
 	f.Add(bits(5e-324, 1, 1, 1e308), uint8(3), 0.0, 0.0) // both log axes at the floats' ends
@@ -121,14 +123,6 @@ func FuzzChart(f *testing.F) {
 		if flags&16 != 0 { // a second series, the first one's points swapped
 			c.Series = append(c.Series, Series{X: ys, Y: xs})
 		}
-		pngErr := c.PNG(io.Discard)
-		var svg bytes.Buffer
-		svgErr := c.SVG(&svg)
-		if (pngErr == nil) != (svgErr == nil) {
-			t.Fatalf("PNG error %v, SVG error %v: they must agree", pngErr, svgErr)
-		}
-		if svgErr == nil {
-			parseSVG(t, svg.Bytes())
-		}
+		drawBoth(t, c)
 	})
 }
