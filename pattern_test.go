@@ -701,7 +701,7 @@ func TestSparseGolden(t *testing.T) {
 // FuzzParsePattern feeds ParsePattern and ParseNormalizer any text: an error or a valid value,
 // never a panic, and a valid pattern runs on a small SDPA call.
 func FuzzParsePattern(f *testing.F) {
-	for _, s := range []string{"local:3", "dilated:2,3", "strided:4", "global:0,5,9", "bigbird:3,2,1,7", "sparsemax", "entmax15", "entmax:1.3", "topk:2", "local:", "x:1"} {
+	for _, s := range []string{"local:3", "dilated:2,3", "strided:4", "global:0,5,9", "bigbird:3,2,1,7", "sparsemax", "entmax15", "entmax:1.3", "topk:2", "local:", "x:1", "blocks:f.safetensors", "bigbird:1,1,1,18446744073709551615", "local:9223372036854775808"} {
 		f.Add(s)
 	}
 	q := sdpaRand(1, 1, 1, 2, 9, 4)
