@@ -1224,3 +1224,47 @@ func goldenReaders(t *testing.T, f *safetensors.File) (f32 func(string) *tensor.
 	}
 	return f32, f64
 }
+
+// TestSDPABackwardSingleKeyRows checks that a row with one key to attend, whose weight is 1 and
+// so whose scores have no gradient, gives exactly 0 to dQ and dK, as PyTorch's softmax backward
+// does: the first row of causal attention, and every row of a window of one key. (The backward's
+// D = dO·O is summed as the kernels sum dP = dO·Vᵀ, so that dP − D cancels.)
+func TestSDPABackwardSingleKeyRows(t *testing.T) {
+	const b, hq, hkv, tq, d = 2, 4, 2, 70, 64 // 70 rows: a block of 64 and one of 6
+	q, k, v := sdpaRand(1, 2, b, hq, tq, d), sdpaRand(2, 2, b, hkv, tq, d), sdpaRand(3, 1, b, hkv, tq, d)
+	dOut := sdpaRand(4, 1, b, hq, tq, d)
+	for _, c := range []struct {
+		name string
+		opt  SDPAOptions
+		rows func(i int) bool // the rows with one key
+	}{
+		{"causal", SDPAOptions{Causal: CausalTopLeft}, func(i int) bool { return i == 0 }},
+		{"window of one", SDPAOptions{Window: &Window{Left: 0, Right: 0}}, func(int) bool { return true }},
+	} {
+		opt := c.opt
+		opt.NeedLSE = true
+		r, err := SDPA(q, k, v, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := SDPABackward(q, k, v, r, dOut, &opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for bh := range b * hq {
+			for i := range tq {
+				if !c.rows(i) {
+					continue
+				}
+				for _, x := range g.Q.Data[(bh*tq+i)*d : (bh*tq+i+1)*d] {
+					if x != 0 {
+						t.Fatalf("%s: dQ of (batch·head %d, row %d) holds %g, want exactly 0", c.name, bh, i, x)
+					}
+				}
+			}
+		}
+		if c.name == "window of one" && slices.ContainsFunc(g.K.Data, func(x float32) bool { return x != 0 }) {
+			t.Errorf("%s: dK is not exactly 0", c.name)
+		}
+	}
+}

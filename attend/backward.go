@@ -69,7 +69,7 @@ func Backward(h *Head[float32], g *Grad, dOut []float32, ldDOut int, lse []float
 	}
 	s.delta = kernel.Grow(s.delta, h.Tq)
 	for i := range h.Tq {
-		s.delta[i] = kernel.Dot(dOut[i*ldDOut:i*ldDOut+h.Dv], h.Out[i*h.LdOut:i*h.LdOut+h.Dv])
+		s.delta[i] = kernel.GemmDot(dOut[i*ldDOut:i*ldDOut+h.Dv], h.Out[i*h.LdOut:i*h.LdOut+h.Dv])
 	}
 	whole := p != nil || b.normalized() // one tile of all keys
 	keys := BlockK

@@ -6,6 +6,7 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -115,6 +116,64 @@ func Dot[F Float](x, y []F) F {
 		s0 += x[i] * y[i]
 	}
 	return (s0 + s1) + (s2 + s3)
+}
+
+// GemmDot returns Σ x[i]·y[i] summed as Sgemm sums one element of C with alpha = 1, beta = 0
+// and k = len(x) ≤ 256 (one block of k): from 0, in order, each step one fused multiply-add on the
+// AVX2 and AVX-512 paths, a product then an addition on the pure-Go one, so that it has the
+// bits of the same values' product through Sgemm. FlashAttention's backward forms D = dO·O with
+// it: a row whose one weight is 1 (O = V) then gets dP − D = 0 exactly, as PyTorch's
+// rowsum(P ∘ dP) does. y must be at least as long as x.
+func GemmDot(x, y []float32) float32 { return gemmDot(best, x, y) }
+
+func gemmDot(is isa, x, y []float32) float32 {
+	y = y[:len(x)]
+	var s float32
+	if is == generic {
+		for i, v := range x {
+			s += v * y[i] // as the pure-Go kernel's c += a * b
+		}
+		return s
+	}
+	for i, v := range x {
+		s = fma32(v, y[i], s)
+	}
+	return s
+}
+
+// fma32 returns a·b + c rounded once to float32, as VFMADD231PS does. The product is exact in
+// float64, so the float64 sum s is a·b + c rounded once; rounding s to float32 then gives the
+// same as rounding the exact sum unless s lies exactly halfway between two float32 values (or in
+// float32's subnormal range, where the halfway points are spaced otherwise), which
+// fma32Halfway settles.
+func fma32(a, b, c float32) float32 {
+	s := float64(a)*float64(b) + float64(c)
+	if math.Float64bits(s)&(1<<29-1) != 1<<28 && math.Abs(s) >= 0x1p-126 {
+		return float32(s) // also ±Inf and NaN
+	}
+	return fma32Halfway(a, b, c)
+}
+
+// fma32Halfway is fma32's slow path: the sum's rounding error is recovered (TwoSum), and a float64
+// sum exactly halfway between two float32 values is decided by the error's sign.
+func fma32Halfway(a, b, c float32) float32 {
+	p, q := float64(a)*float64(b), float64(c)
+	s := p + q
+	r := float32(s)
+	t := s - p
+	e := (p - (s - t)) + (q - t) // s + e = p + q exactly
+	d := s - float64(r)          // how far rounding to float32 moved s
+	if e == 0 || d == 0 || math.IsInf(s, 0) || math.IsNaN(s) {
+		return r
+	}
+	other := math.Nextafter32(r, float32(math.Copysign(math.Inf(1), d)))
+	if float64(other)-s != d { // s is not halfway between r and its neighbour on s's side
+		return r
+	}
+	if (e > 0) == (d > 0) { // the exact sum lies past the midpoint, on other's side
+		return other
+	}
+	return r
 }
 
 // Axpy computes y[i] += alpha·x[i] over len(x) values, the product rounded before the sum; y must

@@ -265,12 +265,6 @@ func bf16Operand(h uint16) float32 {
 	return BF16ToF32(h)
 }
 
-// fma32 is x·y + z rounded once to float32 (through float64, whose product of two float32 is
-// exact).
-func fma32(x, y, z float32) float32 {
-	return float32(math.FMA(float64(x), float64(y), float64(z)))
-}
-
 // bf16Store is the epilogue of one k block for one value of C: first tells whether the block is
 // the first (beta applies), b is the bias to add (−0 for none).
 func bf16Store(cv *float32, acc, alpha, beta, b float32, first bool) {

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 )
@@ -159,5 +160,91 @@ func TestSoftmaxSink(t *testing.T) {
 	masked = []float64{math.Inf(-1), math.Inf(-1)}
 	if ok, lse := SoftmaxSink(masked, math.Inf(-1)); ok || !math.IsInf(lse, 1) {
 		t.Errorf("masked row without a sink: ok %v lse %v, want false, +Inf", ok, lse)
+	}
+}
+
+// TestFMA32 checks fma32 against a·b + c computed exactly and rounded once (math/big), on random
+// values over wide exponents and on sums built to fall exactly halfway between two float32 values
+// once rounded to float64, where rounding twice goes wrong.
+func TestFMA32(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	exact := func(a, b, c float32) float32 {
+		x := new(big.Float).SetPrec(200).SetFloat64(float64(a))
+		x.Mul(x, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
+		x.Add(x, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
+		f, _ := x.Float32()
+		return f
+	}
+	check := func(a, b, c float32) {
+		t.Helper()
+		if got, want := fma32(a, b, c), exact(a, b, c); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g, want %g", a, b, c, got, want)
+		}
+	}
+	for range 100000 { // sums in and near float32's subnormal range
+		a := float32(r.NormFloat64() * math.Ldexp(1, -60-r.IntN(20)))
+		b := float32(r.NormFloat64() * math.Ldexp(1, -60-r.IntN(20)))
+		c := float32(r.NormFloat64() * math.Ldexp(1, -120-r.IntN(30)))
+		check(a, b, c)
+	}
+	for range 200000 {
+		a := float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(60)-30)))
+		b := float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(60)-30)))
+		c := float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(120)-60)))
+		check(a, b, c)
+	}
+	// a·b + c = 256 + 3·2⁻¹⁶ − 2⁻⁶⁰: just below the midpoint of 256 + 2⁻¹⁵ (odd) and 256 + 2⁻¹⁴
+	// (even). Rounded to float64 it is the midpoint itself, which rounds to the even one; rounded
+	// once, it is 256 + 2⁻¹⁵. The same negated, and random sums built near such midpoints.
+	a, b, c := float32(math.Ldexp(1+math.Ldexp(1, -23), -16)), float32(4-math.Ldexp(1, -21)), float32(256-math.Ldexp(1, -16))
+	if got, want := fma32(a, b, c), float32(256+math.Ldexp(1, -15)); got != want {
+		t.Errorf("fma32 just below a midpoint = %.10g, want %.10g", got, want)
+	}
+	check(a, b, c)
+	check(-a, b, -c)
+	for range 200000 {
+		x := float32(math.Ldexp(1+float64(r.IntN(1<<23))*math.Ldexp(1, -23), -r.IntN(24)))
+		y := float32(1 + float64(r.IntN(1<<23))*math.Ldexp(1, -23))
+		z := float32(math.Ldexp(float64(1+r.IntN(1<<23)), r.IntN(8)-23)) - float32(float64(x)*float64(y))
+		check(x, y, z)
+	}
+	for _, v := range [][3]float32{{float32(math.Inf(1)), 0, 1}, {3e38, 3e38, -1}, {1e-30, 1e-30, 0}, {1e-23, 1e-23, 1e-45}, {float32(math.NaN()), 1, 1}} {
+		got, want := fma32(v[0], v[1], v[2]), float32(math.FMA(float64(v[0]), float64(v[1]), float64(v[2])))
+		if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+			t.Errorf("fma32%v = %g, want %g", v, got, want)
+		}
+	}
+}
+
+// TestGemmDot checks that GemmDot's sum of a row and a column has, on every instruction set, the
+// bits that Sgemm gives the same element (alpha 1, beta 0, B not transposed), over full and edge
+// tiles and k up to one block.
+func TestGemmDot(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	var w Workspace
+	for _, s := range [][3]int{{1, 1, 7}, {5, 37, 64}, {14, 32, 128}, {3, 17, 256}, {20, 40, 1}, {16, 48, 200}} {
+		m, n, k := s[0], s[1], s[2]
+		a, b := make([]float32, m*k), make([]float32, k*n)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(r.NormFloat64())
+		}
+		col := make([]float32, k)
+		for _, is := range available() {
+			c := make([]float32, m*n)
+			w.sgemm(is, false, false, m, n, k, 1, a, k, b, n, 0, c, n, nil)
+			for i := range m {
+				for j := range n {
+					for p := range k {
+						col[p] = b[p*n+j]
+					}
+					if got := gemmDot(is, a[i*k:(i+1)*k], col); math.Float32bits(got) != math.Float32bits(c[i*n+j]) {
+						t.Fatalf("%v %v: element (%d, %d): gemmDot %g, Sgemm %g", is, s, i, j, got, c[i*n+j])
+					}
+				}
+			}
+		}
 	}
 }
