@@ -1122,16 +1122,7 @@ func TestSparseHugeBlocks(t *testing.T) {
 	dOut := sdpaRand(4, 1, 1, hq, tq, 4)
 	ps := []Pattern{{Kind: PatternLocal, Width: 1}, {Kind: PatternGlobal, Positions: []int{3}}}
 	run := func(block [2]int) (*SDPAResult, *SDPAGrads) {
-		opt := &SDPAOptions{Patterns: ps, Block: block, NeedLSE: true, Causal: CausalBottomRight}
-		r, err := SDPA(q, k, v, opt)
-		if err != nil {
-			t.Fatalf("blocks %v: %v", block, err)
-		}
-		g, err := SDPABackward(q, k, v, r, dOut, opt)
-		if err != nil {
-			t.Fatalf("blocks %v: %v", block, err)
-		}
-		return r, g
+		return sdpaForwardBackward(t, q, k, v, dOut, &SDPAOptions{Patterns: ps, Block: block, NeedLSE: true, Causal: CausalBottomRight})
 	}
 	wantR, wantG := run([2]int{tq, tk})
 	for _, block := range [][2]int{{math.MaxInt, math.MaxInt}, {1 << 40, tk}, {tq, math.MaxInt}} {

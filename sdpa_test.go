@@ -1055,14 +1055,7 @@ func backwardFiniteDifferences(t *testing.T, dropout float64) {
 		Rotary: &Rotary{Theta: 100, Dim: 2, Layout: RopeInterleaved, Offset: 3}, NeedLSE: true,
 		Dropout: dropout, DropoutSeed: 11,
 	}
-	r, err := SDPA(q, k, v, &opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := SDPABackward(q, k, v, r, dOut, &opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, g := sdpaForwardBackward(t, q, k, v, dOut, &opt)
 	loss := func() float64 { return referenceLoss(t, q, k, v, dOut, &opt) }
 	diff := func(x []float32) []float64 { return centralDiff(x, 1.0/1024, loss) }
 	checkRel(t, "dq", g.Q.Data, diff(q.Data), 1e-4)
@@ -1243,14 +1236,7 @@ func TestSDPABackwardSingleKeyRows(t *testing.T) {
 	} {
 		opt := c.opt
 		opt.NeedLSE = true
-		r, err := SDPA(q, k, v, &opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := SDPABackward(q, k, v, r, dOut, &opt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, g := sdpaForwardBackward(t, q, k, v, dOut, &opt)
 		for bh := range b * hq {
 			for i := range tq {
 				if !c.rows(i) {
@@ -1267,4 +1253,18 @@ func TestSDPABackwardSingleKeyRows(t *testing.T) {
 			t.Errorf("%s: dK is not exactly 0", c.name)
 		}
 	}
+}
+
+// sdpaForwardBackward runs SDPA and SDPABackward with opt, failing t on an error.
+func sdpaForwardBackward(t *testing.T, q, k, v, dOut *tensor.Tensor, opt *SDPAOptions) (*SDPAResult, *SDPAGrads) {
+	t.Helper()
+	r, err := SDPA(q, k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := SDPABackward(q, k, v, r, dOut, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, g
 }

@@ -45,10 +45,10 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 			return nil, badRequest("patterns[%d] is %d characters long, want at most %d", i, len(s), maxPatternLength)
 		}
 	}
-	if block != nil && len(block) != 2 {
+	if len(block) > 4 { // not echoed whole
 		return nil, badRequest("block is an array of %d, want [BQ, BK], two sizes from 1 to %d", len(block), maxBlock)
 	}
-	if block != nil && (block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock) {
+	if block != nil && (len(block) != 2 || block[0] < 1 || block[1] < 1 || block[0] > maxBlock || block[1] > maxBlock) {
 		return nil, badRequest("block is %v, want [BQ, BK], two sizes from 1 to %d", block, maxBlock)
 	}
 	if patterns == nil {

@@ -272,7 +272,7 @@ func TestSparseBadRequests(t *testing.T) {
 		{"/api/run", `"patterns": ["global:` + strings.Repeat("1,", 150) + `1"]`, "patterns[0] is 308 characters long, want at most 200"},
 		{"/api/run", many, "patterns: 9 of them, want at most 8"},
 		{"/api/run", `"block": [0, 4]`, "block is [0 4], want [BQ, BK], two sizes from 1 to 1024"},
-		{"/api/run", `"block": [4]`, "block is an array of 1, want [BQ, BK]"},
+		{"/api/run", `"block": [4]`, "block is [4], want [BQ, BK]"},
 		{"/api/run", `"block": [` + strings.Repeat("4, ", 999) + `4]`, "block is an array of 1000, want [BQ, BK]"},
 		{"/api/run", `"normalizer": ""`, "normalizer is empty; want softmax, sparsemax"},
 		{"/api/run", `"normalizer": "` + strings.Repeat("x", 300) + `"`, "normalizer is 300 characters long, want at most 200"},

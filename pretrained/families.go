@@ -243,8 +243,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		w := 4096
 		if len(hc.SlidingWindow) > 0 {
 			var p *int
-			if err := json.Unmarshal(hc.SlidingWindow, &p); err != nil || p != nil && *p < 1 {
-				return nil, fmt.Errorf("pretrained: sliding_window is %s, want a whole number ≥ 1 or null", hc.SlidingWindow)
+			if err := json.Unmarshal(hc.SlidingWindow, &p); err != nil {
+				return nil, fmt.Errorf("pretrained: sliding_window is %s, want a whole number or null", hc.SlidingWindow)
+			}
+			if p != nil && *p < 1 {
+				return nil, fmt.Errorf("pretrained: sliding_window is %d, want a whole number ≥ 1 (or null for none)", *p)
 			}
 			w = 0
 			if p != nil {

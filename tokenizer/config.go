@@ -499,8 +499,11 @@ func buildModel(raw json.RawMessage) (model, map[string]int, error) {
 		return nil, nil, fmt.Errorf("model %s: vocab: expected an object of token: id, got %s", typ, excerpt(m.Vocab))
 	}
 	for tok, id := range vocab {
-		if id < 0 || id > math.MaxUint32 { // Hugging Face's ids are u32
-			return nil, nil, fmt.Errorf("model %s: vocab: expected ids in [0, 2³²), got %q: %d", typ, tok, id)
+		if id < 0 {
+			return nil, nil, fmt.Errorf("model %s: vocab: expected ids ≥ 0, got %q: %d", typ, tok, id)
+		}
+		if id > math.MaxUint32 { // Hugging Face's ids are u32
+			return nil, nil, fmt.Errorf("model %s: vocab: expected ids below 2³², got %q: %d", typ, tok, id)
 		}
 	}
 	if typ == "WordLevel" {

@@ -288,8 +288,11 @@ func Parse(data []byte) (*Tokenizer, error) {
 	byContent := map[string]int{} // index in order
 	for i := range f.AddedTokens {
 		a := &f.AddedTokens[i]
-		if a.ID < 0 || a.ID > math.MaxUint32 {
-			return nil, fmt.Errorf("tokenizer: added_tokens[%d] %q: expected an id in [0, 2³²), got %d", i, a.Content, a.ID)
+		if a.ID < 0 {
+			return nil, fmt.Errorf("tokenizer: added_tokens[%d] %q: expected an id ≥ 0, got %d", i, a.Content, a.ID)
+		}
+		if a.ID > math.MaxUint32 { // Hugging Face's ids are u32
+			return nil, fmt.Errorf("tokenizer: added_tokens[%d] %q: expected an id below 2³², got %d", i, a.Content, a.ID)
 		}
 		if a.Content == "" {
 			continue

@@ -352,8 +352,8 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}}`, "expected two tokens with one space"},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}}`, "expected a pair of tokens, got 1"},
 		{`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": 3}}`, "merges: expected a list"},
-		{`{"model": {"type": "BPE", "vocab": {"a": -1}}}`, `expected ids in [0, 2³²), got "a": -1`},
-		{`{"model": {"type": "WordLevel", "vocab": {"a": 4294967296}}}`, `expected ids in [0, 2³²), got "a": 4294967296`},
+		{`{"model": {"type": "BPE", "vocab": {"a": -1}}}`, "expected ids ≥ 0"},
+		{`{"model": {"type": "WordLevel", "vocab": {"a": 4294967296}}}`, `expected ids below 2³², got "a": 4294967296`},
 		{`{` + model + `, "normalizer": {"type": "Precompiled"}}`, `normalizer: type "Precompiled" is not supported`},
 		{`{` + model + `, "normalizer": {"type": "Sequence", "normalizers": [{"type": "X"}]}}`, `normalizers[0]: normalizer: type "X"`},
 		{`{` + model + `, "normalizer": 5}`, "normalizer: expected an object"},
@@ -368,8 +368,8 @@ func TestTokenizerParseErrors(t *testing.T) {
 		{`{` + model + `, "post_processor": {"type": "BertProcessing", "cls": "[CLS]"}}`, "cls: expected [token, id]"},
 		{`{` + model + `, "post_processor": {"type": "Nope"}}`, `post_processor: type "Nope"`},
 		{`{` + model + `, "decoder": {"type": "CTC"}}`, `decoder: type "CTC" is not supported`},
-		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, `added_tokens[0] "x": expected an id in [0, 2³²), got -2`},
-		{`{` + model + `, "added_tokens": [{"id": 9223372036854775807, "content": "x"}]}`, `added_tokens[0] "x": expected an id in [0, 2³²), got 9223372036854775807`},
+		{`{` + model + `, "added_tokens": [{"id": -2, "content": "x"}]}`, `added_tokens[0] "x": expected an id ≥ 0, got -2`},
+		{`{` + model + `, "added_tokens": [{"id": 9223372036854775807, "content": "x"}]}`, `added_tokens[0] "x": expected an id below 2³², got 9223372036854775807`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.file))
