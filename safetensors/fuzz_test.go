@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// FuzzParse checks that Parse never panics and that whatever it accepts converts, is read back
-// as stored by Half where it is F16 or BF16, and survives a re-encode unchanged.
+// FuzzParse checks that Parse never panics and that whatever it accepts converts (into a slice of
+// the caller's too), is read back as stored by Half and ReadHalf where it is F16 or BF16, and
+// survives a re-encode unchanged.
 func FuzzParse(f *testing.F) {
 	seeds := []map[string]Tensor{
 		{"w": {F32, []int{2, 2}, le32(1, -2, 0.5, float32(math.Inf(1)))}},
@@ -83,6 +84,10 @@ func FuzzParse(f *testing.F) {
 				if len(f32.Data) != n || len(f64) != n || !slices.Equal(f32.Shape, r.Shape) || !slices.Equal(shape64, r.Shape) {
 					t.Fatalf("tensor %q: converted lengths %d, %d, want %d", name, len(f32.Data), len(f64), n)
 				}
+				into := make([]float32, n)
+				if err := file.ReadFloat32(name, into); err != nil || !slices.EqualFunc(into, f32.Data, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+					t.Fatalf("tensor %q: ReadFloat32 (%v) differs from Float32", name, err)
+				}
 				if r.DType != I64 { // I64 → float64 → float32 may round twice
 					for i := range n {
 						a, b := f32.Data[i], float32(f64[i])
@@ -102,6 +107,10 @@ func FuzzParse(f *testing.F) {
 				}
 				if back := FromHalf(h); back.DType != r.DType || !bytes.Equal(back.Data, r.Data) {
 					t.Fatalf("tensor %q: FromHalf(Half) gives %s %x, stored %s %x", name, back.DType, back.Data, r.DType, r.Data)
+				}
+				into := make([]uint16, n)
+				if format, err := file.ReadHalf(name, into); err != nil || format != h.Format || !slices.Equal(into, h.Data) {
+					t.Fatalf("tensor %q: ReadHalf (%v, %v) differs from Half", name, format, err)
 				}
 			}
 			_, errBool := file.Bool(name)
