@@ -64,8 +64,8 @@ func TestOpen(t *testing.T) {
 		"bad id":        func() error { _, err := m.Token("#99999"); return err },
 		"not an id":     func() error { _, err := g.Token("#x"); return err },
 		"two tokens":    func() error { _, err := g.Token("hello world again"); return err },
-		"empty text":    func() error { _, err := g.Encode(""); return err },
-		"only specials": func() error { _, err := bert.Encode(" "); return err },
+		"empty text":    func() error { _, err := g.Encode(" "); return err },
+		"only specials": func() error { _, err := bert.Encode("\x01"); return err },
 		"unknown":       func() error { _, err := bert.Token("zebra"); return err }, // one token: [UNK]
 	} {
 		if err := f(); err == nil {

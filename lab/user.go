@@ -148,14 +148,12 @@ func (m *model) encode(text string) (ids []int, offsets [][2]int, err error) {
 	if u.tok == nil {
 		return nil, nil, badRequest("model %s has no tokenizer.json, so it cannot read text; give tokens (ids from 0 to %d)", m.name, m.cfg.Vocab-1)
 	}
-	if text == "" {
+	if strings.TrimSpace(text) == "" {
 		return nil, nil, badRequest("text is empty; want some words for %s", m.name)
 	}
-	// Text of its own tokens: a newline is one to GPT-2, and nothing but [CLS] [SEP] to BERT.
+	// Text the normalizer removes whole (control characters, to BERT) leaves only special tokens.
 	if own, err := u.tok.Encode(text, false); err != nil {
 		return nil, nil, badRequest("text: %v", err)
-	} else if len(own.IDs) == 0 && strings.TrimSpace(text) == "" {
-		return nil, nil, badRequest("text is empty; want some words for %s", m.name)
 	} else if len(own.IDs) == 0 {
 		return nil, nil, badRequest("text %q has no tokens of its own for %s (only the special ones); want some words", clip(text), m.name)
 	}

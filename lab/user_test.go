@@ -504,12 +504,6 @@ func TestUserErrors(t *testing.T) {
 			t.Errorf("%s %s %.80s: %d %s, want %d and an error containing %q", c.method, c.path, c.body, status, body, c.status, c.msg)
 		}
 	}
-	// Whitespace is text to a byte-level tokenizer: a newline is GPT-2's token 198.
-	status, body := callUser(t, "POST", "/api/run", `{"model": "gpt2", "text": "\n"}`)
-	var run struct{ Tokens []int }
-	if err := json.Unmarshal(body, &run); err != nil || status != 200 || len(run.Tokens) != 1 {
-		t.Errorf("gpt2 on a newline: %d %.200s, want 200 and one token", status, body)
-	}
 }
 
 // TestUserTokenOutsideVocabulary adds a token to a copy of the GPT-2 folder's tokenizer with an
