@@ -47,8 +47,9 @@
 // below and given once: an unknown field, a field given twice or a body that is not UTF-8 is a
 // 400. A request with an Origin header other than the lab's own (scheme://Host) gets 403, so that
 // a page of another site cannot make the lab work; a query pair that does not parse (a bad %
-// escape, a ";"), or a query of more than 100 pairs, gets 400. A sequence is given as exactly one
-// of
+// escape, a ";"), or a query of more than 100 pairs, gets 400. Each endpoint takes the method
+// listed below (405 otherwise, with an Allow header), and HEAD wherever it takes GET. A sequence
+// is given as exactly one of
 //
 //	"text":   "BOS 3 17 3"   symbols as tasks.Task.Symbol prints them, separated by spaces;
 //	                         for a model without a task, natural text that its tokenizer

@@ -657,6 +657,49 @@ func TestRequestChecks(t *testing.T) {
 	}
 }
 
+// TestHead checks that HEAD is GET without the body wherever GET is taken (RFC 9110 §9.3.2),
+// and that a 405 lists it among the methods allowed.
+func TestHead(t *testing.T) {
+	s, err := testServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"HEAD", "/api/models", 200, ""},
+		{"HEAD", "/api/picture?model=induction&seed=1&kind=head&layer=0&head=0&format=svg", 200, ""},
+		{"HEAD", "/api/picture?model=induction&seed=1&kind=pie&format=png", 400, ""},
+		{"HEAD", "/api/run", 405, "POST"},
+		{"DELETE", "/api/models", 405, "GET, HEAD"},
+		{"POST", "/api/picture", 405, "GET, HEAD"},
+	} {
+		req, err := http.NewRequest(c.method, ts.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != c.status || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d, Allow %q; want %d, Allow %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.status, c.allow)
+		}
+		if c.method == "HEAD" && len(body) != 0 {
+			t.Errorf("HEAD %s: a body of %d bytes", c.path, len(body))
+		}
+	}
+}
+
 // TestSlowBody sends two requests whose bodies dribble in over loopback, one byte at a time:
 // they hold no heavy-work slot while they do, so a third request runs, and they get 408 when
 // their time to send the body is up.

@@ -112,7 +112,8 @@ func FuzzEncode(f *testing.F) {
 }
 
 // FuzzTokenizerConfig reads arbitrary bytes as a Llama-2 folder's tokenizer_config.json (what
-// LoadDir does with it, on a tokenizer.json parsed once): an error or a tokenizer, never a panic,
+// LoadDir does with it, on a tokenizer.json parsed once, with config.json's class the Llama
+// one): an error or a tokenizer, never a panic,
 // and a tokenizer that encodes "Hi" as the vocabulary does, with at most a special token on
 // either side when asked for them.
 func FuzzTokenizerConfig(f *testing.F) {
@@ -120,13 +121,14 @@ func FuzzTokenizerConfig(f *testing.F) {
 	f.Add([]byte(`{"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": false}`))
 	f.Add([]byte(`{"tokenizer_class": "LlamaTokenizer", "add_eos_token": true, "eos_token": "<nope>"}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"add_bos_token": false, "add_eos_token": true, "eos_token": "</s>"}`))
 	base, err := Parse(tokenizerJSON(f, "llama2"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, config []byte) {
 		tok := *base // applyConfig replaces the post-processor and changes nothing else
-		if tok.applyConfig(config) != nil {
+		if tok.applyConfig(config, func() string { return "LlamaTokenizerFast" }) != nil {
 			return
 		}
 		plain, err := tok.Encode("Hi", false)

@@ -33,6 +33,7 @@
 package tokenizer
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,7 +95,9 @@ func Load(path string) (*Tokenizer, error) {
 // LoadDir reads the tokenizer of a model folder: DIR/tokenizer.json, and DIR/tokenizer_config.json
 // where it matters: for the Llama and Gemma tokenizer classes (as transformers' tokenizers of
 // those classes do), add_bos_token and add_eos_token (true and false when not given) say whether
-// encoding with special tokens puts bos_token in front and eos_token at the end.
+// encoding with special tokens puts bos_token in front and eos_token at the end. The class is
+// tokenizer_config.json's tokenizer_class or, where it names none, the one transformers'
+// AutoTokenizer takes from DIR/config.json: its tokenizer_class, else its model_type's tokenizer.
 func LoadDir(dir string) (*Tokenizer, error) {
 	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: expected a model folder, got %s, which does not exist", dir)
@@ -119,10 +122,36 @@ func LoadDir(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	if err := t.applyConfig(data); err != nil {
+	if err := t.applyConfig(data, func() string { return modelClass(dir) }); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	return t, nil
+}
+
+// modelTypeClasses are the tokenizer classes transformers' AutoTokenizer maps these model_types
+// of config.json to (TOKENIZER_MAPPING_NAMES), for the classes in bosEOSClasses.
+var modelTypeClasses = map[string]string{
+	"llama": "LlamaTokenizerFast", "mistral": "LlamaTokenizerFast", "mixtral": "LlamaTokenizerFast",
+	"code_llama": "CodeLlamaTokenizerFast", "gemma": "GemmaTokenizerFast", "gemma2": "GemmaTokenizerFast",
+	"gemma3": "GemmaTokenizerFast", "gemma3_text": "GemmaTokenizerFast",
+}
+
+// modelClass returns the tokenizer class that the model folder dir's config.json implies: its
+// tokenizer_class, or the one of its model_type; "" when it has neither, or no config.json that
+// reads (the model's loader reports a bad one).
+func modelClass(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		Class     string `json:"tokenizer_class"`
+		ModelType string `json:"model_type"`
+	}
+	if json.Unmarshal(data, &cfg) != nil {
+		return ""
+	}
+	return cmp.Or(cfg.Class, modelTypeClasses[cfg.ModelType])
 }
 
 // bosEOSClasses are the tokenizer classes of transformers whose add_bos_token and add_eos_token
@@ -133,8 +162,9 @@ var bosEOSClasses = map[string]bool{
 }
 
 // applyConfig makes the single-sequence template [bos] $A [eos] as tokenizer_config.json's
-// add_bos_token and add_eos_token say, for the classes of bosEOSClasses when it says either.
-func (t *Tokenizer) applyConfig(data []byte) error {
+// add_bos_token and add_eos_token say, for the classes of bosEOSClasses when it says either. The
+// class is the config's tokenizer_class, or fallback's when it names none.
+func (t *Tokenizer) applyConfig(data []byte, fallback func() string) error {
 	var cfg struct {
 		Class  string          `json:"tokenizer_class"`
 		AddBOS *bool           `json:"add_bos_token"`
@@ -145,7 +175,13 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("expected a JSON object, got %w", err)
 	}
-	if !bosEOSClasses[cfg.Class] || cfg.AddBOS == nil && cfg.AddEOS == nil {
+	if cfg.AddBOS == nil && cfg.AddEOS == nil {
+		return nil
+	}
+	if cfg.Class == "" {
+		cfg.Class = fallback()
+	}
+	if !bosEOSClasses[cfg.Class] {
 		return nil
 	}
 	yes, no := true, false

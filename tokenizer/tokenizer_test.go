@@ -422,6 +422,36 @@ func TestTokenizerLoadDir(t *testing.T) {
 			t.Errorf("config %v: got %q, want %q", c.cfg, got, c.want)
 		}
 	}
+	// Without tokenizer_class the class is config.json's, as AutoTokenizer finds it: its
+	// tokenizer_class, else its model_type's.
+	noClass := map[string]any{"add_bos_token": false, "add_eos_token": true, "eos_token": "</s>"}
+	for _, c := range []struct {
+		config string
+		want   []string
+	}{
+		{``, []string{"<s>", "▁Hi"}},
+		{`{"model_type": "gpt2"}`, []string{"<s>", "▁Hi"}},
+		{`{"model_type": "llama"}`, []string{"▁Hi", "</s>"}},
+		{`{"model_type": "gemma"}`, []string{"▁Hi", "</s>"}},
+		{`{"model_type": "qwen2", "tokenizer_class": "LlamaTokenizer"}`, []string{"▁Hi", "</s>"}},
+		{`{"model_type": "mistral", "tokenizer_class": "PreTrainedTokenizerFast"}`, []string{"<s>", "▁Hi"}},
+		{`not JSON`, []string{"<s>", "▁Hi"}},
+	} {
+		cfgPath := filepath.Join(dir, "config.json")
+		os.Remove(cfgPath)
+		if c.config != "" {
+			if err := os.WriteFile(cfgPath, []byte(c.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := encode(noClass); !slices.Equal(got, c.want) {
+			t.Errorf("config.json %s: got %q, want %q", c.config, got, c.want)
+		}
+		if got := encode(map[string]any{"tokenizer_class": "GPT2Tokenizer", "add_bos_token": false}); c.config != "" && !slices.Equal(got, []string{"<s>", "▁Hi"}) {
+			t.Errorf("config.json %s under tokenizer_config.json's GPT2Tokenizer: got %q", c.config, got)
+		}
+		os.Remove(cfgPath)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "bos_token": "<nope>"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
