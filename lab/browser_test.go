@@ -605,6 +605,13 @@ func TestBrowser(t *testing.T) {
 	}
 	b.screenshot("lab-modelview-sparse", "#modelview")
 
+	// Under causal attention, global:5 leaves queries 0 to 4 no key (neither they nor the keys
+	// they may see are global): the note says so.
+	b.do("a pattern that leaves queries no key", chromedp.SetValue("#patterns", "global:5"), chromedp.SetValue("#block", "64,64"),
+		chromedp.SetValue("#normalizer", "softmax"), chromedp.Click("#run"))
+	b.wait("the note on queries without a key", `document.querySelector('#modelview .mv-sparsity').textContent.includes("5 queries see no key: their weights and their heads' outputs are 0.")`)
+	b.do("back to the model's own attention", chromedp.SetValue("#patterns", "none"))
+
 	// A typed sequence with an unknown symbol: the error banner says which.
 	b.do("type a bad sequence", chromedp.SetValue("#seq", "BOS 1 cat"), chromedp.Click("#run"))
 	b.wait("the error banner", `!document.querySelector('#banner').hidden`)

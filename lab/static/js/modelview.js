@@ -221,7 +221,10 @@ export class ModelView {
   describe(sp) {
     const p = this.root.querySelector('.mv-sparsity');
     const adaptive = sp.zeros !== undefined;
-    p.hidden = !sp.blocks && !adaptive;
+    // Queries whose patterns, causal mask and window leave them no key: mha gives them weights
+    // 0 and head output 0 (PyTorch would give NaN).
+    const blind = sp.visible.filter((row) => !row.includes('1')).length;
+    p.hidden = !sp.blocks && !adaptive && !blind;
     if (p.hidden) return;
     const swatch = (c) => {
       const e = el('span', { class: 'swatch' });
@@ -235,6 +238,10 @@ export class ModelView {
     }
     if (adaptive) {
       parts.push(` Normalizer ${sp.normalizer}:`, swatch(ZERO_MARK), 'red dots mark the weights that are exactly 0.');
+    }
+    if (blind) {
+      parts.push(blind === 1 ? ' 1 query sees no key: its weights and its heads\' outputs are 0.'
+        : ` ${blind} queries see no key: their weights and their heads' outputs are 0.`);
     }
     p.replaceChildren(...parts);
   }
