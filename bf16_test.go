@@ -258,6 +258,8 @@ func TestBF16LayerOptions(t *testing.T) {
 		{"causal pad", Config{EmbedDim: 64, NumHeads: 4}, Options{Causal: true, KeyPaddingMask: pad}, 0},
 		{"window alibi softcap", Config{EmbedDim: 64, NumHeads: 4}, Options{Window: &Window{20, 3}, ALiBi: true, Softcap: 8}, 0},
 		{"rotary gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}}, Options{Causal: true}, 0},
+		{"qk-norm gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}}, Options{Causal: true}, 0},
+		{"qk-norm rotary cross", Config{EmbedDim: 64, NumHeads: 4, Rotary: &Rotary{Theta: 10000}, QKNorm: &QKNorm{Eps: 1e-6}}, Options{}, 50},
 		{"head dims", Config{EmbedDim: 64, NumHeads: 3, HeadDims: []int{16, 32, 16}}, Options{}, 0},
 		{"sparse", Config{EmbedDim: 64, NumHeads: 4}, Options{Patterns: []Pattern{{Kind: PatternLocal, Width: 9}}, Block: [2]int{16, 16}}, 0},
 		{"entmax", Config{EmbedDim: 64, NumHeads: 4}, Options{Normalizer: &Normalizer{Kind: Entmax, Alpha: 1.5}}, 0},
@@ -507,6 +509,7 @@ func TestBF16HeadsAsBits(t *testing.T) {
 	for _, cfg := range []Config{
 		{EmbedDim: 64, NumHeads: 4, Seed: 1},
 		{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}, Seed: 2},
+		{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 4},
 		{EmbedDim: 62, NumHeads: 2, Seed: 3}, // an odd head size and E: the bits are packed, not read in place
 	} {
 		l := newLayer(t, cfg)

@@ -23,10 +23,10 @@ type shapeCase struct {
 	bf16                         bool // Forward also in ComputeBFloat16
 	// Today's options: a window, soft-capping, ALiBi, sparse patterns (local and a global
 	// token, in blocks of 2 × 3), a normalizer (1 sparsemax, 2 entmax-1.5, 3 top-2); and in the
-	// Config one K/V head, sinks, rotary.
+	// Config one K/V head, sinks, rotary, qk-norm.
 	window, softcap, alibi, sparse bool
 	normalizer                     int
-	mqa, sinks, rotary             bool
+	mqa, sinks, rotary, qkNorm     bool
 	mismatch                       int // which input gets a wrong size; see the mismatch constants
 	seed                           uint64
 }
@@ -92,12 +92,15 @@ func (c *shapeCase) inputs() (l *Layer, q, k, v *tensor.Tensor, opt *Options, dy
 		cfg.Rotary = &Rotary{Theta: 10000}
 	}
 	cfg.Sinks = c.sinks
+	if c.qkNorm {
+		cfg.QKNorm = &QKNorm{Eps: 1e-6}
+	}
 	if l, err = New(cfg); err != nil {
 		return nil, nil, nil, nil, nil, nil, err
 	}
 	rng := tensor.NewRNG(c.seed)
-	for _, p := range l.Parameters() { // non-zero biases, so that the checks see them
-		if strings.Contains(p.Name, "bias") {
+	for _, p := range l.Parameters() { // non-zero biases and gains other than 1, so that the checks see them
+		if strings.Contains(p.Name, "bias") || strings.HasSuffix(p.Name, "norm.weight") {
 			rng.Normal(p.T, 0.3)
 		}
 	}
@@ -210,7 +213,7 @@ func (c *shapeCase) wantsError() bool {
 // excludable reports whether the case has options that other options or the layer's Config may
 // exclude.
 func (c *shapeCase) excludable() bool {
-	return c.window || c.softcap || c.alibi || c.sparse || c.normalizer != 0 || c.mqa || c.sinks || c.rotary
+	return c.window || c.softcap || c.alibi || c.sparse || c.normalizer != 0 || c.mqa || c.sinks || c.rotary || c.qkNorm
 }
 
 // checkShapeError fails unless err wraps ErrShape.
@@ -600,7 +603,7 @@ func FuzzForwardShapes(f *testing.F) {
 		f.Add(b, tq, tk, e, h, kdim, vdim, mismatch, flags, uint64(flags)+1)
 	}
 	const cross, kvSame, unbatched, needWeights, backward, bf16 = 1 << 3, 1 << 4, 1 << 5, 1 << 7, 1 << 15, 1 << 19
-	const window, softcap, alibi, sparse, mqa, sinks, rotary = 1 << 20, 1 << 21, 1 << 22, 1 << 23, 1 << 26, 1 << 27, 1 << 28
+	const window, softcap, alibi, sparse, mqa, sinks, rotary, qkNorm = 1 << 20, 1 << 21, 1 << 22, 1 << 23, 1 << 26, 1 << 27, 1 << 28, 1 << 29
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, backward)                   // the 70-byte file of cmd/mha: query [1 0 4]
 	add(0, 5, 0, 8, 2, 0, 0, 0xff, backward|needWeights)       // B = 0
 	add(1, 0, 0, 4, 2, 0, 0, 0xff, unbatched|backward)         // query [0 4]
@@ -616,6 +619,9 @@ func FuzzForwardShapes(f *testing.F) {
 	add(2, 9, 9, 8, 2, 0, 0, 0xff, sparse|1<<24|sinks|cross|backward|0x600)    // sparsemax, sinks: an error
 	add(1, 9, 7, 6, 3, 0, 0, 0xff, sparse|2<<24|cross|0x640|backward|bf16)     // entmax-1.5, causal, padding, mask
 	add(2, 8, 0, 6, 2, 0, 0, 0xff, sparse|3<<24|window|backward|needWeights|4) // top-2, add_zero_attn
+	add(2, 9, 9, 8, 4, 0, 0, 0xff, mqa|rotary|qkNorm|backward|needWeights|bf16|0x40)
+	add(2, 5, 7, 6, 3, 0, 0, 0xff, qkNorm|cross|backward|1) // qk-norm without biases
+	add(2, 5, 0, 6, 3, 0, 0, 0xff, qkNorm|2|backward)       // qk-norm with add_bias_kv: an error
 	f.Fuzz(func(t *testing.T, b, tq, tk, e, h, kdim, vdim, mismatch uint8, flags uint32, seed uint64) {
 		bit := func(i int) bool { return flags>>i&1 != 0 }
 		c := shapeCase{
@@ -625,7 +631,7 @@ func FuzzForwardShapes(f *testing.F) {
 			cross: bit(3), kvSame: bit(4), unbatched: bit(5), causal: bit(6), needWeights: bit(7), perHead: bit(8),
 			pad: bit(9), mask: bit(10), bias: bit(11), perHeadMask: bit(12), probe: bit(13), training: bit(14), backward: bit(15),
 			bf16: bit(19), window: bit(20), softcap: bit(21), alibi: bit(22), sparse: bit(23), normalizer: int(flags >> 24 & 3),
-			mqa: bit(26), sinks: bit(27), rotary: bit(28),
+			mqa: bit(26), sinks: bit(27), rotary: bit(28), qkNorm: bit(29),
 			seed: seed,
 		}
 		if heads := c.cfg.NumHeads; !bit(18) && heads > 0 && c.cfg.EmbedDim >= heads {

@@ -212,6 +212,7 @@ type work struct {
 	kvp    []kernel.PackedBF16
 
 	dsink      []float32      // Backward: the sinks' gradient per (batch, head)
+	dnorm      []float32      // Backward with QKNorm: per (batch, K/V head) task, the gains' gradients and scratch
 	cq, ck, cv *tensor.Tensor // ForwardCache: the projections per head, [B, H, T, d]
 	cres       SDPAResult     // ForwardCache: the attention's result
 	layouts    []headLayout   // ForwardCache: the copies of the current phaseLayout
@@ -406,9 +407,9 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
 	a.layout(p, e, ekv, inW.Present())
 	// With ComputeBFloat16, Q, K and V are also needed as bfloat16 bits (a.bits, laid out as
-	// a.buf). Without rotary each projection task writes its block's bits while the block is
-	// in cache (epi); with rotary the transpose phase writes them after rotating.
-	epi := bf && c.Rotary == nil
+	// a.buf). Without rotary or qk-norm each projection task writes its block's bits while the
+	// block is in cache (epi); with them the transpose phase writes them after the transform.
+	epi := bf && !c.transformsQK()
 	var bits, qb, kb, vb []uint16
 	if bf {
 		a.bits = kernel.Grow(a.bits, len(a.buf))
@@ -478,12 +479,21 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		a.kt = kernel.Grow(a.kt, p.b*ekv*a.ldkt)
 	case w.packKV:
 		w.kvp = slices.Grow(w.kvp[:0], 2*tasks)[:2*tasks]
-	case c.Rotary == nil: // bfloat16 with epi, or K read in place: nothing to do
+	case !c.transformsQK(): // bfloat16 with epi, or K read in place: nothing to do
 		tasks = 0
 	}
 	if c.Rotary != nil {
 		w.buildRope()
+	}
+	if c.transformsQK() {
 		tasks += p.b * heads
+	}
+	if c.QKNorm != nil && s != nil {
+		// Backward needs each normalised row's input and rstd: the queries' [B, H, Tq] rows, then
+		// the keys' [B, Hkv, Tk].
+		rows := p.b * (heads*p.tq + c.KVHeads()*tkx)
+		s.qkRaw = kernel.Grow(s.qkRaw, rows*c.HeadDim(0))
+		s.qkRstd = kernel.Grow(s.qkRstd, rows)
 	}
 	w.run(phaseTranspose, tasks)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
@@ -609,9 +619,7 @@ func (w *work) transpose(task int) {
 		task -= p.b * hkv
 		b, h := task/c.NumHeads, task%c.NumHeads
 		off := b*a.rq*a.ldq + w.l.offs[h]
-		if c.Rotary != nil {
-			w.rope.rotate(view(a.q, off), a.ldq, p.tq, w.ropeQ0, false)
-		}
+		w.transformQ(b, h, off)
 		if bf {
 			proj.EncodeRows(view(a.qb, off), view(a.q, off), a.ldq, p.tq, w.l.offs[h+1]-w.l.offs[h])
 		}
@@ -620,13 +628,13 @@ func (w *work) transpose(task int) {
 	b, g := task/hkv, task%hkv
 	o, d := w.l.kvOffs[g], w.l.kvOffs[g+1]-w.l.kvOffs[g]
 	if w.kInPlace {
-		w.rope.rotate(view(a.k, b*a.rk*a.ldk+o), a.ldk, tkx, w.ropeK0, false)
+		w.transformK(b, g, b*a.rk*a.ldk+o, 0, tkx)
 		return
 	}
 	if bf {
 		k, v := b*a.rk*a.ldk+o, b*a.rk*a.ldv+o
-		if c.Rotary != nil { // without rotary the projections wrote the bits
-			w.rope.rotate(view(a.k, k), a.ldk, tkx, w.ropeK0, false)
+		if c.transformsQK() { // without a transform the projections wrote the bits
+			w.transformK(b, g, k, 0, tkx)
 			proj.EncodeRows(view(a.kb, k), view(a.k, k), a.ldk, tkx, d)
 			proj.EncodeRows(view(a.vb, v), view(a.v, v), a.ldv, tkx, d)
 		}
@@ -641,11 +649,57 @@ func (w *work) transpose(task int) {
 	const block = 64
 	for j0 := 0; j0 < tkx; j0 += block {
 		j1 := min(j0+block, tkx)
-		if c.Rotary != nil {
-			w.rope.rotate(src[j0*a.ldk:], a.ldk, j1-j0, w.ropeK0+j0, false)
-		}
+		w.transformK(b, g, b*a.rk*a.ldk+o, j0, j1)
 		kernel.Transpose(dst[j0:], ld, src[j0*a.ldk:], a.ldk, j1-j0, d)
 	}
+}
+
+// transformQ normalises (Config.QKNorm) and rotates (Config.Rotary) the queries of batch b,
+// head h, which start at off in Q, keeping in Saved what Backward needs.
+func (w *work) transformQ(b, h, off int) {
+	a, c, p := w.a, &w.l.cfg, &w.p
+	x := view(a.q, off)
+	if n := c.QKNorm; n != nil {
+		raw, rstd := w.qkSaved(b*c.NumHeads+h, p.tq)
+		normHead(x, a.ldq, p.tq, w.l.param("q_norm.weight"), n.Eps, raw, rstd)
+	}
+	if c.Rotary != nil {
+		w.rope.rotate(x, a.ldq, p.tq, w.ropeQ0, false)
+	}
+}
+
+// transformK normalises and rotates keys j0 … j1 − 1 of batch b, K/V head g, whose key 0
+// starts at off in K, as transformQ does queries.
+func (w *work) transformK(b, g, off, j0, j1 int) {
+	a, c, p := w.a, &w.l.cfg, &w.p
+	x := view(a.k, off+j0*a.ldk)
+	if n := c.QKNorm; n != nil {
+		raw, rstd := w.qkSaved(p.b*c.NumHeads+b*c.KVHeads()+g, p.tkx)
+		if raw != nil {
+			raw, rstd = raw[j0*c.HeadDim(0):], rstd[j0:]
+		}
+		normHead(x, a.ldk, j1-j0, w.l.param("k_norm.weight"), n.Eps, raw, rstd)
+	}
+	if c.Rotary != nil {
+		w.rope.rotate(x, a.ldk, j1-j0, w.ropeK0+j0, false)
+	}
+}
+
+// qkSaved returns, in a training forward with Config.QKNorm, where Saved keeps the inputs and
+// rstds of the n rows of block i: block b·H + h holds the queries of batch b, head h, and
+// block B·H + b·Hkv + g the keys of batch b, K/V head g. It returns nil, nil otherwise.
+func (w *work) qkSaved(i, n int) (raw, rstd []float32) {
+	s, p := w.s, &w.p
+	if s == nil {
+		return nil, nil
+	}
+	heads := w.l.cfg.NumHeads
+	row := i * p.tq // the rows of the blocks before i: Tq each, then Tk each
+	if q := p.b * heads; i >= q {
+		row = q*p.tq + (i-q)*p.tkx
+	}
+	d := w.l.cfg.HeadDim(0)
+	return s.qkRaw[row*d : (row+n)*d], s.qkRstd[row : row+n]
 }
 
 // head returns the operands of batch b, head h, with the output written to (or read from) the

@@ -119,8 +119,8 @@ type Result struct {
 // chapters. Tk counts the appended bias_kv and zero_attn rows.
 type Trace struct {
 	B, Tq, Tk, H, D, E int       // D is the head size when all heads have one (0 with HeadDims of different sizes)
-	Q                  []float64 // [B, Tq, E] query projection, rotated with rotary; head h is columns h·D … (h+1)·D
-	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), rotated with rotary
+	Q                  []float64 // [B, Tq, E] query projection, normalised with QKNorm, rotated with rotary; head h is columns h·D … (h+1)·D
+	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), K normalised and rotated as Q
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
 	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled, or Options.Normalizer's weights (0 in fully masked rows); after dropout with Options.Training
@@ -570,6 +570,10 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv.Float32s(), bv, ekv)
 	k = appendRows(k, p, ekv, l.param("bias_k"), c.AddZeroAttn)
 	v = appendRows(v, p, ekv, l.param("bias_v"), c.AddZeroAttn)
+	if n := c.QKNorm; n != nil {
+		normRows(q, e, l.offs, l.param("q_norm.weight"), n.Eps)
+		normRows(k, ekv, l.kvOffs, l.param("k_norm.weight"), n.Eps)
+	}
 	if r := c.Rotary; r != nil {
 		// Every head's query and key rotated by the exact angles of their positions.
 		inv := r.invFreq(nil, l.ropeDim)

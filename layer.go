@@ -83,6 +83,17 @@ type Config struct {
 	// SDPAOptions.Rotary does: key j at position Offset + j, query i at Offset + Tk − Tq + i. It
 	// needs heads of one size and no appended keys (AddBiasKV, AddZeroAttn).
 	Rotary *Rotary
+	// QKNorm, when not nil, normalises every head's query and key after the projections and
+	// before Rotary, as Qwen3 does: each head's d values by RMSNorm, x/√(mean(x²) + Eps)
+	// times the learned gains q_norm.weight [d] (queries) and k_norm.weight [d] (keys, shared by
+	// all K/V heads). It needs heads of one size and no appended keys (AddBiasKV, AddZeroAttn).
+	QKNorm *QKNorm
+}
+
+// QKNorm is the per-head RMSNorm of queries and keys (Config.QKNorm).
+type QKNorm struct {
+	// Eps is added to the mean of squares: finite and > 0 (Qwen3's rms_norm_eps, 1e-6).
+	Eps float64
 }
 
 // MaxDim bounds every size in a Config, so that a size read from a file cannot ask for an absurd
@@ -180,6 +191,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: rotary needs heads of one size, have head dims %v", ErrConfig, c.HeadDims)
 	case c.Rotary != nil && (c.AddBiasKV || c.AddZeroAttn):
 		return fmt.Errorf("%w: rotary gives appended keys (add_bias_kv, add_zero_attn) no position; use one or the other", ErrConfig)
+	case c.QKNorm != nil && c.unequalHeads():
+		return fmt.Errorf("%w: qk-norm needs heads of one size, have head dims %v", ErrConfig, c.HeadDims)
+	case c.QKNorm != nil && (c.AddBiasKV || c.AddZeroAttn):
+		return fmt.Errorf("%w: qk-norm normalises projected keys, and appended keys (add_bias_kv, add_zero_attn) are not; use one or the other", ErrConfig)
+	case c.QKNorm != nil && !(c.QKNorm.Eps > 0 && c.QKNorm.Eps <= math.MaxFloat64):
+		return fmt.Errorf("%w: qk-norm eps is %v, want a finite number > 0", ErrConfig, c.QKNorm.Eps)
 	}
 	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim()} {
 		if d > MaxDim {
@@ -211,6 +228,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// transformsQK reports whether the queries and keys change between the projections and the
+// attention: normalised (QKNorm), rotated (Rotary) or both.
+func (c Config) transformsQK() bool { return c.Rotary != nil || c.QKNorm != nil }
+
 // unequalHeads reports whether HeadDims gives heads of different sizes.
 func (c Config) unequalHeads() bool {
 	return c.HeadDims != nil && slices.ContainsFunc(c.HeadDims, func(d int) bool { return d != c.HeadDims[0] })
@@ -226,6 +247,10 @@ func (c Config) clone() Config {
 			rc.Scaling = &sc
 		}
 		c.Rotary = &rc
+	}
+	if n := c.QKNorm; n != nil {
+		nc := *n
+		c.QKNorm = &nc
 	}
 	return c
 }
@@ -282,7 +307,8 @@ type Param struct {
 
 // New returns a layer for cfg with parameters initialised as nn.MultiheadAttention does, drawn
 // from cfg.Seed: xavier-uniform in_proj_weight (or q/k/v_proj_weight), zero in_proj_bias and
-// out_proj.bias, nn.Linear's default init for out_proj.weight, xavier-normal bias_k and bias_v.
+// out_proj.bias, nn.Linear's default init for out_proj.weight, xavier-normal bias_k and bias_v,
+// and gains of 1 in q_norm.weight and k_norm.weight.
 // It returns an error wrapping ErrConfig when cfg is invalid or has more than MaxParams
 // parameters.
 func New(cfg Config) (*Layer, error) {
@@ -299,6 +325,10 @@ func New(cfg Config) (*Layer, error) {
 			rng.LinearDefault(p.T)
 		case "bias_k", "bias_v":
 			rng.XavierNormal(p.T)
+		case "q_norm.weight", "k_norm.weight":
+			for i := range p.T.Data {
+				p.T.Data[i] = 1
+			}
 		}
 	}
 	return l, nil
@@ -410,6 +440,9 @@ func (c Config) paramShapes() []paramShape {
 	}
 	if c.Sinks {
 		s = append(s, paramShape{"sinks", []int{c.NumHeads}})
+	}
+	if c.QKNorm != nil {
+		s = append(s, paramShape{"q_norm.weight", []int{c.HeadDim(0)}}, paramShape{"k_norm.weight", []int{c.HeadDim(0)}})
 	}
 	return s
 }
@@ -531,7 +564,9 @@ func (l *Layer) LoadHalfStateDict(sd map[string]*tensor.Half) error {
 
 // isMatrix reports whether the parameter called name is a weight matrix, which a layer may hold
 // in half precision.
-func isMatrix(name string) bool { return strings.HasSuffix(name, "weight") }
+func isMatrix(name string) bool {
+	return strings.HasSuffix(name, "proj_weight") || name == "out_proj.weight"
+}
 
 // decodeHalf returns h's values as a new float32 tensor.
 func decodeHalf(h *tensor.Half) *tensor.Tensor {
@@ -595,7 +630,8 @@ func (l *Layer) describe() string {
 // InferConfig reads the embed dim, kdim, vdim, the K/V heads, bias and add_bias_kv from the
 // names and shapes in an nn.MultiheadAttention state dict (or one of a layer with grouped K/V
 // heads, whose key and value projections are narrower, or with sinks), with numHeads heads. AddZeroAttn,
-// Dropout, Rotary and Seed are not stored in a state dict and are left zero. It returns an error
+// Dropout, Rotary and Seed are not stored in a state dict and are left zero; q_norm.weight gives
+// QKNorm with Qwen3's Eps of 1e-6, which is not stored either. It returns an error
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
 // a valid layer.
 func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
@@ -641,6 +677,9 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	cfg.NoBias = !hasBias
 	_, cfg.AddBiasKV = sd["bias_k"]
 	_, cfg.Sinks = sd["sinks"]
+	if _, ok := sd["q_norm.weight"]; ok {
+		cfg.QKNorm = &QKNorm{Eps: 1e-6}
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}

@@ -43,8 +43,9 @@ func (c Config) CheckCache() error {
 
 // ForwardCache is the layer's self-attention for decoding: x [B, T, E] holds the next T
 // positions of B sequences whose earlier keys and values kv holds (from the layer's NewKVCache).
-// It projects x, appends the new keys and values to kv (rotated with Config.Rotary at their
-// positions Offset + kv.Len() + t, as SDPAContext.AttendCache stores them), attends every query to
+// It projects x, appends the new keys and values to kv (keys normalised with Config.QKNorm and
+// rotated with Config.Rotary at their positions Offset + kv.Len() + t, as
+// SDPAContext.AttendCache stores them), attends every query to
 // the cached keys up to its own position (with opt.Causal; without it, to all of them), within
 // opt.Window (counted from the query's own position), and returns the output projection
 // [B, T, E]. A prefill of T tokens followed by steps of one token gives Forward's outputs on the
@@ -142,6 +143,10 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	w.relayout(headLayout{q, w.cq.Data, b, t, heads, d, true},
 		headLayout{k, w.ck.Data, b, t, hkv, d, true},
 		headLayout{v, w.cv.Data, b, t, hkv, d, true})
+	if nm := c.QKNorm; nm != nil { // before the rotation, which AttendCache applies
+		normHead(w.cq.Data, d, n*heads, l.param("q_norm.weight"), nm.Eps, nil, nil)
+		normHead(w.ck.Data, d, n*hkv, l.param("k_norm.weight"), nm.Eps, nil, nil)
+	}
 
 	so := SDPAOptions{Scale: scale, Rotary: c.Rotary, Window: o.Window, Workers: o.Workers, Compute: o.Compute,
 		Softcap: o.Softcap, ALiBi: o.ALiBi, Slopes: o.Slopes, Sinks: l.param("sinks")}

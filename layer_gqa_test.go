@@ -3,6 +3,7 @@ package mha
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +42,9 @@ func gqaCases() []gqaCase {
 		{name: "cross sinks softcap", cfg: Config{EmbedDim: 12, NumHeads: 3, Sinks: true, Seed: 8}, b: 1, tq: 4, tk: 9, softcap: 0.7},
 		{name: "sparsemax", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, Rotary: half, Seed: 9}, b: 2, tq: 6, causal: true, norm: &Normalizer{Kind: Sparsemax}},
 		{name: "entmax cross", cfg: Config{EmbedDim: 8, NumHeads: 2, Seed: 10}, b: 1, tq: 5, tk: 7, norm: &Normalizer{Kind: Entmax, Alpha: 1.5}},
+		{name: "qk-norm gqa rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: half, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 11}, b: 2, tq: 7, causal: true, padding: true},
+		{name: "qk-norm cross", cfg: Config{EmbedDim: 12, NumHeads: 3, QKNorm: &QKNorm{Eps: 0.25}, Seed: 12}, b: 1, tq: 4, tk: 6},
+		{name: "qk-norm cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, KDim: 5, VDim: 3, Rotary: partial, QKNorm: &QKNorm{Eps: 1e-3}, Seed: 13}, b: 2, tq: 3, tk: 5, causal: true},
 	}
 }
 
@@ -104,6 +108,23 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 		so.Causal = CausalTopLeft
 	}
 	kk, vv := project(k, wk.F, bk, hkv), project(v, wv.F, bv, hkv)
+	qq := project(q, wq.F, bq, h)
+	if n := cfg.QKNorm; n != nil { // each head's rows by RMSNorm, in float64
+		for _, x := range []struct {
+			t *tensor.Tensor
+			w []float32
+		}{{qq, l.param("q_norm.weight")}, {kk, l.param("k_norm.weight")}} {
+			for r := range len(x.t.Data) / d {
+				row, ss := x.t.Data[r*d:(r+1)*d], 0.0
+				for _, v := range row {
+					ss += float64(v) * float64(v)
+				}
+				for i, v := range row {
+					row[i] = float32(float64(v) / math.Sqrt(ss/float64(d)+n.Eps) * float64(x.w[i]))
+				}
+			}
+		}
+	}
 	if cfg.AddBiasKV || cfg.AddZeroAttn { // the appended key rows, after the projected ones
 		bkv, bvv := l.param("bias_k"), l.param("bias_v")
 		extra := 0
@@ -129,7 +150,7 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 			t.Fatal("the composition does not pad appended keys")
 		}
 	}
-	tr, err := SDPAReference(project(q, wq.F, bq, h), kk, vv, so)
+	tr, err := SDPAReference(qq, kk, vv, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +207,7 @@ func TestLayerGQAParams(t *testing.T) {
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2},
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, AddBiasKV: true},
 		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, KDim: 5, VDim: 7, NoBias: true},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}},
 	} {
 		l := newLayer(t, cfg)
 		ekv := cfg.NumKVHeads * cfg.HeadDim(0)
@@ -204,6 +226,9 @@ func TestLayerGQAParams(t *testing.T) {
 		if cfg.AddBiasKV {
 			want["bias_k"], want["bias_v"] = []int{1, 1, ekv}, []int{1, 1, ekv}
 		}
+		if cfg.QKNorm != nil {
+			want["q_norm.weight"], want["k_norm.weight"] = []int{4}, []int{4}
+		}
 		sd := l.StateDict()
 		if len(sd) != len(want) {
 			t.Errorf("%+v: %d parameters, want %d", cfg, len(sd), len(want))
@@ -217,7 +242,8 @@ func TestLayerGQAParams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.NumKVHeads != cfg.NumKVHeads || got.KDim != cfg.KDim || got.VDim != cfg.VDim || got.NoBias != cfg.NoBias || got.AddBiasKV != cfg.AddBiasKV {
+		if got.NumKVHeads != cfg.NumKVHeads || got.KDim != cfg.KDim || got.VDim != cfg.VDim || got.NoBias != cfg.NoBias || got.AddBiasKV != cfg.AddBiasKV ||
+			(got.QKNorm != nil) != (cfg.QKNorm != nil) {
 			t.Errorf("InferConfig gave %+v, want %+v", got, cfg)
 		}
 	}
@@ -238,6 +264,20 @@ func TestLayerGQAErrors(t *testing.T) {
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
+		}
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{EmbedDim: 16, NumHeads: 2, HeadDims: []int{4, 12}, QKNorm: &QKNorm{Eps: 1e-6}}, "qk-norm needs heads of one size, have head dims [4 12]"},
+		{Config{EmbedDim: 16, NumHeads: 2, AddZeroAttn: true, QKNorm: &QKNorm{Eps: 1e-6}}, "qk-norm normalises projected keys"},
+		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{}}, "qk-norm eps is 0, want a finite number > 0"},
+		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.Inf(1)}}, "qk-norm eps is +Inf"},
+		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.NaN()}}, "qk-norm eps is NaN"},
+	} {
+		if _, err := New(c.cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, want ErrConfig with %q", c.cfg, err, c.want)
 		}
 	}
 	// A valid config too large to allocate is refused before anything is allocated: 4·2³⁰
@@ -278,22 +318,24 @@ func TestLayerGQABackward(t *testing.T) {
 	}
 }
 
-// TestLayerGQAWorkers checks that grouped heads with rotary give the same bits on any number of
-// workers, forward and backward.
+// TestLayerGQAWorkers checks that grouped heads with rotary, and qk-norm, give the same bits on
+// any number of workers, forward and backward.
 func TestLayerGQAWorkers(t *testing.T) {
-	l := newLayer(t, Config{EmbedDim: 32, NumHeads: 8, NumKVHeads: 2, Rotary: &Rotary{Theta: 500}, Seed: 3, Dropout: 0.1})
-	rng := tensor.NewRNG(4)
-	q, dy := randTensor(rng, 2, 150, 32), randTensor(rng, 2, 150, 32)
-	var want map[string][]float32
-	for _, workers := range []int{1, 2, 3, 5} {
-		got := backward(t, l, q, nil, nil, &Options{Workers: workers, Causal: true, Training: true, DropoutSeed: 7}, dy)
-		if want == nil {
-			want = got
-			continue
-		}
-		for name, w := range want {
-			if !bitsEqual(got[name], w) {
-				t.Fatalf("workers %d: %s differs from 1 worker's", workers, name)
+	for _, norm := range []*QKNorm{nil, {Eps: 1e-6}} {
+		l := newLayer(t, Config{EmbedDim: 32, NumHeads: 8, NumKVHeads: 2, Rotary: &Rotary{Theta: 500}, QKNorm: norm, Seed: 3, Dropout: 0.1})
+		rng := tensor.NewRNG(4)
+		q, dy := randTensor(rng, 2, 150, 32), randTensor(rng, 2, 150, 32)
+		var want map[string][]float32
+		for _, workers := range []int{1, 2, 3, 5} {
+			got := backward(t, l, q, nil, nil, &Options{Workers: workers, Causal: true, Training: true, DropoutSeed: 7}, dy)
+			if want == nil {
+				want = got
+				continue
+			}
+			for name, w := range want {
+				if !bitsEqual(got[name], w) {
+					t.Fatalf("qk-norm %v, workers %d: %s differs from 1 worker's", norm != nil, workers, name)
+				}
 			}
 		}
 	}
@@ -528,8 +570,8 @@ func TestLayerWindow(t *testing.T) {
 }
 
 // TestLayerForwardCache checks that a prefill and then steps through the layer's KV cache give
-// Forward's output on the whole sequence, with grouped heads, rotary with an offset, and a
-// window.
+// Forward's output on the whole sequence, with grouped heads, rotary with an offset, qk-norm
+// and a window.
 func TestLayerForwardCache(t *testing.T) {
 	const b, n, e = 2, 13, 16
 	for _, c := range []struct {
@@ -540,6 +582,7 @@ func TestLayerForwardCache(t *testing.T) {
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1, Rotary: &Rotary{Theta: 100, Layout: RopeInterleaved}, Seed: 2}, &Window{3, 0}},
 		{Config{EmbedDim: e, NumHeads: 2, NoBias: true, Seed: 3}, nil},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Sinks: true, Seed: 9}, &Window{4, 0}},
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100, Offset: 1}, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 10}, nil},
 	} {
 		l := newLayer(t, c.cfg)
 		x := randTensor(tensor.NewRNG(4), b, n, e)
@@ -665,7 +708,7 @@ func TestLayerForwardCacheInto(t *testing.T) {
 func FuzzForwardCache(f *testing.F) {
 	// cfg packs H−1 (2 bits), the Hkv choice (2: H, 1, H/2), d−1 (3), B−1 (1), NoBias, Sinks,
 	// rotary and its layout, appended keys (bit 12), head scales of their own (13), KDim and VDim
-	// other than E (14), heads of two sizes (15); opts packs
+	// other than E (14), heads of two sizes (15), qk-norm (16); opts packs
 	// causal, a window (bit 1; Left in 3 bits, Right + 1 in 2), ALiBi (7), the cache type (2),
 	// bfloat16 compute (10), workers (2), a capacity one short (13), soft-capping (14); steps
 	// holds up to 8 step lengths of 4 bits.
@@ -673,12 +716,13 @@ func FuzzForwardCache(f *testing.F) {
 	f.Add(uint32(0x1ff), uint32(0x3fb), uint64(0x21_3107), uint64(2))
 	f.Add(uint32(0x0a7), uint32(0x0c5), uint64(0x1111_1119), uint64(3))
 	f.Add(uint32(0x062), uint32(0x141), uint64(0x0f0), uint64(4))
-	f.Add(uint32(0x1003), uint32(0x001), uint64(0x3), uint64(5))   // appended keys: an error
-	f.Add(uint32(0x2003), uint32(0x001), uint64(0x3), uint64(6))   // head scales of their own: an error
-	f.Add(uint32(0x4003), uint32(0x001), uint64(0x3), uint64(9))   // KDim, VDim other than E: an error
-	f.Add(uint32(0x8013), uint32(0x001), uint64(0x3), uint64(10))  // heads of two sizes: an error
-	f.Add(uint32(0x0003), uint32(0x2001), uint64(0x24), uint64(7)) // the last step one past the capacity
-	f.Add(uint32(0x0403), uint32(0x4403), uint64(0x31), uint64(8)) // rotary, soft-capping, bfloat16
+	f.Add(uint32(0x1003), uint32(0x001), uint64(0x3), uint64(5))     // appended keys: an error
+	f.Add(uint32(0x2003), uint32(0x001), uint64(0x3), uint64(6))     // head scales of their own: an error
+	f.Add(uint32(0x4003), uint32(0x001), uint64(0x3), uint64(9))     // KDim, VDim other than E: an error
+	f.Add(uint32(0x8013), uint32(0x001), uint64(0x3), uint64(10))    // heads of two sizes: an error
+	f.Add(uint32(0x0003), uint32(0x2001), uint64(0x24), uint64(7))   // the last step one past the capacity
+	f.Add(uint32(0x0403), uint32(0x4403), uint64(0x31), uint64(8))   // rotary, soft-capping, bfloat16
+	f.Add(uint32(0x10407), uint32(0x003), uint64(0x131), uint64(11)) // rotary and qk-norm
 	f.Fuzz(func(t *testing.T, cfgBits, opts uint32, steps, seed uint64) {
 		bit := func(x uint32, i int) bool { return x>>i&1 != 0 }
 		heads := 1 + int(cfgBits&3)
@@ -702,6 +746,9 @@ func FuzzForwardCache(f *testing.F) {
 		if bit(cfgBits, 14) {
 			cfg.KDim, cfg.VDim = cfg.EmbedDim+1, cfg.EmbedDim+2
 		}
+		if bit(cfgBits, 16) {
+			cfg.QKNorm = &QKNorm{Eps: 1e-6}
+		}
 		if bit(cfgBits, 15) && heads > 1 {
 			cfg.HeadDims = make([]int, heads)
 			for h := range heads {
@@ -724,7 +771,7 @@ func FuzzForwardCache(f *testing.F) {
 		}
 		rng := tensor.NewRNG(seed)
 		for _, p := range l.Parameters() {
-			if strings.Contains(p.Name, "bias") || p.Name == "sinks" {
+			if strings.Contains(p.Name, "bias") || p.Name == "sinks" || strings.HasSuffix(p.Name, "norm.weight") {
 				rng.Normal(p.T, 0.3)
 			}
 		}

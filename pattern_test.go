@@ -817,14 +817,16 @@ func blockMapPair(nbq, nbk, shared int, seed uint64) (sparse, denser *tensor.Boo
 
 // TestLayerSparseKInPlace checks the layer's inference forward that reads K in place (a layout
 // of density ≤ kInPlaceDensity) against the one that writes Kᵀ first, as TestSDPASparseKInPlace
-// does SDPA's: the same bits in the query blocks the two maps share, with rotary, grouped heads
-// and the causal mask; and the reference, and training (which keeps Kᵀ for Backward).
+// does SDPA's: the same bits in the query blocks the two maps share, with rotary, qk-norm,
+// grouped heads and the causal mask; and the reference, and training (which keeps Kᵀ for
+// Backward).
 func TestLayerSparseKInPlace(t *testing.T) {
 	const e, tq, bs, shared = 32, 320, 8, 16
 	nb := tq / bs
 	for _, cfg := range []Config{
 		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3},
 		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3, Rotary: &Rotary{Theta: 10000}},
+		{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Seed: 3, Rotary: &Rotary{Theta: 10000}, QKNorm: &QKNorm{Eps: 1e-6}},
 	} {
 		l := newLayer(t, cfg)
 		x := randTensor(tensor.NewRNG(4), 2, tq, e)

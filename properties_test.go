@@ -28,8 +28,14 @@ func newLayer(t *testing.T, cfg Config) *Layer {
 	// Non-zero biases, so that tests see them (PyTorch initialises them to zero).
 	rng := tensor.NewRNG(cfg.Seed + 100)
 	for _, p := range l.Parameters() {
-		if strings.Contains(p.Name, "bias") || p.Name == "sinks" {
+		switch {
+		case strings.Contains(p.Name, "bias") || p.Name == "sinks":
 			rng.Normal(p.T, 0.3)
+		case strings.HasSuffix(p.Name, "norm.weight"): // gains about 1
+			rng.Normal(p.T, 0.3)
+			for i := range p.T.Data {
+				p.T.Data[i]++
+			}
 		}
 	}
 	return l

@@ -25,6 +25,9 @@ type Saved struct {
 	lse    []float32 // [B, H, Tq] row log-sum-exp of the scaled, biased scores
 	probs  []float32 // [B, H, Tq, Tkx] weights before dropout, when dense
 	dense  bool      // the forward kept the weights: Backward uses them
+	// With Config.QKNorm, the normalised rows' inputs [rows, d] and rstds [rows]: the queries'
+	// rows [B, H, Tq], then the keys' [B, Hkv, Tk] (work.qkSaved).
+	qkRaw, qkRstd []float32
 }
 
 // ForwardTrain is ForwardInto that also keeps in s what Backward needs. The inputs and the
@@ -229,7 +232,23 @@ func (w *work) backwardLayer() {
 	if p.sinks != nil {
 		w.dsink = kernel.Grow(w.dsink, p.b*c.NumHeads)
 	}
+	if c.QKNorm != nil {
+		w.dnorm = kernel.Grow(w.dnorm, p.b*c.KVHeads()*4*c.HeadDim(0))
+	}
 	w.run(phaseBackward, p.b*c.KVHeads())
+	if c.QKNorm != nil {
+		// Each (batch, K/V head) task left its part of the gains' gradients; they are summed in
+		// task order.
+		d, gq, gk := c.HeadDim(0), w.grad("q_norm.weight"), w.grad("k_norm.weight")
+		for t := range p.b * c.KVHeads() {
+			if gq != nil {
+				kernel.Axpy(1, w.dnorm[4*t*d:][:d], gq)
+			}
+			if gk != nil {
+				kernel.Axpy(1, w.dnorm[(4*t+1)*d:][:d], gk)
+			}
+		}
+	}
 	if g := w.grad("sinks"); g != nil {
 		// Each (batch, head) task left its part; they are summed in batch order.
 		for b := range p.b {
@@ -306,6 +325,12 @@ func (w *work) backward(worker, task int) {
 	dq, dk, dv := a.split(w.dbuf)
 	dkh := view(dk, b*a.rk*a.ldk+ko)
 	group := heads / hkv
+	var dnorm []float32 // [dw of q_norm | dw of k_norm | scratch of 2d]
+	if c.QKNorm != nil {
+		d := c.HeadDim(0)
+		dnorm = w.dnorm[4*task*d : 4*(task+1)*d]
+		clear(dnorm[:2*d])
+	}
 	for h := g * group; h < (g+1)*group; h++ {
 		o, bh := w.l.offs[h], b*heads+h
 		hd := w.head(b, h)
@@ -335,8 +360,17 @@ func (w *work) backward(worker, task int) {
 		if c.Rotary != nil {
 			w.rope.rotate(gr.DQ, a.ldq, p.tq, w.ropeQ0, true)
 		}
+		if dnorm != nil {
+			raw, rstd := w.qkSaved(bh, p.tq)
+			normHeadGrad(gr.DQ, a.ldq, p.tq, w.l.param("q_norm.weight"), raw, rstd, dnorm[:hd.D], dnorm[2*hd.D:])
+		}
 	}
 	if c.Rotary != nil {
 		w.rope.rotate(dkh, a.ldk, p.tk, w.ropeK0, true)
+	}
+	if dnorm != nil {
+		d := c.HeadDim(0)
+		raw, rstd := w.qkSaved(p.b*heads+task, p.tk)
+		normHeadGrad(dkh, a.ldk, p.tk, w.l.param("k_norm.weight"), raw, rstd, dnorm[d:2*d], dnorm[2*d:])
 	}
 }

@@ -39,7 +39,8 @@ func OVCircuit(m *nn.Model, layer, head int, opt *WeightOptions) (*mat.Dense, er
 //	W_E·W_Q^h·W_K^hᵀ·W_Eᵀ
 //
 // Entry [q, k] is the attention logit (before the head's score scale, 1/√d_head by default, and
-// without positions, rotary or biases) that a query on token q gives a key on token k. Folded
+// without positions, rotary, biases or a qk-norm's normalisation) that a query on token q gives a
+// key on token k. Folded
 // (the default), W_Q and W_K get the layer's input normalisation. Errors as OVCircuit's.
 func QKCircuit(m *nn.Model, layer, head int, opt *WeightOptions) (*mat.Dense, error) {
 	t, err := newTokenWeights(m, opt)

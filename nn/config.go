@@ -89,6 +89,10 @@ type Config struct {
 	// NoAttnBias leaves the biases out of the attention's projections (in_proj_bias and
 	// out_proj.bias; Llama's attention_bias false).
 	NoAttnBias bool `json:"no_attn_bias,omitempty"`
+	// QKNorm normalises every head's query and key with RMSNorm of eps NormEps before the
+	// rotation (mha.Config.QKNorm; Qwen3's q_norm and k_norm): each block's attention has the
+	// parameters attn.q_norm.weight and attn.k_norm.weight [d]. It needs heads of one size.
+	QKNorm bool `json:"qk_norm,omitempty"`
 	// Bidirectional lets every position attend to every other (BERT's encoder); the default is
 	// causal.
 	Bidirectional bool `json:"bidirectional,omitempty"`
@@ -233,8 +237,12 @@ func (c Config) Validate() error {
 // Attention returns the config of every block's attention layer, whose HeadDim and HeadOffset
 // give the layout of the heads. Its Seed is 0: each block seeds its own layer.
 func (c Config) Attention() mha.Config {
-	return mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
+	ac := mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
+	if c.QKNorm {
+		ac.QKNorm = &mha.QKNorm{Eps: c.normEps()}
+	}
+	return ac
 }
 
 // CanCache reports whether a KV cache can serve the model (Model.NewCache): its attention is

@@ -32,6 +32,11 @@ func hfConfigs() map[string]Config {
 			c.Activation, c.NoMLPBias, c.NoHeadBias = SwiGLU, true, true
 			c.KVHeads, c.Rope, c.NoAttnBias, c.Window = 1, &Rope{Theta: 100}, true, 3
 		}),
+		"qwen3": with(func(c *Config) {
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = SwiGLU, true, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.QKNorm = 1, &Rope{Theta: 1e6}, true, true
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}
@@ -96,6 +101,9 @@ func TestHFParams(t *testing.T) {
 			want[l+"attn.in_proj_weight"] = []int{d + 2*ekv, d}
 			if !cfg.NoAttnBias {
 				want[l+"attn.in_proj_bias"] = []int{d + 2*ekv}
+			}
+			if cfg.QKNorm {
+				want[l+"attn.q_norm.weight"], want[l+"attn.k_norm.weight"] = []int{d / cfg.Heads}, []int{d / cfg.Heads}
 			}
 			if cfg.Activation == SwiGLU {
 				lin(l+"ffn.gate_proj", d, f, !cfg.NoMLPBias)

@@ -56,6 +56,11 @@ func (c Config) layout() []paramSpec {
 		if !c.NoAttnBias {
 			s = append(s, paramSpec{name: p + "attn.out_proj.bias", shape: []int{d}, init: initAttn})
 		}
+		if c.QKNorm {
+			hd := c.Attention().HeadDim(0)
+			s = append(s, paramSpec{name: p + "attn.q_norm.weight", shape: []int{hd}, init: initAttn},
+				paramSpec{name: p + "attn.k_norm.weight", shape: []int{hd}, init: initAttn})
+		}
 		switch {
 		case c.AttnOnly:
 		case c.Activation == SwiGLU:

@@ -155,10 +155,10 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// llamaLayout maps the Llama family (Llama, Mistral, Qwen2; CausalLM or the bare model):
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3; CausalLM or the bare model):
 // pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the rotate-half
-// layout, q, k and v stacked into in_proj_weight, the SwiGLU network, no position embedding, and
-// an untied or tied head.
+// layout (after Qwen3's per-head RMSNorm of queries and keys), q, k and v stacked into
+// in_proj_weight, the SwiGLU network, no position embedding, and an untied or tied head.
 func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
 	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
@@ -214,8 +214,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	d := e / heads
 	ekv := kv * d
-	qwen := hc.ModelType == "qwen2" || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, "Qwen2") })
-	mistral := hc.ModelType == "mistral" || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, "Mistral") })
+	named := func(modelType, prefix string) bool {
+		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
+	}
+	qwen, qwen3, mistral := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral")
 	qkvBias := hc.AttentionBias || qwen
 	tied := orBool(hc.TieEmbeddings, false)
 	seq := nn.MaxSeqLen
@@ -225,7 +227,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, 1e-6), Activation: nn.SwiGLU,
-			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias},
+			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -235,10 +237,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		l.cfg.KVHeads = kv
 	}
 	// Of the family only Mistral's attention reads sliding_window (4096 when left out, none
-	// when null); Llama's ignores it, and Qwen2's needs use_sliding_window, which mha lacks.
+	// when null); Llama's ignores it, and Qwen2's and Qwen3's need use_sliding_window, which mha
+	// lacks.
 	switch {
 	case qwen && hc.UseSlidingWindow:
 		return nil, fmt.Errorf("%w: Qwen2 with use_sliding_window", ErrUnsupported)
+	case qwen3 && hc.UseSlidingWindow:
+		return nil, fmt.Errorf("%w: Qwen3 with use_sliding_window", ErrUnsupported)
 	case mistral:
 		w := 4096
 		if len(hc.SlidingWindow) > 0 {
@@ -269,6 +274,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
 		}
 		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, e))
+		if qwen3 {
+			add(b+"attn.q_norm.weight", src(at+"q_norm.weight", d))
+			add(b+"attn.k_norm.weight", src(at+"k_norm.weight", d))
+		}
 		if qkvBias {
 			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
 			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})

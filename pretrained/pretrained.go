@@ -11,8 +11,10 @@
 //	BertModel, BertForMaskedLM            post-norm LayerNorm(X + MultiHead(X)), token types,
 //	                                      bidirectional attention, the masked-LM head
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
-//	Qwen2ForCausalLM (and their *Model)   Llama 3's rope_scaling), grouped K/V heads,
-//	                                      Mistral's sliding window, Qwen2's q/k/v biases
+//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's rope_scaling), grouped K/V heads,
+//	(and their *Model)                    Mistral's sliding window, Qwen2's q/k/v biases,
+//	                                      Qwen3's q_norm and k_norm (when head_dim is
+//	                                      hidden_size / num_attention_heads)
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary
@@ -124,10 +126,11 @@ var architectures = map[string]Family{
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
+	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

@@ -19,7 +19,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -294,6 +294,9 @@ func TestOpenErrors(t *testing.T) {
 		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }), `rope_scaling type "yarn"`, true},
 		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
 		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
+		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "head_dim 8 ≠ hidden_size / num_attention_heads = 4", true},
+		{"qwen3 sliding window", edit("qwen3-bf16", func(c map[string]any) { c["use_sliding_window"] = true }), "Qwen3 with use_sliding_window", true},
+		{"qwen3 no q_norm", edit("qwen3-bf16", func(c map[string]any) { c["architectures"] = []string{"Qwen2ForCausalLM"}; c["model_type"] = "qwen2" }), "no tensor model.layers.0.self_attn.q_proj.bias", false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},
 		{"heads", edit("llama", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide", false},
 		{"integer weights", stored(safetensors.I64), "model.norm.weight in model.safetensors is I64, want F32, F16 or BF16", false},

@@ -10,7 +10,8 @@ is written below in float64 PyTorch after Hugging Face's own modeling code (read
 project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_bert.py (BertForMaskedLM),
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
-key j is visible to query i when i - W < j <= i).
+key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
+of each head's query and key, before the rotation).
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
 config.json and model.safetensors (or model.safetensors.index.json and two shards), with the
@@ -308,7 +309,8 @@ def bert(name, dtype, old_names):
 
 def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None):
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
-    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[arch]
+    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+                  "MistralForCausalLM": "mistral"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -322,6 +324,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     p = Params(name, dtype)
     e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     d = e // h
+    if model_type == "qwen3":  # Qwen3's config names its head size; and no sliding window
+        cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
     for l in range(cfg["num_hidden_layers"]):
@@ -338,6 +342,9 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         if qkv_bias:
             for part, n in (("q", h * d), ("k", kv_heads * d), ("v", kv_heads * d)):
                 L[part + "b"] = p.draw(s + f"self_attn.{part}_proj.bias", (n,), 0.1)
+        if model_type == "qwen3":  # Qwen3RMSNorm over each head's d values of q and k
+            L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
+            L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
         layers.append(L)
     norm = p.draw("model.norm.weight", (e,), 0.1, 1.0)
     head = emb if tied else p.draw("lm_head.weight", (v, e), 0.5)
@@ -350,7 +357,7 @@ def llama_rms(cfg, x, w):
 
 
 def llama_forward(cfg, W, ids, trace=None, hook=None):
-    """LlamaForCausalLM's forward of ids [B, T] (Qwen2's and Mistral's alike): (logits, hidden,
+    """LlamaForCausalLM's forward of ids [B, T] (Qwen2's, Qwen3's and Mistral's alike): (logits, hidden,
     attentions). When trace is a dict, it also records per block the stream entering it
     (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the stream after the attention
     (resid_mid) and the MLP's output (mlp_out), and the last block's output (resid_final)."""
@@ -381,6 +388,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         if qkv_bias:
             q, k, vv = q + L["qb"], k + L["kb"], vv + L["vb"]
         q, k, vv = split_heads(q, h), split_heads(k, kv_heads), split_heads(vv, kv_heads)
+        if "q_norm" in L:  # Qwen3: q_norm and k_norm before the rotation
+            q, k = rms(q, L["q_norm"]), rms(k, L["k_norm"])
         q, k = apply_rope(q, torch.arange(t), rope, sc), apply_rope(k, torch.arange(t), rope, sc)
         rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
@@ -557,6 +566,7 @@ def main():
                    "original_max_position_embeddings": 8})
     llama("qwen2", "F32", "Qwen2ForCausalLM", kv_heads=2, tied=True, qkv_bias=True)
     llama("mistral", "F32", "MistralForCausalLM", kv_heads=2, tied=False, window=4)
+    llama("qwen3-bf16", "BF16", "Qwen3ForCausalLM", kv_heads=2, tied=True)
 
 
 if __name__ == "__main__":
