@@ -260,6 +260,8 @@ func TestBF16LayerOptions(t *testing.T) {
 		{"rotary gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}}, Options{Causal: true}, 0},
 		{"qk-norm gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}}, Options{Causal: true}, 0},
 		{"qk-norm rotary cross", Config{EmbedDim: 64, NumHeads: 4, Rotary: &Rotary{Theta: 10000}, QKNorm: &QKNorm{Eps: 1e-6}}, Options{}, 50},
+		{"wide heads gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, HeadSize: 32, Rotary: &Rotary{Theta: 10000}}, Options{Causal: true}, 0},
+		{"narrow heads cross", Config{EmbedDim: 64, NumHeads: 4, HeadSize: 8}, Options{}, 50},
 		{"head dims", Config{EmbedDim: 64, NumHeads: 3, HeadDims: []int{16, 32, 16}}, Options{}, 0},
 		{"sparse", Config{EmbedDim: 64, NumHeads: 4}, Options{Patterns: []Pattern{{Kind: PatternLocal, Width: 9}}, Block: [2]int{16, 16}}, 0},
 		{"entmax", Config{EmbedDim: 64, NumHeads: 4}, Options{Normalizer: &Normalizer{Kind: Entmax, Alpha: 1.5}}, 0},

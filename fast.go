@@ -132,27 +132,27 @@ func (a *acts) split(buf []float32) (q, k, v []float32) {
 	return view(buf, a.qo), view(buf, a.ko), view(buf, a.vo)
 }
 
-// layout sizes buf for a call of plan p to a layer with embed dim e and key/value width ekv,
-// whose input projection weights are stacked (in_proj_weight) or not, and points q, k and v
-// into it.
-func (a *acts) layout(p *plan, e, ekv int, stacked bool) {
+// layout sizes buf for a call of plan p to a layer with query width qd (Config.InnerDim) and
+// key/value width ekv, whose input projection weights are stacked (in_proj_weight) or not, and
+// points q, k and v into it.
+func (a *acts) layout(p *plan, qd, ekv int, stacked bool) {
 	tkx := p.tkx
 	a.fused, a.kvFused = p.self && stacked, !p.self && p.kvSame && stacked
-	switch nq, nk := p.b*p.tq*e, p.b*tkx*ekv; {
+	switch nq, nk := p.b*p.tq*qd, p.b*tkx*ekv; {
 	case a.fused:
 		// Rows per batch are Tkx for all three, so the appended key rows fit; Q uses the first Tq.
-		w := e + 2*ekv
+		w := qd + 2*ekv
 		a.buf = kernel.Grow(a.buf, p.b*tkx*w)
-		a.qo, a.ko, a.vo = 0, e, e+ekv
+		a.qo, a.ko, a.vo = 0, qd, qd+ekv
 		a.ldq, a.ldk, a.ldv, a.rq, a.rk = w, w, w, tkx, tkx
 	case a.kvFused:
 		a.buf = kernel.Grow(a.buf, nq+2*nk)
 		a.qo, a.ko, a.vo = 0, nq, nq+ekv
-		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, 2*ekv, 2*ekv, p.tq, tkx
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = qd, 2*ekv, 2*ekv, p.tq, tkx
 	default:
 		a.buf = kernel.Grow(a.buf, nq+2*nk)
 		a.qo, a.ko, a.vo = 0, nq, nq+nk
-		a.ldq, a.ldk, a.ldv, a.rq, a.rk = e, ekv, ekv, p.tq, tkx
+		a.ldq, a.ldk, a.ldv, a.rq, a.rk = qd, ekv, ekv, p.tq, tkx
 	}
 	a.q, a.k, a.v = a.split(a.buf)
 }
@@ -364,27 +364,28 @@ func (l *Layer) matrix(name string) proj.Matrix {
 // them, and biases (nil without biases): the blocks of in_proj_weight and in_proj_bias, or
 // q/k/v_proj_weight.
 func (l *Layer) projections() (wq, wk, wv proj.Matrix, bq, bk, bv []float32) {
-	e, ekv := l.cfg.EmbedDim, l.cfg.KVDim()
+	e, qd, ekv := l.cfg.EmbedDim, l.cfg.InnerDim(), l.cfg.KVDim()
 	wq, wk, wv = l.matrix("q_proj_weight"), l.matrix("k_proj_weight"), l.matrix("v_proj_weight")
 	if w := l.matrix("in_proj_weight"); w.Present() {
-		wq, wk, wv = w.Slice(0, e*e), w.Slice(e*e, (e+ekv)*e), w.From((e+ekv)*e)
+		wq, wk, wv = w.Slice(0, qd*e), w.Slice(qd*e, (qd+ekv)*e), w.From((qd+ekv)*e)
 	}
 	if b := l.param("in_proj_bias"); b != nil {
-		bq, bk, bv = b[:e], b[e:e+ekv], b[e+ekv:]
+		bq, bk, bv = b[:qd], b[qd:qd+ekv], b[qd+ekv:]
 	}
 	return wq, wk, wv, bq, bk, bv
 }
 
 // splitProjections returns the query, key and value parts of the input projections' gradients,
 // looked up by PyTorch name with get: the blocks of in_proj_weight and in_proj_bias, or
-// q/k/v_proj_weight, for embed dim e and key/value width ekv. Absent tensors give nil.
-func splitProjections(get func(name string) []float32, e, ekv int) (wq, wk, wv, bq, bk, bv []float32) {
+// q/k/v_proj_weight, for embed dim e, query width qd and key/value width ekv. Absent tensors
+// give nil.
+func splitProjections(get func(name string) []float32, e, qd, ekv int) (wq, wk, wv, bq, bk, bv []float32) {
 	wq, wk, wv = get("q_proj_weight"), get("k_proj_weight"), get("v_proj_weight")
 	if w := get("in_proj_weight"); w != nil {
-		wq, wk, wv = w[:e*e], w[e*e:(e+ekv)*e], w[(e+ekv)*e:]
+		wq, wk, wv = w[:qd*e], w[qd*e:(qd+ekv)*e], w[(qd+ekv)*e:]
 	}
 	if b := get("in_proj_bias"); b != nil {
-		bq, bk, bv = b[:e], b[e:e+ekv], b[e+ekv:]
+		bq, bk, bv = b[:qd], b[qd:qd+ekv], b[qd+ekv:]
 	}
 	return wq, wk, wv, bq, bk, bv
 }
@@ -393,7 +394,7 @@ func splitProjections(get func(name string) []float32, e, ekv int) (wq, wk, wv, 
 // what Backward needs.
 func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	p, c, a := &w.p, l.cfg, w.a
-	e, ekv, heads := c.EmbedDim, c.KVDim(), c.NumHeads
+	e, qd, ekv, heads := c.EmbedDim, c.InnerDim(), c.KVDim(), c.NumHeads
 	w.l, w.s = l, s
 	defer func() { w.l = nil }()
 	clear(w.masked[:w.workers()])
@@ -405,7 +406,7 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	tkx := p.tkx
 	wq, wk, wv, bq, bk, bv := l.projections()
 	inW, inB := l.matrix("in_proj_weight"), l.param("in_proj_bias")
-	a.layout(p, e, ekv, inW.Present())
+	a.layout(p, qd, ekv, inW.Present())
 	// With ComputeBFloat16, Q, K and V are also needed as bfloat16 bits (a.bits, laid out as
 	// a.buf). Without rotary or qk-norm each projection task writes its block's bits while the
 	// block is in cache (epi); with them the transpose phase writes them after the transform.
@@ -425,13 +426,13 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	if a.fused {
 		w.runGemm(proj.Gemm{X: p.q, LdX: e, XRows: p.tq, K: e, W: inW, LdW: e, Trans: true, Bias: inB, C: a.buf, LdC: a.ldq, CRows: tkx, Rows: p.tq, N: a.ldq, Batches: p.b, BF16: bf, Bits: bits, XB: xq})
 	} else {
-		w.runGemm(proj.Gemm{X: p.q, LdX: e, XRows: p.tq, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: a.q, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b, BF16: bf, Bits: qb, XB: xq})
+		w.runGemm(proj.Gemm{X: p.q, LdX: e, XRows: p.tq, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: a.q, LdC: qd, CRows: p.tq, Rows: p.tq, N: qd, Batches: p.b, BF16: bf, Bits: qb, XB: xq})
 		if a.kvFused {
 			var bkv []float32
 			if inB != nil {
-				bkv = inB[e:]
+				bkv = inB[qd:]
 			}
-			w.runGemm(proj.Gemm{X: p.k, LdX: e, XRows: p.tk, K: e, W: inW.From(e * e), LdW: e, Trans: true, Bias: bkv, C: a.k, LdC: a.ldk, CRows: tkx, Rows: p.tk, N: 2 * ekv, Batches: p.b, BF16: bf, Bits: kb, XB: xk})
+			w.runGemm(proj.Gemm{X: p.k, LdX: e, XRows: p.tk, K: e, W: inW.From(qd * e), LdW: e, Trans: true, Bias: bkv, C: a.k, LdC: a.ldk, CRows: tkx, Rows: p.tk, N: 2 * ekv, Batches: p.b, BF16: bf, Bits: kb, XB: xk})
 		} else {
 			for _, g := range [...]proj.Gemm{
 				{X: p.k, LdX: c.kdim(), XRows: p.tk, K: c.kdim(), W: wk, LdW: c.kdim(), Trans: true, Bias: bk, C: a.k, LdC: a.ldk, CRows: tkx, Rows: p.tk, N: ekv, Batches: p.b, BF16: bf, Bits: kb, XB: xk},
@@ -505,9 +506,9 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		w.outb = a.qb
 	}
 	if s != nil {
-		s.concat = kernel.Grow(s.concat, p.b*p.tq*e)
+		s.concat = kernel.Grow(s.concat, p.b*p.tq*qd)
 		s.lse = kernel.Grow(s.lse, p.b*heads*p.tq)
-		w.out, w.ldo, w.ro, w.lse = s.concat, e, p.tq, s.lse
+		w.out, w.ldo, w.ro, w.lse = s.concat, qd, p.tq, s.lse
 		s.dense = p.opt.NeedWeights
 	}
 	if p.opt.NeedWeights {
@@ -545,10 +546,10 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 	}
 
 	if p.opt.Heads.Keep {
-		r.Heads = reuse(r.Heads, p.b*p.tq*e, p.b, p.tq, e)
+		r.Heads = reuse(r.Heads, p.b*p.tq*qd, p.b, p.tq, qd)
 		for b := range p.b {
 			for t := range p.tq {
-				copy(r.Heads.Data[(b*p.tq+t)*e:][:e], w.out[(b*w.ro+t)*w.ldo:])
+				copy(r.Heads.Data[(b*p.tq+t)*qd:][:qd], w.out[(b*w.ro+t)*w.ldo:])
 			}
 		}
 	} else {
@@ -562,11 +563,11 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		if s != nil {
 			buf = &s.gated
 		}
-		*buf = kernel.Grow(*buf, p.b*p.tq*e)
-		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, e, p.tq)
-		x, ldx, xRows = *buf, e, p.tq
+		*buf = kernel.Grow(*buf, p.b*p.tq*qd)
+		applyGate(p, l.offs, w.out, w.ldo, w.ro, *buf, qd, p.tq)
+		x, ldx, xRows = *buf, qd, p.tq
 	}
-	w.runGemm(proj.Gemm{X: x, LdX: ldx, XRows: xRows, K: e, W: l.matrix("out_proj.weight"), LdW: e, Trans: true, Bias: l.param("out_proj.bias"), C: r.Output.Data, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b, BF16: bf, XB: w.outb})
+	w.runGemm(proj.Gemm{X: x, LdX: ldx, XRows: xRows, K: qd, W: l.matrix("out_proj.weight"), LdW: qd, Trans: true, Bias: l.param("out_proj.bias"), C: r.Output.Data, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b, BF16: bf, XB: w.outb})
 	r.FullyMasked = 0
 	for _, m := range w.masked {
 		r.FullyMasked += m

@@ -61,20 +61,20 @@ func (c maskCase) options(rng *tensor.RNG) Options {
 		for i := range g.Data {
 			g.Data[i] = float32(3*rng.Float64() - 1)
 		}
-		shift := make([]float32, c.cfg.EmbedDim)
+		shift := make([]float32, c.cfg.InnerDim())
 		for i := range shift {
 			shift[i] = float32(rng.Float64() - 0.5)
 		}
 		uniform := make([]bool, heads)
 		uniform[heads-1] = true
-		add := randTensor(rng, c.b, c.tq, c.cfg.EmbedDim)
+		add := randTensor(rng, c.b, c.tq, c.cfg.InnerDim())
 		opt.Heads = HeadOptions{Keep: true, Gate: g, Shift: shift, Add: add, Uniform: uniform}
 	}
 	return opt
 }
 
 // headsIn returns the extra gradient on the head outputs that the backward tests add when opt
-// keeps the heads, [B, Tq, E]; nil otherwise.
+// keeps the heads, [B, Tq, H·d] (H·d = InnerDim); nil otherwise.
 func headsIn(opt *Options, b, tq, e int) *tensor.Tensor {
 	if opt == nil || !opt.Heads.Keep {
 		return nil
@@ -105,6 +105,9 @@ func maskCases() []maskCase {
 			b: 2, tq: 130, tk: 130, causal: true},
 		{name: "gated shifted uniform heads", cfg: Config{EmbedDim: 20, NumHeads: 3, HeadDims: []int{8, 4, 8}, AddBiasKV: true}, b: 2, tq: 90, tk: 280, cross: true,
 			causal: true, pad: true, probe: true},
+		{name: "gated heads wider than E/H", cfg: Config{EmbedDim: 12, NumHeads: 2, HeadSize: 10}, b: 2, tq: 90, tk: 150, cross: true,
+			causal: true, pad: true, probe: true},
+		{name: "heads narrower than E/H", cfg: Config{EmbedDim: 24, NumHeads: 3, HeadSize: 4, Dropout: 0.2}, b: 2, tq: 130, tk: 130, training: true, mask: true},
 	}
 }
 

@@ -80,9 +80,9 @@ type HeadOptions struct {
 	Keep bool
 	// Gate is [B, H] ([H] for unbatched inputs); nil means 1 everywhere.
 	Gate *tensor.Tensor
-	// Shift is [E]; nil means 0.
+	// Shift is [H·d] (Config.InnerDim: E unless HeadSize is set); nil means 0.
 	Shift []float32
-	// Add is [B, Tq, E] ([Tq, E] for unbatched inputs); nil means 0. It is a constant:
+	// Add is [B, Tq, H·d] ([Tq, H·d] for unbatched inputs); nil means 0. It is a constant:
 	// Backward gives it no gradient.
 	Add *tensor.Tensor
 	// Uniform is [H]; a head marked true scores every key 0, so it attends uniformly over the
@@ -100,7 +100,8 @@ type Result struct {
 	// [B, H, Tq, Tk'] with Options.PerHeadWeights, where Tk' counts the key rows appended by
 	// add_bias_kv and add_zero_attn. Unbatched inputs drop the B dimension.
 	Weights *tensor.Tensor
-	// Heads is nil unless Options.Heads.Keep: the concatenated head outputs [B, Tq, E] before
+	// Heads is nil unless Options.Heads.Keep: the concatenated head outputs [B, Tq, H·d] (H·d =
+	// Config.InnerDim, E unless HeadSize is set) before
 	// the output projection (and before Gate and Shift), head h in columns
 	// Config.HeadOffset(h) … + Config.HeadDim(h). Unbatched inputs drop the B dimension.
 	Heads *tensor.Tensor
@@ -119,12 +120,12 @@ type Result struct {
 // chapters. Tk counts the appended bias_kv and zero_attn rows.
 type Trace struct {
 	B, Tq, Tk, H, D, E int       // D is the head size when all heads have one (0 with HeadDims of different sizes)
-	Q                  []float64 // [B, Tq, E] query projection, normalised with QKNorm, rotated with rotary; head h is columns h·D … (h+1)·D
-	K, V               []float64 // [B, Tk, E] key and value projections ([B, Tk, Hkv·D] with grouped K/V heads), K normalised and rotated as Q
+	Q                  []float64 // [B, Tq, H·d] query projection, normalised with QKNorm, rotated with rotary; head h is columns h·D … (h+1)·D
+	K, V               []float64 // [B, Tk, KVDim] key and value projections, K normalised and rotated as Q
 	Scores             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ
 	Scaled             []float64 // [B, H, Tq, Tk] Q_h·K_hᵀ/√D + masks, −Inf where masked
 	Weights            []float64 // [B, H, Tq, Tk] softmax of Scaled, or Options.Normalizer's weights (0 in fully masked rows); after dropout with Options.Training
-	Concat             []float64 // [B, Tq, E] head outputs side by side, before Options.Heads' Gate and Shift
+	Concat             []float64 // [B, Tq, H·d] head outputs side by side, before Options.Heads' Gate and Shift
 	Output             []float64 // [B, Tq, E]
 	FullyMasked        int
 }
@@ -389,16 +390,16 @@ func (p *plan) checkHeads(c Config) error {
 		if err := checkData("head add", a.Shape, len(a.Data)); err != nil {
 			return err
 		}
-		want := []int{p.b, p.tq, c.EmbedDim}
+		want := []int{p.b, p.tq, c.InnerDim()}
 		if p.unbatched {
 			want = want[1:]
 		}
 		if !slices.Equal(a.Shape, want) {
-			return fmt.Errorf("%w: head add is %v, want %v (B Tq E)", ErrShape, a.Shape, want)
+			return fmt.Errorf("%w: head add is %v, want %v (B Tq %s)", ErrShape, a.Shape, want, c.innerName())
 		}
 	}
-	if ho.Shift != nil && len(ho.Shift) != c.EmbedDim {
-		return fmt.Errorf("%w: head shift has %d values, want E = %d", ErrShape, len(ho.Shift), c.EmbedDim)
+	if ho.Shift != nil && len(ho.Shift) != c.InnerDim() {
+		return fmt.Errorf("%w: head shift has %d values, want %s = %d", ErrShape, len(ho.Shift), c.innerName(), c.InnerDim())
 	}
 	if ho.Uniform != nil && len(ho.Uniform) != c.NumHeads {
 		return fmt.Errorf("%w: uniform heads has %d flags, want H = %d", ErrShape, len(ho.Uniform), c.NumHeads)
@@ -429,7 +430,7 @@ func (p *plan) scale(c Config, h int) float64 {
 }
 
 // applyGate writes dst = Gate·src + Shift + Add for the concatenated heads of every batch, src and dst
-// [B, rows, E] with row strides lds and ldd and rows per batch rs and rd; the first tq rows of
+// [B, rows, H·d] with row strides lds and ldd and rows per batch rs and rd; the first tq rows of
 // each batch count. Head h owns columns offs[h] … offs[h+1].
 func applyGate[F kernel.Float](p *plan, offs []int, src []F, lds, rs int, dst []F, ldd, rd int) {
 	heads := len(offs) - 1
@@ -560,10 +561,10 @@ func headDropout(prob float64, seed uint64, b, h, heads int) attend.Dropout {
 // weights [B, H, Tq, Tkx] when they were asked for or traced, and the count of fully masked rows.
 func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyMasked int) {
 	c := l.cfg
-	e, ekv, heads := c.EmbedDim, c.KVDim(), c.NumHeads
+	e, ekv, heads := c.InnerDim(), c.KVDim(), c.NumHeads
 	wq, wk, wv, bq, bk, bv := l.projections()
 
-	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, [B, T, E] (K and V
+	// The stacked projections: Q = X_q·W_qᵀ + b_q and likewise K and V, [B, T, H·d] (K and V
 	// [B, T, Hkv·d] with grouped K/V heads).
 	q := linear(as[F](p.q), p.b*p.tq, c.EmbedDim, wq.Float32s(), bq, e)
 	k := linear(as[F](p.k), p.b*p.tk, c.kdim(), wk.Float32s(), bk, ekv)
@@ -617,7 +618,7 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 		x = make([]F, len(concat))
 		applyGate(p, l.offs, concat, e, p.tq, x, e, p.tq)
 	}
-	out = linear(x, p.b*p.tq, e, l.matrix("out_proj.weight").Float32s(), l.param("out_proj.bias"), e)
+	out = linear(x, p.b*p.tq, e, l.matrix("out_proj.weight").Float32s(), l.param("out_proj.bias"), c.EmbedDim)
 	if tr != nil {
 		tr.Q, tr.K, tr.V, tr.Concat = f64(q), f64(k), f64(v), f64(concat)
 	}

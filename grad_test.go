@@ -27,21 +27,22 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 		t.Fatal(err)
 	}
 	c := l.cfg
-	e, heads, tq, tkx, nb := c.EmbedDim, c.NumHeads, p.tq, p.tkx, p.b
+	// e: the output's width; qd: Q's, K's, V's and the heads' (InnerDim; no grouped K/V heads here)
+	e, qd, heads, tq, tkx, nb := c.EmbedDim, c.InnerDim(), c.NumHeads, p.tq, p.tkx, p.b
 	g := map[string][]float64{}
 
 	// Output projection of the gated heads concat' = Gate·concat + Shift.
 	gated := tr.Concat
 	if p.gated() {
 		gated = make([]float64, len(tr.Concat))
-		applyGate(p, l.offs, tr.Concat, e, tq, gated, e, tq)
+		applyGate(p, l.offs, tr.Concat, qd, tq, gated, qd, tq)
 	}
 	dY := as[float64](dy)
 	wo := as[float64](l.param("out_proj.weight"))
-	dC := make([]float64, nb*tq*e)
-	kernel.Gemm(false, false, nb*tq, e, e, 1, dY, e, wo, e, 0, dC, e)
-	g["out_proj.weight"] = make([]float64, e*e)
-	kernel.Gemm(true, false, e, e, nb*tq, 1, dY, e, gated, e, 0, g["out_proj.weight"], e)
+	dC := make([]float64, nb*tq*qd)
+	kernel.Gemm(false, false, nb*tq, qd, e, 1, dY, e, wo, qd, 0, dC, qd)
+	g["out_proj.weight"] = make([]float64, e*qd)
+	kernel.Gemm(true, false, e, qd, nb*tq, 1, dY, e, gated, qd, 0, g["out_proj.weight"], qd)
 	g["out_proj.bias"] = colSums(dY, nb*tq, e)
 	if gate := opt.Heads.Gate; gate != nil {
 		g["gate"] = make([]float64, nb*heads)
@@ -49,7 +50,7 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 			for h := range heads {
 				for i := range tq {
 					for x := c.HeadOffset(h); x < c.HeadOffset(h)+c.HeadDim(h); x++ {
-						r := (b*tq+i)*e + x
+						r := (b*tq+i)*qd + x
 						g["gate"][b*heads+h] += tr.Concat[r] * dC[r]
 						dC[r] *= float64(gate.Data[b*heads+h])
 					}
@@ -57,14 +58,14 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 			}
 		}
 	}
-	if hin := headsIn(opt, nb, tq, e); hin != nil {
+	if hin := headsIn(opt, nb, tq, qd); hin != nil {
 		for i, x := range hin.Data {
 			dC[i] += float64(x)
 		}
 	}
 
 	// Attention, head by head.
-	dQ, dK, dV := make([]float64, nb*tq*e), make([]float64, nb*tkx*e), make([]float64, nb*tkx*e)
+	dQ, dK, dV := make([]float64, nb*tq*qd), make([]float64, nb*tkx*qd), make([]float64, nb*tkx*qd)
 	for b := range nb {
 		for h := range heads {
 			o, d, scale := c.HeadOffset(h), c.HeadDim(h), p.scale(c, h)
@@ -83,16 +84,16 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 				}
 				return 0
 			}
-			qa := func(i, x int) float64 { return tr.Q[(b*tq+i)*e+o+x] }
-			ka := func(j, x int) float64 { return tr.K[(b*tkx+j)*e+o+x] }
-			va := func(j, x int) float64 { return tr.V[(b*tkx+j)*e+o+x] }
-			do := func(i, x int) float64 { return dC[(b*tq+i)*e+o+x] }
+			qa := func(i, x int) float64 { return tr.Q[(b*tq+i)*qd+o+x] }
+			ka := func(j, x int) float64 { return tr.K[(b*tkx+j)*qd+o+x] }
+			va := func(j, x int) float64 { return tr.V[(b*tkx+j)*qd+o+x] }
+			do := func(i, x int) float64 { return dC[(b*tq+i)*qd+o+x] }
 			for i := range tq {
 				dp := make([]float64, tkx)
 				rowSum := 0.0
 				for j := range tkx {
 					for x := range d {
-						dV[(b*tkx+j)*e+o+x] += pr[i*tkx+j] * z(i, j) * do(i, x)
+						dV[(b*tkx+j)*qd+o+x] += pr[i*tkx+j] * z(i, j) * do(i, x)
 						dp[j] += do(i, x) * va(j, x)
 					}
 					dp[j] *= z(i, j)
@@ -101,8 +102,8 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 				for j := range tkx {
 					ds := pr[i*tkx+j] * (dp[j] - rowSum) * scale
 					for x := range d {
-						dQ[(b*tq+i)*e+o+x] += ds * ka(j, x)
-						dK[(b*tkx+j)*e+o+x] += ds * qa(i, x)
+						dQ[(b*tq+i)*qd+o+x] += ds * ka(j, x)
+						dK[(b*tkx+j)*qd+o+x] += ds * qa(i, x)
 					}
 				}
 			}
@@ -111,19 +112,19 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 
 	// The appended key rows, then the input projections of the first Tk rows.
 	if c.AddBiasKV {
-		g["bias_k"], g["bias_v"] = make([]float64, e), make([]float64, e)
+		g["bias_k"], g["bias_v"] = make([]float64, qd), make([]float64, qd)
 		for b := range nb {
-			r := (b*tkx + p.tk) * e
-			for x := range e {
+			r := (b*tkx + p.tk) * qd
+			for x := range qd {
 				g["bias_k"][x] += dK[r+x]
 				g["bias_v"][x] += dV[r+x]
 			}
 		}
 	}
-	keep := func(y []float64) []float64 { // rows [0, Tk) of every batch of a [B, Tkx, E] gradient
-		out := make([]float64, 0, nb*p.tk*e)
+	keep := func(y []float64) []float64 { // rows [0, Tk) of every batch of a [B, Tkx, H·d] gradient
+		out := make([]float64, 0, nb*p.tk*qd)
 		for b := range nb {
-			out = append(out, y[b*tkx*e:(b*tkx+p.tk)*e]...)
+			out = append(out, y[b*tkx*qd:(b*tkx+p.tk)*qd]...)
 		}
 		return out
 	}
@@ -140,10 +141,10 @@ func refGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy [
 	for i, pj := range []proj{{"query", dQ, p.q, wq.F, tq, e}, {"key", keep(dK), p.k, wk.F, p.tk, c.kdim()}, {"value", keep(dV), p.v, wv.F, p.tk, c.vdim()}} {
 		rows := nb * pj.rows
 		dX[i] = make([]float64, rows*pj.in)
-		kernel.Gemm(false, false, rows, pj.in, e, 1, pj.dy, e, as[float64](pj.w), pj.in, 0, dX[i], pj.in)
-		dW[i] = make([]float64, e*pj.in)
-		kernel.Gemm(true, false, e, pj.in, rows, 1, pj.dy, e, as[float64](pj.x), pj.in, 0, dW[i], pj.in)
-		dB[i] = colSums(pj.dy, rows, e)
+		kernel.Gemm(false, false, rows, pj.in, qd, 1, pj.dy, qd, as[float64](pj.w), pj.in, 0, dX[i], pj.in)
+		dW[i] = make([]float64, qd*pj.in)
+		kernel.Gemm(true, false, qd, pj.in, rows, 1, pj.dy, qd, as[float64](pj.x), pj.in, 0, dW[i], pj.in)
+		dB[i] = colSums(pj.dy, rows, qd)
 	}
 	if l.param("in_proj_weight") != nil {
 		g["in_proj_weight"] = append(append(dW[0], dW[1]...), dW[2]...)
@@ -185,7 +186,7 @@ func backward(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy *
 	if err := l.ForwardTrain(&r, &s, q, k, v, opt); err != nil {
 		t.Fatal(err)
 	}
-	g := Grads{HeadsIn: headsIn(opt, s.p.b, s.p.tq, l.cfg.EmbedDim)}
+	g := Grads{HeadsIn: headsIn(opt, s.p.b, s.p.tq, l.cfg.InnerDim())}
 	if err := l.Backward(&g, &s, dy); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func fdGrads(t *testing.T, l *Layer, q, k, v *tensor.Tensor, opt *Options, dy []
 		if len(q.Shape) == 3 {
 			b = q.Shape[0]
 		}
-		hin = headsIn(opt, b, tq, l.cfg.EmbedDim)
+		hin = headsIn(opt, b, tq, l.cfg.InnerDim())
 	}
 	loss := func() float64 {
 		tr, err := l.Reference(q, k, v, opt)
@@ -307,6 +308,9 @@ func TestReferenceGradsMatchFiniteDifferences(t *testing.T) {
 		{name: "no bias", cfg: Config{EmbedDim: 4, NumHeads: 1, NoBias: true}, b: 1, tq: 3, tk: 3},
 		{name: "heads of different sizes, gated", cfg: Config{EmbedDim: 6, NumHeads: 3, HeadDims: []int{1, 3, 2}, HeadScales: []float64{0.7, 1, -0.5}},
 			b: 2, tq: 3, tk: 4, cross: true, causal: true, probe: true},
+		{name: "heads wider than E/H, gated", cfg: Config{EmbedDim: 4, NumHeads: 2, HeadSize: 3},
+			b: 2, tq: 3, tk: 4, cross: true, causal: true, probe: true, pad: true},
+		{name: "heads narrower than E/H, bias_kv", cfg: Config{EmbedDim: 6, NumHeads: 3, HeadSize: 1, AddBiasKV: true}, b: 1, tq: 3, tk: 3, probe: true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -322,7 +326,7 @@ func TestReferenceGradsMatchFiniteDifferences(t *testing.T) {
 				for j, y := range tr.Output {
 					s += y * float64(dy.Data[j])
 				}
-				if hin := headsIn(&opt, c.b, c.tq, c.cfg.EmbedDim); hin != nil {
+				if hin := headsIn(&opt, c.b, c.tq, c.cfg.InnerDim()); hin != nil {
 					for j, y := range tr.Concat {
 						s += y * float64(hin.Data[j])
 					}

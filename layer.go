@@ -51,7 +51,7 @@ var (
 // NoBias=false.
 type Config struct {
 	EmbedDim    int     // E, the model dimension of queries and outputs; > 0
-	NumHeads    int     // H; must divide EmbedDim unless HeadDims is set
+	NumHeads    int     // H; must divide EmbedDim unless HeadDims or HeadSize is set
 	KDim        int     // features of key inputs; 0 means EmbedDim
 	VDim        int     // features of value inputs; 0 means EmbedDim
 	NoBias      bool    // PyTorch's bias=False: no in_proj_bias and no out_proj.bias
@@ -67,6 +67,11 @@ type Config struct {
 	// HeadScales, when not nil, gives each head's score scale s_h (len H, finite in float32):
 	// its logits are s_h·Q_h·K_hᵀ. nil means 1/√d_h per head, PyTorch's scaling.
 	HeadScales []float64
+	// HeadSize, when > 0, is the size d of every head where it is not E/H (Hugging Face's
+	// head_dim: Qwen3-0.6B has E = 1024 and 16 heads of 128): Q and the concatenated heads are
+	// then InnerDim() = H·d wide, so in_proj_weight is [H·d + 2·KVDim, E], q_proj_weight
+	// [H·d, E] and out_proj.weight [E, H·d]. 0 means E/H (or HeadDims); not with HeadDims.
+	HeadSize int
 
 	// NumKVHeads is the number of key/value heads, Hkv; 0 means NumHeads. Fewer than NumHeads
 	// is grouped-query attention (1 is multi-query attention): Hkv must divide NumHeads, query
@@ -104,14 +109,26 @@ const MaxDim = 1 << 16
 // float32 gradient, 16 GiB for 2³¹ of them (a layer of embed dim 16384 has 2³⁰).
 const MaxParams = 1 << 31
 
-// HeadDim returns d_h, the size of head h: HeadDims[h], or EmbedDim / NumHeads. It is for a
-// config that New accepts and 0 ≤ h < NumHeads, and may panic (index out of range, division by
-// zero) otherwise; so are HeadOffset, HeadScale, KVDim and KVHead.
+// HeadDim returns d_h, the size of head h: HeadDims[h], HeadSize, or EmbedDim / NumHeads. It is
+// for a config that New accepts and 0 ≤ h < NumHeads, and may panic (index out of range, division
+// by zero) otherwise; so are HeadOffset, HeadScale, InnerDim, KVDim and KVHead.
 func (c Config) HeadDim(h int) int {
-	if c.HeadDims != nil {
+	switch {
+	case c.HeadDims != nil:
 		return c.HeadDims[h]
+	case c.HeadSize > 0:
+		return c.HeadSize
 	}
 	return c.EmbedDim / c.NumHeads
+}
+
+// InnerDim returns the width of Q and of the concatenated heads, Σ d_h: EmbedDim, unless
+// HeadSize makes it NumHeads·HeadSize.
+func (c Config) InnerDim() int {
+	if c.HeadSize > 0 {
+		return c.NumHeads * c.HeadSize
+	}
+	return c.EmbedDim
 }
 
 // HeadOffset returns o_h, the first column of head h in Q, K, V and the concatenation: the sum
@@ -124,7 +141,7 @@ func (c Config) HeadOffset(h int) int {
 		}
 		return o
 	}
-	return h * (c.EmbedDim / c.NumHeads)
+	return h * c.HeadDim(0)
 }
 
 // HeadScale returns s_h, head h's score scale: HeadScales[h], or 1/√d_h.
@@ -138,11 +155,11 @@ func (c Config) HeadScale(h int) float64 {
 // KVHeads returns Hkv, the number of key/value heads: NumKVHeads, or NumHeads.
 func (c Config) KVHeads() int { return orDefault(c.NumKVHeads, c.NumHeads) }
 
-// KVDim returns the width of the key and value projections, Hkv·d: EmbedDim without grouped
+// KVDim returns the width of the key and value projections, Hkv·d: InnerDim without grouped
 // K/V heads.
 func (c Config) KVDim() int {
 	if c.KVHeads() == c.NumHeads {
-		return c.EmbedDim
+		return c.InnerDim()
 	}
 	return c.KVHeads() * c.HeadDim(0)
 }
@@ -171,7 +188,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: embed dim is %d, want > 0", ErrConfig, c.EmbedDim)
 	case c.NumHeads <= 0:
 		return fmt.Errorf("%w: num heads is %d, want > 0", ErrConfig, c.NumHeads)
-	case c.HeadDims == nil && c.EmbedDim%c.NumHeads != 0:
+	case c.HeadSize < 0 || c.HeadSize > MaxDim:
+		return fmt.Errorf("%w: head size is %d, want 0 (E/H) or a size in [1, %d]", ErrConfig, c.HeadSize, MaxDim)
+	case c.HeadSize > 0 && c.HeadDims != nil:
+		return fmt.Errorf("%w: head size %d and head dims %v; give one or the other", ErrConfig, c.HeadSize, c.HeadDims)
+	case c.HeadDims == nil && c.HeadSize == 0 && c.EmbedDim%c.NumHeads != 0:
 		return fmt.Errorf("%w: embed dim %d is not divisible by num heads %d (give HeadDims for heads of different sizes)", ErrConfig, c.EmbedDim, c.NumHeads)
 	case c.HeadDims != nil && len(c.HeadDims) != c.NumHeads:
 		return fmt.Errorf("%w: %d head dims for %d heads, want one per head", ErrConfig, len(c.HeadDims), c.NumHeads)
@@ -198,7 +219,7 @@ func (c Config) Validate() error {
 	case c.QKNorm != nil && !(c.QKNorm.Eps > 0 && c.QKNorm.Eps <= math.MaxFloat64):
 		return fmt.Errorf("%w: qk-norm eps is %v, want a finite number > 0", ErrConfig, c.QKNorm.Eps)
 	}
-	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim()} {
+	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim(), c.NumHeads * c.HeadSize} {
 		if d > MaxDim {
 			return fmt.Errorf("%w: dimension %d is larger than %d", ErrConfig, d, MaxDim)
 		}
@@ -226,6 +247,14 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// innerName names InnerDim in messages: E, unless HeadSize makes it H·d.
+func (c Config) innerName() string {
+	if c.HeadSize > 0 {
+		return "H·d"
+	}
+	return "E"
 }
 
 // transformsQK reports whether the queries and keys change between the projections and the
@@ -389,7 +418,7 @@ func makeLayer(cfg Config, alloc bool) (*Layer, error) {
 	for h := range cfg.NumHeads {
 		l.offs = append(l.offs, cfg.HeadOffset(h))
 	}
-	l.offs = append(l.offs, cfg.EmbedDim)
+	l.offs = append(l.offs, cfg.InnerDim())
 	l.kvOffs = l.offs
 	if hkv := cfg.KVHeads(); hkv < cfg.NumHeads {
 		l.kvOffs = nil
@@ -418,23 +447,23 @@ type paramShape struct {
 
 // paramShapes lists the parameters of a layer for c, with PyTorch's names, shapes and order.
 func (c Config) paramShapes() []paramShape {
-	e, ekv := c.EmbedDim, c.KVDim()
+	e, qd, ekv := c.EmbedDim, c.InnerDim(), c.KVDim()
 	var s []paramShape
 	if c.sameDims() {
-		s = append(s, paramShape{"in_proj_weight", []int{e + 2*ekv, e}})
+		s = append(s, paramShape{"in_proj_weight", []int{qd + 2*ekv, e}})
 	} else {
 		s = append(s,
-			paramShape{"q_proj_weight", []int{e, e}},
+			paramShape{"q_proj_weight", []int{qd, e}},
 			paramShape{"k_proj_weight", []int{ekv, c.kdim()}},
 			paramShape{"v_proj_weight", []int{ekv, c.vdim()}})
 	}
 	if !c.NoBias {
-		s = append(s, paramShape{"in_proj_bias", []int{e + 2*ekv}})
+		s = append(s, paramShape{"in_proj_bias", []int{qd + 2*ekv}})
 	}
 	if c.AddBiasKV {
 		s = append(s, paramShape{"bias_k", []int{1, 1, ekv}}, paramShape{"bias_v", []int{1, 1, ekv}})
 	}
-	s = append(s, paramShape{"out_proj.weight", []int{e, e}})
+	s = append(s, paramShape{"out_proj.weight", []int{e, qd}})
 	if !c.NoBias {
 		s = append(s, paramShape{"out_proj.bias", []int{e}})
 	}
@@ -629,7 +658,8 @@ func (l *Layer) describe() string {
 
 // InferConfig reads the embed dim, kdim, vdim, the K/V heads, bias and add_bias_kv from the
 // names and shapes in an nn.MultiheadAttention state dict (or one of a layer with grouped K/V
-// heads, whose key and value projections are narrower, or with sinks), with numHeads heads. AddZeroAttn,
+// heads, whose key and value projections are narrower, with sinks, or with a HeadSize, whose
+// out_proj.weight is [E, H·d]), with numHeads heads. AddZeroAttn,
 // Dropout, Rotary and Seed are not stored in a state dict and are left zero; q_norm.weight gives
 // QKNorm with Qwen3's Eps of 1e-6, which is not stored either. It returns an error
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
@@ -642,17 +672,23 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("%w: no out_proj.weight (have %s)", ErrStateDict, strings.Join(slices.Sorted(maps.Keys(sd)), ", "))
 	}
-	if len(out.Shape) != 2 || out.Shape[0] != out.Shape[1] {
-		return Config{}, fmt.Errorf("%w: out_proj.weight is %v, want [E E]", ErrStateDict, out.Shape)
+	if len(out.Shape) != 2 || out.Shape[0] != out.Shape[1] && (numHeads <= 0 || out.Shape[1] <= 0 || out.Shape[1]%numHeads != 0) {
+		return Config{}, fmt.Errorf("%w: out_proj.weight is %v, want [E E] (or [E H·d] for %d heads of d ≠ E/H)", ErrStateDict, out.Shape, numHeads)
 	}
-	e := out.Shape[0]
+	e, qd := out.Shape[0], out.Shape[1]
 	cfg := Config{EmbedDim: e, NumHeads: numHeads}
-	ekv := e
+	if qd != e {
+		cfg.HeadSize = qd / numHeads
+	}
+	ekv := qd
 	if in, ok := sd["in_proj_weight"]; ok {
-		if len(in.Shape) != 2 || in.Shape[1] != e || in.Shape[0] <= e || (in.Shape[0]-e)%2 != 0 {
+		if len(in.Shape) != 2 || in.Shape[1] != e || in.Shape[0] <= qd || (in.Shape[0]-qd)%2 != 0 {
+			if qd != e {
+				return Config{}, fmt.Errorf("%w: in_proj_weight is %v, want [H·d + 2·Ekv, E] with H·d = %d, E = %d", ErrStateDict, in.Shape, qd, e)
+			}
 			return Config{}, fmt.Errorf("%w: in_proj_weight is %v, want [E + 2·Ekv, E] with E = %d", ErrStateDict, in.Shape, e)
 		}
-		ekv = (in.Shape[0] - e) / 2
+		ekv = (in.Shape[0] - qd) / 2
 	} else {
 		k, v := sd["k_proj_weight"], sd["v_proj_weight"]
 		if k == nil || v == nil {
@@ -667,11 +703,11 @@ func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 			return Config{}, fmt.Errorf("%w: q/k/v_proj_weight with kdim = vdim = E = %d; PyTorch names these in_proj_weight", ErrStateDict, cfg.EmbedDim)
 		}
 	}
-	if ekv != e {
-		if numHeads <= 0 || e%numHeads != 0 || ekv%(e/numHeads) != 0 {
+	if ekv != qd {
+		if numHeads <= 0 || qd%numHeads != 0 || qd < numHeads || ekv%(qd/numHeads) != 0 {
 			return Config{}, fmt.Errorf("%w: key/value projections %d wide for E = %d and %d heads, want a multiple of the head size", ErrStateDict, ekv, e, numHeads)
 		}
-		cfg.NumKVHeads = ekv / (e / numHeads)
+		cfg.NumKVHeads = ekv / (qd / numHeads)
 	}
 	_, hasBias := sd["in_proj_bias"]
 	cfg.NoBias = !hasBias

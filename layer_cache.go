@@ -118,26 +118,26 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	defer func() { w.l = nil }()
 	w.p.opt.Workers = o.Workers
 	w.workers()
-	e, ekv, heads, hkv, d := c.EmbedDim, c.KVDim(), c.NumHeads, c.KVHeads(), c.HeadDim(0)
+	e, qd, ekv, heads, hkv, d := c.EmbedDim, c.InnerDim(), c.KVDim(), c.NumHeads, c.KVHeads(), c.HeadDim(0)
 
 	// The projections, Q [B·T, E] and K, V [B·T, Hkv·d], then laid out per head.
 	wq, wk, wv, bq, bk, bv := l.projections()
 	n := b * t
-	w.dbuf = kernel.Grow(w.dbuf, n*(e+2*ekv))
-	q, k, v := w.dbuf[:n*e], w.dbuf[n*e:n*(e+ekv)], w.dbuf[n*(e+ekv):]
+	w.dbuf = kernel.Grow(w.dbuf, n*(qd+2*ekv))
+	q, k, v := w.dbuf[:n*qd], w.dbuf[n*qd:n*(qd+ekv)], w.dbuf[n*(qd+ekv):]
 	var xb []uint16 // bfloat16 products read x's bits, rounded once for all three
 	if bf && n > kernel.GemvRows {
 		xb = w.encodeOne(x.Data)
 	}
 	for _, g := range [...]proj.Gemm{
-		{X: x.Data, LdX: e, XRows: n, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: q, LdC: e, CRows: n, Rows: n, N: e, Batches: 1},
+		{X: x.Data, LdX: e, XRows: n, K: e, W: wq, LdW: e, Trans: true, Bias: bq, C: q, LdC: qd, CRows: n, Rows: n, N: qd, Batches: 1},
 		{X: x.Data, LdX: e, XRows: n, K: e, W: wk, LdW: e, Trans: true, Bias: bk, C: k, LdC: ekv, CRows: n, Rows: n, N: ekv, Batches: 1},
 		{X: x.Data, LdX: e, XRows: n, K: e, W: wv, LdW: e, Trans: true, Bias: bv, C: v, LdC: ekv, CRows: n, Rows: n, N: ekv, Batches: 1},
 	} {
 		g.BF16, g.XB = bf, xb
 		w.runGemm(g)
 	}
-	w.cq = reuse(w.cq, n*e, b, heads, t, d)
+	w.cq = reuse(w.cq, n*qd, b, heads, t, d)
 	w.ck = reuse(w.ck, n*ekv, b, hkv, t, d)
 	w.cv = reuse(w.cv, n*ekv, b, hkv, t, d)
 	w.relayout(headLayout{q, w.cq.Data, b, t, heads, d, true},
@@ -158,13 +158,13 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	}
 
 	// The heads side by side, then the output projection.
-	w.dconcat = kernel.Grow(w.dconcat, n*e)
+	w.dconcat = kernel.Grow(w.dconcat, n*qd)
 	w.relayout(headLayout{w.dconcat, w.cres.Out.Data, b, t, heads, d, false})
 	if xb != nil {
 		xb = w.encodeOne(w.dconcat)
 	}
 	y := reuse(r.Output, n*e, b, t, e)
-	w.runGemm(proj.Gemm{X: w.dconcat, LdX: e, XRows: n, K: e, W: l.matrix("out_proj.weight"), LdW: e, Trans: true, Bias: l.param("out_proj.bias"), C: y.Data, LdC: e, CRows: n, Rows: n, N: e, Batches: 1, BF16: bf, XB: xb})
+	w.runGemm(proj.Gemm{X: w.dconcat, LdX: qd, XRows: n, K: qd, W: l.matrix("out_proj.weight"), LdW: qd, Trans: true, Bias: l.param("out_proj.bias"), C: y.Data, LdC: e, CRows: n, Rows: n, N: e, Batches: 1, BF16: bf, XB: xb})
 	*r = Result{Output: y}
 	return nil
 }

@@ -45,6 +45,9 @@ func gqaCases() []gqaCase {
 		{name: "qk-norm gqa rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: half, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 11}, b: 2, tq: 7, causal: true, padding: true},
 		{name: "qk-norm cross", cfg: Config{EmbedDim: 12, NumHeads: 3, QKNorm: &QKNorm{Eps: 0.25}, Seed: 12}, b: 1, tq: 4, tk: 6},
 		{name: "qk-norm cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, KDim: 5, VDim: 3, Rotary: partial, QKNorm: &QKNorm{Eps: 1e-3}, Seed: 13}, b: 2, tq: 3, tk: 5, causal: true},
+		{name: "wide heads gqa rotary qk-norm", cfg: Config{EmbedDim: 12, NumHeads: 4, NumKVHeads: 2, HeadSize: 6, Rotary: half, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 14}, b: 2, tq: 6, causal: true, padding: true},
+		{name: "wide heads cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, HeadSize: 6, KDim: 5, VDim: 3, Seed: 15}, b: 1, tq: 4, tk: 5},
+		{name: "narrow heads bias_kv", cfg: Config{EmbedDim: 16, NumHeads: 4, HeadSize: 2, AddBiasKV: true, Sinks: true, Seed: 16}, b: 2, tq: 5, tk: 6},
 	}
 }
 
@@ -78,7 +81,7 @@ func (c gqaCase) inputs(seed uint64) (q, k, v *tensor.Tensor, opt *Options) {
 func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Options) []float64 {
 	t.Helper()
 	cfg := l.Config()
-	e, h, hkv, d := cfg.EmbedDim, cfg.NumHeads, cfg.KVHeads(), cfg.HeadDim(0)
+	e, qd, h, hkv, d := cfg.EmbedDim, cfg.InnerDim(), cfg.NumHeads, cfg.KVHeads(), cfg.HeadDim(0)
 	if k == nil {
 		k, v = q, q
 	}
@@ -164,8 +167,8 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 				if bo != nil {
 					s = float64(bo[o])
 				}
-				for f := range e {
-					s += tr.Out[((bb*h+f/d)*tq+i)*d+f%d] * float64(wo[o*e+f])
+				for f := range qd {
+					s += tr.Out[((bb*h+f/d)*tq+i)*d+f%d] * float64(wo[o*qd+f])
 				}
 				out[(bb*tq+i)*e+o] = s
 			}
@@ -208,26 +211,33 @@ func TestLayerGQAParams(t *testing.T) {
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, AddBiasKV: true},
 		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, KDim: 5, VDim: 7, NoBias: true},
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, HeadSize: 8},
+		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, HeadSize: 3, KDim: 5, VDim: 7},
+		{EmbedDim: 10, NumHeads: 4, HeadSize: 3, AddBiasKV: true},
 	} {
 		l := newLayer(t, cfg)
-		ekv := cfg.NumKVHeads * cfg.HeadDim(0)
+		e, d := cfg.EmbedDim, cfg.HeadDim(0)
+		qd, ekv := cfg.NumHeads*d, orDefault(cfg.NumKVHeads, cfg.NumHeads)*d
 		if got := l.Config().KVDim(); got != ekv {
 			t.Errorf("%+v: KVDim %d, want %d", cfg, got, ekv)
 		}
-		want := map[string][]int{"out_proj.weight": {16, 16}}
+		if got := l.Config().InnerDim(); got != qd {
+			t.Errorf("%+v: InnerDim %d, want %d", cfg, got, qd)
+		}
+		want := map[string][]int{"out_proj.weight": {e, qd}}
 		if cfg.KDim == 0 {
-			want["in_proj_weight"] = []int{16 + 2*ekv, 16}
+			want["in_proj_weight"] = []int{qd + 2*ekv, e}
 		} else {
-			want["q_proj_weight"], want["k_proj_weight"], want["v_proj_weight"] = []int{16, 16}, []int{ekv, cfg.KDim}, []int{ekv, cfg.VDim}
+			want["q_proj_weight"], want["k_proj_weight"], want["v_proj_weight"] = []int{qd, e}, []int{ekv, cfg.KDim}, []int{ekv, cfg.VDim}
 		}
 		if !cfg.NoBias {
-			want["in_proj_bias"], want["out_proj.bias"] = []int{16 + 2*ekv}, []int{16}
+			want["in_proj_bias"], want["out_proj.bias"] = []int{qd + 2*ekv}, []int{e}
 		}
 		if cfg.AddBiasKV {
 			want["bias_k"], want["bias_v"] = []int{1, 1, ekv}, []int{1, 1, ekv}
 		}
 		if cfg.QKNorm != nil {
-			want["q_norm.weight"], want["k_norm.weight"] = []int{4}, []int{4}
+			want["q_norm.weight"], want["k_norm.weight"] = []int{d}, []int{d}
 		}
 		sd := l.StateDict()
 		if len(sd) != len(want) {
@@ -243,7 +253,7 @@ func TestLayerGQAParams(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.NumKVHeads != cfg.NumKVHeads || got.KDim != cfg.KDim || got.VDim != cfg.VDim || got.NoBias != cfg.NoBias || got.AddBiasKV != cfg.AddBiasKV ||
-			(got.QKNorm != nil) != (cfg.QKNorm != nil) {
+			(got.QKNorm != nil) != (cfg.QKNorm != nil) || got.HeadSize != cfg.HeadSize {
 			t.Errorf("InferConfig gave %+v, want %+v", got, cfg)
 		}
 	}
@@ -275,6 +285,10 @@ func TestLayerGQAErrors(t *testing.T) {
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{}}, "qk-norm eps is 0, want a finite number > 0"},
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.Inf(1)}}, "qk-norm eps is +Inf"},
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.NaN()}}, "qk-norm eps is NaN"},
+		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: -1}, "head size is -1, want 0 (E/H) or a size in [1, 65536]"},
+		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: 1 << 17}, "head size is 131072"},
+		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: 8, HeadDims: []int{8, 8}}, "head size 8 and head dims [8 8]; give one or the other"},
+		{Config{EmbedDim: 16, NumHeads: 4096, HeadSize: 1 << 16}, "dimension 268435456 is larger than 65536"},
 	} {
 		if _, err := New(c.cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%+v) = %v, want ErrConfig with %q", c.cfg, err, c.want)
@@ -570,8 +584,8 @@ func TestLayerWindow(t *testing.T) {
 }
 
 // TestLayerForwardCache checks that a prefill and then steps through the layer's KV cache give
-// Forward's output on the whole sequence, with grouped heads, rotary with an offset, qk-norm
-// and a window.
+// Forward's output on the whole sequence, with grouped heads, rotary with an offset, qk-norm,
+// heads of another size than E/H and a window.
 func TestLayerForwardCache(t *testing.T) {
 	const b, n, e = 2, 13, 16
 	for _, c := range []struct {
@@ -583,6 +597,8 @@ func TestLayerForwardCache(t *testing.T) {
 		{Config{EmbedDim: e, NumHeads: 2, NoBias: true, Seed: 3}, nil},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Sinks: true, Seed: 9}, &Window{4, 0}},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100, Offset: 1}, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 10}, nil},
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1, HeadSize: 8, Rotary: &Rotary{Theta: 100}, Seed: 11}, &Window{5, 0}},
+		{Config{EmbedDim: e, NumHeads: 2, HeadSize: 3, Seed: 12}, nil},
 	} {
 		l := newLayer(t, c.cfg)
 		x := randTensor(tensor.NewRNG(4), b, n, e)
@@ -708,7 +724,8 @@ func TestLayerForwardCacheInto(t *testing.T) {
 func FuzzForwardCache(f *testing.F) {
 	// cfg packs H−1 (2 bits), the Hkv choice (2: H, 1, H/2), d−1 (3), B−1 (1), NoBias, Sinks,
 	// rotary and its layout, appended keys (bit 12), head scales of their own (13), KDim and VDim
-	// other than E (14), heads of two sizes (15), qk-norm (16); opts packs
+	// other than E (14), heads of two sizes (15), qk-norm (16), heads of d + 2 with E = H·d
+	// (17); opts packs
 	// causal, a window (bit 1; Left in 3 bits, Right + 1 in 2), ALiBi (7), the cache type (2),
 	// bfloat16 compute (10), workers (2), a capacity one short (13), soft-capping (14); steps
 	// holds up to 8 step lengths of 4 bits.
@@ -716,13 +733,14 @@ func FuzzForwardCache(f *testing.F) {
 	f.Add(uint32(0x1ff), uint32(0x3fb), uint64(0x21_3107), uint64(2))
 	f.Add(uint32(0x0a7), uint32(0x0c5), uint64(0x1111_1119), uint64(3))
 	f.Add(uint32(0x062), uint32(0x141), uint64(0x0f0), uint64(4))
-	f.Add(uint32(0x1003), uint32(0x001), uint64(0x3), uint64(5))     // appended keys: an error
-	f.Add(uint32(0x2003), uint32(0x001), uint64(0x3), uint64(6))     // head scales of their own: an error
-	f.Add(uint32(0x4003), uint32(0x001), uint64(0x3), uint64(9))     // KDim, VDim other than E: an error
-	f.Add(uint32(0x8013), uint32(0x001), uint64(0x3), uint64(10))    // heads of two sizes: an error
-	f.Add(uint32(0x0003), uint32(0x2001), uint64(0x24), uint64(7))   // the last step one past the capacity
-	f.Add(uint32(0x0403), uint32(0x4403), uint64(0x31), uint64(8))   // rotary, soft-capping, bfloat16
-	f.Add(uint32(0x10407), uint32(0x003), uint64(0x131), uint64(11)) // rotary and qk-norm
+	f.Add(uint32(0x1003), uint32(0x001), uint64(0x3), uint64(5))      // appended keys: an error
+	f.Add(uint32(0x2003), uint32(0x001), uint64(0x3), uint64(6))      // head scales of their own: an error
+	f.Add(uint32(0x4003), uint32(0x001), uint64(0x3), uint64(9))      // KDim, VDim other than E: an error
+	f.Add(uint32(0x8013), uint32(0x001), uint64(0x3), uint64(10))     // heads of two sizes: an error
+	f.Add(uint32(0x0003), uint32(0x2001), uint64(0x24), uint64(7))    // the last step one past the capacity
+	f.Add(uint32(0x0403), uint32(0x4403), uint64(0x31), uint64(8))    // rotary, soft-capping, bfloat16
+	f.Add(uint32(0x10407), uint32(0x003), uint64(0x131), uint64(11))  // rotary and qk-norm
+	f.Add(uint32(0x20417), uint32(0x403), uint64(0x1213), uint64(12)) // heads wider than E/H, rotary, bfloat16
 	f.Fuzz(func(t *testing.T, cfgBits, opts uint32, steps, seed uint64) {
 		bit := func(x uint32, i int) bool { return x>>i&1 != 0 }
 		heads := 1 + int(cfgBits&3)
@@ -748,6 +766,10 @@ func FuzzForwardCache(f *testing.F) {
 		}
 		if bit(cfgBits, 16) {
 			cfg.QKNorm = &QKNorm{Eps: 1e-6}
+		}
+		if bit(cfgBits, 17) {
+			d += 2
+			cfg.HeadSize = d
 		}
 		if bit(cfgBits, 15) && heads > 1 {
 			cfg.HeadDims = make([]int, heads)

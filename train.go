@@ -20,8 +20,8 @@ type Saved struct {
 	l      *Layer // the layer that filled it; nil until then
 	p      plan
 	a      acts
-	concat []float32 // [B, Tq, E] head outputs side by side
-	gated  []float32 // [B, Tq, E] the concatenation after Options.Heads' Gate and Shift, when given
+	concat []float32 // [B, Tq, H·d] head outputs side by side
+	gated  []float32 // [B, Tq, H·d] the concatenation after Options.Heads' Gate and Shift, when given
 	lse    []float32 // [B, H, Tq] row log-sum-exp of the scaled, biased scores
 	probs  []float32 // [B, H, Tq, Tkx] weights before dropout, when dense
 	dense  bool      // the forward kept the weights: Backward uses them
@@ -54,7 +54,7 @@ type Grads struct {
 	// Gate is dL/dGate [B, H] ([H] unbatched) when the forward had Options.Heads.Gate; it stays
 	// nil otherwise.
 	Gate *tensor.Tensor
-	// HeadsIn is an input, not a result: when not nil it is a gradient dL/dHeads [B, Tq, E] of
+	// HeadsIn is an input, not a result: when not nil it is a gradient dL/dHeads [B, Tq, H·d] of
 	// a loss on the head outputs (Result.Heads), added to what flows back from gradOutput.
 	// Backward leaves it unchanged.
 	HeadsIn *tensor.Tensor
@@ -128,8 +128,8 @@ func (l *Layer) prepare(g *Grads, p *plan) error {
 	if err := check(&g.Query, "Query", p.tq, c.EmbedDim); err != nil {
 		return err
 	}
-	if h := g.HeadsIn; h != nil && (!p.fits(h.Shape, p.tq, c.EmbedDim) || len(h.Data) != p.b*p.tq*c.EmbedDim) {
-		return fmt.Errorf("%w: Grads.HeadsIn is %v, want %v like Result.Heads", ErrShape, h.Shape, p.shape(p.tq, c.EmbedDim))
+	if h := g.HeadsIn; h != nil && (!p.fits(h.Shape, p.tq, c.InnerDim()) || len(h.Data) != p.b*p.tq*c.InnerDim()) {
+		return fmt.Errorf("%w: Grads.HeadsIn is %v, want %v like Result.Heads", ErrShape, h.Shape, p.shape(p.tq, c.InnerDim()))
 	}
 	if gate := p.opt.Heads.Gate; gate != nil {
 		if g.Gate == nil {
@@ -205,7 +205,7 @@ func (w *work) grad(name string) []float32 {
 func (w *work) backwardLayer() {
 	l, p, a, s := w.l, &w.p, w.a, w.s
 	c := l.cfg
-	e, ekv, tkx := c.EmbedDim, c.KVDim(), p.tkx
+	e, qd, ekv, tkx := c.EmbedDim, c.InnerDim(), c.KVDim(), p.tkx
 	w.workers()
 
 	// The output projection Y = concat'·W_oᵀ + b_o of the (gated) heads: dW_o += dYᵀ·concat',
@@ -214,10 +214,10 @@ func (w *work) backwardLayer() {
 	if p.gated() {
 		x = s.gated
 	}
-	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: x, ldx: e, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: e, batches: p.b}
+	w.wg = wgrad{dy: w.dy, ldy: e, yRows: p.tq, x: x, ldx: qd, xRows: p.tq, dw: w.grad("out_proj.weight"), db: w.grad("out_proj.bias"), rows: p.tq, n: e, k: qd, batches: p.b}
 	w.run(phaseWgrad, w.wg.tasks())
-	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*e)
-	w.runGemm(proj.Gemm{X: w.dy, LdX: e, XRows: p.tq, K: e, W: l.matrix("out_proj.weight"), LdW: e, C: w.dconcat, LdC: e, CRows: p.tq, Rows: p.tq, N: e, Batches: p.b})
+	w.dconcat = kernel.Grow(w.dconcat, p.b*p.tq*qd)
+	w.runGemm(proj.Gemm{X: w.dy, LdX: e, XRows: p.tq, K: e, W: l.matrix("out_proj.weight"), LdW: qd, C: w.dconcat, LdC: qd, CRows: p.tq, Rows: p.tq, N: qd, Batches: p.b})
 	w.gateBackward()
 
 	// Attention, per (batch, K/V head): the gradients of Q, K and V land in dbuf, laid out as
@@ -225,7 +225,7 @@ func (w *work) backwardLayer() {
 	// K, which each task turns back by the inverse rotation.
 	w.dbuf = kernel.Grow(w.dbuf, len(a.buf))
 	clear(w.dbuf)
-	w.out, w.ldo, w.ro = s.concat, e, p.tq
+	w.out, w.ldo, w.ro = s.concat, qd, p.tq
 	if c.Rotary != nil {
 		w.buildRope()
 	}
@@ -273,8 +273,8 @@ func (w *work) backwardLayer() {
 		w.project(w.dbuf, a.ldq, tkx, p.q, e, p.tq, l.matrix("in_proj_weight"), w.grad("in_proj_weight"), w.grad("in_proj_bias"), w.gr.Query.Data, a.ldq)
 		return
 	}
-	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e, ekv)
-	w.project(dq, a.ldq, a.rq, p.q, e, p.tq, wq, gq, bq, w.gr.Query.Data, e)
+	gq, gk, gv, bq, bk, bv := splitProjections(w.grad, e, qd, ekv)
+	w.project(dq, a.ldq, a.rq, p.q, e, p.tq, wq, gq, bq, w.gr.Query.Data, qd)
 	w.project(dk, a.ldk, a.rk, p.k, c.kdim(), p.tk, wk, gk, bk, w.gr.Key.Data, ekv)
 	w.project(dv, a.ldv, a.rk, p.v, c.vdim(), p.tk, wv, gv, bv, w.gr.Value.Data, ekv)
 }
@@ -283,13 +283,13 @@ func (w *work) backwardLayer() {
 // outputs: it adds dL/dGate[b, h] = Σ_t head_h[b, t]·dconcat'_h[b, t] to the Grads, scales
 // each head's block by its gate, and adds Grads.HeadsIn.
 func (w *work) gateBackward() {
-	p, offs, e := &w.p, w.l.offs, w.l.cfg.EmbedDim
+	p, offs, qd := &w.p, w.l.offs, w.l.cfg.InnerDim()
 	heads := len(offs) - 1
 	if gate := p.opt.Heads.Gate; gate != nil {
 		dg := w.gr.Gate.Data
 		for b := range p.b {
 			for t := range p.tq {
-				row := (b*p.tq + t) * e
+				row := (b*p.tq + t) * qd
 				for h := range heads {
 					cols := row + offs[h]
 					n := offs[h+1] - offs[h]
@@ -319,7 +319,7 @@ func (w *work) project(dy []float32, ldy, yRows int, x []float32, in, rows int, 
 // group in turn, which all add into the K/V head's dK and dV.
 func (w *work) backward(worker, task int) {
 	p, a, s, c := &w.p, w.a, w.s, &w.l.cfg
-	heads, hkv, e := c.NumHeads, c.KVHeads(), c.EmbedDim
+	heads, hkv, qd := c.NumHeads, c.KVHeads(), c.InnerDim()
 	b, g := task/hkv, task%hkv
 	ko := w.l.kvOffs[g]
 	dq, dk, dv := a.split(w.dbuf)
@@ -345,14 +345,14 @@ func (w *work) backward(worker, task int) {
 			n := p.tq * p.tkx
 			probs = s.probs[bh*n : (bh+1)*n]
 		}
-		dOut, lse := view(w.dconcat, b*p.tq*e+o), s.lse[bh*p.tq:(bh+1)*p.tq]
-		attend.Backward(&hd, &gr, dOut, e, lse, &bias, float32(p.scale(*c, h)), p.dropout(b, h, heads, c.Dropout), probs, &w.back[worker])
+		dOut, lse := view(w.dconcat, b*p.tq*qd+o), s.lse[bh*p.tq:(bh+1)*p.tq]
+		attend.Backward(&hd, &gr, dOut, qd, lse, &bias, float32(p.scale(*c, h)), p.dropout(b, h, heads, c.Dropout), probs, &w.back[worker])
 		if p.sinks != nil {
 			// The sink's weight in row i is exp(sink − lse_i) and its value 0, so
 			// dL/dsink = −Σ_i exp(sink − lse_i)·D_i with D_i = dOut_i·Out_i.
 			sum, d := 0.0, hd.D
 			for i := range p.tq {
-				di := kernel.Dot(dOut[i*e:i*e+d], s.concat[(b*p.tq+i)*e+o:][:d])
+				di := kernel.Dot(dOut[i*qd:i*qd+d], s.concat[(b*p.tq+i)*qd+o:][:d])
 				sum -= math.Exp(bias.Sink-float64(lse[i])) * float64(di)
 			}
 			w.dsink[bh] = float32(sum)

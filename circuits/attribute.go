@@ -179,7 +179,8 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 
 	a.Embed = vec(at(m.Residual(0)))
 	ac := c.Attention()
-	wu, wsum := make([]float64, d), make([]float64, d)
+	qd := ac.InnerDim() // the heads' outputs side by side: d_model unless the heads are wider or narrower
+	wu, wsum := make([]float64, qd), make([]float64, qd)
 	for l := range c.Layers {
 		// Head h writes Σ_{k ∈ h} z_k·W_O[:, k]: its c·u is Σ_k z_k·(W_Oᵀu)_k and its Σ c is
 		// Σ_k z_k·(W_Oᵀ1)_k.
@@ -193,7 +194,7 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 				wsum[k] += float64(w)
 			}
 		}
-		z := at(m.Heads(l))
+		z := m.Heads(l).Data[p*qd:][:qd]
 		a.Heads[l] = make([]float64, c.Heads)
 		for h := range c.Heads {
 			o, n := ac.HeadOffset(h), ac.HeadDim(h)

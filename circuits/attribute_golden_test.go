@@ -55,10 +55,11 @@ func (g dlaGolden) ints(t *testing.T, name string) []int {
 func near(got, want float64) bool { return math.Abs(got-want) <= 1e-4*max(1, math.Abs(want)) }
 
 // TestAttributeReference checks every component of the attribution against the float64 PyTorch
-// reference on tiny GPT-2 (LayerNorm, tied head, biases) and Llama (RMSNorm, grouped-query
-// attention; float32 and bfloat16 weights, untied and tied heads) folders.
+// reference on tiny GPT-2 (LayerNorm, tied head, biases), Llama (RMSNorm, grouped-query
+// attention; float32 and bfloat16 weights, untied and tied heads) and Qwen3 (qk-norm, heads
+// wider than d_model/heads) folders.
 func TestAttributeReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide"} {
 		g := openDLAGolden(t, name)
 		mt := g.ints(t, "metric")
 		a, err := Attribute(g.m.NN, g.tokens, Metric{Target: mt[0], Foil: mt[1], Position: mt[2]}, 0)
@@ -96,7 +97,7 @@ func TestAttributeReference(t *testing.T) {
 // TestLensReference checks the lens's top tokens, logits and probabilities at every layer and
 // position against the float64 PyTorch reference, on the GPT-2, Llama and BERT folders.
 func TestLensReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "bert"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "bert"} {
 		g := openDLAGolden(t, name)
 		ids, shape := g.floats(t, "lens.ids")
 		logits, _ := g.floats(t, "lens.logits")

@@ -342,8 +342,8 @@ func squareGrid(n int) [][]float64 {
 
 // layerWeights are one block's attention weights in the row-vector convention, folded or not.
 type layerWeights struct {
-	// qAll [d_model, E]: column block h is W_Q^h; kAll, vAll [d_model, KVDim]: column block g is
-	// W_K^g, W_V^g of K/V head g; oAll [E, d_model]: row block h is W_O^h (nil once read).
+	// qAll [d_model, H·d]: column block h is W_Q^h; kAll, vAll [d_model, KVDim]: column block g is
+	// W_K^g, W_V^g of K/V head g; oAll [H·d, d_model]: row block h is W_O^h (nil once read).
 	qAll, kAll, vAll, oAll *mat.Dense
 	// The same in float32, for the cross products of Composition.
 	q32, k32, v32, o32 matrix32
@@ -368,16 +368,16 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 	}
 	cfg := m.Config()
 	att := cfg.Attention()
-	e, kvd := cfg.DModel, att.KVDim()
+	e, qd, kvd := cfg.DModel, att.InnerDim(), att.KVDim()
 	centre := fold && cfg.NormKind != nn.RMSNorm
 	w := &modelWeights{}
 	for l := range cfg.Layers {
 		p := blockParam(l, "attn.")
-		in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
+		in, err := weightParam(m, p+"in_proj_weight", qd+2*kvd, e)
 		if err != nil {
 			return nil, err
 		}
-		out, err := weightParam(m, p+"out_proj.weight", e, e)
+		out, err := weightParam(m, p+"out_proj.weight", e, qd)
 		if err != nil {
 			return nil, err
 		}
@@ -388,9 +388,9 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 			}
 		}
 		lw := layerWeights{
-			qAll: readerBlock(in, 0, e, gamma, centre),
-			kAll: readerBlock(in, e, kvd, gamma, centre),
-			vAll: readerBlock(in, e+kvd, kvd, gamma, centre),
+			qAll: readerBlock(in, 0, qd, gamma, centre),
+			kAll: readerBlock(in, qd, kvd, gamma, centre),
+			vAll: readerBlock(in, qd+kvd, kvd, gamma, centre),
 			oAll: mat.DenseCopyOf(out.T()),
 		}
 		if centre {

@@ -258,7 +258,7 @@ type patcher struct {
 
 // run computes the metric of every job of chunk, one sequence each, into lds.
 func (p *patcher) run(chunk []job, lds []float64) error {
-	b, t, e, nh := len(chunk), p.t, p.cfg.DModel, p.cfg.Heads
+	b, t, qd, nh := len(chunk), p.t, p.ac.InnerDim(), p.cfg.Heads // qd: the heads' outputs side by side
 	tokens := make([]int, 0, b*t)
 	for range b {
 		tokens = append(tokens, p.corrupt...)
@@ -274,7 +274,7 @@ func (p *patcher) run(chunk []job, lds []float64) error {
 		}
 		ho := &opt.Heads[j.layer]
 		if ho.Gate == nil {
-			ho.Gate, ho.Add = tensor.New(b, nh), tensor.New(b, t, e)
+			ho.Gate, ho.Add = tensor.New(b, nh), tensor.New(b, t, qd)
 			for k := range ho.Gate.Data {
 				ho.Gate.Data[k] = 1
 			}
@@ -282,7 +282,7 @@ func (p *patcher) run(chunk []job, lds []float64) error {
 		ho.Gate.Data[i*nh+j.pos] = 0
 		o, w := p.ac.HeadOffset(j.pos), p.ac.HeadDim(j.pos)
 		for pos := range t {
-			copy(ho.Add.Data[(i*t+pos)*e+o:][:w], j.src[pos*e+o:][:w])
+			copy(ho.Add.Data[(i*t+pos)*qd+o:][:w], j.src[pos*qd+o:][:w])
 		}
 	}
 	logits, err := p.m.Forward(tokens, b, t, opt)
@@ -296,14 +296,15 @@ func (p *patcher) run(chunk []job, lds []float64) error {
 }
 
 // values returns the values V = x·W_Vᵀ + b_V [T, KVDim] of block l's attention for its input x
-// [T, E] (nn.Model.AttnInput of one sequence), from the fused in_proj_weight (rows E+KVDim …
-// E+2·KVDim) or a separate v_proj_weight, and in_proj_bias's last KVDim values, in float32 or half precision. Rotary embeddings turn
-// queries and keys only, so V needs none.
+// [T, E] (nn.Model.AttnInput of one sequence), from the fused in_proj_weight (rows H·d+KVDim …
+// H·d+2·KVDim, H·d = InnerDim) or a separate v_proj_weight, and in_proj_bias's last KVDim
+// values, in float32 or half precision. Rotary embeddings and qk-norm change queries and keys
+// only, so V needs neither.
 func values(m *nn.Model, l int, x []float32, t int) ([]float32, error) {
 	c := m.Config()
-	e, ekv := c.DModel, c.Attention().KVDim()
+	e, qd, ekv := c.DModel, c.Attention().InnerDim(), c.Attention().KVDim()
 	prefix := blockParam(l, "attn.")
-	w, off := m.Param(prefix+"in_proj_weight"), e+ekv
+	w, off := m.Param(prefix+"in_proj_weight"), qd+ekv
 	bias := m.Param(prefix + "in_proj_bias")
 	if w == nil {
 		w, off = m.Param(prefix+"v_proj_weight"), 0 // PyTorch's layout with kdim/vdim: in_proj_bias stays fused
@@ -320,8 +321,8 @@ func values(m *nn.Model, l int, x []float32, t int) ([]float32, error) {
 	var bv []float32
 	if bias != nil {
 		bt := bias.Float32()
-		if len(bt.Data) >= e+2*ekv {
-			bv = bt.Data[e+ekv:][:ekv]
+		if len(bt.Data) >= qd+2*ekv {
+			bv = bt.Data[qd+ekv:][:ekv]
 		}
 	}
 	v := make([]float32, t*ekv)
@@ -350,10 +351,10 @@ func kvOffset(ac mha.Config, h int) int {
 	return ac.KVHead(h) * ac.HeadDim(0)
 }
 
-// mixHeads returns every head's output A_h·V_{kv(h)} [T, E] (head h in columns HeadOffset(h) …)
-// for weights a [1, H, T, T] and values v [T, KVDim].
+// mixHeads returns every head's output A_h·V_{kv(h)} [T, H·d] (head h in columns HeadOffset(h)
+// …; H·d = InnerDim) for weights a [1, H, T, T] and values v [T, KVDim].
 func mixHeads(ac mha.Config, a, v []float32, t int) []float32 {
-	e, ekv := ac.EmbedDim, ac.KVDim()
+	e, ekv := ac.InnerDim(), ac.KVDim()
 	z := make([]float32, t*e)
 	for h := range ac.NumHeads {
 		o, d, ko := ac.HeadOffset(h), ac.HeadDim(h), kvOffset(ac, h)

@@ -63,13 +63,13 @@ func Subspaces(m *nn.Model, layer int) ([]SubspaceOverlap, error) {
 		return nil, fmt.Errorf("%w: layer %d, want a layer in [0, %d)", ErrArgument, layer, cfg.Layers)
 	}
 	att := cfg.Attention()
-	e, kvd := cfg.DModel, att.KVDim()
+	e, qd, kvd := cfg.DModel, att.InnerDim(), att.KVDim()
 	p := blockParam(layer, "attn.")
-	in, err := weightParam(m, p+"in_proj_weight", e+2*kvd, e)
+	in, err := weightParam(m, p+"in_proj_weight", qd+2*kvd, e)
 	if err != nil {
 		return nil, err
 	}
-	out, err := weightParam(m, p+"out_proj.weight", e, e)
+	out, err := weightParam(m, p+"out_proj.weight", e, qd)
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +84,8 @@ func Subspaces(m *nn.Model, layer int) ([]SubspaceOverlap, error) {
 		if att.KVHeads() != att.NumHeads {
 			off, d = g*att.HeadDim(0), att.HeadDim(0)
 		}
-		k = append(k, readerBlock(in, e+off, d, nil, false))
-		v = append(v, readerBlock(in, e+kvd+off, d, nil, false))
+		k = append(k, readerBlock(in, qd+off, d, nil, false))
+		v = append(v, readerBlock(in, qd+kvd+off, d, nil, false))
 	}
 	var res []SubspaceOverlap
 	for _, kind := range []struct {

@@ -31,7 +31,7 @@ type Config struct {
 	Vocab     int     `json:"vocab"`     // tokens are in [0, Vocab); > 0
 	SeqLen    int     `json:"seq_len"`   // the most positions a sequence may have; > 0
 	DModel    int     `json:"d_model"`   // width of the residual stream; > 0
-	Heads     int     `json:"heads"`     // attention heads per block; must divide DModel unless HeadDims is set
+	Heads     int     `json:"heads"`     // attention heads per block; must divide DModel unless HeadDims or HeadSize is set
 	Layers    int     `json:"layers"`    // number of blocks; > 0
 	FFN       int     `json:"ffn"`       // hidden width of the feed-forward network; 0 with AttnOnly, else > 0 (NewModel reads 0 as 4·DModel)
 	Norm      string  `json:"norm"`      // "post": x = LN(x + f(x)); "pre": x = x + f(LN(x)), with a final LayerNorm
@@ -45,6 +45,10 @@ type Config struct {
 	// each and 1/√d_h.
 	HeadDims   []int     `json:"head_dims,omitempty"`
 	HeadScales []float64 `json:"head_scales,omitempty"`
+	// HeadSize, when > 0, is the size d of every head where it is not d_model/heads
+	// (mha.Config.HeadSize; Hugging Face's head_dim, as in Qwen3-0.6B's 16 heads of 128 in a
+	// d_model of 1024): the heads' outputs, Model.Heads, are then heads·d wide. Not with HeadDims.
+	HeadSize int `json:"head_size,omitempty"`
 
 	// NormKind is the kind of every normalisation layer (blocks, final, embedding): "" or
 	// "layernorm" for LayerNorm (parameters weight and bias), "rmsnorm" for Llama's RMSNorm
@@ -187,7 +191,7 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.HeadDims == nil && c.DModel%c.Heads != 0:
+	case c.HeadDims == nil && c.HeadSize == 0 && c.DModel%c.Heads != 0:
 		return bad("d_model %d is not divisible by heads %d", c.DModel, c.Heads)
 	case c.Layers <= 0 || c.Layers > MaxLayers:
 		return bad("layers is %d, want a value in [1, %d]", c.Layers, MaxLayers)
@@ -238,7 +242,7 @@ func (c Config) Validate() error {
 // give the layout of the heads. Its Seed is 0: each block seeds its own layer.
 func (c Config) Attention() mha.Config {
 	ac := mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
-		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, Rotary: c.Rope.rotary()}
+		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, HeadSize: c.HeadSize, Rotary: c.Rope.rotary()}
 	if c.QKNorm {
 		ac.QKNorm = &mha.QKNorm{Eps: c.normEps()}
 	}

@@ -37,6 +37,11 @@ func hfConfigs() map[string]Config {
 			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = SwiGLU, true, true, true
 			c.KVHeads, c.Rope, c.NoAttnBias, c.QKNorm = 1, &Rope{Theta: 1e6}, true, true
 		}),
+		"qwen3_wide": with(func(c *Config) { // heads wider than d_model/heads, as Qwen3-0.6B's
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = SwiGLU, true, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.QKNorm, c.HeadSize = 1, &Rope{Theta: 1e6}, true, true, 6
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}
@@ -93,17 +98,21 @@ func TestHFParams(t *testing.T) {
 		for _, l := range []string{"blocks.0.", "blocks.1."} {
 			norm(l + "ln1")
 			norm(l + "ln2")
-			ekv := d
-			if cfg.KVHeads > 0 {
-				ekv = cfg.KVHeads * d / cfg.Heads
+			hd := d / cfg.Heads
+			if cfg.HeadSize > 0 {
+				hd = cfg.HeadSize
 			}
-			lin(l+"attn.out_proj", d, d, !cfg.NoAttnBias)
-			want[l+"attn.in_proj_weight"] = []int{d + 2*ekv, d}
+			qd, ekv := cfg.Heads*hd, cfg.Heads*hd
+			if cfg.KVHeads > 0 {
+				ekv = cfg.KVHeads * hd
+			}
+			lin(l+"attn.out_proj", qd, d, !cfg.NoAttnBias)
+			want[l+"attn.in_proj_weight"] = []int{qd + 2*ekv, d}
 			if !cfg.NoAttnBias {
-				want[l+"attn.in_proj_bias"] = []int{d + 2*ekv}
+				want[l+"attn.in_proj_bias"] = []int{qd + 2*ekv}
 			}
 			if cfg.QKNorm {
-				want[l+"attn.q_norm.weight"], want[l+"attn.k_norm.weight"] = []int{d / cfg.Heads}, []int{d / cfg.Heads}
+				want[l+"attn.q_norm.weight"], want[l+"attn.k_norm.weight"] = []int{hd}, []int{hd}
 			}
 			if cfg.Activation == SwiGLU {
 				lin(l+"ffn.gate_proj", d, f, !cfg.NoMLPBias)

@@ -47,12 +47,12 @@ func (c Config) layout() []paramSpec {
 	for l := range c.Layers {
 		p := "blocks." + strconv.Itoa(l) + "."
 		s = append(s, c.normSpecs(p+"ln1")...)
-		ekv := c.Attention().KVDim()
-		s = append(s, paramSpec{name: p + "attn.in_proj_weight", shape: []int{d + 2*ekv, d}, init: initAttn, decay: true})
+		qd, ekv := c.Attention().InnerDim(), c.Attention().KVDim()
+		s = append(s, paramSpec{name: p + "attn.in_proj_weight", shape: []int{qd + 2*ekv, d}, init: initAttn, decay: true})
 		if !c.NoAttnBias {
-			s = append(s, paramSpec{name: p + "attn.in_proj_bias", shape: []int{d + 2*ekv}, init: initAttn})
+			s = append(s, paramSpec{name: p + "attn.in_proj_bias", shape: []int{qd + 2*ekv}, init: initAttn})
 		}
-		s = append(s, paramSpec{name: p + "attn.out_proj.weight", shape: []int{d, d}, init: initAttn, decay: true})
+		s = append(s, paramSpec{name: p + "attn.out_proj.weight", shape: []int{d, qd}, init: initAttn, decay: true})
 		if !c.NoAttnBias {
 			s = append(s, paramSpec{name: p + "attn.out_proj.bias", shape: []int{d}, init: initAttn})
 		}

@@ -584,10 +584,11 @@ func (m *Model) ZeroFraction(layer int) []float64 {
 	return m.blocks[layer].res.ZeroFraction
 }
 
-// Heads returns the head outputs of block layer from the last Forward, [B, T, DModel] with head
-// h in columns HeadOffset(h) … + HeadDim(h) of the block's attention config (before any gate or
-// shift), or nil when that Forward did not keep them or there is no such layer. The storage is
-// the model's, overwritten by the next Forward.
+// Heads returns the head outputs of block layer from the last Forward, [B, T, H·d] (DModel
+// unless Config.HeadSize is set: Attention().InnerDim()) with head h in columns HeadOffset(h) …
+// + HeadDim(h) of the block's attention config (before any gate or shift), or nil when that
+// Forward did not keep them or there is no such layer. The storage is the model's, overwritten
+// by the next Forward.
 func (m *Model) Heads(layer int) *tensor.Tensor {
 	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
 		return nil
@@ -642,9 +643,9 @@ func (m *Model) Loss(targets []int, scored []bool) (loss float64, correct, count
 func (m *Model) Backward() error { return m.BackwardHeads(nil) }
 
 // BackwardHeads is Backward for the loss L + P, where P is a function of the head outputs (such
-// as a penalty on their redundancy): dHeads[l] is dP/dHeads(l) [B, T, DModel], or nil where P
-// does not depend on layer l; dHeads may be shorter than Layers, or nil. It returns an error
-// when no Loss precedes it or a tensor in dHeads does not have the heads' shape.
+// as a penalty on their redundancy): dHeads[l] is dP/dHeads(l) [B, T, H·d] (Heads' shape), or
+// nil where P does not depend on layer l; dHeads may be shorter than Layers, or nil. It returns
+// an error when no Loss precedes it or a tensor in dHeads does not have the heads' shape.
 func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 	if m.state != stateLoss {
 		return errors.New("nn: Backward needs a Forward and a Loss first")
@@ -656,7 +657,7 @@ func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 		return fmt.Errorf("nn: %d head gradients for %d layers", len(dHeads), len(m.blocks))
 	}
 	for l, g := range dHeads {
-		if want := []int{m.b, m.t, m.cfg.DModel}; g != nil && (!slices.Equal(g.Shape, want) || len(g.Data) != m.b*m.t*m.cfg.DModel) {
+		if want := []int{m.b, m.t, m.cfg.Attention().InnerDim()}; g != nil && (!slices.Equal(g.Shape, want) || len(g.Data) != m.b*m.t*want[2]) {
 			return fmt.Errorf("nn: head gradient of layer %d is %v with %d values, want %v", l, g.Shape, len(g.Data), want)
 		}
 	}

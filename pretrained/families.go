@@ -175,10 +175,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	switch {
 	case act != "" && act != "silu":
 		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
-	case e%heads != 0:
-		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
-	case hc.HeadDim != nil && *hc.HeadDim != e/heads:
-		return nil, fmt.Errorf("%w: head_dim %d ≠ hidden_size / num_attention_heads = %d", ErrUnsupported, *hc.HeadDim, e/heads)
+	case hc.HeadDim == nil && e%heads != 0:
+		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d (and config.json gives no head_dim)", e, heads)
+	case hc.HeadDim != nil && (*hc.HeadDim <= 0 || *hc.HeadDim > nn.MaxDim):
+		return nil, fmt.Errorf("pretrained: head_dim is %d, want a size in [1, %d]", *hc.HeadDim, nn.MaxDim)
 	case kv <= 0 || heads%kv != 0:
 		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
 	case hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
@@ -212,8 +212,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			return nil, fmt.Errorf("%w: %s type %q (mha has default and llama3)", ErrUnsupported, key, kind)
 		}
 	}
+	// Each head is head_dim wide (Qwen3-0.6B: 16 heads of 128 in a hidden_size of 1024), or
+	// hidden_size / num_attention_heads when the config does not say.
 	d := e / heads
-	ekv := kv * d
+	if hc.HeadDim != nil {
+		d = *hc.HeadDim
+	}
+	qd, ekv := heads*d, kv*d
 	named := func(modelType, prefix string) bool {
 		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
@@ -235,6 +240,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	if kv != heads {
 		l.cfg.KVHeads = kv
+	}
+	if qd != e {
+		l.cfg.HeadSize = d
 	}
 	// Of the family only Mistral's attention reads sliding_window (4096 when left out, none
 	// when null); Llama's ignores it, and Qwen2's and Qwen3's need use_sliding_window, which mha
@@ -269,11 +277,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
 		add(b+"ln1.weight", src(h+"input_layernorm.weight", e))
-		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", e, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
+		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", qd, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
 		if qkvBias {
-			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
+			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", qd), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
 		}
-		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, e))
+		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, qd))
 		if qwen3 {
 			add(b+"attn.q_norm.weight", src(at+"q_norm.weight", d))
 			add(b+"attn.k_norm.weight", src(at+"k_norm.weight", d))

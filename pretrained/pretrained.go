@@ -13,8 +13,8 @@
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's rope_scaling), grouped K/V heads,
 //	(and their *Model)                    Mistral's sliding window, Qwen2's q/k/v biases,
-//	                                      Qwen3's q_norm and k_norm (when head_dim is
-//	                                      hidden_size / num_attention_heads)
+//	                                      Qwen3's q_norm and k_norm; head_dim other than
+//	                                      hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary

@@ -19,7 +19,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -294,7 +294,13 @@ func TestOpenErrors(t *testing.T) {
 		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }), `rope_scaling type "yarn"`, true},
 		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
 		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
-		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "head_dim 8 ≠ hidden_size / num_attention_heads = 4", true},
+		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [16 16], want [32 16]", false},
+		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
+		{"no head_dim", edit("qwen3-wide", func(c map[string]any) {
+			delete(c, "head_dim")
+			c["num_attention_heads"] = 3
+			c["num_key_value_heads"] = 1
+		}), "hidden_size 16 is not divisible by num_attention_heads 3 (and config.json gives no head_dim)", false},
 		{"qwen3 sliding window", edit("qwen3-bf16", func(c map[string]any) { c["use_sliding_window"] = true }), "Qwen3 with use_sliding_window", true},
 		{"qwen3 no q_norm", edit("qwen3-bf16", func(c map[string]any) { c["architectures"] = []string{"Qwen2ForCausalLM"}; c["model_type"] = "qwen2" }), "no tensor model.layers.0.self_attn.q_proj.bias", false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},

@@ -47,9 +47,10 @@ type Capture struct {
 	Logits *tensor.Tensor // [B, T, Vocab]
 	// Weights are per layer [B, H, T, T]: α of head h, query t, key j.
 	Weights []*tensor.Tensor
-	// Heads are per layer [B, T, DModel]: head h's output in columns HeadOffsets[h] …
-	// HeadOffsets[h] + HeadDims[h], before any ablation replaced it (an ablated head's own
-	// computation still shows; what the next layers saw is in Logits and the later layers).
+	// Heads are per layer [B, T, H·d] (DModel unless the model's HeadSize is set): head h's
+	// output in columns HeadOffsets[h] … HeadOffsets[h] + HeadDims[h], before any ablation
+	// replaced it (an ablated head's own computation still shows; what the next layers saw is
+	// in Logits and the later layers).
 	Heads       []*tensor.Tensor
 	HeadDims    []int
 	HeadOffsets []int
@@ -88,7 +89,7 @@ func Record(m *nn.Model, tokens []int, b, t int, opt *RecordOptions) (*Capture, 
 		}
 		means = make([][]float32, mc.Layers)
 		for l := range means {
-			means[l] = make([]float32, mc.DModel)
+			means[l] = make([]float32, mc.Attention().InnerDim())
 			addMeans(means[l], m.Heads(l), 1)
 		}
 	}
@@ -168,7 +169,7 @@ func interventions(mc nn.Config, abl []Ablation, means [][]float32, b int) []mha
 		}
 		if a.Mode == AblateMean {
 			if ho.Shift == nil {
-				ho.Shift = make([]float32, mc.DModel)
+				ho.Shift = make([]float32, lc.InnerDim())
 			}
 			o := lc.HeadOffset(a.Head)
 			copy(ho.Shift[o:o+lc.HeadDim(a.Head)], means[a.Layer][o:])

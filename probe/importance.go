@@ -185,7 +185,7 @@ func score(m *nn.Model, t tasks.Task, cfg EvalConfig, abl []Ablation, means [][]
 	if keepMeans {
 		outMeans = make([][]float32, mc.Layers)
 		for l := range outMeans {
-			outMeans[l] = make([]float32, mc.DModel)
+			outMeans[l] = make([]float32, mc.Attention().InnerDim())
 		}
 	}
 	positions := 0

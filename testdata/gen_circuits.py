@@ -5,7 +5,7 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits.py
 
-For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,bert} this reads
+For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,bert} this reads
 the weights under their Hugging Face names (GPT-2's Conv1D c_attn/c_proj, Llama's q/k/v/o_proj
 with grouped K/V heads, BERT's query/key/value/output.dense), independently of mha's loader, and
 computes in float64 with PyTorch, forming every d_model × d_model circuit explicitly (the Go code
@@ -72,9 +72,9 @@ class Weights:
             self.gamma_u = t["ln_f.weight"]
             self.W_E = t["wte.weight"]
             self.W_U = t["wte.weight"].T
-        elif name == "llama":
+        elif name in ("llama", "qwen3-wide"):  # qwen3-wide: heads of head_dim = 8 in a hidden size of 16
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
-            self.rms, d, hkv = True, e // h, cfg["num_key_value_heads"]
+            self.rms, d, hkv = True, cfg.get("head_dim", e // h), cfg["num_key_value_heads"]
             for l in range(nl):
                 s = f"model.layers.{l}."
                 self.layers.append(dict(q=t[s + "self_attn.q_proj.weight"].T, k=t[s + "self_attn.k_proj.weight"].T,
@@ -203,7 +203,7 @@ def subspaces(W):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for name in ("gpt2", "llama", "bert"):
+    for name in ("gpt2", "llama", "qwen3-wide", "bert"):
         W = Weights(name)
         tensors = {}
         for m, s in composition(W, True).items():

@@ -128,13 +128,13 @@ def gpt2():
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
-def llama(name, dtype, **kw):
-    cfg, _, W, _ = gp.llama_weights(name, dtype, "LlamaForCausalLM", **kw)
+def llama(name, dtype, arch="LlamaForCausalLM", **kw):
+    cfg, _, W, _ = gp.llama_weights(name, dtype, arch, **kw)
     ids = committed(name, lambda ids: gp.llama_forward(cfg, W, ids)[0])
     trace = {}
     logits, _, _ = gp.llama_forward(cfg, W, ids, trace)
     e, h = cfg["hidden_size"], cfg["num_attention_heads"]
-    d = e // h
+    d = cfg.get("head_dim", e // h)
     pos = ids.shape[1] - 1
     target, foil = metric(logits, pos)
     out = dla(trace, logits,
@@ -166,6 +166,8 @@ def main():
     llama("llama", "F32", kv_heads=2, tied=False)
     llama("llama3-bf16", "BF16", kv_heads=1, tied=True,
           scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
+    # Qwen3's q_norm and k_norm, and heads of 8 in a hidden size of 16 (h·d = 32 ≠ d_model).
+    llama("qwen3-wide", "F32", arch="Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)
     bert()
 
 

@@ -58,6 +58,11 @@ def models():
     yield ("llama3-bf16", lambda ids, hook: llama_forward(cfg3, W3, ids, hook=hook)[0], cfg3["num_hidden_layers"],
            cfg3["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
            [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
+    # Qwen3's q_norm and k_norm, and heads of 8 in a hidden size of 16 (h·d = 32 ≠ d_model).
+    cfgq, _, Wq, _ = llama_weights("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)
+    yield ("qwen3-wide", lambda ids, hook: llama_forward(cfgq, Wq, ids, hook=hook)[0], cfgq["num_hidden_layers"],
+           cfgq["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
+           [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 
     def bert(ids, hook):

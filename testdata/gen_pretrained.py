@@ -307,7 +307,7 @@ def bert(name, dtype, old_names):
 # ---------------------------------------------------------------- Llama family
 
 
-def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None):
+def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None):
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                   "MistralForCausalLM": "mistral"}[arch]
@@ -323,9 +323,11 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg["sliding_window"] = window
     p = Params(name, dtype)
     e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
-    d = e // h
+    d = head_dim or e // h
     if model_type == "qwen3":  # Qwen3's config names its head size; and no sliding window
         cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
+    elif head_dim is not None:
+        cfg["head_dim"] = d
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
     for l in range(cfg["num_hidden_layers"]):
@@ -362,7 +364,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the stream after the attention
     (resid_mid) and the MLP's output (mlp_out), and the last block's output (resid_final)."""
     e, h, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d = e // h
+    d = cfg.get("head_dim", e // h)  # LlamaAttention's head_dim: hidden_size // heads unless given
     qkv_bias, window, scaling = W["qkv_bias"], cfg.get("sliding_window"), cfg.get("rope_scaling")
     emb, layers = W["emb"], W["layers"]
 
@@ -410,8 +412,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     return hidden @ W["head"].T, hidden, attns
 
 
-def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False):
-    cfg, p, W, tok = llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias, window, scaling)
+def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False, head_dim=None):
+    cfg, p, W, tok = llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias, window, scaling, head_dim)
     ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 10)))
     logits, hidden, attns = llama_forward(cfg, W, ids)
     write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
@@ -567,6 +569,7 @@ def main():
     llama("qwen2", "F32", "Qwen2ForCausalLM", kv_heads=2, tied=True, qkv_bias=True)
     llama("mistral", "F32", "MistralForCausalLM", kv_heads=2, tied=False, window=4)
     llama("qwen3-bf16", "BF16", "Qwen3ForCausalLM", kv_heads=2, tied=True)
+    llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
 
 
 if __name__ == "__main__":

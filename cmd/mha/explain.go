@@ -205,20 +205,26 @@ func explain(j *job, sp sparseFlags) (*explanation, error) {
 	// 2. Parameters, in the chapters' X·W form.
 	par := step{Title: "Parameters", Formula: "W_i^Q, W_i^K ∈ ℝ^{d_model×d_k}, W_i^V ∈ ℝ^{d_model×d_v}, W^O ∈ ℝ^{d_model×d_model}",
 		Notes: []string{"PyTorch stores the transposes: in_proj_weight = [W^Q W^K W^V]ᵀ stacked by rows, out_proj.weight = (W^O)ᵀ; head i owns rows i·d_k … (i+1)·d_k of each block."}}
+	// Q, the concatenation: qd = h·d_k wide (d_model unless the heads are of another size); K and
+	// V: ekv wide, hkv heads (h unless grouped).
+	qd, ekv, hkv := cfg.InnerDim(), cfg.KVDim(), cfg.KVHeads()
+	if hkv < h {
+		par.Notes = append(par.Notes, fmt.Sprintf("Grouped K/V heads: %d key/value heads for %d query heads; query head i reads K/V head ⌊i·%d/%d⌋.", hkv, h, hkv, h))
+	}
 	for _, p := range []struct {
 		sym, name string
-		r0        int
-	}{{"Q", "q_proj_weight", 0}, {"K", "k_proj_weight", e}, {"V", "v_proj_weight", 2 * e}} {
+		r0, heads int
+	}{{"Q", "q_proj_weight", 0, h}, {"K", "k_proj_weight", qd, hkv}, {"V", "v_proj_weight", qd + ekv, hkv}} {
 		w, r0, inDim := sd["in_proj_weight"], p.r0, e
 		if w == nil {
 			w, r0, inDim = sd[p.name], 0, sd[p.name].Shape[1]
 		}
-		for hi := range h {
+		for hi := range p.heads {
 			par.Matrices = append(par.Matrices, weightBlock(fmt.Sprintf("W_%d^%s", hi+1, p.sym), w.Data, inDim, r0+hi*d, d))
 		}
 	}
-	par.Matrices = append(par.Matrices, weightBlock("W^O", sd["out_proj.weight"].Data, e, 0, e))
-	for _, name := range []string{"in_proj_bias", "out_proj.bias", "bias_k", "bias_v"} {
+	par.Matrices = append(par.Matrices, weightBlock("W^O", sd["out_proj.weight"].Data, qd, 0, e))
+	for _, name := range []string{"in_proj_bias", "out_proj.bias", "bias_k", "bias_v", "sinks", "q_norm.weight", "k_norm.weight"} {
 		if t := sd[name]; t != nil {
 			par.Matrices = append(par.Matrices, block(name, toF64(t.Data), 0, 1, len(t.Data), len(t.Data)))
 		}
@@ -232,9 +238,9 @@ func explain(j *job, sp sparseFlags) (*explanation, error) {
 	}
 	for bi := range b {
 		proj.Matrices = append(proj.Matrices,
-			block(batch("Q", bi), tr.Q, bi*tq*e, tq, e, e),
-			block(batch("K", bi), tr.K, bi*tk*e, tk, e, e),
-			block(batch("V", bi), tr.V, bi*tk*e, tk, e, e))
+			block(batch("Q", bi), tr.Q, bi*tq*qd, tq, qd, qd),
+			block(batch("K", bi), tr.K, bi*tk*ekv, tk, ekv, ekv),
+			block(batch("V", bi), tr.V, bi*tk*ekv, tk, ekv, ekv))
 	}
 	ex.Steps = append(ex.Steps, proj)
 
@@ -257,24 +263,27 @@ func explain(j *job, sp sparseFlags) (*explanation, error) {
 	for bi := range b {
 		for hi := range h {
 			name := func(s string) string { return batch(fmt.Sprintf(s, hi+1), bi) }
-			sq := (bi*h + hi) * tq * tk
+			sq, g := (bi*h+hi)*tq*tk, cfg.KVHead(hi)
 			split.Matrices = append(split.Matrices,
-				block(name("Q_%d"), tr.Q, bi*tq*e+hi*d, tq, d, e),
-				block(name("K_%d"), tr.K, bi*tk*e+hi*d, tk, d, e),
-				block(name("V_%d"), tr.V, bi*tk*e+hi*d, tk, d, e))
+				block(name("Q_%d"), tr.Q, bi*tq*qd+hi*d, tq, d, qd),
+				block(name("K_%d"), tr.K, bi*tk*ekv+g*d, tk, d, ekv),
+				block(name("V_%d"), tr.V, bi*tk*ekv+g*d, tk, d, ekv))
 			scores.Matrices = append(scores.Matrices, block(name("S_%d"), tr.Scores, sq, tq, tk, tk))
 			scaled.Matrices = append(scaled.Matrices, block(name("S_%d/√d_k"), tr.Scaled, sq, tq, tk, tk))
 			weights.Matrices = append(weights.Matrices, block(name("A_%d"), tr.Weights, sq, tq, tk, tk))
-			heads.Matrices = append(heads.Matrices, block(name("head_%d"), tr.Concat, bi*tq*e+hi*d, tq, d, e))
+			heads.Matrices = append(heads.Matrices, block(name("head_%d"), tr.Concat, bi*tq*qd+hi*d, tq, d, qd))
 		}
 	}
 	ex.Steps = append(ex.Steps, split, scores, scaled, weights, heads)
 
 	// 9–10. Concatenation and output.
 	cat := step{Title: "Concatenation", Formula: "Concat(head_1 … head_h) ∈ ℝ^{n_q×h·d_v} = ℝ^{n_q×d_model}"}
+	if qd != e {
+		cat.Formula = fmt.Sprintf("Concat(head_1 … head_h) ∈ ℝ^{n_q×h·d_v}, h·d_v = %d ≠ d_model = %d: W^O maps it back to d_model", qd, e)
+	}
 	out := step{Title: "Output", Formula: "Output = Concat·W^O + b_o"}
 	for bi := range b {
-		cat.Matrices = append(cat.Matrices, block(batch("Concat", bi), tr.Concat, bi*tq*e, tq, e, e))
+		cat.Matrices = append(cat.Matrices, block(batch("Concat", bi), tr.Concat, bi*tq*qd, tq, qd, qd))
 		out.Matrices = append(out.Matrices, block(batch("Output", bi), tr.Output, bi*tq*e, tq, e, e))
 	}
 	ex.Steps = append(ex.Steps, cat, out)
@@ -309,7 +318,7 @@ func checkExplainSize(j *job) error {
 	}
 	cfg := j.layer.Config()
 	tk += float64(btoi(cfg.AddBiasKV) + btoi(cfg.AddZeroAttn)) // the appended keys
-	e, bh := float64(cfg.EmbedDim), b*float64(cfg.NumHeads)
+	e, bh := float64(max(cfg.EmbedDim, cfg.InnerDim())), b*float64(cfg.NumHeads)
 	if n := max(b*tq*e, b*tk*e, tq*tk, e*e); n > maxExplained || bh > 64 {
 		return fmt.Errorf("explain prints every value, and this case has matrices of %.0f values in %.0f batch×head blocks (at most %d and 64); use 'mha run' for large inputs", n, bh, maxExplained)
 	}

@@ -438,6 +438,74 @@ func TestExplainOwnCase(t *testing.T) {
 	}
 }
 
+// TestExplainGroupedWideHeads explains a layer with one K/V head for two query heads of 3 in a
+// model width of 4 (Q and the concatenation 6 wide, K and V 3): every head's Q, K and V block,
+// the concatenation and the output equal the float64 reference's.
+func TestExplainGroupedWideHeads(t *testing.T) {
+	l, err := mha.New(mha.Config{EmbedDim: 4, NumHeads: 2, NumKVHeads: 1, HeadSize: 3, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := map[string]safetensors.Tensor{}
+	for name, p := range l.StateDict() {
+		sd[name] = safetensors.FromFloat32(p)
+	}
+	q := tensor.New(1, 3, 4)
+	tensor.NewRNG(2).Normal(q, 1)
+	input := writeFile(t, map[string]safetensors.Tensor{"query": safetensors.FromFloat32(q)})
+	code, js, stderr := runCLI("explain", "--weights", writeFile(t, sd), "--input", input, "--heads", "2", "--causal", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var ex struct {
+		Steps []struct {
+			Matrices []struct {
+				Name       string
+				Rows, Cols int
+				Values     [][]any
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &ex); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := l.Reference(q, nil, nil, &mha.Options{Causal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		x           []float64
+		off, ld, nc int
+	}{
+		"Q": {tr.Q, 0, 6, 6}, "K": {tr.K, 0, 3, 3}, "Concat": {tr.Concat, 0, 6, 6}, "Output": {tr.Output, 0, 4, 4},
+		"Q_1": {tr.Q, 0, 6, 3}, "Q_2": {tr.Q, 3, 6, 3}, "K_1": {tr.K, 0, 3, 3}, "K_2": {tr.K, 0, 3, 3}, "V_2": {tr.V, 0, 3, 3},
+		"head_2": {tr.Concat, 3, 6, 3},
+	}
+	seen := 0
+	for _, st := range ex.Steps {
+		for _, m := range st.Matrices {
+			w, ok := want[m.Name]
+			if !ok {
+				continue
+			}
+			seen++
+			if m.Rows != 3 || m.Cols != w.nc {
+				t.Fatalf("%s is %d×%d, want 3×%d", m.Name, m.Rows, m.Cols, w.nc)
+			}
+			for r, row := range m.Values {
+				for c, v := range row {
+					if got, ok := v.(float64); !ok || math.Abs(got-w.x[r*w.ld+w.off+c]) > 1e-4 {
+						t.Fatalf("%s[%d][%d] = %v, reference %.6g", m.Name, r, c, v, w.x[r*w.ld+w.off+c])
+					}
+				}
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the %d matrices checked", seen, len(want))
+	}
+}
+
 // TestExplainSizeFromShapes gives explain inputs too large to print, which it must refuse from
 // their shapes at once (it used to compute first: a query [1, 20000, 16] ran out of memory and
 // one of 10⁹ empty sequences did not end), and empty ones, which give empty matrices.
