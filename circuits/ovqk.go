@@ -101,7 +101,7 @@ func TokenCircuits(m *nn.Model, top int, opt *WeightOptions) ([]HeadCircuits, er
 type tokenWeights struct {
 	cfg nn.Config
 	w   *modelWeights
-	emb *mat.Dense // W_E [Vocab, d_model]
+	emb *mat.Dense // W_E [Vocab, d_model], times Config.EmbScale when set
 	un  *mat.Dense // W_U [d_model, Vocab], folded
 	// fold: centre the OV circuit's rows
 	fold bool
@@ -122,6 +122,9 @@ func newTokenWeights(m *nn.Model, opt *WeightOptions) (*tokenWeights, error) {
 	emb, err := weightParam(m, "tok_emb.weight", cfg.Vocab, cfg.DModel)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.EmbScale != 0 { // what a token writes into the stream (Gemma's √d_model)
+		emb.Scale(float64(float32(cfg.EmbScale)), emb)
 	}
 	headName := "head.weight"
 	if cfg.TieEmbeddings {

@@ -15,10 +15,10 @@ const (
 )
 
 // activationOf returns the activation of the feed-forward network of a config whose Activation
-// is name (SiLU for SwiGLU).
+// is name (SiLU for SwiGLU, GELU's tanh form for GeGLU).
 func activationOf(name string) actKind {
 	switch name {
-	case GELUNew, GELUPyTorchTanh:
+	case GELUNew, GELUPyTorchTanh, GeGLU:
 		return actGELUTanh
 	case SwiGLU:
 		return actSiLU

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/attend"
@@ -61,7 +62,8 @@ type Config struct {
 	// Activation is the feed-forward network: "" or "gelu" for fc2(GELU(fc1(x))) with the exact
 	// (erf) GELU; "gelu_new" or "gelu_pytorch_tanh" (Hugging Face's two names of one function)
 	// for the same network with GELU's tanh approximation, as GPT-2; "swiglu" for Llama's gated
-	// network down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x)). Empty with AttnOnly.
+	// network down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x)); "geglu" for Gemma's, with GELU's tanh
+	// form in place of SiLU. Empty with AttnOnly.
 	Activation string `json:"activation,omitempty"`
 	// NoMLPBias leaves the biases out of the feed-forward network's Linears (Llama's
 	// mlp_bias false). False with AttnOnly.
@@ -79,6 +81,11 @@ type Config struct {
 	// EmbNorm normalises the sum of the embeddings with a normalisation layer emb_ln of kind
 	// NormKind (BERT's embeddings.LayerNorm) before the first block.
 	EmbNorm bool `json:"emb_norm,omitempty"`
+	// EmbScale, when not 0, multiplies every token embedding by float32(EmbScale) before the
+	// position and type embeddings are added: Gemma's √d_model, which Hugging Face rounds to the
+	// hidden states' dtype. A tied head reads tok_emb.weight unscaled. 0 means 1; else finite
+	// and > 0.
+	EmbScale float64 `json:"emb_scale,omitempty"`
 
 	// HeadTransform puts BERT's masked-LM transform before the output head: y =
 	// Norm(act(x·Wᵀ + b)), head_dense [DModel, DModel] with bias, act the Activation (not
@@ -158,7 +165,12 @@ const (
 	GELUNew         = "gelu_new"          // GELU's tanh approximation, Hugging Face's name in GPT-2
 	GELUPyTorchTanh = "gelu_pytorch_tanh" // the same function under Hugging Face's other name
 	SwiGLU          = "swiglu"            // Llama's gated network with SiLU (hidden_act "silu")
+	GeGLU           = "geglu"             // Gemma's gated network with GELU's tanh form (hidden_activation "gelu_pytorch_tanh")
 )
+
+// gated reports whether the feed-forward network is gated: down_proj(act(gate_proj(x)) ⊙
+// up_proj(x)).
+func (c Config) gated() bool { return c.Activation == SwiGLU || c.Activation == GeGLU }
 
 // DefaultNormEps is the eps of the normalisation layers when Config.NormEps is 0.
 const DefaultNormEps = 1e-5
@@ -211,13 +223,15 @@ func (c Config) Validate() error {
 		return bad("norm_eps is %v, want a value in (0, 1] (or 0 for %v)", c.NormEps, DefaultNormEps)
 	case c.AttnOnly && c.Activation != "":
 		return bad("activation is %q with attn_only, want none", c.Activation)
-	case c.Activation != "" && c.Activation != GELU && c.Activation != GELUNew && c.Activation != GELUPyTorchTanh && c.Activation != SwiGLU:
-		return bad("activation is %q, want %q, %q, %q or %q (or empty for %q)", c.Activation, GELU, GELUNew, GELUPyTorchTanh, SwiGLU, GELU)
+	case c.Activation != "" && c.Activation != GELU && c.Activation != GELUNew && c.Activation != GELUPyTorchTanh && !c.gated():
+		return bad("activation is %q, want %q, %q, %q or %q (or empty for %q), or Gemma's %q", c.Activation, GELU, GELUNew, GELUPyTorchTanh, SwiGLU, GELU, GeGLU)
+	case c.EmbScale != 0 && !(c.EmbScale > 0 && c.EmbScale <= math.MaxFloat32):
+		return bad("emb_scale is %v, want a number > 0 finite in float32 (or 0 for none)", c.EmbScale)
 	case c.AttnOnly && c.NoMLPBias:
 		return bad("no_mlp_bias is set with attn_only, which has no feed-forward network")
 	case c.TypeVocab < 0 || c.TypeVocab > MaxDim:
 		return bad("type_vocab is %d, want a value in [1, %d] (or 0 for no token types)", c.TypeVocab, MaxDim)
-	case c.HeadTransform && (c.AttnOnly || c.Activation == SwiGLU):
+	case c.HeadTransform && (c.AttnOnly || c.gated()):
 		return bad("head_transform needs a GELU activation, have attn_only %v, activation %q", c.AttnOnly, c.Activation)
 	case c.Window < 0 || c.Window > MaxSeqLen:
 		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxSeqLen)
@@ -355,7 +369,8 @@ func (c Config) VisibleKeys(t int) ([][]int, error) {
 // length t and the Loss after it keep: per block, the attention's projections Q, K, V and Kᵀ, its
 // head outputs and output, the normalisation outputs and residual sums, and the feed-forward
 // network's hidden activations [B, T, FFN], three times (fc1, the activation and its gate Φ or
-// σ) or, for SwiGLU, five (gate_proj, up_proj, σ, SiLU and the product); with keepWeights, the
+// σ) or, gated (SwiGLU, GeGLU), five (gate_proj, up_proj, the gate, the activation and the
+// product); with keepWeights, the
 // attention weights [B, H, T, T] of every block twice (before and after dropout); the
 // embeddings (twice with EmbNorm); and the logits [B, T, Vocab] and their gradient. It is a
 // float64 so that no size overflows it; c must be valid.
@@ -365,7 +380,7 @@ func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
 	perBlock := 8 * n * d // LN1(x), Q, K, V, Kᵀ, heads, output, x + MHA
 	if !c.AttnOnly {
 		hidden := 3.0 // fc1, GELU, Φ
-		if c.Activation == SwiGLU {
+		if c.gated() {
 			hidden = 5
 		}
 		perBlock += 3*n*d + hidden*n*float64(c.FFN) // LN2(x), fc2, x + FFN; the hidden activations

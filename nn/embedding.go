@@ -9,10 +9,11 @@ import (
 
 // embedding is the input of the model: x[b, t] = tok_emb[token[b, t]] + position t
 // (+ type_emb[type[b, t]]), with positions learned (pos_emb [SeqLen, d], a parameter),
-// sinusoidal (a fixed table) or none, then, with Config.EmbNorm, normalised by emb_ln.
-// Embeddings are not scaled by √d.
+// sinusoidal (a fixed table) or none, then, with Config.EmbNorm, normalised by emb_ln. The token
+// embedding is scaled by Config.EmbScale (Gemma's √d) when it is set.
 type embedding struct {
 	d      int
+	scale  float32    // Config.EmbScale, or 1
 	tok    *Param     // [Vocab, d], float32 or half precision
 	pos    *Param     // [SeqLen, d] when learned, else nil
 	typ    *Param     // [TypeVocab, d] with token types, else nil
@@ -26,7 +27,10 @@ type embedding struct {
 }
 
 func newEmbedding(ps params, c Config) *embedding {
-	e := &embedding{d: c.DModel, tok: ps.get("tok_emb.weight"), sin: c.Positions == Sinusoidal}
+	e := &embedding{d: c.DModel, scale: 1, tok: ps.get("tok_emb.weight"), sin: c.Positions == Sinusoidal}
+	if c.EmbScale != 0 {
+		e.scale = float32(c.EmbScale)
+	}
 	if c.Positions == Learned {
 		e.pos = ps.get("pos_emb.weight")
 		e.table = e.pos.Value.Data
@@ -78,6 +82,9 @@ func (e *embedding) forward(r *runner, tokens, types []int, b, t, start int) []f
 		} else {
 			copy(out, e.tok.Value.Data[tok*d:(tok+1)*d])
 		}
+		if e.scale != 1 {
+			kernel.Sscal(e.scale, out)
+		}
 		if e.table != nil {
 			p := start + i%t
 			kernel.Axpy(1, e.table[p*d:(p+1)*d], out)
@@ -110,7 +117,7 @@ func (e *embedding) backward(r *runner, dy []float32, t int) {
 	for i, tok := range e.tokens {
 		g := dy[i*d : (i+1)*d]
 		if e.tok.Grad != nil { // none when held in half precision
-			kernel.Axpy(1, g, e.tok.Grad.Data[tok*d:(tok+1)*d])
+			kernel.Axpy(e.scale, g, e.tok.Grad.Data[tok*d:(tok+1)*d])
 		}
 		if e.pos != nil {
 			kernel.Axpy(1, g, e.pos.Grad.Data[i%t*d:(i%t+1)*d])

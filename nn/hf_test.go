@@ -2,6 +2,7 @@ package nn
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -41,6 +42,11 @@ func hfConfigs() map[string]Config {
 			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
 			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = SwiGLU, true, true, true
 			c.KVHeads, c.Rope, c.NoAttnBias, c.QKNorm, c.HeadSize = 1, &Rope{Theta: 1e6}, true, true, 6
+		}),
+		"gemma": with(func(c *Config) { // GeGLU, embeddings scaled by √d_model, heads wider than d_model/heads
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = GeGLU, true, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.HeadSize, c.EmbScale = 1, &Rope{Theta: 10000}, true, 6, math.Sqrt(8)
 		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
@@ -114,7 +120,7 @@ func TestHFParams(t *testing.T) {
 			if cfg.QKNorm {
 				want[l+"attn.q_norm.weight"], want[l+"attn.k_norm.weight"] = []int{hd}, []int{hd}
 			}
-			if cfg.Activation == SwiGLU {
+			if cfg.gated() {
 				lin(l+"ffn.gate_proj", d, f, !cfg.NoMLPBias)
 				lin(l+"ffn.up_proj", d, f, !cfg.NoMLPBias)
 				lin(l+"ffn.down_proj", f, d, !cfg.NoMLPBias)

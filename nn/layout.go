@@ -63,7 +63,7 @@ func (c Config) layout() []paramSpec {
 		}
 		switch {
 		case c.AttnOnly:
-		case c.Activation == SwiGLU:
+		case c.gated():
 			s = append(s, c.normSpecs(p+"ln2")...)
 			s = append(s, linearSpecs(p+"ffn.gate_proj", d, c.FFN, bias)...)
 			s = append(s, linearSpecs(p+"ffn.up_proj", d, c.FFN, bias)...)

@@ -6,22 +6,23 @@ import (
 
 // mlp is a block's feed-forward network, of one of two shapes:
 //
-//	fc2(act(fc1(x)))                              act the exact GELU or its tanh form (GPT-2)
-//	down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x))    SwiGLU (Llama)
+//	fc2(act(fc1(x)))                             act the exact GELU or its tanh form (GPT-2)
+//	down_proj(act(gate_proj(x)) ⊙ up_proj(x))    gated: act SiLU (SwiGLU, Llama) or GELU's
+//	                                             tanh form (GeGLU, Gemma)
 //
 // with or without biases.
 type mlp struct {
 	in, out *linear // fc1 and fc2, or gate_proj and down_proj
-	up      *linear // SwiGLU's up_proj; nil otherwise
+	up      *linear // a gated network's up_proj; nil otherwise
 	act     activation
-	h       []float32 // SwiGLU's product SiLU(gate)·up, [n, ffn]
+	h       []float32 // a gated network's product act(gate)·up, [n, ffn]
 }
 
 // newMLP returns the feed-forward network of c's blocks whose parameters are under prefix
 // ("blocks.0.ffn.").
 func newMLP(ps params, c Config, prefix string) *mlp {
 	m := &mlp{act: activation{kind: activationOf(c.Activation)}}
-	if c.Activation == SwiGLU {
+	if c.gated() {
 		m.in, m.up, m.out = newLinear(ps, prefix+"gate_proj"), newLinear(ps, prefix+"up_proj"), newLinear(ps, prefix+"down_proj")
 	} else {
 		m.in, m.out = newLinear(ps, prefix+"fc1"), newLinear(ps, prefix+"fc2")
@@ -52,7 +53,7 @@ func (m *mlp) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 	dh, da := zeroed(&s.f1, n*f), zeroed(&s.f2, n*f)
 	m.out.backward(r, dy, dh, n)
 	if m.up != nil {
-		// h = a ⊙ u with a = SiLU(gate): du = dh ⊙ a, da = dh ⊙ u.
+		// h = a ⊙ u with a = act(gate): du = dh ⊙ a, da = dh ⊙ u.
 		a, u := m.act.y, m.up.y
 		s.f3 = kernel.Grow(s.f3, n*f)
 		du := s.f3

@@ -47,6 +47,12 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.DModel, c.Heads = 20000, 1 }, "the default ffn 4·d_model = 80000 is larger than 65536"},
 		{func(c *Config) { c.HeadDims = []int{3, 4} }, "head dims [3 4] sum to 7, want embed dim 8"},
 		{func(c *Config) { c.HeadScales = []float64{1} }, "1 head scales for 2 heads"},
+		{func(c *Config) { c.EmbScale = -2 }, "emb_scale is -2, want a number > 0 finite in float32 (or 0 for none)"},
+		{func(c *Config) { c.EmbScale = math.NaN() }, "emb_scale is NaN"},
+		{func(c *Config) { c.EmbScale = 1e39 }, "emb_scale is 1e+39"},
+		{func(c *Config) { c.HeadSize = -1 }, "head size is -1, want 0 (E/H) or a size in [1, 65536]"},
+		{func(c *Config) { c.HeadSize, c.HeadDims = 4, []int{4, 4} }, "head size 4 and head dims [4 4]; give one or the other"},
+		{func(c *Config) { c.AttnOnly, c.Activation = true, GeGLU }, `activation is "geglu" with attn_only, want none`},
 	} {
 		cfg := testConfig()
 		c.edit(&cfg)
@@ -60,6 +66,11 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := testConfig().Validate(); err != nil {
 		t.Error(err)
+	}
+	wide := testConfig() // 3 heads of 4 in a d_model of 8, which 3 does not divide
+	wide.Heads, wide.HeadSize = 3, 4
+	if err := wide.Validate(); err != nil {
+		t.Errorf("3 heads of 4 in a d_model of 8: %v", err)
 	}
 	// Valid, but too large to allocate in float32: refused before anything is allocated.
 	for _, edit := range []func(*Config){

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -155,10 +156,11 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3; CausalLM or the bare model):
-// pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the rotate-half
-// layout (after Qwen3's per-head RMSNorm of queries and keys), q, k and v stacked into
-// in_proj_weight, the SwiGLU network, no position embedding, and an untied or tied head.
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; CausalLM or the bare
+// model): pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the
+// rotate-half layout (after Qwen3's per-head RMSNorm of queries and keys), q, k and v stacked
+// into in_proj_weight, the SwiGLU network (Gemma's GeGLU), no position embedding (Gemma's token
+// embeddings scaled by √hidden_size), and an untied or tied head.
 func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
 	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
@@ -171,14 +173,31 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if hc.MaxPositionEmbeddings < 0 {
 		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
 	}
-	act := hc.HiddenAct
-	switch {
-	case act != "" && act != "silu":
+	named := func(modelType, prefix string) bool {
+		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
+	}
+	qwen, qwen3, mistral, gemma := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("gemma", "Gemma")
+	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
+	// hidden_act (modeling_gemma.py); its head_dim is 256 when the config gives none.
+	activation, gemmaAct, headDim := nn.SwiGLU, "gelu_pytorch_tanh", hc.HeadDim
+	if gemma {
+		activation = nn.GeGLU
+		if hc.HiddenActivation != nil {
+			gemmaAct = *hc.HiddenActivation
+		}
+		if headDim == nil {
+			headDim = new(256)
+		}
+	}
+	switch act := hc.HiddenAct; {
+	case gemma && gemmaAct != "gelu_pytorch_tanh" && gemmaAct != "gelu_new":
+		return nil, fmt.Errorf("%w: hidden_activation %q (mha's GeGLU is gelu_pytorch_tanh)", ErrUnsupported, gemmaAct)
+	case !gemma && act != "" && act != "silu":
 		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
-	case hc.HeadDim == nil && e%heads != 0:
+	case headDim == nil && e%heads != 0:
 		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d (and config.json gives no head_dim)", e, heads)
-	case hc.HeadDim != nil && (*hc.HeadDim <= 0 || *hc.HeadDim > nn.MaxDim):
-		return nil, fmt.Errorf("pretrained: head_dim is %d, want a size in [1, %d]", *hc.HeadDim, nn.MaxDim)
+	case headDim != nil && (*headDim <= 0 || *headDim > nn.MaxDim):
+		return nil, fmt.Errorf("pretrained: head_dim is %d, want a size in [1, %d]", *headDim, nn.MaxDim)
 	case kv <= 0 || heads%kv != 0:
 		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
 	case hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
@@ -215,23 +234,19 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// Each head is head_dim wide (Qwen3-0.6B: 16 heads of 128 in a hidden_size of 1024), or
 	// hidden_size / num_attention_heads when the config does not say.
 	d := e / heads
-	if hc.HeadDim != nil {
-		d = *hc.HeadDim
+	if headDim != nil {
+		d = *headDim
 	}
 	qd, ekv := heads*d, kv*d
-	named := func(modelType, prefix string) bool {
-		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
-	}
-	qwen, qwen3, mistral := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral")
 	qkvBias := hc.AttentionBias || qwen
-	tied := orBool(hc.TieEmbeddings, false)
+	tied := orBool(hc.TieEmbeddings, gemma) // GemmaConfig ties by default, LlamaConfig does not
 	seq := nn.MaxSeqLen
 	if p := hc.MaxPositionEmbeddings; p > 0 {
 		seq = min(p, nn.MaxSeqLen)
 	}
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, 1e-6), Activation: nn.SwiGLU,
+			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, 1e-6), Activation: activation,
 			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
@@ -243,6 +258,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	if qd != e {
 		l.cfg.HeadSize = d
+	}
+	if gemma {
+		l.cfg.EmbScale = math.Sqrt(float64(e)) // GemmaModel's normalizer, hidden_size**0.5
+	}
+	// Gemma's RMSNorm multiplies by 1 + weight: the model holds that sum.
+	norm := func(name string, parts ...part) {
+		l.params = append(l.params, binding{name: name, parts: parts, plusOne: gemma})
 	}
 	// Of the family only Mistral's attention reads sliding_window (4096 when left out, none
 	// when null); Llama's ignores it, and Qwen2's and Qwen3's need use_sliding_window, which mha
@@ -276,7 +298,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	for i := range layers {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
-		add(b+"ln1.weight", src(h+"input_layernorm.weight", e))
+		norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
 		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", qd, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
 		if qkvBias {
 			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", qd), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
@@ -290,7 +312,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
 			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})
 		}
-		add(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
+		norm(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
 		for _, proj := range []struct {
 			name    string
 			in, out int
@@ -301,7 +323,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			}
 		}
 	}
-	add("ln_f.weight", src("norm.weight", e))
+	norm("ln_f.weight", src("norm.weight", e))
 	if !tied {
 		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
 	}

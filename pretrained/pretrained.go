@@ -12,9 +12,11 @@
 //	                                      bidirectional attention, the masked-LM head
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's rope_scaling), grouped K/V heads,
-//	(and their *Model)                    Mistral's sliding window, Qwen2's q/k/v biases,
-//	                                      Qwen3's q_norm and k_norm; head_dim other than
-//	                                      hidden_size / num_attention_heads
+//	GemmaForCausalLM                      Mistral's sliding window, Qwen2's q/k/v biases,
+//	(and their *Model)                    Qwen3's q_norm and k_norm, Gemma's GeGLU, √d-scaled
+//	                                      embeddings and norm weights 1 + w (held so);
+//	                                      head_dim other than hidden_size /
+//	                                      num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary
@@ -106,6 +108,7 @@ type hfConfig struct {
 	TypeVocabSize           int             `json:"type_vocab_size"`
 	LayerNormEps            *float64        `json:"layer_norm_eps"`
 	HiddenAct               string          `json:"hidden_act"`
+	HiddenActivation        *string         `json:"hidden_activation"` // Gemma's, which its MLP reads instead of hidden_act
 	NumKeyValueHeads        *int            `json:"num_key_value_heads"`
 	RMSNormEps              *float64        `json:"rms_norm_eps"`
 	RopeTheta               *float64        `json:"rope_theta"`
@@ -127,10 +130,11 @@ var architectures = map[string]Family{
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
 	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
+	"GemmaForCausalLM": Llama, "GemmaModel": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -237,6 +241,13 @@ func (o Options) Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pretrained: %s: %w", dir, err)
 	}
+	for _, b := range lay.params {
+		if b.plusOne { // Gemma's norm gains: 1 + w, rounded in float32 as its RMSNorm computes them
+			for i := range m.NN.Param(b.name).Value.Data {
+				m.NN.Param(b.name).Value.Data[i]++
+			}
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
 		if m.Tokenizer, err = tokenizer.LoadDir(dir); err != nil {
 			return nil, err
@@ -268,6 +279,7 @@ type binding struct {
 	name      string
 	parts     []part
 	transpose bool
+	plusOne   bool // the model holds 1 + the stored values (Gemma's norm weights), in float32
 }
 
 // part is one source tensor: its name (without the base prefix, unless head), alternative

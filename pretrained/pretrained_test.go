@@ -19,7 +19,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -295,6 +295,8 @@ func TestOpenErrors(t *testing.T) {
 		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
 		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
 		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [16 16], want [32 16]", false},
+		{"gemma activation", edit("gemma", func(c map[string]any) { c["hidden_activation"] = "gelu" }), `hidden_activation "gelu" (mha's GeGLU is gelu_pytorch_tanh)`, true},
+		{"gemma head_dim 256", edit("gemma", func(c map[string]any) { delete(c, "head_dim") }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [32 16], want [1024 16]", false},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
 		{"no head_dim", edit("qwen3-wide", func(c map[string]any) {
 			delete(c, "head_dim")

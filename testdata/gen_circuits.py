@@ -5,7 +5,7 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits.py
 
-For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,bert} this reads
+For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,bert} this reads
 the weights under their Hugging Face names (GPT-2's Conv1D c_attn/c_proj, Llama's q/k/v/o_proj
 with grouped K/V heads, BERT's query/key/value/output.dense), independently of mha's loader, and
 computes in float64 with PyTorch, forming every d_model × d_model circuit explicitly (the Go code
@@ -72,17 +72,22 @@ class Weights:
             self.gamma_u = t["ln_f.weight"]
             self.W_E = t["wte.weight"]
             self.W_U = t["wte.weight"].T
-        elif name in ("llama", "qwen3-wide"):  # qwen3-wide: heads of head_dim = 8 in a hidden size of 16
+        elif name in ("llama", "qwen3-wide", "gemma"):  # qwen3-wide, gemma: heads of head_dim = 8 in a hidden size of 16
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
             self.rms, d, hkv = True, cfg.get("head_dim", e // h), cfg["num_key_value_heads"]
+            # Gemma's RMSNorm multiplies by 1 + weight, and its stream starts from the token
+            # embedding times hidden_size**0.5 (rounded to float32), which W_E carries here.
+            plus = 1.0 if name == "gemma" else 0.0
             for l in range(nl):
                 s = f"model.layers.{l}."
                 self.layers.append(dict(q=t[s + "self_attn.q_proj.weight"].T, k=t[s + "self_attn.k_proj.weight"].T,
                                         v=t[s + "self_attn.v_proj.weight"].T, o=t[s + "self_attn.o_proj.weight"].T,
-                                        gamma=t[s + "input_layernorm.weight"]))
-            self.gamma_u = t["model.norm.weight"]
+                                        gamma=plus + t[s + "input_layernorm.weight"]))
+            self.gamma_u = plus + t["model.norm.weight"]
             self.W_E = t["model.embed_tokens.weight"]
-            self.W_U = (self.W_E if cfg["tie_word_embeddings"] else t["lm_head.weight"]).T
+            if name == "gemma":
+                self.W_E = self.W_E * float(np.float32(np.sqrt(e)))
+            self.W_U = (t["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else t["lm_head.weight"]).T
         elif name == "bert":
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
             self.rms, d, hkv = False, e // h, h
@@ -203,7 +208,7 @@ def subspaces(W):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for name in ("gpt2", "llama", "qwen3-wide", "bert"):
+    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "bert"):
         W = Weights(name)
         tensors = {}
         for m, s in composition(W, True).items():

@@ -168,6 +168,8 @@ def main():
           scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8})
     # Qwen3's q_norm and k_norm, and heads of 8 in a hidden size of 16 (h·d = 32 ≠ d_model).
     llama("qwen3-wide", "F32", arch="Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)
+    # Gemma: GeGLU, embeddings scaled by √d_model, norm gains 1 + w, one K/V head.
+    llama("gemma", "F32", arch="GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)
     bert()
 
 

@@ -63,6 +63,11 @@ def models():
     yield ("qwen3-wide", lambda ids, hook: llama_forward(cfgq, Wq, ids, hook=hook)[0], cfgq["num_hidden_layers"],
            cfgq["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
            [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
+    # Gemma: GeGLU, embeddings scaled by √d_model, norm gains 1 + w, one K/V head.
+    cfgg, _, Wg, _ = llama_weights("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)
+    yield ("gemma", lambda ids, hook: llama_forward(cfgg, Wg, ids, hook=hook)[0], cfgg["num_hidden_layers"],
+           cfgg["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
+           [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 
     def bert(ids, hook):

@@ -11,7 +11,9 @@ project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_bert.py (Be
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
-of each head's query and key, before the rotation).
+of each head's query and key, before the rotation), modeling_gemma.py (GemmaRMSNorm's 1 + weight,
+the embeddings times hidden_size**0.5 rounded to float32, the GeGLU network with
+gelu_pytorch_tanh).
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
 config.json and model.safetensors (or model.safetensors.index.json and two shards), with the
@@ -310,7 +312,7 @@ def bert(name, dtype, old_names):
 def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None):
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-                  "MistralForCausalLM": "mistral"}[arch]
+                  "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -328,12 +330,17 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
     elif head_dim is not None:
         cfg["head_dim"] = d
+    gemma = model_type == "gemma"
+    if gemma:  # modeling_gemma.py's MLP reads hidden_activation and ignores hidden_act
+        cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
+    # Gemma's RMSNorm multiplies by 1 + weight, its weights near 0: the reference uses 1 + w.
+    norm_mean, gain = (0.0, lambda w: 1 + w) if gemma else (1.0, lambda w: w)
     for l in range(cfg["num_hidden_layers"]):
         s = f"model.layers.{l}."
-        L = {"in_norm": p.draw(s + "input_layernorm.weight", (e,), 0.1, 1.0),
-             "post_norm": p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, 1.0),
+        L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
+             "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean)),
              "q": p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
              "k": p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
              "v": p.draw(s + "self_attn.v_proj.weight", (kv_heads * d, e)),
@@ -348,7 +355,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
             L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
             L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
         layers.append(L)
-    norm = p.draw("model.norm.weight", (e,), 0.1, 1.0)
+    norm = gain(p.draw("model.norm.weight", (e,), 0.1, norm_mean))
     head = emb if tied else p.draw("lm_head.weight", (v, e), 0.5)
     return cfg, p, {"emb": emb, "layers": layers, "norm": norm, "head": head, "qkv_bias": qkv_bias}, tok
 
@@ -381,6 +388,9 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         visible = visible & (j > i - window)
     mask = visible.view(1, 1, t, t)
     x = emb[ids]
+    gemma = cfg["model_type"] == "gemma"
+    if gemma:  # GemmaModel's normalizer: hidden_size**0.5 in the hidden states' dtype, float32
+        x = x * float(np.float32(math.sqrt(e)))
     attns = []
     for l, L in enumerate(layers):
         x = run_hook(hook, "resid_pre", l, x)
@@ -402,7 +412,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         record(trace, "resid_mid", x)
         m = rms(x, L["post_norm"])
         gate = m @ L["gate"].T
-        f = (gate * torch.sigmoid(gate) * (m @ L["up"].T)) @ L["down"].T
+        act = gelu_new(gate) if gemma else gate * torch.sigmoid(gate)  # Gemma's GeGLU, Llama's SwiGLU
+        f = (act * (m @ L["up"].T)) @ L["down"].T
         record(trace, "mlp_out", f)
         x = x + f
     x = run_hook(hook, "resid_final", len(layers), x)
@@ -570,6 +581,7 @@ def main():
     llama("mistral", "F32", "MistralForCausalLM", kv_heads=2, tied=False, window=4)
     llama("qwen3-bf16", "BF16", "Qwen3ForCausalLM", kv_heads=2, tied=True)
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
+    llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
 
 
 if __name__ == "__main__":
