@@ -127,6 +127,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","patterns":["local:1","global:0"],"block":[2,2],"normalizer":"sparsemax"}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"post","positions":"learned","bidirectional":true,"type_vocab":2}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","head_dims":[3,5]}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":3,"head_size":4,"kv_heads":1,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"geglu","emb_scale":2.8284271247461903,"qk_norm":true,"rope":{"theta":100}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

@@ -324,15 +324,17 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// FuzzConfig opens the GPT-2 and Llama folders with fuzzed config.json files: an error or a
-// model, never a panic, and no allocation beyond what the folder's tensors hold.
+// FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3 and Gemma folders with fuzzed
+// config.json files: an error or a model, never a panic, and no allocation beyond what the
+// folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	for _, name := range []string{"gpt2", "llama", "bert"} {
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma"}
+	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(data, uint8(0))
+		f.Add(data, uint8(i))
 	}
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"num_attention_heads":4,"num_key_value_heads":0}`), uint8(1))
 	f.Add([]byte(`{"model_type":"gpt2","n_embd":1e18}`), uint8(0))
@@ -340,9 +342,12 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":1,"vocab_size":295,"rope_parameters":{"rope_type":"llama3","rope_theta":500,"factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8}}`), uint8(1))
 	f.Add([]byte(`{"architectures":["MistralForCausalLM"],"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":1,"vocab_size":295,"sliding_window":"four"}`), uint8(1))
 	f.Add([]byte(`{"architectures":["BertForMaskedLM"],"tie_word_embeddings":false,"hidden_size":16,"intermediate_size":28,"num_attention_heads":4,"num_hidden_layers":2,"vocab_size":40,"max_position_embeddings":32,"type_vocab_size":2}`), uint8(2))
-	dirs := map[uint8]string{0: copyFolder(f, "gpt2"), 1: copyFolder(f, "llama"), 2: copyFolder(f, "bert")}
+	dirs := make([]string, len(folders))
+	for i, name := range folders {
+		dirs[i] = copyFolder(f, name)
+	}
 	f.Fuzz(func(t *testing.T, config []byte, which uint8) {
-		dir := dirs[which%3]
+		dir := dirs[int(which)%len(dirs)]
 		if err := os.WriteFile(filepath.Join(dir, "config.json"), config, 0o644); err != nil {
 			t.Fatal(err)
 		}
