@@ -665,6 +665,18 @@ func (l *Layer) describe() string {
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
 // a valid layer.
 func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
+	cfg, err := inferConfig(sd, numHeads)
+	if out := sd["out_proj.weight"]; err != nil && out != nil && len(out.Shape) == 2 && out.Shape[0] != out.Shape[1] && numHeads > 0 && out.Shape[1] > 0 && out.Shape[1]%numHeads == 0 {
+		// out_proj.weight [E, H·d] was read as heads of d ≠ E/H, which the rest contradicts:
+		// it may as well be out_proj.weight that is wrong.
+		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrStateDict.Error()+": "), ErrConfig.Error()+": ")
+		return Config{}, fmt.Errorf("%w: out_proj.weight is %v, want [E E], or [E H·d] with %d heads of d ≠ E/H, which the rest of the state dict contradicts: %s", ErrStateDict, out.Shape, numHeads, detail)
+	}
+	return cfg, err
+}
+
+// inferConfig is InferConfig without the hint on out_proj.weight.
+func inferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	if err := checkNotNil(slices.Sorted(maps.Keys(sd)), sd); err != nil {
 		return Config{}, err
 	}

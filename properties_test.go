@@ -518,6 +518,21 @@ func TestStateDict(t *testing.T) {
 	if _, err := InferConfig(sd, 2); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "bias_k is nil") {
 		t.Errorf("InferConfig with a nil tensor: %v", err)
 	}
+	// A non-square out_proj.weight is [E, H·d] only where the rest agrees (HeadSize); else the
+	// error says what out_proj.weight should be, and what contradicts it.
+	for _, c := range []struct {
+		out, in []int
+		want    string
+	}{
+		{[]int{8, 7}, []int{24, 8}, "out_proj.weight is [8 7], want [E E] (or [E H·d] for 2 heads of d ≠ E/H)"},
+		{[]int{7, 8}, []int{24, 8}, "out_proj.weight is [7 8], want [E E], or [E H·d] with 2 heads of d ≠ E/H, which the rest of the state dict contradicts: in_proj_weight is [24 8], want [H·d + 2·Ekv, E] with H·d = 8, E = 7"},
+		{[]int{8, 4}, []int{24, 8}, "out_proj.weight is [8 4], want [E E], or [E H·d] with 2 heads of d ≠ E/H, which the rest of the state dict contradicts: 5 K/V heads for 2 query heads"},
+	} {
+		sd := map[string]*tensor.Tensor{"out_proj.weight": tensor.New(c.out...), "in_proj_weight": tensor.New(c.in...)}
+		if _, err := InferConfig(sd, 2); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("out_proj.weight %v, in_proj_weight %v: %v, want ErrStateDict with %q", c.out, c.in, err, c.want)
+		}
+	}
 }
 
 // TestNewFloat32 checks that NewFloat32 holds the state dict's own tensors and runs as the layer

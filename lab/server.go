@@ -262,9 +262,10 @@ func (s *Server) endpoint(e endpoint) http.Handler {
 }
 
 // admit checks what an API request can be refused for before it does any work, and returns its
-// body: the method (405, with the methods allowed; HEAD wherever GET is), the Origin (403), the query (400), a POST's
-// Content-Type (415), then the body, read whole (readBody). So a request that waits for a
-// heavy-work slot has all of its body, and a page of another site cannot make the lab compute.
+// body: the method (405, with the methods allowed; HEAD wherever GET is), the Origin (403), the
+// query (400), a POST's Content-Type (415), then the body, read whole (readBody). So a request
+// that waits for a heavy-work slot has all of its body, and a page of another site cannot make
+// the lab compute.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, methods []string) ([]byte, error) {
 	// HEAD is GET without the body (RFC 9110 §9.3.2), which net/http drops.
 	if methods != nil && !slices.Contains(methods, r.Method) && (r.Method != http.MethodHead || !slices.Contains(methods, http.MethodGet)) {

@@ -225,7 +225,7 @@ func (c Config) Validate() error {
 		return bad("activation is %q with attn_only, want none", c.Activation)
 	case c.Activation != "" && c.Activation != GELU && c.Activation != GELUNew && c.Activation != GELUPyTorchTanh && !c.gated():
 		return bad("activation is %q, want %q, %q, %q or %q (or empty for %q), or Gemma's %q", c.Activation, GELU, GELUNew, GELUPyTorchTanh, SwiGLU, GELU, GeGLU)
-	case c.EmbScale != 0 && !(c.EmbScale > 0 && c.EmbScale <= math.MaxFloat32):
+	case c.EmbScale != 0 && !(float32(c.EmbScale) > 0 && c.EmbScale <= math.MaxFloat32):
 		return bad("emb_scale is %v, want a number > 0 finite in float32 (or 0 for none)", c.EmbScale)
 	case c.AttnOnly && c.NoMLPBias:
 		return bad("no_mlp_bias is set with attn_only, which has no feed-forward network")
@@ -377,7 +377,8 @@ func (c Config) VisibleKeys(t int) ([][]int, error) {
 func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
 	c = c.withDefaults()
 	n, d := float64(b)*float64(t), float64(c.DModel)
-	perBlock := 8 * n * d // LN1(x), Q, K, V, Kᵀ, heads, output, x + MHA
+	qd := float64(c.Attention().InnerDim())
+	perBlock := 3*n*d + 5*n*qd // LN1(x), output, x + MHA; Q, K, V, Kᵀ, heads (H·d wide)
 	if !c.AttnOnly {
 		hidden := 3.0 // fc1, GELU, Φ
 		if c.gated() {
