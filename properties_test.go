@@ -630,3 +630,71 @@ func TestTraceScores(t *testing.T) {
 		}
 	}
 }
+
+// FuzzInferConfig reads state dicts of fuzzed shapes: out_proj.weight, in_proj_weight or
+// k_proj_weight and v_proj_weight, in_proj_bias, bias_k, q_norm.weight, each of up to three
+// dimensions below 40, and a head count. InferConfig never panics; a config it returns builds a
+// layer, which loads that same state dict or says, with ErrStateDict, which tensor does not fit
+// (InferConfig reads the projections' shapes; LoadStateDict checks every tensor).
+func FuzzInferConfig(f *testing.F) {
+	f.Add([]byte{16, 16, 48, 16, 0, 0, 0, 0, 0, 0, 48, 0, 0, 0}, uint8(4), uint8(0))
+	f.Add([]byte{8, 12, 24, 8, 0, 6, 8, 6, 8, 0, 0, 1, 1, 6}, uint8(2), uint8(1))
+	f.Add([]byte{7, 8, 24, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, uint8(2), uint8(0))
+	f.Add([]byte{16, 32, 48, 16, 0, 0, 0, 0, 0, 4, 48, 0, 0, 8}, uint8(4), uint8(0))
+	f.Fuzz(func(t *testing.T, dims []byte, heads, layout uint8) {
+		dim := func(i int) int {
+			if i < len(dims) {
+				return int(dims[i] % 40)
+			}
+			return 0
+		}
+		shape := func(ds ...int) []int { // the leading non-zero sizes
+			var s []int
+			for _, d := range ds {
+				if d == 0 {
+					break
+				}
+				s = append(s, d)
+			}
+			return s
+		}
+		sd := map[string]*tensor.Tensor{"out_proj.weight": tensor.New(shape(dim(0), dim(1))...)}
+		if layout%2 == 0 {
+			sd["in_proj_weight"] = tensor.New(shape(dim(2), dim(3), dim(4))...)
+		} else {
+			sd["q_proj_weight"] = tensor.New(shape(dim(1), dim(0))...)
+			sd["k_proj_weight"] = tensor.New(shape(dim(5), dim(6))...)
+			sd["v_proj_weight"] = tensor.New(shape(dim(7), dim(8))...)
+		}
+		if n := dim(10); n > 0 {
+			sd["in_proj_bias"] = tensor.New(n)
+			sd["out_proj.bias"] = tensor.New(shape(dim(0))...)
+		}
+		if dim(11) > 0 {
+			sd["bias_k"] = tensor.New(shape(1, 1, dim(12))...)
+			sd["bias_v"] = tensor.New(shape(1, 1, dim(12))...)
+		}
+		if n := dim(13); n > 0 {
+			sd["q_norm.weight"], sd["k_norm.weight"] = tensor.New(n), tensor.New(n)
+		}
+		for name, x := range sd {
+			if len(x.Shape) == 0 {
+				delete(sd, name)
+			}
+		}
+		cfg, err := InferConfig(sd, int(heads%9))
+		if err != nil {
+			if !errors.Is(err, ErrStateDict) && !errors.Is(err, ErrConfig) {
+				t.Fatalf("InferConfig: %v, want ErrStateDict or ErrConfig", err)
+			}
+			return
+		}
+		l, err := New(cfg)
+		if err != nil {
+			t.Fatalf("InferConfig gave %+v, which New refuses: %v", cfg, err)
+		}
+		if err := l.LoadStateDict(sd); err != nil && !errors.Is(err, ErrStateDict) {
+			t.Fatalf("InferConfig gave %+v, whose layer's LoadStateDict says %v, want nil or ErrStateDict", cfg, err)
+		}
+	})
+}
