@@ -156,11 +156,13 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; CausalLM or the bare
-// model): pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the
-// rotate-half layout (after Qwen3's per-head RMSNorm of queries and keys), q, k and v stacked
-// into in_proj_weight, the SwiGLU network (Gemma's GeGLU), no position embedding (Gemma's token
-// embeddings scaled by √hidden_size), and an untied or tied head.
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3; CausalLM or the
+// bare model): pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the
+// rotate-half layout (after Qwen3's per-head RMSNorm of queries and keys; on the first part of
+// each head with Phi-3's partial_rotary_factor), q, k and v stacked into in_proj_weight (Phi-3
+// stores them so), the SwiGLU network (Gemma's GeGLU; Phi-3 stores gate and up in one tensor),
+// no position embedding (Gemma's token embeddings scaled by √hidden_size), and an untied or
+// tied head.
 func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
 	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
@@ -177,6 +179,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, gemma := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("gemma", "Gemma")
+	phi3 := named("phi3", "Phi3")
 	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
 	// hidden_act (modeling_gemma.py); its head_dim is 256 when the config gives none.
 	activation, gemmaAct, headDim := nn.SwiGLU, "gelu_pytorch_tanh", hc.HeadDim
@@ -200,8 +203,12 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("pretrained: head_dim is %d, want a size in [1, %d]", *headDim, nn.MaxDim)
 	case kv <= 0 || heads%kv != 0:
 		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
-	case hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
+	case !phi3 && hc.PartialRotaryFactor != nil && *hc.PartialRotaryFactor != 1:
+		// Llama's attention rotates whole heads whatever its rope parameters say; Phi-3's rotates
+		// the first partial_rotary_factor of each.
 		return nil, fmt.Errorf("%w: partial_rotary_factor %v", ErrUnsupported, *hc.PartialRotaryFactor)
+	case phi3 && hc.PartialRotaryFactor != nil && !(*hc.PartialRotaryFactor > 0 && *hc.PartialRotaryFactor <= 1):
+		return nil, fmt.Errorf("pretrained: partial_rotary_factor is %v, want a fraction in (0, 1]", *hc.PartialRotaryFactor)
 	}
 	// The rotary's base and scaling: rope_theta and rope_scaling (transformers v4) or
 	// rope_parameters (v5), which holds both; as in transformers' convert_rope_params_to_dict,
@@ -238,7 +245,14 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		d = *headDim
 	}
 	qd, ekv := heads*d, kv*d
-	qkvBias := hc.AttentionBias || qwen
+	qkvBias := !phi3 && (hc.AttentionBias || qwen) // Phi-3's qkv_proj has no bias
+	if phi3 && hc.PartialRotaryFactor != nil {
+		rope.Dim = int(float64(d) * *hc.PartialRotaryFactor) // Phi3RotaryEmbedding's int(head_dim · factor)
+	}
+	eps := 1e-6 // LlamaConfig's and its kin's default rms_norm_eps; Phi3Config's is 1e-5
+	if phi3 {
+		eps = 1e-5
+	}
 	tied := orBool(hc.TieEmbeddings, gemma) // GemmaConfig ties by default, LlamaConfig does not
 	seq := nn.MaxSeqLen
 	if p := hc.MaxPositionEmbeddings; p > 0 {
@@ -246,7 +260,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, 1e-6), Activation: activation,
+			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, eps), Activation: activation,
 			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
@@ -274,8 +288,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: Qwen2 with use_sliding_window", ErrUnsupported)
 	case qwen3 && hc.UseSlidingWindow:
 		return nil, fmt.Errorf("%w: Qwen3 with use_sliding_window", ErrUnsupported)
-	case mistral:
-		w := 4096
+	case mistral || phi3:
+		w := 0 // Phi-3 without sliding_window attends to every earlier position
+		if mistral {
+			w = 4096
+		}
 		if len(hc.SlidingWindow) > 0 {
 			var p *int
 			if err := json.Unmarshal(hc.SlidingWindow, &p); err != nil {
@@ -299,7 +316,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
 		norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
-		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", qd, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
+		if phi3 { // q, k and v stacked as in_proj_weight stacks them
+			add(b+"attn.in_proj_weight", src(at+"qkv_proj.weight", qd+2*ekv, e))
+		} else {
+			add(b+"attn.in_proj_weight", src(at+"q_proj.weight", qd, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
+		}
 		if qkvBias {
 			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", qd), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
 		}
@@ -313,10 +334,14 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})
 		}
 		norm(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
-		for _, proj := range []struct {
+		for i, proj := range []struct {
 			name    string
 			in, out int
 		}{{"gate_proj", e, ffn}, {"up_proj", e, ffn}, {"down_proj", ffn, e}} {
+			if phi3 && i < 2 { // gate_up_proj [2·ffn, e]: gate_proj's rows, then up_proj's
+				add(b+"ffn."+proj.name+".weight", part{names: []string{h + "mlp.gate_up_proj.weight"}, shape: []int{2 * ffn, e}, rows: [2]int{i * ffn, (i + 1) * ffn}})
+				continue
+			}
 			add(b+"ffn."+proj.name+".weight", src(h+"mlp."+proj.name+".weight", proj.out, proj.in))
 			if hc.MLPBias {
 				add(b+"ffn."+proj.name+".bias", src(h+"mlp."+proj.name+".bias", proj.out))

@@ -12,10 +12,11 @@
 //	                                      bidirectional attention, the masked-LM head
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's rope_scaling), grouped K/V heads,
-//	GemmaForCausalLM                      Mistral's sliding window, Qwen2's q/k/v biases,
-//	(and their *Model)                    Qwen3's q_norm and k_norm, Gemma's GeGLU, √d-scaled
-//	                                      embeddings and norm weights 1 + w (held so);
-//	                                      head_dim other than hidden_size /
+//	GemmaForCausalLM, Phi3ForCausalLM     Mistral's and Phi-3's sliding window, Qwen2's q/k/v
+//	(and their *Model)                    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
+//	                                      √d-scaled embeddings and norm weights 1 + w (held
+//	                                      so), Phi-3's fused qkv_proj and gate_up_proj and
+//	                                      partial rotary; head_dim other than hidden_size /
 //	                                      num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
@@ -131,10 +132,11 @@ var architectures = map[string]Family{
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
 	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
 	"GemmaForCausalLM": Llama, "GemmaModel": Llama,
+	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -284,11 +286,23 @@ type binding struct {
 
 // part is one source tensor: its name (without the base prefix, unless head), alternative
 // names (BERT's gamma and beta), and its shape as stored. With zero, a missing tensor is zeros.
+// With rows, the part is only rows rows[0] … rows[1] − 1 of it (Phi-3's gate_up_proj holds
+// gate_proj's rows, then up_proj's).
 type part struct {
 	names []string
 	shape []int
 	head  bool // outside the base model: lm_head., cls.
 	zero  bool
+	rows  [2]int // all of the tensor when rows[1] is 0
+}
+
+// size returns how many values p contributes to its parameter.
+func (p part) size() int {
+	n, _ := tensor.NumElements(p.shape)
+	if p.rows[1] > 0 {
+		n = n / p.shape[0] * (p.rows[1] - p.rows[0])
+	}
+	return n
 }
 
 func src(name string, shape ...int) part { return part{names: []string{name}, shape: shape} }
@@ -301,7 +315,7 @@ func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, e
 	}
 	format := l.halfFormat(w)
 	if format == 0 || toFloat32 {
-		sd, used, err := load(l, w, (*safetensors.File).ReadFloat32)
+		sd, used, err := load(l, w, (*safetensors.File).ReadFloat32Rows)
 		if err != nil {
 			return nil, err
 		}
@@ -314,8 +328,8 @@ func (l *layout) build(m *Model, w *weights, toFloat32 bool) (map[string]bool, e
 		}
 		return used, nil
 	}
-	sd, used, err := load(l, w, func(f *safetensors.File, name string, dst []uint16) error {
-		_, err := f.ReadHalf(name, dst) // halfFormat checked that every tensor is in format
+	sd, used, err := load(l, w, func(f *safetensors.File, name string, r0, r1 int, dst []uint16) error {
+		_, err := f.ReadHalfRows(name, r0, r1, dst) // halfFormat checked that every tensor is in format
 		return err
 	})
 	if err != nil {
@@ -368,17 +382,20 @@ type values[T float32 | uint16] struct {
 // one slice allocated for the parameter (so a parameter made of parts is never held twice) and
 // releasing their pages from w's mapping, and returns the parameters by name and the tensor
 // names read.
-func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string, dst []T) error) (map[string]values[T], map[string]bool, error) {
+func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.File, name string, r0, r1 int, dst []T) error) (map[string]values[T], map[string]bool, error) {
 	sd := make(map[string]values[T], len(l.params))
 	used := map[string]bool{}
 	var scratch []T // transpose's buffer, kept for the next transposed parameter
 	for _, b := range l.params {
 		rows, cols := 0, 0
 		for _, p := range b.parts {
+			r := p.shape[0]
+			if p.rows[1] > 0 {
+				r = p.rows[1] - p.rows[0]
+			}
+			rows += r
 			if len(p.shape) == 2 {
-				rows, cols = rows+p.shape[0], p.shape[1]
-			} else {
-				rows += p.shape[0]
+				cols = p.shape[1]
 			}
 		}
 		data := make([]T, rows*max(cols, 1))
@@ -386,7 +403,7 @@ func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.Fi
 		for _, p := range b.parts {
 			name, t, file, found := l.find(w, p)
 			want := p.shape
-			size, _ := tensor.NumElements(want)
+			size := p.size()
 			dst := data[at : at+size]
 			at += size
 			if !found {
@@ -403,7 +420,11 @@ func load[T float32 | uint16](l *layout, w *weights, read func(f *safetensors.Fi
 				return nil, nil, fmt.Errorf("%s in %s is %s, want F32, F16 or BF16", name, file, t.DType)
 			}
 			f := w.files[file]
-			if err := read(f, name, dst); err != nil {
+			r0, r1 := p.rows[0], p.rows[1]
+			if r1 == 0 {
+				r1 = -1 // every row
+			}
+			if err := read(f, name, r0, r1, dst); err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", file, err)
 			}
 			if err := f.Release(name); err != nil {

@@ -19,7 +19,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -297,6 +297,10 @@ func TestOpenErrors(t *testing.T) {
 		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [16 16], want [32 16]", false},
 		{"gemma activation", edit("gemma", func(c map[string]any) { c["hidden_activation"] = "gelu" }), `hidden_activation "gelu" (mha's GeGLU is gelu_pytorch_tanh)`, true},
 		{"gemma head_dim 256", edit("gemma", func(c map[string]any) { delete(c, "head_dim") }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [32 16], want [1024 16]", false},
+		{"phi3 partial rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 1.5 }), "partial_rotary_factor is 1.5, want a fraction in (0, 1]", false},
+		{"phi3 odd rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.25 }), "rotary dim is 1", false},
+		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
+		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
 		{"no head_dim", edit("qwen3-wide", func(c map[string]any) {
 			delete(c, "head_dim")
@@ -324,11 +328,11 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3 and Gemma folders with fuzzed
+// FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma and Phi-3 folders with fuzzed
 // config.json files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -33,7 +33,16 @@ func (f *File) Float32(name string) (*tensor.Tensor, error) {
 // no such tensor, when len(dst) differs from the tensor's number of values (dst is then left
 // unchanged), or when a BOOL byte is neither 0 nor 1.
 func (f *File) ReadFloat32(name string, dst []float32) error {
-	t, err := f.Raw(name)
+	return f.ReadFloat32Rows(name, 0, -1, dst)
+}
+
+// ReadFloat32Rows is ReadFloat32 of rows r0 … r1 − 1 of the tensor's first dimension (r1 = −1:
+// to its end; a scalar is one row), as a reader taking one part of a stored tensor needs (Phi-3's
+// gate_up_proj holds two weights one above the other): dst must hold exactly those rows' values.
+// It returns an error when there is no such tensor, the rows are not 0 ≤ r0 ≤ r1 ≤ the
+// tensor's, len(dst) differs (dst is then left unchanged), or a BOOL byte is neither 0 nor 1.
+func (f *File) ReadFloat32Rows(name string, r0, r1 int, dst []float32) error {
+	t, err := f.rows(name, r0, r1)
 	if err != nil {
 		return err
 	}
@@ -41,6 +50,34 @@ func (f *File) ReadFloat32(name string, dst []float32) error {
 		return fmt.Errorf("safetensors: tensor %q %s %v has %d values, read into a slice of %d", name, t.DType, t.Shape, n, len(dst))
 	}
 	return decode(name, t, dst)
+}
+
+// rows returns rows r0 … r1 − 1 (r1 = −1: to the end) of the tensor called name, as a tensor of
+// their own shape and bytes.
+func (f *File) rows(name string, r0, r1 int) (Tensor, error) {
+	t, err := f.Raw(name)
+	if err != nil {
+		return Tensor{}, err
+	}
+	n := 1 // a scalar's one row
+	if len(t.Shape) > 0 {
+		n = t.Shape[0]
+	}
+	if r1 == -1 {
+		r1 = n
+	}
+	if r0 < 0 || r1 < r0 || r1 > n {
+		return Tensor{}, fmt.Errorf("safetensors: rows %d … %d of tensor %q %v, want 0 ≤ first ≤ end ≤ %d", r0, r1, name, t.Shape, n)
+	}
+	if n == 0 || (r0 == 0 && r1 == n) {
+		return t, nil
+	}
+	row := len(t.Data) / n
+	t.Data = t.Data[r0*row : r1*row]
+	if len(t.Shape) > 0 {
+		t.Shape = append([]int{r1 - r0}, t.Shape[1:]...)
+	}
+	return t, nil
 }
 
 // Float64 returns the values of the tensor called name converted to float64, and a copy of its
@@ -153,7 +190,15 @@ func (f *File) Half(name string) (*tensor.Half, error) {
 // an error when there is no such tensor, when its dtype is neither BF16 nor F16, or when len(dst)
 // differs from its number of values; dst is then left unchanged.
 func (f *File) ReadHalf(name string, dst []uint16) (tensor.HalfFormat, error) {
-	t, err := f.Raw(name)
+	return f.ReadHalfRows(name, 0, -1, dst)
+}
+
+// ReadHalfRows is ReadHalf of rows r0 … r1 − 1 of the tensor's first dimension (r1 = −1: to its
+// end), as ReadFloat32Rows is ReadFloat32's. It returns an error when there is no such tensor,
+// the rows are not 0 ≤ r0 ≤ r1 ≤ the tensor's, its dtype is neither BF16 nor F16, or len(dst)
+// differs; dst is then left unchanged.
+func (f *File) ReadHalfRows(name string, r0, r1 int, dst []uint16) (tensor.HalfFormat, error) {
+	t, err := f.rows(name, r0, r1)
 	if err != nil {
 		return 0, err
 	}

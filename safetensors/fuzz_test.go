@@ -88,6 +88,14 @@ func FuzzParse(f *testing.F) {
 				if err := file.ReadFloat32(name, into); err != nil || !slices.EqualFunc(into, f32.Data, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
 					t.Fatalf("tensor %q: ReadFloat32 (%v) differs from Float32", name, err)
 				}
+				// The second half of its rows, as ReadFloat32Rows reads them.
+				if rows := rowCount(r.Shape); rows > 0 {
+					r0, per := rows/2, n/rows
+					part := make([]float32, (rows-r0)*per)
+					if err := file.ReadFloat32Rows(name, r0, rows, part); err != nil || !slices.EqualFunc(part, f32.Data[r0*per:], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+						t.Fatalf("tensor %q: ReadFloat32Rows(%d, %d) (%v) differs from Float32's rows", name, r0, rows, err)
+					}
+				}
 				if r.DType != I64 { // I64 → float64 → float32 may round twice
 					for i := range n {
 						a, b := f32.Data[i], float32(f64[i])
@@ -111,6 +119,13 @@ func FuzzParse(f *testing.F) {
 				into := make([]uint16, n)
 				if format, err := file.ReadHalf(name, into); err != nil || format != h.Format || !slices.Equal(into, h.Data) {
 					t.Fatalf("tensor %q: ReadHalf (%v, %v) differs from Half", name, format, err)
+				}
+				if rows := rowCount(r.Shape); rows > 0 {
+					per := n / rows
+					part := make([]uint16, (rows/2)*per)
+					if format, err := file.ReadHalfRows(name, 0, rows/2, part); err != nil || format != h.Format || !slices.Equal(part, h.Data[:len(part)]) {
+						t.Fatalf("tensor %q: ReadHalfRows(0, %d) (%v, %v) differs from Half's rows", name, rows/2, format, err)
+					}
 				}
 			}
 			_, errBool := file.Bool(name)
@@ -155,4 +170,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("second Encode differs (err %v)", err)
 		}
 	})
+}
+
+// rowCount returns the rows that ReadFloat32Rows counts in a tensor of the shape: its first
+// dimension, or 1 for a scalar.
+func rowCount(shape []int) int {
+	if len(shape) == 0 {
+		return 1
+	}
+	return shape[0]
 }

@@ -433,6 +433,30 @@ func TestReadInto(t *testing.T) {
 		}
 	}
 
+	// Rows of the first dimension: the second row of f32, the last two values of bf16.
+	row := make([]float32, 2)
+	if err := f.ReadFloat32Rows("f32", 1, 2, row); err != nil || row[0] != float32(math.Inf(1)) || row[1] != 0 {
+		t.Errorf("ReadFloat32Rows(f32, 1, 2) = %v, %v; want [+Inf 0]", row, err)
+	}
+	halfRows := make([]uint16, 2)
+	if format, err := f.ReadHalfRows("bf16", 1, 3, halfRows); err != nil || format != tensor.BFloat16 || !slices.Equal(halfRows, []uint16{0xc000, 0x7fc0}) {
+		t.Errorf("ReadHalfRows(bf16, 1, 3) = %#04x, %v, %v", halfRows, format, err)
+	}
+	for _, c := range []struct {
+		r0, r1 int
+		n      int
+		phrase string
+	}{
+		{1, 3, 2, `rows 1 … 3 of tensor "f32" [2 2], want 0 ≤ first ≤ end ≤ 2`},
+		{-1, 1, 2, `rows -1 … 1`},
+		{2, 1, 0, `rows 2 … 1`},
+		{0, 1, 4, `tensor "f32" F32 [1 2] has 2 values, read into a slice of 4`},
+	} {
+		dst := make([]float32, c.n)
+		if err := f.ReadFloat32Rows("f32", c.r0, c.r1, dst); err == nil || !strings.Contains(err.Error(), c.phrase) {
+			t.Errorf("ReadFloat32Rows(f32, %d, %d, %d values) error = %v, want %q", c.r0, c.r1, c.n, err, c.phrase)
+		}
+	}
 	for _, c := range []struct {
 		name   string
 		n      int

@@ -170,6 +170,8 @@ def main():
     llama("qwen3-wide", "F32", arch="Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)
     # Gemma: GeGLU, embeddings scaled by √d_model, norm gains 1 + w, one K/V head.
     llama("gemma", "F32", arch="GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)
+    # Phi-3: fused qkv_proj and gate_up_proj, half of each head rotated, a window of 4, bf16.
+    llama("phi3", "BF16", arch="Phi3ForCausalLM", kv_heads=2, tied=False, window=4)
     bert()
 
 

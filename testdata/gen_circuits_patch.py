@@ -68,6 +68,14 @@ def models():
     yield ("gemma", lambda ids, hook: llama_forward(cfgg, Wg, ids, hook=hook)[0], cfgg["num_hidden_layers"],
            cfgg["num_attention_heads"], [1, 280, 262, 290, 277, 259, 281, 290, 263, 265],
            [1, 280, 262, 290, 266, 274, 286, 290, 263, 265], (284, 270, 9))
+    # Phi-3: fused qkv_proj and gate_up_proj, half of each head rotated, a window of 4, bf16.
+    # Its metric: the token the clean prompt favours most over the corrupted one at the last
+    # position against the reverse, so that the two LDs lie far enough apart for the scores.
+    cfgp, _, Wp, _ = llama_weights("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)
+    clean, corrupt = [1, 280, 262, 290, 277, 259, 281, 290, 263, 265], [1, 280, 262, 290, 266, 274, 286, 290, 263, 265]
+    last = [llama_forward(cfgp, Wp, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
+    yield ("phi3", lambda ids, hook: llama_forward(cfgp, Wp, ids, hook=hook)[0], cfgp["num_hidden_layers"],
+           cfgp["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 
     def bert(ids, hook):

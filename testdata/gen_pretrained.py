@@ -13,7 +13,8 @@ with q/k/v biases, and a sliding window from masking_utils.sliding_window_overla
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
 of each head's query and key, before the rotation), modeling_gemma.py (GemmaRMSNorm's 1 + weight,
 the embeddings times hidden_size**0.5 rounded to float32, the GeGLU network with
-gelu_pytorch_tanh).
+gelu_pytorch_tanh), modeling_phi3.py (qkv_proj and gate_up_proj fused, partial_rotary_factor: the
+first int(head_dim · factor) features of each head rotated, a sliding window as Mistral's).
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
 config.json and model.safetensors (or model.safetensors.index.json and two shards), with the
@@ -312,7 +313,7 @@ def bert(name, dtype, old_names):
 def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None):
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-                  "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma"}[arch]
+                  "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -333,6 +334,10 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     gemma = model_type == "gemma"
     if gemma:  # modeling_gemma.py's MLP reads hidden_activation and ignores hidden_act
         cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
+    phi3 = model_type == "phi3"
+    if phi3:  # Phi3RotaryEmbedding rotates the first int(head_dim · partial_rotary_factor) features
+        cfg.update(partial_rotary_factor=0.5)
+        del cfg["attention_bias"]
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
     # Gemma's RMSNorm multiplies by 1 + weight, its weights near 0: the reference uses 1 + w.
@@ -340,14 +345,21 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     for l in range(cfg["num_hidden_layers"]):
         s = f"model.layers.{l}."
         L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
-             "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean)),
-             "q": p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
-             "k": p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
-             "v": p.draw(s + "self_attn.v_proj.weight", (kv_heads * d, e)),
-             "o": p.draw(s + "self_attn.o_proj.weight", (e, h * d)),
-             "gate": p.draw(s + "mlp.gate_proj.weight", (ffn, e)),
-             "up": p.draw(s + "mlp.up_proj.weight", (ffn, e)),
-             "down": p.draw(s + "mlp.down_proj.weight", (e, ffn))}
+             "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean))}
+        if phi3:  # Phi3Attention's qkv_proj [q; k; v] and Phi3MLP's gate_up_proj [gate; up], split
+            qkv = p.draw(s + "self_attn.qkv_proj.weight", (h * d + 2 * kv_heads * d, e))
+            L.update(q=qkv[:h * d], k=qkv[h * d:h * d + kv_heads * d], v=qkv[h * d + kv_heads * d:],
+                     o=p.draw(s + "self_attn.o_proj.weight", (e, h * d)))
+            gate_up = p.draw(s + "mlp.gate_up_proj.weight", (2 * ffn, e))
+            L.update(gate=gate_up[:ffn], up=gate_up[ffn:], down=p.draw(s + "mlp.down_proj.weight", (e, ffn)))
+        else:
+            L.update(q=p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
+                     k=p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
+                     v=p.draw(s + "self_attn.v_proj.weight", (kv_heads * d, e)),
+                     o=p.draw(s + "self_attn.o_proj.weight", (e, h * d)),
+                     gate=p.draw(s + "mlp.gate_proj.weight", (ffn, e)),
+                     up=p.draw(s + "mlp.up_proj.weight", (ffn, e)),
+                     down=p.draw(s + "mlp.down_proj.weight", (e, ffn)))
         if qkv_bias:
             for part, n in (("q", h * d), ("k", kv_heads * d), ("v", kv_heads * d)):
                 L[part + "b"] = p.draw(s + f"self_attn.{part}_proj.bias", (n,), 0.1)
@@ -379,7 +391,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         return llama_rms(cfg, x, w)
 
     b, t = ids.shape
-    rope = (cfg["rope_theta"], d, "half", 0)
+    rope = (cfg["rope_theta"], int(d * cfg.get("partial_rotary_factor", 1.0)), "half", 0)
     sc = None if scaling is None else (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
                                        scaling["original_max_position_embeddings"])
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
@@ -582,6 +594,7 @@ def main():
     llama("qwen3-bf16", "BF16", "Qwen3ForCausalLM", kv_heads=2, tied=True)
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
+    llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
 
 
 if __name__ == "__main__":
