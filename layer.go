@@ -97,7 +97,7 @@ type Config struct {
 
 // QKNorm is the per-head RMSNorm of queries and keys (Config.QKNorm).
 type QKNorm struct {
-	// Eps is added to the mean of squares: finite and > 0 (Qwen3's rms_norm_eps, 1e-6).
+	// Eps is added to the mean of squares: finite and > 0 in float32 (Qwen3's rms_norm_eps, 1e-6).
 	Eps float64
 }
 
@@ -216,8 +216,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: qk-norm needs heads of one size, have head dims %v", ErrConfig, c.HeadDims)
 	case c.QKNorm != nil && (c.AddBiasKV || c.AddZeroAttn):
 		return fmt.Errorf("%w: qk-norm normalises projected keys, and appended keys (add_bias_kv, add_zero_attn) are not; use one or the other", ErrConfig)
-	case c.QKNorm != nil && !(c.QKNorm.Eps > 0 && c.QKNorm.Eps <= math.MaxFloat64):
-		return fmt.Errorf("%w: qk-norm eps is %v, want a finite number > 0", ErrConfig, c.QKNorm.Eps)
+	case c.QKNorm != nil && !(float32(c.QKNorm.Eps) > 0 && c.QKNorm.Eps <= math.MaxFloat32):
+		// 1/√eps, a zero row's rstd, must be finite in float32, where rows are normalised.
+		return fmt.Errorf("%w: qk-norm eps is %v, want a finite number > 0 in float32 (at least 2⁻¹⁴⁹)", ErrConfig, c.QKNorm.Eps)
 	}
 	for _, d := range []int{c.EmbedDim, c.NumHeads, c.kdim(), c.vdim(), c.NumHeads * c.HeadSize} {
 		if d > MaxDim {

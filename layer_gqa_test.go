@@ -285,6 +285,7 @@ func TestLayerGQAErrors(t *testing.T) {
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{}}, "qk-norm eps is 0, want a finite number > 0"},
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.Inf(1)}}, "qk-norm eps is +Inf"},
 		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: math.NaN()}}, "qk-norm eps is NaN"},
+		{Config{EmbedDim: 16, NumHeads: 2, QKNorm: &QKNorm{Eps: 1e-80}}, "qk-norm eps is 1e-80, want a finite number > 0 in float32"},
 		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: -1}, "head size is -1, want 0 (E/H) or a size in [1, 65536]"},
 		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: 1 << 17}, "head size is 131072"},
 		{Config{EmbedDim: 16, NumHeads: 2, HeadSize: 8, HeadDims: []int{8, 8}}, "head size 8 and head dims [8 8]; give one or the other"},

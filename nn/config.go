@@ -221,6 +221,9 @@ func (c Config) Validate() error {
 		return bad("norm_kind is %q, want %q or %q (or empty for %q)", c.NormKind, LayerNorm, RMSNorm, LayerNorm)
 	case !(c.NormEps >= 0 && c.NormEps <= 1):
 		return bad("norm_eps is %v, want a value in (0, 1] (or 0 for %v)", c.NormEps, DefaultNormEps)
+	case c.NormEps > 0 && float32(c.NormEps) == 0:
+		// A zero row's rstd, 1/√eps, must be finite in float32, where rows are normalised.
+		return bad("norm_eps is %v, want a value in (0, 1] (or 0 for %v) that float32 holds, at least 2⁻¹⁴⁹", c.NormEps, DefaultNormEps)
 	case c.AttnOnly && c.Activation != "":
 		return bad("activation is %q with attn_only, want none", c.Activation)
 	case c.Activation != "" && c.Activation != GELU && c.Activation != GELUNew && c.Activation != GELUPyTorchTanh && !c.gated():

@@ -36,6 +36,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.NormEps = 2 }, "norm_eps is 2, want a value in (0, 1]"},
 		{func(c *Config) { c.NormEps = math.Inf(1) }, "norm_eps is +Inf"},
 		{func(c *Config) { c.NormEps = math.NaN() }, "norm_eps is NaN"},
+		{func(c *Config) { c.NormEps = 1e-300 }, "norm_eps is 1e-300, want a value in (0, 1] (or 0 for 1e-05) that float32 holds"},
 		{func(c *Config) { c.Activation = "relu" }, `activation is "relu", want "gelu", "gelu_new", "gelu_pytorch_tanh" or "swiglu" (or empty for "gelu")`},
 		{func(c *Config) { c.Activation = "silu" }, `activation is "silu"`},
 		{func(c *Config) { c.AttnOnly, c.Activation = true, SwiGLU }, `activation is "swiglu" with attn_only, want none`},

@@ -175,13 +175,20 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if hc.MaxPositionEmbeddings < 0 {
 		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
 	}
+	// The family's variant: config.json's model_type, which transformers' Auto classes build the
+	// model from, or without one the architecture's name.
 	named := func(modelType, prefix string) bool {
-		return hc.ModelType == modelType || slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
+		if hc.ModelType != "" {
+			return hc.ModelType == modelType
+		}
+		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, gemma := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("gemma", "Gemma")
 	phi3 := named("phi3", "Phi3")
 	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
-	// hidden_act (modeling_gemma.py); its head_dim is 256 when the config gives none.
+	// hidden_act (modeling_gemma.py; later versions read hidden_act, so one other than the
+	// legacy "gelu" is refused as ambiguous); its head_dim is 256 when the config gives none,
+	// Qwen3's 128 (GemmaConfig's and Qwen3Config's defaults).
 	activation, gemmaAct, headDim := nn.SwiGLU, "gelu_pytorch_tanh", hc.HeadDim
 	if gemma {
 		activation = nn.GeGLU
@@ -192,9 +199,14 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			headDim = new(256)
 		}
 	}
+	if qwen3 && headDim == nil {
+		headDim = new(128)
+	}
 	switch act := hc.HiddenAct; {
 	case gemma && gemmaAct != "gelu_pytorch_tanh" && gemmaAct != "gelu_new":
 		return nil, fmt.Errorf("%w: hidden_activation %q (mha's GeGLU is gelu_pytorch_tanh)", ErrUnsupported, gemmaAct)
+	case gemma && hc.HiddenActivation == nil && act != "" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new":
+		return nil, fmt.Errorf("%w: Gemma with hidden_act %q and no hidden_activation (transformers' versions read it differently)", ErrUnsupported, act)
 	case !gemma && act != "" && act != "silu":
 		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
 	case headDim == nil && e%heads != 0:
@@ -246,8 +258,20 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	qd, ekv := heads*d, kv*d
 	qkvBias := !phi3 && (hc.AttentionBias || qwen) // Phi-3's qkv_proj has no bias
+	// Only Llama's MLP reads mlp_bias; the others' have no biases whatever the config says.
+	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3)
 	if phi3 && hc.PartialRotaryFactor != nil {
-		rope.Dim = int(float64(d) * *hc.PartialRotaryFactor) // Phi3RotaryEmbedding's int(head_dim · factor)
+		// Phi3RotaryEmbedding rotates the first int(head_dim · factor) features: none when that
+		// is 0, and for an odd count one more than its frequencies' denominator, which mha's
+		// rotary (θ^(−2p/n) over n rotated features) does not express.
+		switch n := int(float64(d) * *hc.PartialRotaryFactor); {
+		case n == 0:
+			rope = nil
+		case n%2 != 0:
+			return nil, fmt.Errorf("%w: partial_rotary_factor %v of head_dim %d rotates an odd %d features", ErrUnsupported, *hc.PartialRotaryFactor, d, n)
+		default:
+			rope.Dim = n
+		}
 	}
 	eps := 1e-6 // LlamaConfig's and its kin's default rms_norm_eps; Phi3Config's is 1e-5
 	if phi3 {
@@ -261,7 +285,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, eps), Activation: activation,
-			NoMLPBias: !hc.MLPBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
+			NoMLPBias: !mlpBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -343,7 +367,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 				continue
 			}
 			add(b+"ffn."+proj.name+".weight", src(h+"mlp."+proj.name+".weight", proj.out, proj.in))
-			if hc.MLPBias {
+			if mlpBias {
 				add(b+"ffn."+proj.name+".bias", src(h+"mlp."+proj.name+".bias", proj.out))
 			}
 		}

@@ -298,15 +298,17 @@ func TestOpenErrors(t *testing.T) {
 		{"gemma activation", edit("gemma", func(c map[string]any) { c["hidden_activation"] = "gelu" }), `hidden_activation "gelu" (mha's GeGLU is gelu_pytorch_tanh)`, true},
 		{"gemma head_dim 256", edit("gemma", func(c map[string]any) { delete(c, "head_dim") }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [32 16], want [1024 16]", false},
 		{"phi3 partial rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 1.5 }), "partial_rotary_factor is 1.5, want a fraction in (0, 1]", false},
-		{"phi3 odd rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.25 }), "rotary dim is 1", false},
+		{"phi3 odd rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.25 }), "partial_rotary_factor 0.25 of head_dim 4 rotates an odd 1 features", true},
+		{"gemma hidden_act", edit("gemma", func(c map[string]any) { delete(c, "hidden_activation"); c["hidden_act"] = "relu" }), `Gemma with hidden_act "relu" and no hidden_activation`, true},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
-		{"no head_dim", edit("qwen3-wide", func(c map[string]any) {
-			delete(c, "head_dim")
+		{"no head_dim", edit("llama", func(c map[string]any) {
 			c["num_attention_heads"] = 3
 			c["num_key_value_heads"] = 1
 		}), "hidden_size 16 is not divisible by num_attention_heads 3 (and config.json gives no head_dim)", false},
+		{"qwen3 head_dim 128", edit("qwen3-wide", func(c map[string]any) { delete(c, "head_dim") }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [32 16], want [512 16]", false},
+		{"model_type wins", edit("qwen3-wide", func(c map[string]any) { c["model_type"] = "llama" }), "self_attn.k_norm.weight in model.safetensors is not part of", false},
 		{"qwen3 sliding window", edit("qwen3-bf16", func(c map[string]any) { c["use_sliding_window"] = true }), "Qwen3 with use_sliding_window", true},
 		{"qwen3 no q_norm", edit("qwen3-bf16", func(c map[string]any) { c["architectures"] = []string{"Qwen2ForCausalLM"}; c["model_type"] = "qwen2" }), "no tensor model.layers.0.self_attn.q_proj.bias", false},
 		{"bad json", edit("llama", func(c map[string]any) { c["hidden_size"] = "sixteen" }), "config.json is not the JSON expected", false},
@@ -325,6 +327,15 @@ func TestOpenErrors(t *testing.T) {
 		if errors.Is(err, ErrUnsupported) != c.unsupported {
 			t.Errorf("%s: errors.Is(err, ErrUnsupported) = %v", c.name, !c.unsupported)
 		}
+	}
+	// What Hugging Face's classes ignore or read as nothing, so do these: Mistral's MLP has no
+	// biases whatever mlp_bias says; a partial_rotary_factor that rotates no feature of Phi-3's
+	// heads leaves them unrotated.
+	if m, err := Open(edit("mistral", func(c map[string]any) { c["mlp_bias"] = true })); err != nil || !m.NN.Config().NoMLPBias {
+		t.Errorf("Mistral with mlp_bias: %v", err)
+	}
+	if m, err := Open(edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.1 })); err != nil || m.NN.Config().Rope != nil {
+		t.Errorf("Phi-3 rotating int(4 · 0.1) = 0 features: %v, want a model without rotary", err)
 	}
 }
 

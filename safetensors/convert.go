@@ -46,10 +46,26 @@ func (f *File) ReadFloat32Rows(name string, r0, r1 int, dst []float32) error {
 	if err != nil {
 		return err
 	}
-	if n := len(t.Data) / t.DType.Size(); len(dst) != n {
-		return fmt.Errorf("safetensors: tensor %q %s %v has %d values, read into a slice of %d", name, t.DType, t.Shape, n, len(dst))
+	if err := f.fits(name, r0, r1, t, len(dst)); err != nil {
+		return err
 	}
 	return decode(name, t, dst)
+}
+
+// fits returns an error unless a slice of n values holds rows, the rows r0 … r1 − 1 (r1 = −1:
+// to the end) of the tensor called name: naming the tensor's own shape, and the rows when they
+// are not all of it.
+func (f *File) fits(name string, r0, r1 int, rows Tensor, n int) error {
+	have := len(rows.Data) / rows.DType.Size()
+	if n == have {
+		return nil
+	}
+	whole, _ := f.Raw(name) // rows came from it
+	what := fmt.Sprintf("tensor %q %s %v has %d values", name, whole.DType, whole.Shape, have)
+	if r1 != -1 && (r0 != 0 || len(whole.Shape) == 0 || r1 != whole.Shape[0]) {
+		what = fmt.Sprintf("rows %d … %d of tensor %q %s %v hold %d values", r0, r1, name, whole.DType, whole.Shape, have)
+	}
+	return fmt.Errorf("safetensors: %s, read into a slice of %d", what, n)
 }
 
 // rows returns rows r0 … r1 − 1 (r1 = −1: to the end) of the tensor called name, as a tensor of
@@ -206,8 +222,8 @@ func (f *File) ReadHalfRows(name string, r0, r1 int, dst []uint16) (tensor.HalfF
 	if err != nil {
 		return 0, err
 	}
-	if n := len(t.Data) / 2; len(dst) != n {
-		return 0, fmt.Errorf("safetensors: tensor %q %s %v has %d values, read into a slice of %d", name, t.DType, t.Shape, n, len(dst))
+	if err := f.fits(name, r0, r1, t, len(dst)); err != nil {
+		return 0, err
 	}
 	copyHalves(dst, t.Data)
 	return format, nil

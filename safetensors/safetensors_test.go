@@ -450,7 +450,7 @@ func TestReadInto(t *testing.T) {
 		{1, 3, 2, `rows 1 … 3 of tensor "f32" [2 2], want 0 ≤ first ≤ end ≤ 2`},
 		{-1, 1, 2, `rows -1 … 1`},
 		{2, 1, 0, `rows 2 … 1`},
-		{0, 1, 4, `tensor "f32" F32 [1 2] has 2 values, read into a slice of 4`},
+		{0, 1, 4, `rows 0 … 1 of tensor "f32" F32 [2 2] hold 2 values, read into a slice of 4`},
 	} {
 		dst := make([]float32, c.n)
 		if err := f.ReadFloat32Rows("f32", c.r0, c.r1, dst); err == nil || !strings.Contains(err.Error(), c.phrase) {

@@ -134,6 +134,7 @@ var modelTypeClasses = map[string]string{
 	"llama": "LlamaTokenizerFast", "mistral": "LlamaTokenizerFast", "mixtral": "LlamaTokenizerFast",
 	"code_llama": "CodeLlamaTokenizerFast", "gemma": "GemmaTokenizerFast", "gemma2": "GemmaTokenizerFast",
 	"gemma3": "GemmaTokenizerFast", "gemma3_text": "GemmaTokenizerFast",
+	"phi3": "LlamaTokenizerFast", "phimoe": "LlamaTokenizerFast",
 }
 
 // modelClass returns the tokenizer class that the model folder dir's config.json implies: its

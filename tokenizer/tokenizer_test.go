@@ -433,6 +433,7 @@ func TestTokenizerLoadDir(t *testing.T) {
 		{`{"model_type": "gpt2"}`, []string{"<s>", "▁Hi"}},
 		{`{"model_type": "llama"}`, []string{"▁Hi", "</s>"}},
 		{`{"model_type": "gemma"}`, []string{"▁Hi", "</s>"}},
+		{`{"model_type": "phi3"}`, []string{"▁Hi", "</s>"}},
 		{`{"model_type": "qwen2", "tokenizer_class": "LlamaTokenizer"}`, []string{"▁Hi", "</s>"}},
 		{`{"model_type": "mistral", "tokenizer_class": "PreTrainedTokenizerFast"}`, []string{"<s>", "▁Hi"}},
 		{`not JSON`, []string{"<s>", "▁Hi"}},
