@@ -107,6 +107,9 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 	if kv.b != b {
 		return fmt.Errorf("%w: x has %d sequences, the cache %d", ErrShape, b, kv.b)
 	}
+	if d := c.HeadDim(0); kv.hkv != c.KVHeads() || kv.d != d || kv.dv != d {
+		return fmt.Errorf("%w: the cache holds %d K/V heads of %d (values %d), the layer has %d K/V heads of %d; make the cache with the layer's NewKVCache", ErrShape, kv.hkv, kv.d, kv.dv, c.KVHeads(), d)
+	}
 	if err := o.Compute.check(); err != nil {
 		return err
 	}

@@ -627,6 +627,16 @@ func TestLayerForwardCache(t *testing.T) {
 	if _, err := l.ForwardCache(kv, tensor.New(1, 1, e+1), nil); !errors.Is(err, ErrShape) {
 		t.Errorf("x [1 1 %d]: %v, want ErrShape", e+1, err)
 	}
+	// A cache made for a layer of other heads is refused in the layer's terms, unchanged.
+	other := newLayer(t, Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1})
+	okv, err := other.NewKVCache(1, 4, CacheFloat32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ForwardCache(okv, tensor.New(1, 1, e), nil); !errors.Is(err, ErrShape) || okv.Len() != 0 ||
+		!strings.Contains(err.Error(), "the cache holds 1 K/V heads of 4 (values 4), the layer has 2 K/V heads of 8") {
+		t.Errorf("a cache of another layer: %v (Len %d), want ErrShape naming both", err, okv.Len())
+	}
 }
 
 // TestLayerForwardCacheLong checks ForwardCache against Forward on a prompt long enough that the
