@@ -245,8 +245,9 @@ func (o Options) Open(dir string) (*Model, error) {
 	}
 	for _, b := range lay.params {
 		if b.plusOne { // Gemma's norm gains: 1 + w, rounded in float32 as its RMSNorm computes them
-			for i := range m.NN.Param(b.name).Value.Data {
-				m.NN.Param(b.name).Value.Data[i]++
+			gains := m.NN.Param(b.name).Value.Data
+			for i := range gains {
+				gains[i]++
 			}
 		}
 	}
