@@ -31,16 +31,29 @@ func (l RopeLayout) String() string {
 	return fmt.Sprintf("RopeLayout(%d)", int(l))
 }
 
-// RopeScaling is Llama 3's rope_scaling (rope_type "llama3"): frequencies whose wavelength
-// exceeds OriginalMaxPositions/LowFreqFactor are divided by Factor, those below
-// OriginalMaxPositions/HighFreqFactor are kept, and the band between is interpolated smoothly, as
-// Hugging Face's _compute_llama3_parameters does.
+// RopeScaling is a rotary's frequency scaling, as Hugging Face's rope_scaling gives it, of one
+// of two types (Type):
+//
+//   - Llama 3's (rope_type "llama3"; Type "" or RopeLlama3): frequencies whose wavelength
+//     exceeds OriginalMaxPositions/LowFreqFactor are divided by Factor, those below
+//     OriginalMaxPositions/HighFreqFactor are kept, and the band between is interpolated
+//     smoothly, as Hugging Face's _compute_llama3_parameters does;
+//   - linear (rope_type "linear", position interpolation; Type RopeLinear): every frequency is
+//     divided by Factor, as _compute_linear_scaling_rope_parameters does (Gemma 3's global
+//     layers); the other fields are not read.
 type RopeScaling struct {
+	Type                 string  `json:"type,omitempty"`
 	Factor               float64 `json:"factor"`
 	LowFreqFactor        float64 `json:"low_freq_factor"`
 	HighFreqFactor       float64 `json:"high_freq_factor"`
 	OriginalMaxPositions int     `json:"original_max_position_embeddings"`
 }
+
+// The types of RopeScaling.
+const (
+	RopeLlama3 = "llama3"
+	RopeLinear = "linear"
+)
 
 // Rotary is rotary position embedding (RoPE, Su et al.): pair p of a head vector at position m is
 // rotated by the angle m·θ^(−2p/n), n the rotary dimensions, so that the score of a rotated query
@@ -58,7 +71,7 @@ type Rotary struct {
 	// Offset is P: in SDPA key j sits at position P + j and query i at P + Tk − Tq + i, so the
 	// queries are the last Tq positions, as in a cache. Apply does not use it.
 	Offset int
-	// Scaling, when not nil, is Llama 3's frequency scaling.
+	// Scaling, when not nil, scales the frequencies: Llama 3's scaling or linear.
 	Scaling *RopeScaling
 }
 
@@ -87,8 +100,11 @@ func (r *Rotary) check(d int) (int, error) {
 	if s := r.Scaling; s != nil {
 		finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 		switch {
+		case s.Type != "" && s.Type != RopeLlama3 && s.Type != RopeLinear:
+			return 0, fmt.Errorf("%w: rope scaling type is %q, want %q (or empty for it) or %q", ErrShape, s.Type, RopeLlama3, RopeLinear)
 		case !finite(s.Factor) || s.Factor <= 0:
 			return 0, fmt.Errorf("%w: rope scaling factor is %v, want a finite number > 0", ErrShape, s.Factor)
+		case s.Type == RopeLinear:
 		case !finite(s.LowFreqFactor) || s.LowFreqFactor <= 0:
 			return 0, fmt.Errorf("%w: rope low_freq_factor is %v, want a finite number > 0", ErrShape, s.LowFreqFactor)
 		case !finite(s.HighFreqFactor) || s.HighFreqFactor <= s.LowFreqFactor:
@@ -101,12 +117,14 @@ func (r *Rotary) check(d int) (int, error) {
 }
 
 // invFreq writes the n/2 inverse frequencies of n rotary dimensions into dst, reusing its
-// storage: θ^(−2p/n), then Llama 3's scaling when r.Scaling is set.
+// storage: θ^(−2p/n), then r.Scaling's scaling when it is set.
 func (r *Rotary) invFreq(dst []float64, n int) []float64 {
 	dst = dst[:0]
 	for p := 0; p < n; p += 2 {
 		f := 1 / math.Pow(r.Theta, float64(p)/float64(n))
-		if s := r.Scaling; s != nil {
+		if s := r.Scaling; s != nil && s.Type == RopeLinear {
+			f /= s.Factor
+		} else if s != nil {
 			old := float64(s.OriginalMaxPositions)
 			wavelen := 2 * math.Pi / f
 			switch {

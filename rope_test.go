@@ -3,6 +3,7 @@ package mha
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -98,6 +99,8 @@ func TestRotaryErrors(t *testing.T) {
 		{Rotary{Theta: 1, Scaling: llama(8, 0, 4, 8)}, "rope low_freq_factor is 0"},
 		{Rotary{Theta: 1, Scaling: llama(8, 4, 4, 8)}, "rope high_freq_factor is 4, want a finite number > low_freq_factor 4"},
 		{Rotary{Theta: 1, Scaling: llama(8, 1, 4, 0)}, "original_max_position_embeddings is 0"},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "yarn", Factor: 2}}, `rope scaling type is "yarn", want "llama3" (or empty for it) or "linear"`},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeLinear, Factor: math.Inf(1)}}, "rope scaling factor is +Inf"},
 	} {
 		_, err := SDPA(q, k, v, &SDPAOptions{Rotary: &c.r})
 		if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), c.want) {
@@ -132,8 +135,9 @@ func TestRotaryInverse(t *testing.T) {
 		{Theta: 100, Dim: 6},
 		{Theta: 100, Dim: 4, Layout: RopeInterleaved},
 		{Theta: 500000, Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}},
+		{Theta: 500000, Scaling: &RopeScaling{Type: RopeLinear, Factor: 8}},
 	} {
-		t.Run(fmt.Sprintf("%v,dim=%d,scaled=%v", r.Layout, r.Dim, r.Scaling != nil), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v,dim=%d,scaled=%v", r.Layout, r.Dim, r.Scaling), func(t *testing.T) {
 			n, err := r.check(d)
 			if err != nil {
 				t.Fatal(err)

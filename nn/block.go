@@ -17,11 +17,15 @@ import (
 //
 //	post-norm:  x = LN1(x + MHA(x));     x = LN2(x + FFN(x))
 //	pre-norm:   x = x + MHA(LN1(x));     x = x + FFN(LN2(x))
+//	sandwich:   x = x + LN1'(MHA(LN1(x)));  x = x + LN2'(FFN(LN2(x)))
 type block struct {
 	pre      bool
 	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks
+	post1    *normLayer // the sandwich's LN1' and LN2', or nil
+	post2    *normLayer
 	attn     *mha.Layer
-	ffn      *mlp // nil in attention-only blocks
+	ffn      *mlp        // nil in attention-only blocks
+	window   *mha.Window // the block's sliding window, or nil
 
 	res   mha.Result
 	step  mha.Result // forwardCached's output, its storage reused from call to call
@@ -44,7 +48,7 @@ type block struct {
 // (mha.NewFloat32); else New initialises it.
 func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tensor.Half, full map[string]*tensor.Tensor) (_ *block, err error) {
 	prefix := "blocks." + strconv.Itoa(l) + "."
-	ac := c.Attention()
+	ac := c.blockAttention(l)
 	ac.Seed = attnSeed
 	var attn *mha.Layer
 	var sd map[string]*tensor.Half
@@ -60,7 +64,10 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
-	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn}
+	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn, window: c.window(l)}
+	if c.SandwichNorm {
+		b.post1 = newNorm(ps, c, prefix+"ln1_post")
+	}
 	for _, q := range attn.HeldParameters() {
 		p := ps.get(prefix + "attn." + q.Name)
 		if q.T == nil { // a weight held in half precision
@@ -79,6 +86,9 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 	if !c.AttnOnly {
 		b.ln2 = newNorm(ps, c, prefix+"ln2")
 		b.ffn = newMLP(ps, c, prefix+"ffn.")
+		if c.SandwichNorm {
+			b.post2 = newNorm(ps, c, prefix+"ln2_post")
+		}
 	}
 	return b, nil
 }
@@ -128,13 +138,14 @@ func (b *block) forwardCached(r *runner, x []float32, batch, t int, kv *mha.KVCa
 // its input is no longer needed.
 type shared struct {
 	sum1, sum2            []float32
-	norm1, norm2          []float32 // the two normalisations' outputs
-	mean1, rstd1          []float32
-	mean2, rstd2          []float32
-	gate, up, act, sig, h []float32 // the feed-forward network's hidden-width buffers
+	norms                 [4]sharedNorm // ln1, ln2, and the sandwich's ln1_post and ln2_post
+	gate, up, act, sig, h []float32     // the feed-forward network's hidden-width buffers
 	ffnOut                []float32
 	step                  mha.Result
 }
+
+// sharedNorm holds a normalisation layer's forward buffers in shared.
+type sharedNorm struct{ y, mean, rstd []float32 }
 
 // swap exchanges the block's forward buffers with s's. Called before and after a forward (it is
 // its own inverse), it has the block compute in s's memory and leaves its own as it found them.
@@ -143,13 +154,13 @@ func (b *block) swap(s *shared) {
 	sw(&b.sum1, &s.sum1)
 	sw(&b.sum2, &s.sum2)
 	b.step, s.step = s.step, b.step
-	sw(&b.ln1.y, &s.norm1)
-	sw(&b.ln1.mean, &s.mean1)
-	sw(&b.ln1.rstd, &s.rstd1)
-	if b.ln2 != nil {
-		sw(&b.ln2.y, &s.norm2)
-		sw(&b.ln2.mean, &s.mean2)
-		sw(&b.ln2.rstd, &s.rstd2)
+	for i, l := range []*normLayer{b.ln1, b.ln2, b.post1, b.post2} {
+		if l != nil {
+			n := &s.norms[i]
+			sw(&l.y, &n.y)
+			sw(&l.mean, &n.mean)
+			sw(&l.rstd, &n.rstd)
+		}
 	}
 	if f := b.ffn; f != nil {
 		sw(&f.in.y, &s.gate)
@@ -179,6 +190,9 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	if err != nil {
 		return nil, err
 	}
+	if b.post1 != nil {
+		y = b.post1.forward(r, y, n)
+	}
 	add(r, b.sum1, x, y)
 	x = b.sum1
 	if !b.pre {
@@ -193,7 +207,11 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	if b.pre {
 		in = b.ln2.forward(r, x, n)
 	}
-	add(r, b.sum2, x, b.ffn.forward(r, in, n))
+	y = b.ffn.forward(r, in, n)
+	if b.post2 != nil {
+		y = b.post2.forward(r, y, n)
+	}
+	add(r, b.sum2, x, y)
 	if b.pre {
 		return b.sum2, nil
 	}
@@ -217,15 +235,26 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 	b.grads.HeadsIn = dHeads
 	d := b.ln1.d
 	if b.pre {
-		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)): dx holds dL/dx1, then dL/dx.
+		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)) (with the sandwich, LN2'(FFN(·)) and
+		// LN1'(MHA(·))): dx holds dL/dx1, then dL/dx.
 		copy(dx, dy)
 		if b.ffn != nil {
+			dOut := dy
+			if b.post2 != nil {
+				dOut = zeroed(&s.d2, n*d)
+				b.post2.backward(r, dy, dOut, n)
+			}
 			dh := zeroed(&s.d1, n*d)
-			b.ffn.backward(r, dy, dh, n, s)
+			b.ffn.backward(r, dOut, dh, n, s)
 			b.ln2.backward(r, dh, dx, n)
 		}
+		dOut := dx
+		if b.post1 != nil {
+			dOut = zeroed(&s.d2, n*d)
+			b.post1.backward(r, dx, dOut, n)
+		}
 		dh := zeroed(&s.d1, n*d)
-		if err := b.attnBackward(dx, dh); err != nil {
+		if err := b.attnBackward(dOut, dh); err != nil {
 			return err
 		}
 		b.ln1.backward(r, dh, dx, n)

@@ -97,6 +97,7 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 	mo := cfg.attnOptions(&RunOptions{}, m.r.workers)
 	mo.Compute = opt.Compute.Effective()
 	for l, blk := range m.blocks {
+		mo.Window = blk.window
 		var err error
 		if x, err = blk.forwardCached(&m.r, x, b, t, c.kv[l], &mo, &m.shared); err != nil {
 			// Blocks before l have stored these positions: the cache is now inconsistent, so

@@ -172,7 +172,7 @@ func TestForwardCachedShared(t *testing.T) {
 	attnOnly := cfgs["gpt2"]
 	attnOnly.AttnOnly, attnOnly.Layers, attnOnly.FFN, attnOnly.Activation = true, 3, 0, ""
 	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}
-	for name, cfg := range map[string]Config{"llama": cfgs["llama"], "mixed": cfgs["mixed"], "attn-only": attnOnly} {
+	for name, cfg := range map[string]Config{"llama": cfgs["llama"], "mixed": cfgs["mixed"], "attn-only": attnOnly, "gemma3": cfgs["gemma3"]} {
 		t.Run(name, func(t *testing.T) {
 			m, err := NewModel(cfg)
 			if err != nil {

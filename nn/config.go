@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/attend"
@@ -109,8 +110,18 @@ type Config struct {
 	Bidirectional bool `json:"bidirectional,omitempty"`
 	// Window, when > 0, is a causal sliding window: position i attends to the Window positions
 	// i − Window + 1 … i (Hugging Face's sliding_window, as Mistral uses it). Not with
-	// Bidirectional.
+	// Bidirectional or Local.
 	Window int `json:"window,omitempty"`
+	// Local, when not nil, makes some blocks local (Gemma 3's sliding_attention layers between
+	// its full_attention ones): they attend in a causal sliding window and rotate with their own
+	// Rope. The other blocks are as the rest of the Config says.
+	Local *Local `json:"local,omitempty"`
+	// SandwichNorm normalises, in a pre-norm block, the attention's and the feed-forward
+	// network's outputs too before they are added to the stream (Gemma 2's and 3's
+	// post_attention_layernorm and post_feedforward_layernorm): x = x + N1'(MHA(N1(x))); x = x +
+	// N2'(FFN(N2(x))), with the parameters blocks.l.ln1_post and blocks.l.ln2_post (the latter
+	// unless AttnOnly). Only with Norm "pre".
+	SandwichNorm bool `json:"sandwich_norm,omitempty"`
 	// Patterns, when not empty, make every block's attention sparse: the union of these
 	// patterns, spelled as mha.ParsePattern reads them (local:W, dilated:W,D, strided:S,
 	// global:I,J,…, bigbird:W,G,R,SEED), in blocks of Block ([BQ, BK]; empty means 64 × 64).
@@ -128,6 +139,17 @@ type Rope struct {
 	Interleaved bool    `json:"interleaved,omitempty"` // pairs (2p, 2p+1) as GPT-J, not rotate-half as Llama
 	// Scaling, when not nil, is Llama 3's rope_scaling.
 	Scaling *mha.RopeScaling `json:"scaling,omitempty"`
+}
+
+// Local lists a Config's local blocks and how they attend.
+type Local struct {
+	// Layers[l] makes block l local; its length is the Config's Layers.
+	Layers []bool `json:"layers"`
+	// Window is the local blocks' causal sliding window, as Config.Window counts it; > 0.
+	Window int `json:"window"`
+	// Rope, when not nil, is the local blocks' rotary in place of Config.Rope (Gemma 3's
+	// rope_local_base_freq); nil means Config.Rope.
+	Rope *Rope `json:"rope,omitempty"`
 }
 
 // rotary returns r as the attention layer's Rotary, or nil for nil.
@@ -240,6 +262,14 @@ func (c Config) Validate() error {
 		return bad("window is %d, want a value in [1, %d] (or 0 for none)", c.Window, MaxSeqLen)
 	case c.Window > 0 && c.Bidirectional:
 		return bad("window %d with bidirectional attention, want a window only on causal attention", c.Window)
+	case c.Local != nil && len(c.Local.Layers) != c.Layers:
+		return bad("local lists %d layers, want one flag per layer, %d", len(c.Local.Layers), c.Layers)
+	case c.Local != nil && (c.Local.Window < 1 || c.Local.Window > MaxSeqLen):
+		return bad("local window is %d, want a value in [1, %d]", c.Local.Window, MaxSeqLen)
+	case c.Local != nil && (c.Bidirectional || c.Window > 0):
+		return bad("local blocks with bidirectional %v and window %d, want causal attention without a window of every block", c.Bidirectional, c.Window)
+	case c.SandwichNorm && c.Norm != PreNorm:
+		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
 	case c.Block != nil && (len(c.Block) != 2 || c.Block[0] < 1 || c.Block[1] < 1):
 		return bad("block is %v, want two sizes ≥ 1 (or none for 64 × 64)", c.Block)
 	}
@@ -252,11 +282,17 @@ func (c Config) Validate() error {
 	if err := c.Attention().Validate(); err != nil {
 		return fmt.Errorf("%w: attention: %w", ErrConfig, err)
 	}
+	if c.Local != nil && c.Local.Rope != nil {
+		if err := c.blockAttention(slices.Index(c.Local.Layers, true)).Validate(); err != nil {
+			return fmt.Errorf("%w: local attention: %w", ErrConfig, err)
+		}
+	}
 	return nil
 }
 
 // Attention returns the config of every block's attention layer, whose HeadDim and HeadOffset
-// give the layout of the heads. Its Seed is 0: each block seeds its own layer.
+// give the layout of the heads; a Local block's may differ in its Rotary only. Its Seed is 0:
+// each block seeds its own layer.
 func (c Config) Attention() mha.Config {
 	ac := mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, HeadSize: c.HeadSize, Rotary: c.Rope.rotary()}
@@ -264,6 +300,32 @@ func (c Config) Attention() mha.Config {
 		ac.QKNorm = &mha.QKNorm{Eps: c.normEps()}
 	}
 	return ac
+}
+
+// blockAttention returns the config of block l's attention: Attention's, with a Local block's
+// rotary.
+func (c Config) blockAttention(l int) mha.Config {
+	ac := c.Attention()
+	if c.local(l) && c.Local.Rope != nil {
+		ac.Rotary = c.Local.Rope.rotary()
+	}
+	return ac
+}
+
+// local reports whether block l is local.
+func (c Config) local(l int) bool {
+	return c.Local != nil && l >= 0 && l < len(c.Local.Layers) && c.Local.Layers[l]
+}
+
+// window returns block l's sliding window, or nil for none.
+func (c Config) window(l int) *mha.Window {
+	switch {
+	case c.local(l):
+		return &mha.Window{Left: c.Local.Window - 1}
+	case c.Window > 0:
+		return &mha.Window{Left: c.Window - 1}
+	}
+	return nil
 }
 
 // CanCache reports whether a KV cache can serve the model (Model.NewCache): its attention is
@@ -305,13 +367,10 @@ func (c Config) sparsity() ([]mha.Pattern, *mha.Normalizer, error) {
 }
 
 // attnOptions returns the options of every block's attention for a forward of opt: causal
-// unless Bidirectional, with the sliding window, and the config's sparsity unless opt replaces
-// it.
+// unless Bidirectional, and the config's sparsity unless opt replaces it. The sliding window
+// is each block's (window).
 func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers}
-	if c.Window > 0 {
-		mo.Window = &mha.Window{Left: c.Window - 1, Right: 0}
-	}
 	if s := opt.Sparsity; s != nil {
 		mo.Patterns, mo.Block, mo.Normalizer = s.Patterns, s.Block, s.Normalizer
 		return mo
@@ -323,11 +382,25 @@ func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
 	return mo
 }
 
-// VisibleKeys returns, per head, how many keys each of t queries may see in the blocks'
-// attention ([Heads][t]): those the causal mask (unless Bidirectional), the sliding Window and
-// the Patterns leave it. It returns an error when the config is invalid (Validate), t is not in
-// 1 … SeqLen, or the config's patterns do not lay out for t tokens.
-func (c Config) VisibleKeys(t int) ([][]int, error) {
+// VisibleKeys returns, per head, how many keys each of t queries may see in the attention of
+// the blocks that are not Local ([Heads][t]): those the causal mask (unless Bidirectional),
+// the sliding Window and the Patterns leave it. LayerVisibleKeys gives a given block's. It
+// returns an error when the config is invalid (Validate), t is not in 1 … SeqLen, or the
+// config's patterns do not lay out for t tokens.
+func (c Config) VisibleKeys(t int) ([][]int, error) { return c.visibleKeys(-1, t) }
+
+// LayerVisibleKeys is VisibleKeys for block layer, a Local one's window included; it also
+// returns an error when layer is not in 0 … Layers−1.
+func (c Config) LayerVisibleKeys(layer, t int) ([][]int, error) {
+	if layer < 0 || layer >= c.Layers {
+		return nil, fmt.Errorf("nn: visible keys of layer %d, want 0 … %d", layer, c.Layers-1)
+	}
+	return c.visibleKeys(layer, t)
+}
+
+// visibleKeys is LayerVisibleKeys without the check of the layer (−1: a block that is not
+// Local).
+func (c Config) visibleKeys(layer, t int) ([][]int, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -350,7 +423,7 @@ func (c Config) VisibleKeys(t int) ([][]int, error) {
 			if mo.Causal {
 				hi = i + 1
 			}
-			if w := mo.Window; w != nil {
+			if w := c.window(layer); w != nil {
 				lo = max(0, i-w.Left)
 			}
 			if layouts == nil {
@@ -388,6 +461,9 @@ func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
 			hidden = 5
 		}
 		perBlock += 3*n*d + hidden*n*float64(c.FFN) // LN2(x), fc2, x + FFN; the hidden activations
+	}
+	if c.SandwichNorm {
+		perBlock += 2 * n * d // LN1'(MHA(·)), LN2'(FFN(·))
 	}
 	if keepWeights {
 		perBlock += 2 * float64(b) * float64(c.Heads) * float64(t) * float64(t)

@@ -48,6 +48,13 @@ func hfConfigs() map[string]Config {
 			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = GeGLU, true, true, true
 			c.KVHeads, c.Rope, c.NoAttnBias, c.HeadSize, c.EmbScale = 1, &Rope{Theta: 10000}, true, 6, math.Sqrt(8)
 		}),
+		"gemma3": with(func(c *Config) { // sandwich norms, local blocks with their own rotary, qk-norm, one score scale
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = GeGLU, true, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.HeadSize, c.EmbScale = 1, &Rope{Theta: 1e6}, true, 6, math.Sqrt(8)
+			c.QKNorm, c.SandwichNorm, c.HeadScales = true, true, []float64{0.25, 0.25}
+			c.Local = &Local{Layers: []bool{true, false}, Window: 3, Rope: &Rope{Theta: 10}}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}
@@ -104,6 +111,10 @@ func TestHFParams(t *testing.T) {
 		for _, l := range []string{"blocks.0.", "blocks.1."} {
 			norm(l + "ln1")
 			norm(l + "ln2")
+			if cfg.SandwichNorm {
+				norm(l + "ln1_post")
+				norm(l + "ln2_post")
+			}
 			hd := d / cfg.Heads
 			if cfg.HeadSize > 0 {
 				hd = cfg.HeadSize

@@ -61,6 +61,9 @@ func (c Config) layout() []paramSpec {
 			s = append(s, paramSpec{name: p + "attn.q_norm.weight", shape: []int{hd}, init: initAttn},
 				paramSpec{name: p + "attn.k_norm.weight", shape: []int{hd}, init: initAttn})
 		}
+		if c.SandwichNorm {
+			s = append(s, c.normSpecs(p+"ln1_post")...)
+		}
 		switch {
 		case c.AttnOnly:
 		case c.gated():
@@ -72,6 +75,9 @@ func (c Config) layout() []paramSpec {
 			s = append(s, c.normSpecs(p+"ln2")...)
 			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN, bias)...)
 			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d, bias)...)
+		}
+		if c.SandwichNorm && !c.AttnOnly {
+			s = append(s, c.normSpecs(p+"ln2_post")...)
 		}
 	}
 	if c.Norm == PreNorm {

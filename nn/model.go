@@ -447,6 +447,7 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 			mo.Heads = opt.Heads[l]
 		}
 		mo.Heads.Keep = mo.Heads.Keep || opt.KeepHeads
+		mo.Window = blk.window
 		m.patch(x, l, t, opt.Patches)
 		var err error
 		if x, err = blk.forward(&m.r, x, b, t, &mo); err != nil {
@@ -530,14 +531,27 @@ func (m *Model) Residual(layer int) *tensor.Tensor {
 // ResidualMid returns the residual stream of the last Forward between the attention and the
 // feed-forward network of block layer, [B, T, DModel]: x + MHA(·), after the block's first
 // normalisation in a post-norm model. In a pre-norm model Residual(layer) plus the attention's
-// output is ResidualMid(layer), and ResidualMid(layer) plus the FFN's output is
-// Residual(layer+1). It is nil before a Forward or for a layer outside 0 … Layers−1; the
+// output (normalised, with Config.SandwichNorm) is ResidualMid(layer), and ResidualMid(layer)
+// plus the FFN's output (likewise) is Residual(layer+1). It is nil before a Forward or for a layer outside 0 … Layers−1; the
 // storage is the model's, overwritten by the next Forward.
 func (m *Model) ResidualMid(layer int) *tensor.Tensor {
 	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
 		return nil
 	}
 	return &tensor.Tensor{Shape: []int{m.b, m.t, m.cfg.DModel}, Data: m.blocks[layer].mid}
+}
+
+// AttnOutScale returns, for a model with Config.SandwichNorm, the factor 1/√(mean(y²) + eps)
+// by which block layer's ln1_post scaled each position's attention output y in the last
+// Forward, [B, T]: the attention's part of the stream is then y·AttnOutScale ⊙ ln1_post.weight,
+// linear in y at that scale, so that each head's part is its own part of y scaled so. It is
+// nil without SandwichNorm, before a Forward or for a layer outside 0 … Layers−1; the storage
+// is the model's, overwritten by the next Forward.
+func (m *Model) AttnOutScale(layer int) *tensor.Tensor {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) || m.blocks[layer].post1 == nil {
+		return nil
+	}
+	return &tensor.Tensor{Shape: []int{m.b, m.t}, Data: m.blocks[layer].post1.rstd[:m.b*m.t]}
 }
 
 // AttnInput returns the input of block layer's attention in the last Forward, [B, T, DModel]:

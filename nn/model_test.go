@@ -48,6 +48,12 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.DModel, c.Heads = 20000, 1 }, "the default ffn 4·d_model = 80000 is larger than 65536"},
 		{func(c *Config) { c.HeadDims = []int{3, 4} }, "head dims [3 4] sum to 7, want embed dim 8"},
 		{func(c *Config) { c.HeadScales = []float64{1} }, "1 head scales for 2 heads"},
+		{func(c *Config) { c.Local = &Local{Layers: []bool{true}, Window: 2} }, "local lists 1 layers, want one flag per layer, 2"},
+		{func(c *Config) { c.Local = &Local{Layers: []bool{true, false}} }, "local window is 0, want a value in [1, 1048576]"},
+		{func(c *Config) { c.Local, c.Window = &Local{Layers: []bool{true, false}, Window: 2}, 3 }, "local blocks with bidirectional false and window 3"},
+		{func(c *Config) { c.Local, c.Bidirectional = &Local{Layers: []bool{true, false}, Window: 2}, true }, "local blocks with bidirectional true and window 0, want causal attention"},
+		{func(c *Config) { c.Local = &Local{Layers: []bool{false, true}, Window: 2, Rope: &Rope{Theta: -1}} }, "local attention: mha: invalid config: rotary theta is -1"},
+		{func(c *Config) { c.Norm, c.SandwichNorm = PostNorm, true }, `sandwich_norm with norm "post", want "pre"`},
 		{func(c *Config) { c.EmbScale = -2 }, "emb_scale is -2, want a number > 0 finite in float32 (or 0 for none)"},
 		{func(c *Config) { c.EmbScale = math.NaN() }, "emb_scale is NaN"},
 		{func(c *Config) { c.EmbScale = 1e39 }, "emb_scale is 1e+39"},
@@ -128,6 +134,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","patterns":["local:1","global:0"],"block":[2,2],"normalizer":"sparsemax"}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"post","positions":"learned","bidirectional":true,"type_vocab":2}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","head_dims":[3,5]}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":2,"norm":"pre","positions":"none","qk_norm":true,"sandwich_norm":true,"rope":{"theta":1e6},"local":{"layers":[true,false],"window":3,"rope":{"theta":10}}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":3,"head_size":4,"kv_heads":1,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"geglu","emb_scale":2.8284271247461903,"qk_norm":true,"rope":{"theta":100}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
@@ -574,22 +581,30 @@ func TestRunSparsity(t *testing.T) {
 func TestVisibleKeys(t *testing.T) {
 	const n = 9
 	base := Config{Vocab: 5, SeqLen: 16, DModel: 8, Heads: 2, Layers: 1, FFN: 8, Norm: PreNorm, Positions: Learned}
-	window, local, bidir, huge := base, base, base, base
+	window, local, bidir, huge, blocks := base, base, base, base, base
 	window.Window = 3
+	blocks.Layers, blocks.Local = 2, &Local{Layers: []bool{false, true}, Window: 2}
 	local.Patterns, local.Block = []string{"local:1"}, []int{4, 4}
 	huge.Patterns, huge.Block = []string{"local:1"}, []int{1 << 40, 1 << 40} // one block, larger than any call
 	bidir.Bidirectional, bidir.Patterns = true, []string{"local:1"}
 	for name, c := range map[string]struct {
-		cfg  Config
-		keep func(i, j int) bool
+		cfg   Config
+		layer int
+		keep  func(i, j int) bool
 	}{
-		"causal":                {base, func(i, j int) bool { return j <= i }},
-		"window":                {window, func(i, j int) bool { return j <= i && j > i-3 }},
-		"local":                 {local, func(i, j int) bool { return j <= i && j >= i-1 }},
-		"local in a huge block": {huge, func(i, j int) bool { return j <= i && j >= i-1 }},
-		"bidirectional local":   {bidir, func(i, j int) bool { return j >= i-1 && j <= i+1 }},
+		"causal":                    {base, -1, func(i, j int) bool { return j <= i }},
+		"window":                    {window, 0, func(i, j int) bool { return j <= i && j > i-3 }},
+		"local":                     {local, -1, func(i, j int) bool { return j <= i && j >= i-1 }},
+		"local in a huge block":     {huge, -1, func(i, j int) bool { return j <= i && j >= i-1 }},
+		"bidirectional local":       {bidir, -1, func(i, j int) bool { return j >= i-1 && j <= i+1 }},
+		"global block":              {blocks, 0, func(i, j int) bool { return j <= i }},
+		"local block":               {blocks, 1, func(i, j int) bool { return j <= i && j > i-2 }},
+		"blocks that are not local": {blocks, -1, func(i, j int) bool { return j <= i }},
 	} {
 		got, err := c.cfg.VisibleKeys(n)
+		if c.layer >= 0 {
+			got, err = c.cfg.LayerVisibleKeys(c.layer, n)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -610,6 +625,11 @@ func TestVisibleKeys(t *testing.T) {
 	for _, n := range []int{0, 17, 1 << 40} {
 		if _, err := base.VisibleKeys(n); err == nil || !strings.Contains(err.Error(), "want 1 … 16") {
 			t.Errorf("%d tokens: %v, want an error asking for 1 … 16", n, err)
+		}
+	}
+	for _, l := range []int{-1, 2} {
+		if _, err := blocks.LayerVisibleKeys(l, 4); err == nil || !strings.Contains(err.Error(), "want 0 … 1") {
+			t.Errorf("layer %d: %v, want an error asking for 0 … 1", l, err)
 		}
 	}
 	bad := base

@@ -156,8 +156,8 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3; CausalLM or the
-// bare model): pre-norm blocks of RMSNorm, grouped-query attention with rotary positions in the
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 3, Phi-3; CausalLM
+// or the bare model): pre-norm blocks of RMSNorm (Gemma 3's sandwiched: gemma3Layers), grouped-query attention with rotary positions in the
 // rotate-half layout (after Qwen3's per-head RMSNorm of queries and keys; on the first part of
 // each head with Phi-3's partial_rotary_factor), q, k and v stacked into in_proj_weight (Phi-3
 // stores them so), the SwiGLU network (Gemma's GeGLU; Phi-3 stores gate and up in one tensor),
@@ -183,8 +183,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		}
 		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
-	qwen, qwen3, mistral, gemma := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("gemma", "Gemma")
-	phi3 := named("phi3", "Phi3")
+	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
+	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
+	gemma3 := named("gemma3_text", "Gemma3")
+	gemma := gemma3 || named("gemma", "Gemma")
 	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
 	// hidden_act (modeling_gemma.py; later versions read hidden_act, so one other than the
 	// legacy "gelu" is refused as ambiguous); its head_dim is 256 when the config gives none,
@@ -205,7 +207,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	switch act := hc.HiddenAct; {
 	case gemma && gemmaAct != "gelu_pytorch_tanh" && gemmaAct != "gelu_new":
 		return nil, fmt.Errorf("%w: hidden_activation %q (mha's GeGLU is gelu_pytorch_tanh)", ErrUnsupported, gemmaAct)
-	case gemma && hc.HiddenActivation == nil && act != "" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new":
+	case gemma && !gemma3 && hc.HiddenActivation == nil && act != "" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new":
 		return nil, fmt.Errorf("%w: Gemma with hidden_act %q and no hidden_activation (transformers' versions read it differently)", ErrUnsupported, act)
 	case !gemma && act != "" && act != "silu":
 		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
@@ -225,30 +227,29 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// The rotary's base and scaling: rope_theta and rope_scaling (transformers v4) or
 	// rope_parameters (v5), which holds both; as in transformers' convert_rope_params_to_dict,
 	// rope_scaling wins over rope_parameters, and the object's rope_theta over the top level's.
-	rope := &nn.Rope{Theta: orFloat(hc.RopeTheta, 10000)}
+	// Gemma 3's v5 rope_parameters hold one such object per layer type.
 	params, key := hc.RopeScaling, "rope_scaling"
 	if isNull(params) {
 		params, key = hc.RopeParameters, "rope_parameters"
 	}
-	if !isNull(params) {
-		var sc struct {
-			RopeType  string   `json:"rope_type"`
-			Type      string   `json:"type"`
-			RopeTheta *float64 `json:"rope_theta"`
-			mha.RopeScaling
-		}
-		if err := json.Unmarshal(params, &sc); err != nil {
+	var byType map[string]json.RawMessage
+	if gemma3 && key == "rope_parameters" && !isNull(params) {
+		if err := json.Unmarshal(params, &byType); err != nil {
 			return nil, fmt.Errorf("pretrained: %s is not the JSON object expected: %w", key, err)
 		}
-		rope.Theta = orFloat(sc.RopeTheta, rope.Theta)
-		kind := cmp.Or(sc.RopeType, sc.Type, "default")
-		switch kind {
-		case "default":
-		case "llama3":
-			rope.Scaling = &sc.RopeScaling
-		default:
-			return nil, fmt.Errorf("%w: %s type %q (mha has default and llama3)", ErrUnsupported, key, kind)
+		if _, ok := byType["full_attention"]; ok {
+			params, key = byType["full_attention"], "rope_parameters.full_attention"
+		} else {
+			byType = nil
 		}
+	}
+	theta := 10000.0
+	if gemma3 {
+		theta = 1e6 // Gemma3TextConfig's rope_theta
+	}
+	rope, err := ropeFrom(params, key, orFloat(hc.RopeTheta, theta))
+	if err != nil {
+		return nil, err
 	}
 	// Each head is head_dim wide (Qwen3-0.6B: 16 heads of 128 in a hidden_size of 1024), or
 	// hidden_size / num_attention_heads when the config does not say.
@@ -313,25 +314,20 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case qwen3 && hc.UseSlidingWindow:
 		return nil, fmt.Errorf("%w: Qwen3 with use_sliding_window", ErrUnsupported)
 	case mistral || phi3:
-		w := 0 // Phi-3 without sliding_window attends to every earlier position
+		def := 0 // Phi-3 without sliding_window attends to every earlier position
 		if mistral {
-			w = 4096
+			def = 4096
 		}
-		if len(hc.SlidingWindow) > 0 {
-			var p *int
-			if err := json.Unmarshal(hc.SlidingWindow, &p); err != nil {
-				return nil, fmt.Errorf("pretrained: sliding_window is %s, want a whole number or null", hc.SlidingWindow)
-			}
-			if p != nil && *p < 1 {
-				return nil, fmt.Errorf("pretrained: sliding_window is %d, want a whole number ≥ 1 (or null for none)", *p)
-			}
-			w = 0
-			if p != nil {
-				w = *p
-			}
+		w, err := slidingWindow(hc.SlidingWindow, def)
+		if err != nil {
+			return nil, err
 		}
 		if w > 0 {
 			l.cfg.Window = min(w, seq)
+		}
+	case gemma3:
+		if err := gemma3Layers(hc, &l.cfg, byType, d); err != nil {
+			return nil, err
 		}
 	}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
@@ -340,6 +336,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
 		norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
+		if gemma3 { // the sandwich: the attention's and the MLP's outputs normalised too
+			norm(b+"ln1_post.weight", src(h+"post_attention_layernorm.weight", e))
+			norm(b+"ln2_post.weight", src(h+"post_feedforward_layernorm.weight", e))
+			norm(b+"ln2.weight", src(h+"pre_feedforward_layernorm.weight", e))
+		} else {
+			norm(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
+		}
 		if phi3 { // q, k and v stacked as in_proj_weight stacks them
 			add(b+"attn.in_proj_weight", src(at+"qkv_proj.weight", qd+2*ekv, e))
 		} else {
@@ -349,15 +352,14 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", qd), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
 		}
 		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, qd))
-		if qwen3 {
-			add(b+"attn.q_norm.weight", src(at+"q_norm.weight", d))
-			add(b+"attn.k_norm.weight", src(at+"k_norm.weight", d))
+		if qwen3 || gemma3 {
+			norm(b+"attn.q_norm.weight", src(at+"q_norm.weight", d))
+			norm(b+"attn.k_norm.weight", src(at+"k_norm.weight", d))
 		}
 		if qkvBias {
 			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
 			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})
 		}
-		norm(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
 		for i, proj := range []struct {
 			name    string
 			in, out int
@@ -377,6 +379,123 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
 	}
 	return l, nil
+}
+
+// slidingWindow reads a sliding_window field: def when it is left out, 0 when null.
+func slidingWindow(raw json.RawMessage, def int) (int, error) {
+	if len(raw) == 0 {
+		return def, nil
+	}
+	var p *int
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return 0, fmt.Errorf("pretrained: sliding_window is %s, want a whole number or null", raw)
+	}
+	if p == nil {
+		return 0, nil
+	}
+	if *p < 1 {
+		return 0, fmt.Errorf("pretrained: sliding_window is %d, want a whole number ≥ 1 (or null for none)", *p)
+	}
+	return *p, nil
+}
+
+// gemma3Layers sets what Gemma 3 adds to Gemma on c: the sandwich norms, qk-norm, the
+// sliding_attention layers as Local blocks with their window and rotary (rope_local_base_freq,
+// or byType's sliding_attention parameters), and the score scale query_pre_attn_scalar^−½ for
+// heads of d. The logit soft-caps (Gemma 2's) and bidirectional attention (EmbeddingGemma's)
+// are refused.
+func gemma3Layers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, d int) error {
+	switch {
+	case !isNull(hc.AttnLogitSoftcapping) || !isNull(hc.FinalLogitSoftcapping):
+		return fmt.Errorf("%w: Gemma 3 with attn_logit_softcapping %s or final_logit_softcapping %s (mha has no soft-caps)", ErrUnsupported,
+			cmp.Or(string(hc.AttnLogitSoftcapping), "null"), cmp.Or(string(hc.FinalLogitSoftcapping), "null"))
+	case hc.UseBidirectionalAttention:
+		return fmt.Errorf("%w: Gemma 3 with use_bidirectional_attention", ErrUnsupported)
+	}
+	c.SandwichNorm, c.QKNorm = true, true
+	types := hc.LayerTypes
+	if types == nil {
+		// Gemma3TextConfig's default: every sliding_window_pattern-th layer is global.
+		pattern := 6
+		if hc.SlidingWindowPattern != nil {
+			pattern = *hc.SlidingWindowPattern
+		}
+		if pattern < 1 {
+			return fmt.Errorf("pretrained: sliding_window_pattern is %d, want ≥ 1", pattern)
+		}
+		for i := range c.Layers {
+			t := "sliding_attention"
+			if (i+1)%pattern == 0 {
+				t = "full_attention"
+			}
+			types = append(types, t)
+		}
+	}
+	if len(types) != c.Layers {
+		return fmt.Errorf("pretrained: layer_types lists %d layers, want num_hidden_layers %d", len(types), c.Layers)
+	}
+	local := make([]bool, c.Layers)
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			local[i] = true
+		case "full_attention":
+		default:
+			return fmt.Errorf("%w: layer_types[%d] is %q (mha has sliding_attention and full_attention)", ErrUnsupported, i, t)
+		}
+	}
+	if slices.Contains(local, true) {
+		w, err := slidingWindow(hc.SlidingWindow, 4096) // Gemma3TextConfig's default
+		if err != nil {
+			return err
+		}
+		if w == 0 { // null: the sliding layers see every earlier position
+			w = c.SeqLen
+		}
+		rope, err := ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
+		if err != nil {
+			return err
+		}
+		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen), Rope: rope}
+	}
+	q := orFloat(hc.QueryPreAttnScalar, 256)
+	if !(q > 0) || math.IsInf(q, 0) {
+		return fmt.Errorf("pretrained: query_pre_attn_scalar is %v, want a finite number > 0", q)
+	}
+	if q != float64(d) {
+		c.HeadScales = slices.Repeat([]float64{math.Pow(q, -0.5)}, c.Heads)
+	}
+	return nil
+}
+
+// ropeFrom returns the rotary of base theta that params gives (a rope_scaling or
+// rope_parameters object, named key in errors; null or left out for none): its rope_theta
+// replaces theta, and its rope_type (or type) "llama3" or "linear" scales the frequencies.
+func ropeFrom(params json.RawMessage, key string, theta float64) (*nn.Rope, error) {
+	rope := &nn.Rope{Theta: theta}
+	if isNull(params) {
+		return rope, nil
+	}
+	var sc struct {
+		RopeType  string   `json:"rope_type"`
+		Type      string   `json:"type"`
+		RopeTheta *float64 `json:"rope_theta"`
+		mha.RopeScaling
+	}
+	if err := json.Unmarshal(params, &sc); err != nil {
+		return nil, fmt.Errorf("pretrained: %s is not the JSON object expected: %w", key, err)
+	}
+	rope.Theta = orFloat(sc.RopeTheta, rope.Theta)
+	kind := cmp.Or(sc.RopeType, sc.Type, "default")
+	switch kind {
+	case "default":
+	case mha.RopeLlama3, mha.RopeLinear:
+		rope.Scaling = &sc.RopeScaling
+		rope.Scaling.Type = kind
+	default:
+		return nil, fmt.Errorf("%w: %s type %q (mha has default, llama3 and linear)", ErrUnsupported, key, kind)
+	}
+	return rope, nil
 }
 
 // isNull reports whether a config field was left out or is null.

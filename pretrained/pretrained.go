@@ -11,13 +11,15 @@
 //	BertModel, BertForMaskedLM            post-norm LayerNorm(X + MultiHead(X)), token types,
 //	                                      bidirectional attention, the masked-LM head
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
-//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's rope_scaling), grouped K/V heads,
-//	GemmaForCausalLM, Phi3ForCausalLM     Mistral's and Phi-3's sliding window, Qwen2's q/k/v
-//	(and their *Model)                    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
-//	                                      √d-scaled embeddings and norm weights 1 + w (held
-//	                                      so), Phi-3's fused qkv_proj and gate_up_proj and
-//	                                      partial rotary; head_dim other than hidden_size /
-//	                                      num_attention_heads
+//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
+//	GemmaForCausalLM, Gemma3ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
+//	Phi3ForCausalLM (and their *Model,    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
+//	Gemma3TextModel)                      √d-scaled embeddings and norm weights 1 + w (held
+//	                                      so), Gemma 3's sandwich norms, q_norm and k_norm,
+//	                                      sliding_attention layers with their own rotary and
+//	                                      query_pre_attn_scalar, Phi-3's fused qkv_proj and
+//	                                      gate_up_proj and partial rotary; head_dim other than
+//	                                      hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary
@@ -121,6 +123,15 @@ type hfConfig struct {
 	SlidingWindow           json.RawMessage `json:"sliding_window"` // a number, null, or left out (Mistral's 4096)
 	UseSlidingWindow        bool            `json:"use_sliding_window"`
 	PartialRotaryFactor     *float64        `json:"partial_rotary_factor"`
+
+	// Gemma 3
+	LayerTypes                []string        `json:"layer_types"` // "sliding_attention" or "full_attention", per layer
+	SlidingWindowPattern      *int            `json:"sliding_window_pattern"`
+	RopeLocalBaseFreq         *float64        `json:"rope_local_base_freq"`
+	QueryPreAttnScalar        *float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping      json.RawMessage `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping     json.RawMessage `json:"final_logit_softcapping"`
+	UseBidirectionalAttention bool            `json:"use_bidirectional_attention"`
 }
 
 // architectures maps each architecture mha runs to its family.
@@ -132,11 +143,12 @@ var architectures = map[string]Family{
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
 	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
 	"GemmaForCausalLM": Llama, "GemmaModel": Llama,
+	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama,
 	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma3_text": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

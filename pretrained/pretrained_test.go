@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma3"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -300,6 +301,20 @@ func TestOpenErrors(t *testing.T) {
 		{"phi3 partial rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 1.5 }), "partial_rotary_factor is 1.5, want a fraction in (0, 1]", false},
 		{"phi3 odd rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.25 }), "partial_rotary_factor 0.25 of head_dim 4 rotates an odd 1 features", true},
 		{"gemma hidden_act", edit("gemma", func(c map[string]any) { delete(c, "hidden_activation"); c["hidden_act"] = "relu" }), `Gemma with hidden_act "relu" and no hidden_activation`, true},
+		{"gemma3 soft-cap", edit("gemma3", func(c map[string]any) { c["attn_logit_softcapping"] = 50 }), "Gemma 3 with attn_logit_softcapping 50 or final_logit_softcapping null (mha has no soft-caps)", true},
+		{"gemma3 final soft-cap", edit("gemma3", func(c map[string]any) { c["final_logit_softcapping"] = 30.0 }), "final_logit_softcapping 30", true},
+		{"gemma3 bidirectional", edit("gemma3", func(c map[string]any) { c["use_bidirectional_attention"] = true }), "Gemma 3 with use_bidirectional_attention", true},
+		{"gemma3 layer type", edit("gemma3", func(c map[string]any) {
+			c["layer_types"] = []string{"full_attention", "chunked_attention", "full_attention"}
+		}), `layer_types[1] is "chunked_attention"`, true},
+		{"gemma3 layer types", edit("gemma3", func(c map[string]any) { c["layer_types"] = []string{"full_attention"} }), "layer_types lists 1 layers, want num_hidden_layers 3", false},
+		{"gemma3 pattern", edit("gemma3", func(c map[string]any) { c["sliding_window_pattern"] = 0 }), "sliding_window_pattern is 0, want ≥ 1", false},
+		{"gemma3 scalar", edit("gemma3", func(c map[string]any) { c["query_pre_attn_scalar"] = 0 }), "query_pre_attn_scalar is 0, want a finite number > 0", false},
+		{"gemma3 window", edit("gemma3", func(c map[string]any) { c["sliding_window"] = 0 }), "sliding_window is 0, want a whole number ≥ 1 (or null for none)", false},
+		{"gemma3 local rope", edit("gemma3", func(c map[string]any) {
+			delete(c, "rope_scaling")
+			c["rope_parameters"] = map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "yarn"}}
+		}), `rope_parameters.sliding_attention type "yarn"`, true},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
@@ -339,11 +354,57 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestOpenGemma3Configs checks that the spellings of a Gemma 3 config that transformers'
+// versions write open as the same model: layer_types in place of sliding_window_pattern, and
+// v5's rope_parameters per layer type in place of rope_theta, rope_scaling and
+// rope_local_base_freq; and that a query_pre_attn_scalar of head_dim leaves the default scale.
+func TestOpenGemma3Configs(t *testing.T) {
+	base, err := Open(testdataDir("gemma3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base.NN.Config()
+	if want.Local == nil || !slices.Equal(want.Local.Layers, []bool{true, false, true}) || want.Local.Window != 4 || !want.SandwichNorm || !want.QKNorm {
+		t.Fatalf("gemma3 config %+v, want local blocks 0 and 2 of window 4, sandwich norms and qk-norm", want)
+	}
+	for name, change := range map[string]func(map[string]any){
+		"layer_types": func(c map[string]any) {
+			delete(c, "sliding_window_pattern")
+			c["layer_types"] = []string{"sliding_attention", "full_attention", "sliding_attention"}
+		},
+		"rope_parameters": func(c map[string]any) {
+			delete(c, "rope_theta")
+			delete(c, "rope_scaling")
+			delete(c, "rope_local_base_freq")
+			c["rope_parameters"] = map[string]any{
+				"full_attention":    map[string]any{"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0},
+				"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": 10.0},
+			}
+		},
+	} {
+		m, err := Open(editConfig(t, "gemma3", change))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got := m.NN.Config(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: config %+v, want %+v", name, got, want)
+		}
+	}
+	m, err := Open(editConfig(t, "gemma3", func(c map[string]any) { c["query_pre_attn_scalar"] = 8 }))
+	if err != nil || m.NN.Config().HeadScales != nil {
+		t.Errorf("query_pre_attn_scalar = head_dim: %v, want the default scale", err)
+	}
+	if want.HeadScales == nil || want.HeadScales[0] != math.Pow(6, -0.5) {
+		t.Errorf("query_pre_attn_scalar 6: head scales %v, want 6^-0.5 each", want.HeadScales)
+	}
+}
+
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma and Phi-3 folders with fuzzed
 // config.json files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma3"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

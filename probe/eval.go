@@ -175,21 +175,25 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 	profiles := make([][]float64, heads)
 	indQueries, dupQueries := 0, 0
 	opt := &nn.RunOptions{KeepWeights: true, Workers: cfg.Workers}
-	// norm[h]: the mean of the log of the keys a row may see, over head h's rows that see any.
-	visible, err := mc.VisibleKeys(t)
-	if err != nil {
-		return nil, fmt.Errorf("probe: %w", err)
-	}
-	norm := make([]float64, mc.Heads)
-	for h, rows := range visible {
-		n := 0
-		for _, keys := range rows {
-			if keys > 0 {
-				norm[h] += math.Log(float64(keys))
-				n++
-			}
+	// norm[l][h]: the mean of the log of the keys a row may see, over head h's rows that see
+	// any, in block l (whose window may be a Local one's).
+	norm := make([][]float64, mc.Layers)
+	for l := range norm {
+		visible, err := mc.LayerVisibleKeys(l, t)
+		if err != nil {
+			return nil, fmt.Errorf("probe: %w", err)
 		}
-		norm[h] /= float64(n)
+		norm[l] = make([]float64, mc.Heads)
+		for h, rows := range visible {
+			n := 0
+			for _, keys := range rows {
+				if keys > 0 {
+					norm[l][h] += math.Log(float64(keys))
+					n++
+				}
+			}
+			norm[l][h] /= float64(n)
+		}
 	}
 	per := 1 / float64(cfg.Batches)
 	for bi := range cfg.Batches {
@@ -233,7 +237,7 @@ func repeatedScores(m *nn.Model, vocab int, cfg EvalConfig) ([]PatternScores, er
 			for hd := range h {
 				s := &out[l*h+hd]
 				s.PrevToken += prev[hd] * per
-				s.Broad += entropy[hd] / norm[hd] * per
+				s.Broad += entropy[hd] / norm[l][hd] * per
 				s.FirstToken += first[hd] * per
 				induction[l*h+hd] += ind[hd] * float64(iq)
 				duplicate[l*h+hd] += dup[hd] * float64(dq)

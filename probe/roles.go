@@ -19,7 +19,7 @@ type PatternScores struct {
 	Position float64
 	Offset   int
 	// Broad is the mean row entropy (Entropy) over the mean log of the keys a row may see
-	// under the model's masks (nn.Config.VisibleKeys: causal, window, patterns): 1 for a head
+	// under the model's masks (nn.Config.LayerVisibleKeys: causal, window, patterns): 1 for a head
 	// that spreads its weight evenly over them.
 	Broad float64
 }

@@ -13,7 +13,10 @@ with q/k/v biases, and a sliding window from masking_utils.sliding_window_overla
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
 of each head's query and key, before the rotation), modeling_gemma.py (GemmaRMSNorm's 1 + weight,
 the embeddings times hidden_size**0.5 rounded to float32, the GeGLU network with
-gelu_pytorch_tanh), modeling_phi3.py (qkv_proj and gate_up_proj fused, partial_rotary_factor: the
+gelu_pytorch_tanh), modeling_gemma3.py (Gemma's, plus q_norm and k_norm, the attention's and the
+MLP's outputs normalised before they join the stream, sliding_attention layers with their own
+window and rope_local_base_freq between full_attention ones whose rotary may be linearly scaled,
+scores scaled by query_pre_attn_scalar**-0.5), modeling_phi3.py (qkv_proj and gate_up_proj fused, partial_rotary_factor: the
 first int(head_dim · factor) features of each head rotated, a sliding window as Mistral's).
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
@@ -98,9 +101,11 @@ def run_hook(hook, point, layer, x):
     return x if y is None else y
 
 
-def softmax_attention(q, k, v, mask, hook=None, layer=None):
-    """q [B,H,T,d], k, v [B,H,S,d]; mask [B or 1, 1 or H, T, S] bool, True = visible."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+def softmax_attention(q, k, v, mask, hook=None, layer=None, scale=None):
+    """q [B,H,T,d], k, v [B,H,S,d]; mask [B or 1, 1 or H, T, S] bool, True = visible; the scores
+    scaled by scale, or 1/sqrt(d)."""
+    scores = q @ k.transpose(-1, -2)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     scores = scores.masked_fill(~mask, float("-inf"))
     w = torch.softmax(scores, dim=-1)
     w = run_hook(hook, "pattern", layer, torch.nan_to_num(w, nan=0.0))
@@ -313,7 +318,8 @@ def bert(name, dtype, old_names):
 def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None):
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-                  "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3"}[arch]
+                  "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
+                  "Gemma3ForCausalLM": "gemma3_text"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -331,9 +337,15 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
     elif head_dim is not None:
         cfg["head_dim"] = d
-    gemma = model_type == "gemma"
+    gemma3 = model_type == "gemma3_text"
+    gemma = model_type == "gemma" or gemma3
     if gemma:  # modeling_gemma.py's MLP reads hidden_activation and ignores hidden_act
         cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
+    if gemma3:  # three layers: sliding, full, sliding; the full one's rotary linearly scaled
+        del cfg["hidden_act"]
+        cfg.update(num_hidden_layers=3, sliding_window=4, sliding_window_pattern=2, rope_local_base_freq=10.0,
+                   rope_scaling={"rope_type": "linear", "factor": 4.0}, query_pre_attn_scalar=6,
+                   final_logit_softcapping=None, attn_logit_softcapping=None)
     phi3 = model_type == "phi3"
     if phi3:  # Phi3RotaryEmbedding rotates the first int(head_dim · partial_rotary_factor) features
         cfg.update(partial_rotary_factor=0.5)
@@ -346,6 +358,10 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         s = f"model.layers.{l}."
         L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
              "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean))}
+        if gemma3:  # post_attention_layernorm normalises the attention's output; the MLP has two
+            L.update(attn_out_norm=L.pop("post_norm"),
+                     post_norm=gain(p.draw(s + "pre_feedforward_layernorm.weight", (e,), 0.1, norm_mean)),
+                     mlp_out_norm=gain(p.draw(s + "post_feedforward_layernorm.weight", (e,), 0.1, norm_mean)))
         if phi3:  # Phi3Attention's qkv_proj [q; k; v] and Phi3MLP's gate_up_proj [gate; up], split
             qkv = p.draw(s + "self_attn.qkv_proj.weight", (h * d + 2 * kv_heads * d, e))
             L.update(q=qkv[:h * d], k=qkv[h * d:h * d + kv_heads * d], v=qkv[h * d + kv_heads * d:],
@@ -366,6 +382,9 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         if model_type == "qwen3":  # Qwen3RMSNorm over each head's d values of q and k
             L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
             L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
+        if gemma3:  # Gemma3RMSNorm: 1 + weight
+            L["q_norm"] = gain(p.draw(s + "self_attn.q_norm.weight", (d,), 0.3))
+            L["k_norm"] = gain(p.draw(s + "self_attn.k_norm.weight", (d,), 0.3))
         layers.append(L)
     norm = gain(p.draw("model.norm.weight", (e,), 0.1, norm_mean))
     head = emb if tied else p.draw("lm_head.weight", (v, e), 0.5)
@@ -392,15 +411,26 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
 
     b, t = ids.shape
     rope = (cfg["rope_theta"], int(d * cfg.get("partial_rotary_factor", 1.0)), "half", 0)
-    sc = None if scaling is None else (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
-                                       scaling["original_max_position_embeddings"])
+    if scaling is None:
+        sc = None
+    elif scaling["rope_type"] == "linear":
+        sc = ("linear", scaling["factor"])
+    else:
+        sc = (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
+              scaling["original_max_position_embeddings"])
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    gemma3 = cfg["model_type"] == "gemma3_text"
     visible = j <= i
-    if window is not None:
+    if window is not None and not gemma3:
         visible = visible & (j > i - window)
     mask = visible.view(1, 1, t, t)
+    scale = None
+    if gemma3:  # Gemma3Attention: layer l is sliding unless (l + 1) % sliding_window_pattern == 0
+        local_rope = (cfg["rope_local_base_freq"], d, "half", 0)
+        local_mask = (visible & (j > i - window)).view(1, 1, t, t)
+        scale = cfg["query_pre_attn_scalar"] ** -0.5
     x = emb[ids]
-    gemma = cfg["model_type"] == "gemma"
+    gemma = cfg["model_type"] in ("gemma", "gemma3_text")
     if gemma:  # GemmaModel's normalizer: hidden_size**0.5 in the hidden states' dtype, float32
         x = x * float(np.float32(math.sqrt(e)))
     attns = []
@@ -412,20 +442,28 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         if qkv_bias:
             q, k, vv = q + L["qb"], k + L["kb"], vv + L["vb"]
         q, k, vv = split_heads(q, h), split_heads(k, kv_heads), split_heads(vv, kv_heads)
-        if "q_norm" in L:  # Qwen3: q_norm and k_norm before the rotation
+        if "q_norm" in L:  # Qwen3, Gemma 3: q_norm and k_norm before the rotation
             q, k = rms(q, L["q_norm"]), rms(k, L["k_norm"])
-        q, k = apply_rope(q, torch.arange(t), rope, sc), apply_rope(k, torch.arange(t), rope, sc)
+        r, s, lmask = rope, sc, mask
+        if gemma3 and (l + 1) % cfg["sliding_window_pattern"] != 0:
+            r, s, lmask = local_rope, None, local_mask
+        q, k = apply_rope(q, torch.arange(t), r, s), apply_rope(k, torch.arange(t), r, s)
         rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
-        o, w = softmax_attention(q, k, vv, mask, hook, l)
+        o, w = softmax_attention(q, k, vv, lmask, hook, l, scale)
         attns.append(w)
         record(trace, "z", merge_heads(o))
-        x = x + merge_heads(o) @ L["o"].T
+        y = merge_heads(o) @ L["o"].T
+        if gemma3:
+            y = rms(y, L["attn_out_norm"])
+        x = x + y
         record(trace, "resid_mid", x)
         m = rms(x, L["post_norm"])
         gate = m @ L["gate"].T
         act = gelu_new(gate) if gemma else gate * torch.sigmoid(gate)  # Gemma's GeGLU, Llama's SwiGLU
         f = (act * (m @ L["up"].T)) @ L["down"].T
+        if gemma3:
+            f = rms(f, L["mlp_out_norm"])
         record(trace, "mlp_out", f)
         x = x + f
     x = run_hook(hook, "resid_final", len(layers), x)
@@ -595,6 +633,7 @@ def main():
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
+    llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
 
 
 if __name__ == "__main__":

@@ -123,10 +123,14 @@ def alibi_slopes(n):
 
 
 def rope_inv_freq(theta, dim, scaling):
-    """Hugging Face's _compute_default_rope_parameters and _compute_llama3_parameters, in float64."""
+    """Hugging Face's _compute_default_rope_parameters and _compute_llama3_parameters (scaling
+    (factor, low, high, old)), or _compute_linear_scaling_rope_parameters (scaling ("linear",
+    factor)), in float64."""
     inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).double() / dim))
     if scaling is None:
         return inv
+    if scaling[0] == "linear":
+        return inv / scaling[1]
     factor, low, high, old = scaling
     low_wavelen, high_wavelen = old / low, old / high
     wavelen = 2 * math.pi / inv
