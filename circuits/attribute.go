@@ -71,7 +71,10 @@ var ErrNotDecomposable = errors.New("circuits: the model's logits are not a sum 
 //	LayerNorm:  ((c − mean(c))/σ ⊙ γ)·(W_U[target] − W_U[foil]),   σ = √(var(x) + eps)
 //	RMSNorm:    (c/σ ⊙ γ)·(W_U[target] − W_U[foil]),               σ = √(mean(x²) + eps)
 //
-// and LayerNorm's β and the head's bias add the constant terms NormBias and HeadBias. With σ
+// and LayerNorm's β and the head's bias add the constant terms NormBias and HeadBias. With
+// sandwich norms (Config.SandwichNorm: Gemma 3) a block's attention output y joins the stream
+// as ln1_post(y), whose scale is frozen likewise (nn.Model.AttnOutScale): each head's part of y
+// is attributed through it, and ln1_post's shift, if any, is the block's AttnBias. With σ
 // frozen the map from components to LD is linear, so the contributions sum to LD exactly (up to
 // float32 rounding of the forward). TransformerLens folds γ into W_U and β into b_U (fold_ln);
 // here they stay separate, which gives the same numbers for the components.
@@ -180,18 +183,43 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 	a.Embed = vec(at(m.Residual(0)))
 	ac := c.Attention()
 	qd := ac.InnerDim() // the heads' outputs side by side: d_model unless the heads are wider or narrower
-	wu, wsum := make([]float64, qd), make([]float64, qd)
+	wu, wsum, wmean := make([]float64, qd), make([]float64, qd), make([]float64, qd)
+	// A block's attention output y reaches the stream as y itself, or, with sandwich norms, as
+	// ln1_post(y) = s·γ′ ⊙ (y − mean(y)) (+ β′), where s, its scale at p, is frozen as the
+	// final norm's, and mean(y) is 0 for RMSNorm: linear in y, so each head's part of y is
+	// attributed through it. uy and oy are u and the ones that c·u and Σ c weigh y's entries by.
+	uy, oy := make([]float64, d), make([]float64, d)
 	for l := range c.Layers {
-		// Head h writes Σ_{k ∈ h} z_k·W_O[:, k]: its c·u is Σ_k z_k·(W_Oᵀu)_k and its Σ c is
-		// Σ_k z_k·(W_Oᵀ1)_k.
+		var uyMean, oyMean float64 // Σ uy and Σ oy, which a centring norm's mean(y) subtracts
+		var postBias []float32
+		copy(uy, u)
+		for j := range oy {
+			oy[j] = 1
+		}
+		if post := m.Param(blockParam(l, "ln1_post.weight")); post != nil {
+			s := float64(m.AttnOutScale(l).Data[p])
+			for j, g := range post.Float32().Data {
+				uy[j], oy[j] = s*float64(g)*u[j], s*float64(g)
+				if !rms {
+					uyMean, oyMean = uyMean+uy[j], oyMean+oy[j]
+				}
+			}
+			if !rms {
+				postBias = m.Param(blockParam(l, "ln1_post.bias")).Float32().Data
+			}
+		}
+		// Head h writes y = Σ_{k ∈ h} z_k·W_O[:, k]: its c·u is Σ_k z_k·((W_Oᵀuy)_k −
+		// mean(W_O[:, k])·Σ uy) and its Σ c likewise with oy.
 		clear(wu)
 		clear(wsum)
+		clear(wmean)
 		wo := m.Param(blockParam(l, "attn.out_proj.weight"))
 		for j := range d {
 			row := paramRow(wo, j)
 			for k, w := range row {
-				wu[k] += u[j] * float64(w)
-				wsum[k] += float64(w)
+				wu[k] += uy[j] * float64(w)
+				wsum[k] += oy[j] * float64(w)
+				wmean[k] += float64(w) / float64(d)
 			}
 		}
 		z := m.Heads(l).Data[p*qd:][:qd]
@@ -200,13 +228,23 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 			o, n := ac.HeadOffset(h), ac.HeadDim(h)
 			var cu, cs float64
 			for k := o; k < o+n; k++ {
-				cu += float64(z[k]) * wu[k]
-				cs += float64(z[k]) * wsum[k]
+				cu += float64(z[k]) * (wu[k] - wmean[k]*uyMean)
+				cs += float64(z[k]) * (wsum[k] - wmean[k]*oyMean)
 			}
 			a.Heads[l][h] = project(cu, cs)
 		}
 		if bo := m.Param(blockParam(l, "attn.out_proj.bias")); bo != nil {
-			a.AttnBias[l] = vec(bo.Float32().Data)
+			b := bo.Float32().Data
+			var cu, cs, mean float64
+			for j, x := range b {
+				cu += float64(x) * uy[j]
+				cs += float64(x) * oy[j]
+				mean += float64(x) / float64(d)
+			}
+			a.AttnBias[l] = project(cu-mean*uyMean, cs-mean*oyMean)
+		}
+		if postBias != nil {
+			a.AttnBias[l] += vec(postBias)
 		}
 		if !c.AttnOnly {
 			a.MLP[l] = vecDiff(at(m.Residual(l+1)), at(m.ResidualMid(l)))

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mhalab/mha/nn"
+	"github.com/mhalab/mha/tensor"
 )
 
 // attributeModels are random models of the layouts direct logit attribution covers: pre-norm,
@@ -20,6 +21,12 @@ var attributeModels = map[string]nn.Config{
 	"attn-only":      {Vocab: 11, SeqLen: 10, DModel: 12, Heads: 3, Layers: 2, AttnOnly: true, Norm: nn.PreNorm, Positions: nn.Sinusoidal, Seed: 5},
 	"head-dims":      {Vocab: 11, SeqLen: 10, DModel: 12, Heads: 3, HeadDims: []int{2, 4, 6}, Layers: 2, FFN: 16, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 6},
 	"emb-norm-types": {Vocab: 11, SeqLen: 10, DModel: 12, Heads: 2, Layers: 2, FFN: 16, Norm: nn.PreNorm, Positions: nn.Learned, TypeVocab: 2, EmbNorm: true, Bidirectional: true, Seed: 7},
+	// Sandwich norms: the attention's output normalised before it joins the stream, with
+	// LayerNorm (centred, with a shift) and with Gemma 3's RMSNorm, local blocks and qk-norm.
+	"sandwich-layernorm": {Vocab: 13, SeqLen: 10, DModel: 12, Heads: 3, Layers: 2, FFN: 20, Norm: nn.PreNorm, Positions: nn.Learned, SandwichNorm: true, Seed: 8},
+	"gemma3": {Vocab: 17, SeqLen: 10, DModel: 16, Heads: 4, KVHeads: 2, HeadSize: 6, Layers: 2, FFN: 28, Norm: nn.PreNorm, Positions: nn.NoPositions, NormKind: nn.RMSNorm,
+		Activation: nn.GeGLU, NoMLPBias: true, NoHeadBias: true, NoAttnBias: true, TieEmbeddings: true, QKNorm: true, SandwichNorm: true, Rope: &nn.Rope{Theta: 1e6},
+		Local: &nn.Local{Layers: []bool{true, false}, Window: 3, Rope: &nn.Rope{Theta: 10}}, Seed: 9},
 }
 
 // TestAttributeSums checks that the components and bias terms of an attribution sum to the
@@ -31,6 +38,12 @@ func TestAttributeSums(t *testing.T) {
 		m, err := nn.NewModel(cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		rng := tensor.NewRNG(uint64(len(name)))
+		for _, p := range m.Params() {
+			if strings.Contains(p.Name, "_post.") { // the sandwich's gains and shifts off their init
+				rng.Normal(p.Value, 0.5)
+			}
 		}
 		for p := range tokens {
 			mt := Metric{Target: (p + 2) % cfg.Vocab, Foil: (3*p + 1) % cfg.Vocab, Position: p}

@@ -396,6 +396,19 @@ func readWeights(m *nn.Model, fold, factors bool) (*modelWeights, error) {
 		if centre {
 			centreRows(lw.oAll)
 		}
+		if fold && cfg.SandwichNorm {
+			// What the heads write is normalised by ln1_post before it joins the stream: its γ′
+			// folds into W_O's columns (its per-token scale is dropped, as fold_ln drops a
+			// reader's), after its own centring and before the readers' (LayerNorm).
+			post, err := normWeight(m, blockParam(l, "ln1_post"))
+			if err != nil {
+				return nil, err
+			}
+			scaleColumns(lw.oAll, post)
+			if centre {
+				centreRows(lw.oAll)
+			}
+		}
 		if !factors {
 			lw.q32, lw.k32, lw.v32, lw.o32 = toMatrix32(lw.qAll), toMatrix32(lw.kAll), toMatrix32(lw.vAll), toMatrix32(lw.oAll)
 		}
@@ -536,6 +549,17 @@ func centreRows(x *mat.Dense) {
 		s /= float64(len(row))
 		for j := range row {
 			row[j] -= s
+		}
+	}
+}
+
+// scaleColumns multiplies column j of x by g[j].
+func scaleColumns(x *mat.Dense, g []float64) {
+	rows, _ := x.Dims()
+	for i := range rows {
+		row := x.RawRowView(i)
+		for j := range row {
+			row[j] *= g[j]
 		}
 	}
 }

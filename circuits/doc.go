@@ -49,6 +49,9 @@
 //     RMSNorm, which does not centre, only γ is folded);
 //   - for LayerNorm models every writer is centred: each row of W_O^h has its mean over d_model
 //     removed (a constant direction is removed by the reader's normalisation anyway);
+//   - with sandwich norms (nn.Config.SandwichNorm: Gemma 3), whose ln1_post normalises what the
+//     heads write before it joins the stream, every writer gets that norm's γ′ folded in, W_O ←
+//     W_O·diag(γ′) (centred before and after for LayerNorm);
 //   - the OV circuit's logits have each source token's mean over the output tokens removed
 //     (softmax ignores a constant added to every logit; TransformerLens's center_unembed).
 //

@@ -137,8 +137,16 @@ def llama(name, dtype, arch="LlamaForCausalLM", **kw):
     d = cfg.get("head_dim", e // h)
     pos = ids.shape[1] - 1
     target, foil = metric(logits, pos)
-    out = dla(trace, logits,
-              lambda l, z: [W["layers"][l]["o"][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)],
+
+    def head_results(l, z):
+        writes = [W["layers"][l]["o"][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)]
+        if "attn_out_norm" in W["layers"][l]:  # Gemma 3's post_attention_layernorm, its scale frozen
+            y = trace["attn_out"][l][0, pos]
+            s = 1 / torch.sqrt(y.pow(2).mean() + cfg["rms_norm_eps"])
+            writes = [r * s * W["layers"][l]["attn_out_norm"] for r in writes]
+        return writes
+
+    out = dla(trace, logits, head_results,
               lambda l: None, W["head"], W["norm"], None, cfg["rms_norm_eps"], True, target, foil, pos)
     out.update(lens(trace["resid_pre"] + [trace["resid_final"]], lambda x: gp.llama_rms(cfg, x, W["norm"]) @ W["head"].T))
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
@@ -172,6 +180,8 @@ def main():
     llama("gemma", "F32", arch="GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)
     # Phi-3: fused qkv_proj and gate_up_proj, half of each head rotated, a window of 4, bf16.
     llama("phi3", "BF16", arch="Phi3ForCausalLM", kv_heads=2, tied=False, window=4)
+    # Gemma 3: each head's write through post_attention_layernorm at its frozen scale.
+    llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     bert()
 
 

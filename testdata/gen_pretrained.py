@@ -399,8 +399,9 @@ def llama_rms(cfg, x, w):
 def llama_forward(cfg, W, ids, trace=None, hook=None):
     """LlamaForCausalLM's forward of ids [B, T] (Qwen2's, Qwen3's and Mistral's alike): (logits, hidden,
     attentions). When trace is a dict, it also records per block the stream entering it
-    (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the stream after the attention
-    (resid_mid) and the MLP's output (mlp_out), and the last block's output (resid_final)."""
+    (resid_pre), the heads' outputs before o_proj (z [B, T, E]), the attention's output after
+    o_proj (attn_out; Gemma 3 then normalises it), the stream after the attention (resid_mid) and
+    what the MLP adds to it (mlp_out), and the last block's output (resid_final)."""
     e, h, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim", e // h)  # LlamaAttention's head_dim: hidden_size // heads unless given
     qkv_bias, window, scaling = W["qkv_bias"], cfg.get("sliding_window"), cfg.get("rope_scaling")
@@ -454,6 +455,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         attns.append(w)
         record(trace, "z", merge_heads(o))
         y = merge_heads(o) @ L["o"].T
+        record(trace, "attn_out", y)
         if gemma3:
             y = rms(y, L["attn_out_norm"])
         x = x + y
