@@ -199,10 +199,10 @@ const DefaultNormEps = 1e-5
 
 // MaxDim bounds DModel, FFN and the other widths, MaxVocab Vocab, MaxSeqLen SeqLen and MaxLayers
 // Layers, so that sizes read from a file cannot overflow the arithmetic on them. (Llama 3's
-// vocabulary has 128256 tokens and its context 131072 positions.)
+// vocabulary has 128256 tokens and its context 131072 positions; Gemma 3's vocabulary 262208.)
 const (
 	MaxDim    = 1 << 16
-	MaxVocab  = 1 << 18
+	MaxVocab  = 1 << 19
 	MaxSeqLen = 1 << 20
 	MaxLayers = 1 << 10
 )

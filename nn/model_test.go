@@ -22,7 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Vocab = 0 }, "vocab is 0, want a value in [1, 262144]"},
+		{func(c *Config) { c.Vocab = 0 }, "vocab is 0, want a value in [1, 524288]"},
 		{func(c *Config) { c.SeqLen = MaxSeqLen + 1 }, "seq_len is 1048577, want a value in [1, 1048576]"},
 		{func(c *Config) { c.DModel = -1 }, "d_model is -1"},
 		{func(c *Config) { c.Heads = 3 }, "d_model 8 is not divisible by heads 3"},

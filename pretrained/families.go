@@ -21,6 +21,8 @@ var (
 	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
 	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
+	// Gemma 3's vision tower and multimodal projector, beside its text model.
+	visionSkip = regexp.MustCompile(`^(model\.)?(vision_tower|multi_modal_projector)\.`)
 )
 
 // gpt2Layout maps a GPT2LMHeadModel (or GPT2Model) folder: pre-norm blocks with learned
@@ -164,17 +166,6 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 // no position embedding (Gemma's token embeddings scaled by √hidden_size), and an untied or
 // tied head.
 func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
-	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
-	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
-		return nil, err
-	}
-	kv := heads
-	if hc.NumKeyValueHeads != nil {
-		kv = *hc.NumKeyValueHeads
-	}
-	if hc.MaxPositionEmbeddings < 0 {
-		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
-	}
 	// The family's variant: config.json's model_type, which transformers' Auto classes build the
 	// model from, or without one the architecture's name.
 	named := func(modelType, prefix string) bool {
@@ -187,6 +178,20 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma3 := named("gemma3_text", "Gemma3")
 	gemma := gemma3 || named("gemma", "Gemma")
+	if gemma3 {
+		hc.gemma3Defaults()
+	}
+	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
+	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+		return nil, err
+	}
+	kv := heads
+	if hc.NumKeyValueHeads != nil {
+		kv = *hc.NumKeyValueHeads
+	}
+	if hc.MaxPositionEmbeddings < 0 {
+		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
+	}
 	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
 	// hidden_act (modeling_gemma.py; later versions read hidden_act, so one other than the
 	// legacy "gelu" is refused as ambiguous); its head_dim is 256 when the config gives none,
@@ -292,6 +297,17 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
 		},
 	}
+	head := []string{"lm_head.weight"}
+	if hc.multimodal {
+		// Gemma 3's multimodal checkpoints: the text model under language_model.model.
+		// (transformers before 4.52) or model.language_model., beside the vision tower and the
+		// projector, which are not read.
+		head = []string{"language_model.lm_head.weight", "lm_head.weight"}
+		l.prefixes = []string{"language_model.model.", "model.language_model."}
+		l.skip = func(name string) bool {
+			return visionSkip.MatchString(name) || tied && slices.Contains(head, name) || llamaSkip.MatchString(name) && name != "lm_head.weight"
+		}
+	}
 	if kv != heads {
 		l.cfg.KVHeads = kv
 	}
@@ -376,9 +392,27 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	norm("ln_f.weight", src("norm.weight", e))
 	if !tied {
-		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+		add("head.weight", part{names: head, shape: []int{v, e}, head: true})
 	}
 	return l, nil
+}
+
+// gemma3Defaults fills in what Gemma3TextConfig gives a config that leaves it out, as the text
+// configs of Gemma 3's multimodal checkpoints do (gemma-3-4b-it's names only its hidden and
+// intermediate sizes, layers, rope_scaling and sliding_window).
+func (hc *hfConfig) gemma3Defaults() {
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&hc.VocabSize, 262208}, {&hc.HiddenSize, 2304}, {&hc.IntermediateSize, 9216}, {&hc.NumHiddenLayers, 26},
+		{&hc.NumAttentionHeads, 8}, {&hc.MaxPositionEmbeddings, 131072}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if hc.NumKeyValueHeads == nil {
+		hc.NumKeyValueHeads = new(4)
+	}
 }
 
 // slidingWindow reads a sliding_window field: def when it is left out, 0 when null.

@@ -14,17 +14,19 @@
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
 //	GemmaForCausalLM, Gemma3ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
 //	Phi3ForCausalLM (and their *Model,    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
-//	Gemma3TextModel)                      √d-scaled embeddings and norm weights 1 + w (held
-//	                                      so), Gemma 3's sandwich norms, q_norm and k_norm,
+//	Gemma3TextModel; the text model of    √d-scaled embeddings and norm weights 1 + w (held
+//	Gemma3ForConditionalGeneration)       so), Gemma 3's sandwich norms, q_norm and k_norm,
 //	                                      sliding_attention layers with their own rotary and
 //	                                      query_pre_attn_scalar, Phi-3's fused qkv_proj and
 //	                                      gate_up_proj and partial rotary; head_dim other than
 //	                                      hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
-// model.); buffers some checkpoints carry (GPT-2's attn.bias and attn.masked_bias, rotary
-// inv_freq, position_ids) and heads the model does not run (BERT's pooler and next-sentence
-// head) are skipped and listed in Model.Unused. A tied head may be stored or left out.
+// model.; language_model.model. or model.language_model. in a multimodal Gemma 3, whose vision
+// tower and projector are not read); buffers some checkpoints carry (GPT-2's attn.bias and
+// attn.masked_bias, rotary inv_freq, position_ids) and heads the model does not run (BERT's
+// pooler and next-sentence head) are skipped and listed in Model.Unused. A tied head may be
+// stored or left out.
 package pretrained
 
 import (
@@ -132,6 +134,35 @@ type hfConfig struct {
 	AttnLogitSoftcapping      json.RawMessage `json:"attn_logit_softcapping"`
 	FinalLogitSoftcapping     json.RawMessage `json:"final_logit_softcapping"`
 	UseBidirectionalAttention bool            `json:"use_bidirectional_attention"`
+	TextConfig                json.RawMessage `json:"text_config"` // Gemma3ForConditionalGeneration's text model
+
+	multimodal bool // the config was a multimodal one's text_config (textModel)
+}
+
+// textModel replaces hc, a Gemma3ForConditionalGeneration config (model_type gemma3), by its
+// text_config, which mha runs as a Gemma 3 text model: the architectures stay the multimodal
+// one's, and the text config takes eos_token_id and tie_word_embeddings from the outer one
+// when it has none.
+func (hc *hfConfig) textModel() error {
+	if isNull(hc.TextConfig) {
+		return errors.New("pretrained: a Gemma 3 multimodal config.json without text_config")
+	}
+	var tc hfConfig
+	if err := json.Unmarshal(hc.TextConfig, &tc); err != nil {
+		return fmt.Errorf("pretrained: text_config is not the JSON object expected: %w", err)
+	}
+	if tc.ModelType != "" && tc.ModelType != "gemma3_text" {
+		return fmt.Errorf("%w: text_config of model_type %q in a Gemma 3 multimodal config, want gemma3_text", ErrUnsupported, tc.ModelType)
+	}
+	tc.ModelType, tc.Architectures, tc.multimodal = "gemma3_text", hc.Architectures, true
+	if isNull(tc.EOSTokenID) {
+		tc.EOSTokenID = hc.EOSTokenID
+	}
+	if tc.TieEmbeddings == nil {
+		tc.TieEmbeddings = hc.TieEmbeddings
+	}
+	*hc = tc
+	return nil
 }
 
 // architectures maps each architecture mha runs to its family.
@@ -143,12 +174,12 @@ var architectures = map[string]Family{
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
 	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
 	"GemmaForCausalLM": Llama, "GemmaModel": Llama,
-	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama,
+	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama, "Gemma3ForConditionalGeneration": Llama,
 	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma3_text": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -195,6 +226,11 @@ func (o Options) Open(dir string) (*Model, error) {
 	var hc hfConfig
 	if err := readJSON(dir, "config.json", &hc); err != nil {
 		return nil, err
+	}
+	if hc.ModelType == "gemma3" || len(hc.Architectures) > 0 && hc.Architectures[0] == "Gemma3ForConditionalGeneration" {
+		if err := hc.textModel(); err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, filepath.Join(dir, "config.json"))
+		}
 	}
 	for _, eps := range []struct {
 		name string

@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma3"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma3", "gemma3-vision"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -400,11 +400,74 @@ func TestOpenGemma3Configs(t *testing.T) {
 	}
 }
 
+// TestOpenGemma3Multimodal checks that a Gemma3ForConditionalGeneration folder opens as its text
+// model, the gemma3 folder's, whether its tensors are named as transformers before 4.52 saved
+// them (language_model.model., vision_tower.) or after (model.language_model.,
+// model.vision_tower.): the vision tower and the projector are listed as unused; its
+// text_config's left-out sizes take Gemma3TextConfig's defaults; and a config without a
+// Gemma 3 text_config is an error.
+func TestOpenGemma3Multimodal(t *testing.T) {
+	text, err := Open(testdataDir("gemma3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vision := []string{"multi_modal_projector.mm_input_projection_weight", "multi_modal_projector.mm_soft_emb_norm.weight",
+		"vision_tower.vision_model.embeddings.patch_embedding.weight", "vision_tower.vision_model.post_layernorm.weight"}
+	renamed := copyFolder(t, "gemma3-vision")
+	path := filepath.Join(renamed, "model.safetensors")
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{}
+	for _, name := range f.Names() {
+		to := "model." + name // the vision tower and the projector
+		if rest, ok := strings.CutPrefix(name, "language_model.model."); ok {
+			to = "model.language_model." + rest
+		}
+		tensors[to], _ = f.Raw(name)
+	}
+	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	var newNames []string
+	for _, n := range vision {
+		newNames = append(newNames, "model."+n)
+	}
+	for dir, unused := range map[string][]string{testdataDir("gemma3-vision"): vision, renamed: newNames} {
+		m, err := Open(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if got, want := m.NN.Config(), text.NN.Config(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: config %+v, want the text model's %+v", dir, got, want)
+		}
+		if !slices.Equal(m.Unused, unused) || m.Architecture != "Gemma3ForConditionalGeneration" || !m.LMHead || !slices.Equal(m.EOS, []int{1, 2}) {
+			t.Errorf("%s: unused %q, architecture %q, LM head %v, EOS %v; want %q, the multimodal architecture, a head, [1 2]", dir, m.Unused, m.Architecture, m.LMHead, m.EOS, unused)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(map[string]any)
+		want   string
+	}{
+		{"no text_config", func(c map[string]any) { delete(c, "text_config") }, "a Gemma 3 multimodal config.json without text_config"},
+		{"other text model", func(c map[string]any) { c["text_config"].(map[string]any)["model_type"] = "llama" }, `text_config of model_type "llama"`},
+		{"default vocabulary", func(c map[string]any) { delete(c["text_config"].(map[string]any), "vocab_size") },
+			"language_model.model.embed_tokens.weight in model.safetensors is [295 16], want [262208 16]"},
+		{"by model_type", func(c map[string]any) { delete(c, "architectures"); c["text_config"] = "none" }, "text_config is not the JSON object expected"},
+	} {
+		if _, err := Open(editConfig(t, "gemma3-vision", c.change)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma and Phi-3 folders with fuzzed
 // config.json files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma3"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma3", "gemma3-vision"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -482,6 +482,32 @@ def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scalin
     write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
 
 
+def gemma3_vision(name):
+    """The gemma3 folder's text model as Gemma3ForConditionalGeneration stores it (gemma-3-4b-it
+    and up): config.json's text_config, leaving out what Gemma3TextConfig defaults to, beside a
+    vision_config; the text weights under language_model.model., beside a vision tower and a
+    projector (a few tensors of each, which a text model does not read). Same logits as gemma3."""
+    cfg, p, W, tok = llama_weights("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 10)))
+    logits, hidden, attns = llama_forward(cfg, W, ids)
+    defaults = ("architectures", "torch_dtype", "hidden_activation", "rms_norm_eps", "tie_word_embeddings",
+                "attn_logit_softcapping", "final_logit_softcapping", "bos_token_id", "eos_token_id")
+    text = {k: v for k, v in cfg.items() if k not in defaults}
+    outer = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 4, "patch_size": 2,
+                               "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 12},
+             "mm_tokens_per_image": 4, "boi_token_index": 3, "eoi_token_index": 4, "image_token_index": 5,
+             "eos_token_id": [1, 2], "torch_dtype": "bfloat16"}
+    stored = {"language_model." + k: v for k, v in p.stored.items()}
+    v = Params(name, "BF16")
+    v.draw("vision_tower.vision_model.embeddings.patch_embedding.weight", (8, 3, 2, 2))
+    v.draw("vision_tower.vision_model.post_layernorm.weight", (8,))
+    v.draw("multi_modal_projector.mm_input_projection_weight", (8, cfg["hidden_size"]))
+    v.draw("multi_modal_projector.mm_soft_emb_norm.weight", (8,))
+    stored.update(v.stored)
+    write_model(name, outer, stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
 # ---------------------------------------------------------------- tokenizers
 
 def bytes_to_unicode():
@@ -636,6 +662,7 @@ def main():
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
+    gemma3_vision("gemma3-vision")
 
 
 if __name__ == "__main__":
