@@ -15,7 +15,8 @@ import (
 // directly, through the final normalisation (its scale frozen at the clean run's value) and the
 // unembedding, not through later layers. The components and the bias terms sum to LD (Sum).
 type Attribution struct {
-	// LD is the logit difference of the model's own logits.
+	// LD is the logit difference of the model's own logits; with a soft-cap of the logits
+	// (nn.Config.LogitSoftcap: Gemma 2), of the logits before it, which it maps monotonically.
 	LD float64
 	// Embed is the embeddings' share: token + position (+ token type), or, with an embedding
 	// normalisation (Config.EmbNorm), its output: the stream entering block 0.
@@ -178,6 +179,12 @@ func Attribute(m *nn.Model, tokens []int, mt Metric, workers int) (*Attribution,
 	}
 	if hb := m.Param("head.bias"); hb != nil {
 		a.HeadBias = float64(hb.Float32().Data[mt.Target]) - float64(hb.Float32().Data[mt.Foil])
+	}
+	if c.LogitSoftcap > 0 { // the attribution is of the logits before the cap: (W_U[target] − W_U[foil])·h + b
+		a.LD = a.HeadBias
+		for j, h := range at(m.Hidden()) {
+			a.LD += dir[j] * float64(h)
+		}
 	}
 
 	a.Embed = vec(at(m.Residual(0)))

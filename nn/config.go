@@ -122,6 +122,12 @@ type Config struct {
 	// N2'(FFN(N2(x))), with the parameters blocks.l.ln1_post and blocks.l.ln2_post (the latter
 	// unless AttnOnly). Only with Norm "pre".
 	SandwichNorm bool `json:"sandwich_norm,omitempty"`
+	// AttnSoftcap, when > 0, caps every block's scaled attention scores s to
+	// AttnSoftcap·tanh(s/AttnSoftcap) before the masks (mha.Options.Softcap; Gemma 2's
+	// attn_logit_softcapping). LogitSoftcap, when > 0, caps the logits z likewise (Gemma 2's
+	// final_logit_softcapping), in every forward and in Unembed. Each is 0 or finite and > 0.
+	AttnSoftcap  float64 `json:"attn_softcap,omitempty"`
+	LogitSoftcap float64 `json:"logit_softcap,omitempty"`
 	// Patterns, when not empty, make every block's attention sparse: the union of these
 	// patterns, spelled as mha.ParsePattern reads them (local:W, dilated:W,D, strided:S,
 	// global:I,J,…, bigbird:W,G,R,SEED), in blocks of Block ([BQ, BK]; empty means 64 × 64).
@@ -270,6 +276,10 @@ func (c Config) Validate() error {
 		return bad("local blocks with bidirectional %v and window %d, want causal attention without a window of every block", c.Bidirectional, c.Window)
 	case c.SandwichNorm && c.Norm != PreNorm:
 		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
+	case !(c.AttnSoftcap >= 0 && c.AttnSoftcap <= math.MaxFloat32):
+		return bad("attn_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.AttnSoftcap)
+	case !(c.LogitSoftcap >= 0 && c.LogitSoftcap <= math.MaxFloat32):
+		return bad("logit_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.LogitSoftcap)
 	case c.Block != nil && (len(c.Block) != 2 || c.Block[0] < 1 || c.Block[1] < 1):
 		return bad("block is %v, want two sizes ≥ 1 (or none for 64 × 64)", c.Block)
 	}
@@ -370,7 +380,8 @@ func (c Config) sparsity() ([]mha.Pattern, *mha.Normalizer, error) {
 // unless Bidirectional, and the config's sparsity unless opt replaces it. The sliding window
 // is each block's (window).
 func (c Config) attnOptions(opt *RunOptions, workers int) mha.Options {
-	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers}
+	mo := mha.Options{Causal: !c.Bidirectional, NeedWeights: opt.KeepWeights, PerHeadWeights: true, Training: opt.Training, Workers: workers,
+		Softcap: c.AttnSoftcap}
 	if s := opt.Sparsity; s != nil {
 		mo.Patterns, mo.Block, mo.Normalizer = s.Patterns, s.Block, s.Normalizer
 		return mo

@@ -55,6 +55,13 @@ func hfConfigs() map[string]Config {
 			c.QKNorm, c.SandwichNorm, c.HeadScales = true, true, []float64{0.25, 0.25}
 			c.Local = &Local{Layers: []bool{true, false}, Window: 3, Rope: &Rope{Theta: 10}}
 		}),
+		"gemma2": with(func(c *Config) { // soft-capped scores and logits, sandwich norms, local blocks of the global rotary
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings = GeGLU, true, true, true
+			c.KVHeads, c.Rope, c.NoAttnBias, c.EmbScale = 1, &Rope{Theta: 10000}, true, math.Sqrt(8)
+			c.SandwichNorm, c.HeadScales, c.AttnSoftcap, c.LogitSoftcap = true, []float64{0.4, 0.4}, 0.5, 1.5
+			c.Local = &Local{Layers: []bool{true, false}, Window: 3}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 
@@ -464,7 +465,8 @@ func (m *Model) Forward(tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor
 }
 
 // unembed sets m.hidden and m.logits from the last stream x [n, d]: x through the final
-// normalisation (pre-norm), the head transform (if any) and the head.
+// normalisation (pre-norm), the head transform (if any), the head and the logits' soft-cap (if
+// any).
 func (m *Model) unembed(x []float32, n int) {
 	if m.lnF != nil {
 		x = m.lnF.forward(&m.r, x, n)
@@ -474,11 +476,19 @@ func (m *Model) unembed(x []float32, n int) {
 		x = m.trans.forward(&m.r, x, n)
 	}
 	m.logits = m.head.forward(&m.r, x, n)
+	if c := m.cfg.LogitSoftcap; c > 0 {
+		logits := m.logits[:n*m.cfg.Vocab]
+		m.r.rows(len(logits), addBlock, func(_, _, i0, i1 int) {
+			for i := i0; i < i1; i++ {
+				logits[i] = float32(c * math.Tanh(float64(logits[i])/c))
+			}
+		})
+	}
 }
 
 // Unembed returns the logits [N, Vocab] that the model's output stack gives residual streams x
-// [N, DModel]: the final normalisation (pre-norm), the head transform (when the model has one)
-// and the head, as Forward applies them to the last block's output. Given Residual(l) it is the
+// [N, DModel]: the final normalisation (pre-norm), the head transform (when the model has one),
+// the head and the logits' soft-cap (Config.LogitSoftcap), as Forward applies them to the last block's output. Given Residual(l) it is the
 // logit lens of layer l. It runs on workers goroutines (0: GOMAXPROCS). The storage is the
 // model's, overwritten by the next call or forward, and the call ends the last Forward: no Loss
 // may follow, and Residual and the other accessors return nil until the next Forward. It
@@ -678,6 +688,15 @@ func (m *Model) BackwardHeads(dHeads []*tensor.Tensor) error {
 	m.state = stateForward
 	n, d := m.b*m.t, m.cfg.DModel
 	dy, dx := zeroed(&m.dy, n*d), zeroed(&m.dx, n*d)
+	if c := m.cfg.LogitSoftcap; c > 0 {
+		// z = c·tanh(u/c): dz/du = 1 − (z/c)², from the capped logits the forward kept.
+		m.r.rows(len(m.dlogits), addBlock, func(_, _, i0, i1 int) {
+			for i := i0; i < i1; i++ {
+				t := float64(m.logits[i]) / c
+				m.dlogits[i] *= float32(1 - t*t)
+			}
+		})
+	}
 	m.head.backward(&m.r, m.dlogits, dy, n)
 	if m.trans != nil {
 		m.trans.backward(&m.r, dy, dx, n)

@@ -158,13 +158,13 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 3, Phi-3; CausalLM
-// or the bare model): pre-norm blocks of RMSNorm (Gemma 3's sandwiched: gemma3Layers), grouped-query attention with rotary positions in the
-// rotate-half layout (after Qwen3's per-head RMSNorm of queries and keys; on the first part of
-// each head with Phi-3's partial_rotary_factor), q, k and v stacked into in_proj_weight (Phi-3
-// stores them so), the SwiGLU network (Gemma's GeGLU; Phi-3 stores gate and up in one tensor),
-// no position embedding (Gemma's token embeddings scaled by √hidden_size), and an untied or
-// tied head.
+// llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3,
+// Phi-3; CausalLM or the bare model): pre-norm blocks of RMSNorm (Gemma 2's and 3's sandwiched:
+// gemmaLayers), grouped-query attention with rotary positions in the rotate-half layout (after
+// Qwen3's and Gemma 3's per-head RMSNorm of queries and keys; on the first part of each head
+// with Phi-3's partial_rotary_factor), q, k and v stacked into in_proj_weight (Phi-3 stores them
+// so), the SwiGLU network (Gemma's GeGLU; Phi-3 stores gate and up in one tensor), no position
+// embedding (Gemma's token embeddings scaled by √hidden_size), and an untied or tied head.
 func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// The family's variant: config.json's model_type, which transformers' Auto classes build the
 	// model from, or without one the architecture's name.
@@ -176,8 +176,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
-	gemma3 := named("gemma3_text", "Gemma3")
-	gemma := gemma3 || named("gemma", "Gemma")
+	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
+	gemma := gemma2 || gemma3 || named("gemma", "Gemma")
 	if gemma3 {
 		hc.gemma3Defaults()
 	}
@@ -212,7 +212,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	switch act := hc.HiddenAct; {
 	case gemma && gemmaAct != "gelu_pytorch_tanh" && gemmaAct != "gelu_new":
 		return nil, fmt.Errorf("%w: hidden_activation %q (mha's GeGLU is gelu_pytorch_tanh)", ErrUnsupported, gemmaAct)
-	case gemma && !gemma3 && hc.HiddenActivation == nil && act != "" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new":
+	case gemma && !gemma2 && !gemma3 && hc.HiddenActivation == nil && act != "" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new":
 		return nil, fmt.Errorf("%w: Gemma with hidden_act %q and no hidden_activation (transformers' versions read it differently)", ErrUnsupported, act)
 	case !gemma && act != "" && act != "silu":
 		return nil, fmt.Errorf("%w: hidden_act %q (mha's SwiGLU is silu)", ErrUnsupported, act)
@@ -341,8 +341,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		if w > 0 {
 			l.cfg.Window = min(w, seq)
 		}
-	case gemma3:
-		if err := gemma3Layers(hc, &l.cfg, byType, d); err != nil {
+	case gemma2 || gemma3:
+		if err := gemmaLayers(hc, &l.cfg, byType, d, gemma2); err != nil {
 			return nil, err
 		}
 	}
@@ -352,7 +352,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
 		norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
-		if gemma3 { // the sandwich: the attention's and the MLP's outputs normalised too
+		if gemma2 || gemma3 { // the sandwich: the attention's and the MLP's outputs normalised too
 			norm(b+"ln1_post.weight", src(h+"post_attention_layernorm.weight", e))
 			norm(b+"ln2_post.weight", src(h+"post_feedforward_layernorm.weight", e))
 			norm(b+"ln2.weight", src(h+"pre_feedforward_layernorm.weight", e))
@@ -415,6 +415,24 @@ func (hc *hfConfig) gemma3Defaults() {
 	}
 }
 
+// softcap reads a soft-cap field named name: def when it is left out, 0 (none) when null.
+func softcap(raw json.RawMessage, name string, def float64) (float64, error) {
+	if len(raw) == 0 {
+		return def, nil
+	}
+	var p *float64
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return 0, fmt.Errorf("pretrained: %s is %s, want a number or null", name, raw)
+	}
+	if p == nil {
+		return 0, nil
+	}
+	if !(*p > 0 && *p <= math.MaxFloat32) {
+		return 0, fmt.Errorf("pretrained: %s is %v, want a number > 0 finite in float32 (or null for none)", name, *p)
+	}
+	return *p, nil
+}
+
 // slidingWindow reads a sliding_window field: def when it is left out, 0 when null.
 func slidingWindow(raw json.RawMessage, def int) (int, error) {
 	if len(raw) == 0 {
@@ -433,24 +451,32 @@ func slidingWindow(raw json.RawMessage, def int) (int, error) {
 	return *p, nil
 }
 
-// gemma3Layers sets what Gemma 3 adds to Gemma on c: the sandwich norms, qk-norm, the
-// sliding_attention layers as Local blocks with their window and rotary (rope_local_base_freq,
-// or byType's sliding_attention parameters), and the score scale query_pre_attn_scalar^−½ for
-// heads of d. The logit soft-caps (Gemma 2's) and bidirectional attention (EmbeddingGemma's)
-// are refused.
-func gemma3Layers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, d int) error {
-	switch {
-	case !isNull(hc.AttnLogitSoftcapping) || !isNull(hc.FinalLogitSoftcapping):
-		return fmt.Errorf("%w: Gemma 3 with attn_logit_softcapping %s or final_logit_softcapping %s (mha has no soft-caps)", ErrUnsupported,
-			cmp.Or(string(hc.AttnLogitSoftcapping), "null"), cmp.Or(string(hc.FinalLogitSoftcapping), "null"))
-	case hc.UseBidirectionalAttention:
+// gemmaLayers sets what Gemma 2 and 3 add to Gemma on c: the sandwich norms; the logit
+// soft-caps (attn_logit_softcapping and final_logit_softcapping, 50 and 30 when Gemma 2's config
+// leaves them out, none for Gemma 3's); Gemma 3's qk-norm; the sliding_attention layers
+// (layer_types, or every layer but each sliding_window_pattern-th: 2 for Gemma 2, 6 for Gemma
+// 3) as Local blocks with their window and, in Gemma 3, their rotary (rope_local_base_freq, or
+// byType's sliding_attention parameters); and the score scale query_pre_attn_scalar^−½ for
+// heads of d. Bidirectional attention (EmbeddingGemma's) is refused.
+func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, d int, gemma2 bool) error {
+	if hc.UseBidirectionalAttention {
 		return fmt.Errorf("%w: Gemma 3 with use_bidirectional_attention", ErrUnsupported)
 	}
-	c.SandwichNorm, c.QKNorm = true, true
+	attnCap, finalCap, pattern := 0.0, 0.0, 6
+	if gemma2 {
+		attnCap, finalCap, pattern = 50, 30, 2 // Gemma2Config's defaults; layers 0, 2, 4, … slide
+	}
+	var err error
+	if c.AttnSoftcap, err = softcap(hc.AttnLogitSoftcapping, "attn_logit_softcapping", attnCap); err != nil {
+		return err
+	}
+	if c.LogitSoftcap, err = softcap(hc.FinalLogitSoftcapping, "final_logit_softcapping", finalCap); err != nil {
+		return err
+	}
+	c.SandwichNorm, c.QKNorm = true, !gemma2
 	types := hc.LayerTypes
 	if types == nil {
-		// Gemma3TextConfig's default: every sliding_window_pattern-th layer is global.
-		pattern := 6
+		// The configs' default: every pattern-th layer is global.
 		if hc.SlidingWindowPattern != nil {
 			pattern = *hc.SlidingWindowPattern
 		}
@@ -479,18 +505,21 @@ func gemma3Layers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage,
 		}
 	}
 	if slices.Contains(local, true) {
-		w, err := slidingWindow(hc.SlidingWindow, 4096) // Gemma3TextConfig's default
+		w, err := slidingWindow(hc.SlidingWindow, 4096) // Gemma2Config's and Gemma3TextConfig's default
 		if err != nil {
 			return err
 		}
 		if w == 0 { // null: the sliding layers see every earlier position
 			w = c.SeqLen
 		}
-		rope, err := ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
-		if err != nil {
-			return err
+		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen)}
+		if !gemma2 { // Gemma 2's local layers rotate as its global ones
+			rope, err := ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
+			if err != nil {
+				return err
+			}
+			c.Local.Rope = rope
 		}
-		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen), Rope: rope}
 	}
 	q := orFloat(hc.QueryPreAttnScalar, 256)
 	if !(q > 0) || math.IsInf(q, 0) {

@@ -12,14 +12,15 @@
 //	                                      bidirectional attention, the masked-LM head
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
-//	GemmaForCausalLM, Gemma3ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
-//	Phi3ForCausalLM (and their *Model,    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
-//	Gemma3TextModel; the text model of    √d-scaled embeddings and norm weights 1 + w (held
-//	Gemma3ForConditionalGeneration)       so), Gemma 3's sandwich norms, q_norm and k_norm,
-//	                                      sliding_attention layers with their own rotary and
-//	                                      query_pre_attn_scalar, Phi-3's fused qkv_proj and
-//	                                      gate_up_proj and partial rotary; head_dim other than
-//	                                      hidden_size / num_attention_heads
+//	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
+//	Gemma3ForCausalLM, Phi3ForCausalLM    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
+//	(and their *Model, Gemma3TextModel;   √d-scaled embeddings and norm weights 1 + w (held
+//	the text model of                     so), Gemma 2's and 3's sandwich norms, sliding
+//	Gemma3ForConditionalGeneration)       layers between global ones and query_pre_attn_scalar,
+//	                                      Gemma 2's soft-capped scores and logits, Gemma 3's
+//	                                      q_norm and k_norm and local rotary, Phi-3's fused
+//	                                      qkv_proj and gate_up_proj and partial rotary; head_dim
+//	                                      other than hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.; language_model.model. or model.language_model. in a multimodal Gemma 3, whose vision
@@ -174,12 +175,13 @@ var architectures = map[string]Family{
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
 	"Qwen3ForCausalLM": Llama, "Qwen3Model": Llama,
 	"GemmaForCausalLM": Llama, "GemmaModel": Llama,
+	"Gemma2ForCausalLM": Llama, "Gemma2Model": Llama,
 	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama, "Gemma3ForConditionalGeneration": Llama,
 	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

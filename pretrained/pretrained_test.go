@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma3", "gemma3-vision"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -301,8 +301,8 @@ func TestOpenErrors(t *testing.T) {
 		{"phi3 partial rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 1.5 }), "partial_rotary_factor is 1.5, want a fraction in (0, 1]", false},
 		{"phi3 odd rotary", edit("phi3", func(c map[string]any) { c["partial_rotary_factor"] = 0.25 }), "partial_rotary_factor 0.25 of head_dim 4 rotates an odd 1 features", true},
 		{"gemma hidden_act", edit("gemma", func(c map[string]any) { delete(c, "hidden_activation"); c["hidden_act"] = "relu" }), `Gemma with hidden_act "relu" and no hidden_activation`, true},
-		{"gemma3 soft-cap", edit("gemma3", func(c map[string]any) { c["attn_logit_softcapping"] = 50 }), "Gemma 3 with attn_logit_softcapping 50 or final_logit_softcapping null (mha has no soft-caps)", true},
-		{"gemma3 final soft-cap", edit("gemma3", func(c map[string]any) { c["final_logit_softcapping"] = 30.0 }), "final_logit_softcapping 30", true},
+		{"gemma3 soft-cap", edit("gemma3", func(c map[string]any) { c["attn_logit_softcapping"] = "fifty" }), `attn_logit_softcapping is "fifty", want a number or null`, false},
+		{"gemma3 final soft-cap", edit("gemma3", func(c map[string]any) { c["final_logit_softcapping"] = -30.0 }), "final_logit_softcapping is -30, want a number > 0 finite in float32 (or null for none)", false},
 		{"gemma3 bidirectional", edit("gemma3", func(c map[string]any) { c["use_bidirectional_attention"] = true }), "Gemma 3 with use_bidirectional_attention", true},
 		{"gemma3 layer type", edit("gemma3", func(c map[string]any) {
 			c["layer_types"] = []string{"full_attention", "chunked_attention", "full_attention"}
@@ -400,6 +400,33 @@ func TestOpenGemma3Configs(t *testing.T) {
 	}
 }
 
+// TestOpenGemma2Softcaps checks Gemma 2's soft-caps as Gemma2Config reads them: 50 and 30 when
+// the config leaves them out, none when null, the config's otherwise; and its sliding layers
+// 0 and 2 of 3, with the global rotary.
+func TestOpenGemma2Softcaps(t *testing.T) {
+	for name, c := range map[string]struct {
+		change      func(map[string]any)
+		attn, final float64
+	}{
+		"given":      {func(map[string]any) {}, 1, 3},
+		"left out":   {func(c map[string]any) { delete(c, "attn_logit_softcapping"); delete(c, "final_logit_softcapping") }, 50, 30},
+		"null":       {func(c map[string]any) { c["attn_logit_softcapping"] = nil; c["final_logit_softcapping"] = nil }, 0, 0},
+		"final null": {func(c map[string]any) { c["final_logit_softcapping"] = nil }, 1, 0},
+	} {
+		m, err := Open(editConfig(t, "gemma2", c.change))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		cfg := m.NN.Config()
+		if cfg.AttnSoftcap != c.attn || cfg.LogitSoftcap != c.final {
+			t.Errorf("%s: soft-caps %v and %v, want %v and %v", name, cfg.AttnSoftcap, cfg.LogitSoftcap, c.attn, c.final)
+		}
+		if cfg.Local == nil || !slices.Equal(cfg.Local.Layers, []bool{true, false, true}) || cfg.Local.Window != 4 || cfg.Local.Rope != nil || !cfg.SandwichNorm || cfg.QKNorm {
+			t.Errorf("%s: config %+v, want local blocks 0 and 2 of window 4 with the global rotary, sandwich norms, no qk-norm", name, cfg)
+		}
+	}
+}
+
 // TestOpenGemma3Multimodal checks that a Gemma3ForConditionalGeneration folder opens as its text
 // model, the gemma3 folder's, whether its tensors are named as transformers before 4.52 saved
 // them (language_model.model., vision_tower.) or after (model.language_model.,
@@ -467,7 +494,7 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 // config.json files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma3", "gemma3-vision"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -5,7 +5,7 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits.py
 
-For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma3,bert} this reads
+For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma2,gemma3,bert} this reads
 the weights under their Hugging Face names (GPT-2's Conv1D c_attn/c_proj, Llama's q/k/v/o_proj
 with grouped K/V heads, BERT's query/key/value/output.dense), independently of mha's loader, and
 computes in float64 with PyTorch, forming every d_model × d_model circuit explicitly (the Go code
@@ -15,7 +15,7 @@ goes through the d_head factors instead):
     ‖W_A·W_B‖_F / (‖W_A‖_F‖W_B‖_F), W_A = W_V·W_O of the earlier head, W_B = W_Q·W_Kᵀ, its
     transpose, or W_V·W_O of the later head; folded (fold_ln + center_writing_weights: each
     reader gets the γ of the normalisation that produces its input, LayerNorm models centre
-    readers and writers, and Gemma 3's writers get the γ′ of the post_attention_layernorm that
+    readers and writers, and Gemma 2's and 3's writers get the γ′ of the post_attention_layernorm that
     normalises their output) and raw;
   - the top TOP entries of each head's OV circuit W_E·W_V·W_O·W_U (rows centred) and QK circuit
     W_E·W_Q·W_Kᵀ·W_Eᵀ, folded;
@@ -76,19 +76,19 @@ class Weights:
             self.gamma_u = t["ln_f.weight"]
             self.W_E = t["wte.weight"]
             self.W_U = t["wte.weight"].T
-        elif name in ("llama", "qwen3-wide", "gemma", "gemma3"):  # the last three: heads of head_dim = 8 in a hidden size of 16
+        elif name in ("llama", "qwen3-wide", "gemma", "gemma2", "gemma3"):  # the last three: heads of head_dim = 8 in a hidden size of 16
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
             self.rms, d, hkv = True, cfg.get("head_dim", e // h), cfg["num_key_value_heads"]
             # Gemma's RMSNorm multiplies by 1 + weight, and its stream starts from the token
             # embedding times hidden_size**0.5 (rounded to float32), which W_E carries here.
-            gemma = name in ("gemma", "gemma3")
+            gemma = name in ("gemma", "gemma2", "gemma3")
             plus = 1.0 if gemma else 0.0
             for l in range(nl):
                 s = f"model.layers.{l}."
                 L = dict(q=t[s + "self_attn.q_proj.weight"].T, k=t[s + "self_attn.k_proj.weight"].T,
                          v=t[s + "self_attn.v_proj.weight"].T, o=t[s + "self_attn.o_proj.weight"].T,
                          gamma=plus + t[s + "input_layernorm.weight"])
-                if name == "gemma3":  # post_attention_layernorm normalises what the heads write
+                if name in ("gemma2", "gemma3"):  # post_attention_layernorm normalises what the heads write
                     L["o_gamma"] = plus + t[s + "post_attention_layernorm.weight"]
                 self.layers.append(L)
             self.gamma_u = plus + t["model.norm.weight"]
@@ -218,7 +218,7 @@ def subspaces(W):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma3", "bert"):
+    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "bert"):
         W = Weights(name)
         tensors = {}
         for m, s in composition(W, True).items():

@@ -132,7 +132,10 @@ def llama(name, dtype, arch="LlamaForCausalLM", **kw):
     cfg, _, W, _ = gp.llama_weights(name, dtype, arch, **kw)
     ids = committed(name, lambda ids: gp.llama_forward(cfg, W, ids)[0])
     trace = {}
-    logits, _, _ = gp.llama_forward(cfg, W, ids, trace)
+    logits, hidden, _ = gp.llama_forward(cfg, W, ids, trace)
+    cap = cfg.get("final_logit_softcapping")
+    if cap is not None:  # Gemma 2: the attribution is of the logits before their soft-cap, which is monotone
+        logits = hidden @ W["head"].T
     e, h = cfg["hidden_size"], cfg["num_attention_heads"]
     d = cfg.get("head_dim", e // h)
     pos = ids.shape[1] - 1
@@ -148,7 +151,11 @@ def llama(name, dtype, arch="LlamaForCausalLM", **kw):
 
     out = dla(trace, logits, head_results,
               lambda l: None, W["head"], W["norm"], None, cfg["rms_norm_eps"], True, target, foil, pos)
-    out.update(lens(trace["resid_pre"] + [trace["resid_final"]], lambda x: gp.llama_rms(cfg, x, W["norm"]) @ W["head"].T))
+
+    def unembed(x):  # the model's output stack: the final norm, the head and the soft-cap (Gemma 2)
+        z = gp.llama_rms(cfg, x, W["norm"]) @ W["head"].T
+        return z if cap is None else cap * torch.tanh(z / cap)
+    out.update(lens(trace["resid_pre"] + [trace["resid_final"]], unembed))
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
@@ -180,6 +187,8 @@ def main():
     llama("gemma", "F32", arch="GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)
     # Phi-3: fused qkv_proj and gate_up_proj, half of each head rotated, a window of 4, bf16.
     llama("phi3", "BF16", arch="Phi3ForCausalLM", kv_heads=2, tied=False, window=4)
+    # Gemma 2: soft-capped scores and logits, sandwich norms, sliding layers.
+    llama("gemma2", "F32", arch="Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     # Gemma 3: each head's write through post_attention_layernorm at its frozen scale.
     llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     bert()

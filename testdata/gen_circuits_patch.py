@@ -76,6 +76,12 @@ def models():
     last = [llama_forward(cfgp, Wp, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
     yield ("phi3", lambda ids, hook: llama_forward(cfgp, Wp, ids, hook=hook)[0], cfgp["num_hidden_layers"],
            cfgp["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
+    # Gemma 2: soft-capped scores and logits, sandwich norms, sliding layers; its metric chosen
+    # as Phi-3's.
+    cfg2, _, W2, _ = llama_weights("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
+    last = [llama_forward(cfg2, W2, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
+    yield ("gemma2", lambda ids, hook: llama_forward(cfg2, W2, ids, hook=hook)[0], cfg2["num_hidden_layers"],
+           cfg2["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
     # Gemma 3: sandwich norms, local layers with their own rotary, qk-norm, bf16; its metric
     # chosen as Phi-3's.
     cfg3, _, W3, _ = llama_weights("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)

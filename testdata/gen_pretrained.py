@@ -13,7 +13,10 @@ with q/k/v biases, and a sliding window from masking_utils.sliding_window_overla
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
 of each head's query and key, before the rotation), modeling_gemma.py (GemmaRMSNorm's 1 + weight,
 the embeddings times hidden_size**0.5 rounded to float32, the GeGLU network with
-gelu_pytorch_tanh), modeling_gemma3.py (Gemma's, plus q_norm and k_norm, the attention's and the
+gelu_pytorch_tanh), modeling_gemma2.py (Gemma's, plus the attention's and the MLP's outputs
+normalised before they join the stream, sliding layers 0, 2, … between full ones, scores scaled
+by query_pre_attn_scalar**-0.5 and soft-capped to c·tanh(s/c) before the mask, and the logits
+soft-capped likewise), modeling_gemma3.py (Gemma's, plus q_norm and k_norm, the attention's and the
 MLP's outputs normalised before they join the stream, sliding_attention layers with their own
 window and rope_local_base_freq between full_attention ones whose rotary may be linearly scaled,
 scores scaled by query_pre_attn_scalar**-0.5), modeling_phi3.py (qkv_proj and gate_up_proj fused, partial_rotary_factor: the
@@ -101,11 +104,14 @@ def run_hook(hook, point, layer, x):
     return x if y is None else y
 
 
-def softmax_attention(q, k, v, mask, hook=None, layer=None, scale=None):
+def softmax_attention(q, k, v, mask, hook=None, layer=None, scale=None, softcap=None):
     """q [B,H,T,d], k, v [B,H,S,d]; mask [B or 1, 1 or H, T, S] bool, True = visible; the scores
-    scaled by scale, or 1/sqrt(d)."""
+    scaled by scale, or 1/sqrt(d), then capped to softcap·tanh(s/softcap) (Gemma 2's
+    eager_attention_forward) before the mask."""
     scores = q @ k.transpose(-1, -2)
     scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     scores = scores.masked_fill(~mask, float("-inf"))
     w = torch.softmax(scores, dim=-1)
     w = run_hook(hook, "pattern", layer, torch.nan_to_num(w, nan=0.0))
@@ -319,7 +325,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
-                  "Gemma3ForCausalLM": "gemma3_text"}[arch]
+                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -337,10 +343,14 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
     elif head_dim is not None:
         cfg["head_dim"] = d
-    gemma3 = model_type == "gemma3_text"
-    gemma = model_type == "gemma" or gemma3
+    gemma2, gemma3 = model_type == "gemma2", model_type == "gemma3_text"
+    gemma = model_type == "gemma" or gemma2 or gemma3
     if gemma:  # modeling_gemma.py's MLP reads hidden_activation and ignores hidden_act
         cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
+    if gemma2:  # three layers: sliding, full, sliding; soft-caps that bite on this model's scores and logits
+        del cfg["hidden_act"]
+        cfg.update(num_hidden_layers=3, sliding_window=4, query_pre_attn_scalar=6, attn_logit_softcapping=1.0,
+                   final_logit_softcapping=3.0)
     if gemma3:  # three layers: sliding, full, sliding; the full one's rotary linearly scaled
         del cfg["hidden_act"]
         cfg.update(num_hidden_layers=3, sliding_window=4, sliding_window_pattern=2, rope_local_base_freq=10.0,
@@ -358,7 +368,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         s = f"model.layers.{l}."
         L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
              "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean))}
-        if gemma3:  # post_attention_layernorm normalises the attention's output; the MLP has two
+        if gemma2 or gemma3:  # post_attention_layernorm normalises the attention's output; the MLP has two
             L.update(attn_out_norm=L.pop("post_norm"),
                      post_norm=gain(p.draw(s + "pre_feedforward_layernorm.weight", (e,), 0.1, norm_mean)),
                      mlp_out_norm=gain(p.draw(s + "post_feedforward_layernorm.weight", (e,), 0.1, norm_mean)))
@@ -420,18 +430,19 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         sc = (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
               scaling["original_max_position_embeddings"])
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
-    gemma3 = cfg["model_type"] == "gemma3_text"
+    gemma2, gemma3 = cfg["model_type"] == "gemma2", cfg["model_type"] == "gemma3_text"
     visible = j <= i
-    if window is not None and not gemma3:
+    if window is not None and not (gemma2 or gemma3):
         visible = visible & (j > i - window)
     mask = visible.view(1, 1, t, t)
-    scale = None
-    if gemma3:  # Gemma3Attention: layer l is sliding unless (l + 1) % sliding_window_pattern == 0
-        local_rope = (cfg["rope_local_base_freq"], d, "half", 0)
+    scale, softcap = None, cfg.get("attn_logit_softcapping")
+    if gemma2 or gemma3:  # layer l is sliding unless (l + 1) % pattern == 0 (2 in Gemma 2, sliding_window_pattern in Gemma 3)
+        local_rope = (cfg["rope_local_base_freq"], d, "half", 0) if gemma3 else rope  # Gemma 2: one rotary
         local_mask = (visible & (j > i - window)).view(1, 1, t, t)
+        pattern = cfg["sliding_window_pattern"] if gemma3 else 2
         scale = cfg["query_pre_attn_scalar"] ** -0.5
     x = emb[ids]
-    gemma = cfg["model_type"] in ("gemma", "gemma3_text")
+    gemma = cfg["model_type"] in ("gemma", "gemma2", "gemma3_text")
     if gemma:  # GemmaModel's normalizer: hidden_size**0.5 in the hidden states' dtype, float32
         x = x * float(np.float32(math.sqrt(e)))
     attns = []
@@ -446,17 +457,17 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         if "q_norm" in L:  # Qwen3, Gemma 3: q_norm and k_norm before the rotation
             q, k = rms(q, L["q_norm"]), rms(k, L["k_norm"])
         r, s, lmask = rope, sc, mask
-        if gemma3 and (l + 1) % cfg["sliding_window_pattern"] != 0:
-            r, s, lmask = local_rope, None, local_mask
+        if (gemma2 or gemma3) and (l + 1) % pattern != 0:
+            r, s, lmask = local_rope, None if gemma3 else sc, local_mask
         q, k = apply_rope(q, torch.arange(t), r, s), apply_rope(k, torch.arange(t), r, s)
         rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
-        o, w = softmax_attention(q, k, vv, lmask, hook, l, scale)
+        o, w = softmax_attention(q, k, vv, lmask, hook, l, scale, softcap)
         attns.append(w)
         record(trace, "z", merge_heads(o))
         y = merge_heads(o) @ L["o"].T
         record(trace, "attn_out", y)
-        if gemma3:
+        if "attn_out_norm" in L:  # Gemma 2 and 3
             y = rms(y, L["attn_out_norm"])
         x = x + y
         record(trace, "resid_mid", x)
@@ -464,7 +475,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         gate = m @ L["gate"].T
         act = gelu_new(gate) if gemma else gate * torch.sigmoid(gate)  # Gemma's GeGLU, Llama's SwiGLU
         f = (act * (m @ L["up"].T)) @ L["down"].T
-        if gemma3:
+        if "mlp_out_norm" in L:
             f = rms(f, L["mlp_out_norm"])
         record(trace, "mlp_out", f)
         x = x + f
@@ -472,7 +483,11 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     if trace is not None:
         trace["resid_final"] = x
     hidden = rms(x, W["norm"])
-    return hidden @ W["head"].T, hidden, attns
+    logits = hidden @ W["head"].T
+    if cfg.get("final_logit_softcapping") is not None:  # Gemma2ForCausalLM
+        cap = cfg["final_logit_softcapping"]
+        logits = cap * torch.tanh(logits / cap)
+    return logits, hidden, attns
 
 
 def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False, head_dim=None):
@@ -661,6 +676,7 @@ def main():
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
+    llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
     gemma3_vision("gemma3-vision")
 
