@@ -577,9 +577,9 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	}
 	if r := c.Rotary; r != nil {
 		// Every head's query and key rotated by the exact angles of their positions.
-		inv := r.invFreq(nil, l.ropeDim)
-		rotateRows(q, e, p.tq, p.tk-p.tq+r.Offset, l.offs, l.ropeDim, inv, r.Layout)
-		rotateRows(k, ekv, p.tk, r.Offset, l.kvOffs, l.ropeDim, inv, r.Layout)
+		inv, a := r.invFreq(nil, l.ropeDim, r.Offset+p.tk), r.attentionFactor()
+		rotateRows(q, e, p.tq, p.tk-p.tq+r.Offset, l.offs, l.ropeDim, inv, r.Layout, a)
+		rotateRows(k, ekv, p.tk, r.Offset, l.kvOffs, l.ropeDim, inv, r.Layout, a)
 	}
 
 	// Each head attends in its own d_h-wide column block; head outputs land side by side in concat.
@@ -630,8 +630,9 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 
 // rotateRows rotates x [N, T, width] in place: the first n dimensions of each head's columns,
 // heads starting at offs (the last entry ends them), row t of each block of T at position
-// first + t, by the exact float64 angles of inverse frequencies inv.
-func rotateRows[F kernel.Float](x []F, width, t, first int, offs []int, n int, inv []float64, l RopeLayout) {
+// first + t, by the exact float64 angles of inverse frequencies inv, the cosines and sines times
+// a.
+func rotateRows[F kernel.Float](x []F, width, t, first int, offs []int, n int, inv []float64, l RopeLayout, a float64) {
 	row := make([]float64, n)
 	for r := range len(x) / max(width, 1) {
 		for _, o := range offs[:len(offs)-1] {
@@ -639,7 +640,7 @@ func rotateRows[F kernel.Float](x []F, width, t, first int, offs []int, n int, i
 			for i, v := range seg {
 				row[i] = float64(v)
 			}
-			rotate64(row, inv, first+r%t, l)
+			rotate64(row, inv, first+r%t, l, a)
 			for i, v := range row {
 				seg[i] = F(v)
 			}

@@ -31,7 +31,14 @@ func gqaCases() []gqaCase {
 	half := &Rotary{Theta: 100, Offset: 3}
 	partial := &Rotary{Theta: 10000, Dim: 2, Layout: RopeInterleaved, Offset: 1,
 		Scaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8}}
+	// LongRoPE: short factors when the call ends within 16 positions, long ones past 4.
+	longrope := func(orig int) *Rotary {
+		return &Rotary{Theta: 100, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 1.5}, LongFactor: []float64{2, 7},
+			OriginalMaxPositions: orig, AttentionFactor: 1.2}}
+	}
 	return []gqaCase{
+		{name: "longrope short", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: longrope(16), Seed: 17}, b: 2, tq: 7, causal: true},
+		{name: "longrope long cross", cfg: Config{EmbedDim: 16, NumHeads: 4, Rotary: longrope(4), Seed: 18}, b: 1, tq: 5, tk: 7},
 		{name: "gqa", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Seed: 1}, b: 2, tq: 7, causal: true},
 		{name: "mqa rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, Rotary: half, Seed: 2}, b: 2, tq: 9, causal: true, padding: true},
 		{name: "mha rotary", cfg: Config{EmbedDim: 12, NumHeads: 3, Rotary: half, Seed: 3}, b: 1, tq: 6},

@@ -3,6 +3,7 @@ package mha
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/tensor"
@@ -32,7 +33,7 @@ func (l RopeLayout) String() string {
 }
 
 // RopeScaling is a rotary's frequency scaling, as Hugging Face's rope_scaling gives it, of one
-// of two types (Type):
+// of three types (Type):
 //
 //   - Llama 3's (rope_type "llama3"; Type "" or RopeLlama3): frequencies whose wavelength
 //     exceeds OriginalMaxPositions/LowFreqFactor are divided by Factor, those below
@@ -40,20 +41,59 @@ func (l RopeLayout) String() string {
 //     smoothly, as Hugging Face's _compute_llama3_parameters does;
 //   - linear (rope_type "linear", position interpolation; Type RopeLinear): every frequency is
 //     divided by Factor, as _compute_linear_scaling_rope_parameters does (Gemma 3's global
-//     layers); the other fields are not read.
+//     layers); the other fields are not read;
+//   - LongRoPE (rope_type "longrope"; Type RopeLongRoPE: Phi-3.5, Phi-4-mini): frequency p of
+//     the n rotary dimensions is divided by ShortFactor[p] (len n/2) in a call whose last
+//     position is below OriginalMaxPositions, by LongFactor[p] in one that reaches past it
+//     (Hugging Face's seq_len > original_max_position_embeddings, seq_len the call's largest
+//     position plus one, so that a cache's keys keep the rotation of the call that stored them,
+//     as Hugging Face's do), and the cosines and sines are multiplied by AttentionFactor (0
+//     means 1), as _compute_longrope_parameters and Phi3RotaryEmbedding do.
 type RopeScaling struct {
-	Type                 string  `json:"type,omitempty"`
-	Factor               float64 `json:"factor"`
-	LowFreqFactor        float64 `json:"low_freq_factor"`
-	HighFreqFactor       float64 `json:"high_freq_factor"`
-	OriginalMaxPositions int     `json:"original_max_position_embeddings"`
+	Type                 string    `json:"type,omitempty"`
+	Factor               float64   `json:"factor"`
+	LowFreqFactor        float64   `json:"low_freq_factor"`
+	HighFreqFactor       float64   `json:"high_freq_factor"`
+	OriginalMaxPositions int       `json:"original_max_position_embeddings"`
+	ShortFactor          []float64 `json:"short_factor,omitempty"`
+	LongFactor           []float64 `json:"long_factor,omitempty"`
+	AttentionFactor      float64   `json:"attention_factor,omitempty"`
 }
 
 // The types of RopeScaling.
 const (
-	RopeLlama3 = "llama3"
-	RopeLinear = "linear"
+	RopeLlama3   = "llama3"
+	RopeLinear   = "linear"
+	RopeLongRoPE = "longrope"
 )
+
+// equal reports whether s and o scale alike (nil for none).
+func (s *RopeScaling) equal(o *RopeScaling) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Type == o.Type && s.Factor == o.Factor && s.LowFreqFactor == o.LowFreqFactor && s.HighFreqFactor == o.HighFreqFactor &&
+		s.OriginalMaxPositions == o.OriginalMaxPositions && s.AttentionFactor == o.AttentionFactor &&
+		slices.Equal(s.ShortFactor, o.ShortFactor) && slices.Equal(s.LongFactor, o.LongFactor)
+}
+
+// clone returns a copy of s that shares no memory with it.
+func (s *RopeScaling) clone() *RopeScaling {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.ShortFactor, c.LongFactor = slices.Clone(s.ShortFactor), slices.Clone(s.LongFactor)
+	return &c
+}
+
+// attentionFactor is the factor on the cosines and sines: LongRoPE's AttentionFactor, else 1.
+func (r *Rotary) attentionFactor() float64 {
+	if s := r.Scaling; s != nil && s.Type == RopeLongRoPE && s.AttentionFactor != 0 {
+		return s.AttentionFactor
+	}
+	return 1
+}
 
 // Rotary is rotary position embedding (RoPE, Su et al.): pair p of a head vector at position m is
 // rotated by the angle m·θ^(−2p/n), n the rotary dimensions, so that the score of a rotated query
@@ -100,8 +140,12 @@ func (r *Rotary) check(d int) (int, error) {
 	if s := r.Scaling; s != nil {
 		finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 		switch {
-		case s.Type != "" && s.Type != RopeLlama3 && s.Type != RopeLinear:
-			return 0, fmt.Errorf("%w: rope scaling type is %q, want %q (or empty for it) or %q", ErrShape, s.Type, RopeLlama3, RopeLinear)
+		case s.Type != "" && s.Type != RopeLlama3 && s.Type != RopeLinear && s.Type != RopeLongRoPE:
+			return 0, fmt.Errorf("%w: rope scaling type is %q, want %q (or empty for it), %q or %q", ErrShape, s.Type, RopeLlama3, RopeLinear, RopeLongRoPE)
+		case s.Type == RopeLongRoPE:
+			return n, s.checkLongRoPE(n)
+		case s.ShortFactor != nil || s.LongFactor != nil || s.AttentionFactor != 0:
+			return 0, fmt.Errorf("%w: rope short_factor, long_factor and attention_factor are LongRoPE's, the scaling's type is %q", ErrShape, s.Type)
 		case !finite(s.Factor) || s.Factor <= 0:
 			return 0, fmt.Errorf("%w: rope scaling factor is %v, want a finite number > 0", ErrShape, s.Factor)
 		case s.Type == RopeLinear:
@@ -116,14 +160,45 @@ func (r *Rotary) check(d int) (int, error) {
 	return n, nil
 }
 
+// checkLongRoPE checks LongRoPE's fields for n rotary dimensions.
+func (s *RopeScaling) checkLongRoPE(n int) error {
+	for _, f := range []struct {
+		name string
+		v    []float64
+	}{{"short_factor", s.ShortFactor}, {"long_factor", s.LongFactor}} {
+		if len(f.v) != n/2 {
+			return fmt.Errorf("%w: rope %s has %d values, want one per rotated pair, %d", ErrShape, f.name, len(f.v), n/2)
+		}
+		for i, x := range f.v {
+			if !(x > 0 && x <= math.MaxFloat64) {
+				return fmt.Errorf("%w: rope %s[%d] is %v, want a finite number > 0", ErrShape, f.name, i, x)
+			}
+		}
+	}
+	switch a := s.AttentionFactor; {
+	case s.OriginalMaxPositions <= 0:
+		return fmt.Errorf("%w: rope original_max_position_embeddings is %d, want > 0", ErrShape, s.OriginalMaxPositions)
+	case !(a >= 0 && a <= math.MaxFloat32):
+		return fmt.Errorf("%w: rope attention_factor is %v, want a finite number > 0 (or 0 for 1)", ErrShape, a)
+	}
+	return nil
+}
+
 // invFreq writes the n/2 inverse frequencies of n rotary dimensions into dst, reusing its
-// storage: θ^(−2p/n), then r.Scaling's scaling when it is set.
-func (r *Rotary) invFreq(dst []float64, n int) []float64 {
+// storage, for a call whose positions end before seqLen: θ^(−2p/n), then r.Scaling's scaling
+// when it is set.
+func (r *Rotary) invFreq(dst []float64, n, seqLen int) []float64 {
 	dst = dst[:0]
 	for p := 0; p < n; p += 2 {
 		f := 1 / math.Pow(r.Theta, float64(p)/float64(n))
 		if s := r.Scaling; s != nil && s.Type == RopeLinear {
 			f /= s.Factor
+		} else if s != nil && s.Type == RopeLongRoPE {
+			ext := s.ShortFactor
+			if seqLen > s.OriginalMaxPositions {
+				ext = s.LongFactor
+			}
+			f /= ext[p/2]
 		} else if s != nil {
 			old := float64(s.OriginalMaxPositions)
 			wavelen := 2 * math.Pi / f
@@ -145,36 +220,32 @@ func (r *Rotary) invFreq(dst []float64, n int) []float64 {
 // [count, n/2] float32 each, and remembers what it was built for so a call with the same
 // rotary and positions reuses it.
 type ropeTable struct {
-	key      Rotary
-	scaling  RopeScaling
+	key      Rotary       // without Scaling and Offset
+	scaling  *RopeScaling // a copy of the rotary's
 	start, n int
 	count    int
 	inv      []float64
 	cos, sin []float32
 }
 
-// build fills t for rotary r of n dimensions at positions [start, start+count), unless it
-// already holds them.
+// build fills t for rotary r of n dimensions at positions [start, start+count), the last of a
+// call's positions among them, unless it already holds them.
 func (t *ropeTable) build(r *Rotary, n, start, count int) {
-	var sc RopeScaling
-	if r.Scaling != nil {
-		sc = *r.Scaling
-	}
 	key := *r
 	key.Scaling, key.Offset = nil, 0
-	if t.cos != nil && t.key == key && t.scaling == sc && t.n == n && t.start == start && t.count == count {
+	if t.cos != nil && t.key == key && t.scaling.equal(r.Scaling) && t.n == n && t.start == start && t.count == count {
 		return
 	}
-	t.key, t.scaling, t.n, t.start, t.count = key, sc, n, start, count
-	t.inv = r.invFreq(t.inv, n)
-	half := n / 2
+	t.key, t.scaling, t.n, t.start, t.count = key, r.Scaling.clone(), n, start, count
+	t.inv = r.invFreq(t.inv, n, start+count)
+	half, a := n/2, r.attentionFactor()
 	t.cos = kernel.Grow(t.cos, count*half)
 	t.sin = kernel.Grow(t.sin, count*half)
 	for m := range count {
 		pos := float64(start + m)
 		for p, f := range t.inv {
 			s, c := math.Sincos(pos * f)
-			t.cos[m*half+p], t.sin[m*half+p] = float32(c), float32(s)
+			t.cos[m*half+p], t.sin[m*half+p] = float32(c*a), float32(s*a)
 		}
 	}
 }
@@ -231,12 +302,13 @@ func rotate(x []float32, cos, sin []float32, l RopeLayout, inverse bool) {
 	}
 }
 
-// rotate64 rotates row x in float64 by the exact angles of position pos: the reference's
-// rotation, which builds no table.
-func rotate64(x []float64, inv []float64, pos int, l RopeLayout) {
+// rotate64 rotates row x in float64 by the exact angles of position pos, its cosines and sines
+// times a (Rotary.attentionFactor): the reference's rotation, which builds no table.
+func rotate64(x []float64, inv []float64, pos int, l RopeLayout, a float64) {
 	half := len(inv)
 	for p, f := range inv {
 		s, c := math.Sincos(float64(pos) * f)
+		s, c = s*a, c*a
 		i, j := p, p+half
 		if l == RopeInterleaved {
 			i, j = 2*p, 2*p+1

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,7 +100,13 @@ func TestRotaryErrors(t *testing.T) {
 		{Rotary{Theta: 1, Scaling: llama(8, 0, 4, 8)}, "rope low_freq_factor is 0"},
 		{Rotary{Theta: 1, Scaling: llama(8, 4, 4, 8)}, "rope high_freq_factor is 4, want a finite number > low_freq_factor 4"},
 		{Rotary{Theta: 1, Scaling: llama(8, 1, 4, 0)}, "original_max_position_embeddings is 0"},
-		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "yarn", Factor: 2}}, `rope scaling type is "yarn", want "llama3" (or empty for it) or "linear"`},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "yarn", Factor: 2}}, `rope scaling type is "yarn", want "llama3" (or empty for it), "linear" or "longrope"`},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeLinear, Factor: 2, ShortFactor: []float64{}}}, `rope short_factor, long_factor and attention_factor are LongRoPE's, the scaling's type is "linear"`},
+		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1}, LongFactor: []float64{1, 2}, OriginalMaxPositions: 4}}, "rope short_factor has 1 values, want one per rotated pair, 2"},
+		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 0}, LongFactor: []float64{1, 2}, OriginalMaxPositions: 4}}, "rope short_factor[1] is 0, want a finite number > 0"},
+		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 1}, LongFactor: []float64{1, math.Inf(1)}, OriginalMaxPositions: 4}}, "rope long_factor[1] is +Inf"},
+		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 1}, LongFactor: []float64{1, 1}}}, "rope original_max_position_embeddings is 0, want > 0"},
+		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 1}, LongFactor: []float64{1, 1}, OriginalMaxPositions: 4, AttentionFactor: -1}}, "rope attention_factor is -1"},
 		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeLinear, Factor: math.Inf(1)}}, "rope scaling factor is +Inf"},
 	} {
 		_, err := SDPA(q, k, v, &SDPAOptions{Rotary: &c.r})
@@ -121,6 +128,55 @@ func TestRotaryErrors(t *testing.T) {
 	}
 	if err := r.Apply(nil, 0); !errors.Is(err, ErrShape) {
 		t.Errorf("Apply of nil: %v", err)
+	}
+}
+
+// TestRotaryLongRoPE checks LongRoPE against its definition written out: pair p of a row at
+// position m rotated by m·θ^(−2p/n)/ext[p], ext the short factors in a call whose positions end
+// within OriginalMaxPositions and the long ones in a call that passes it, the rotation scaled
+// by the attention factor; and that the two regimes build two tables.
+func TestRotaryLongRoPE(t *testing.T) {
+	const d = 6
+	r := Rotary{Theta: 50, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1.5, 3}, LongFactor: []float64{4, 20},
+		OriginalMaxPositions: 8, AttentionFactor: 1.25}}
+	for _, c := range []struct {
+		start, rows int
+		ext         []float64
+	}{{0, 8, r.Scaling.ShortFactor}, {5, 3, r.Scaling.ShortFactor}, {5, 4, r.Scaling.LongFactor}, {0, 9, r.Scaling.LongFactor}} {
+		x := sdpaRand(9, 1, 1, 2, c.rows, d)
+		got := x.Clone()
+		if err := r.Apply(got, c.start); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float64, len(x.Data))
+		for row := range len(x.Data) / d {
+			in, out := x.Data[row*d:(row+1)*d], want[row*d:(row+1)*d]
+			m := float64(c.start + row%c.rows)
+			for p := range 2 {
+				angle := m / math.Pow(50, float64(2*p)/4) / c.ext[p]
+				a, b := float64(in[p]), float64(in[p+2])
+				out[p] = 1.25 * (a*math.Cos(angle) - b*math.Sin(angle))
+				out[p+2] = 1.25 * (b*math.Cos(angle) + a*math.Sin(angle))
+			}
+			out[4], out[5] = float64(in[4]), float64(in[5])
+		}
+		checkRel(t, fmt.Sprintf("positions %d to %d", c.start, c.start+c.rows-1), got.Data, want, 1e-6)
+	}
+	var tab ropeTable
+	tab.build(&r, 4, 0, 8)
+	short := slices.Clone(tab.cos)
+	tab.build(&r, 4, 0, 9)
+	if slices.Equal(short, tab.cos[:len(short)]) {
+		t.Error("the table of positions 0 to 8 has the short factors' cosines")
+	}
+	s := *r.Scaling
+	s.LongFactor = []float64{4, 21}
+	r2 := r
+	r2.Scaling = &s
+	before := slices.Clone(tab.cos)
+	tab.build(&r2, 4, 0, 9)
+	if slices.Equal(before, tab.cos) {
+		t.Error("a table was reused for other long factors")
 	}
 }
 
@@ -149,12 +205,12 @@ func TestRotaryInverse(t *testing.T) {
 			back := x.Clone()
 			tab.apply(back.Data, d, rows, 0, true)
 			want := make([]float64, len(x.Data))
-			inv := r.invFreq(nil, n)
+			inv := r.invFreq(nil, n, start+rows)
 			for row := range len(x.Data) / d {
 				for i := range d {
 					want[row*d+i] = float64(x.Data[row*d+i])
 				}
-				rotate64(want[row*d:(row+1)*d], inv, -(start + row%rows), r.Layout)
+				rotate64(want[row*d:(row+1)*d], inv, -(start + row%rows), r.Layout, r.attentionFactor())
 			}
 			checkRel(t, "inverse against the float64 rotation by −m", back.Data, want, 3e-7)
 

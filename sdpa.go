@@ -916,12 +916,12 @@ func SDPAReference(q, k, v *tensor.Tensor, opt *SDPAOptions) (*SDPATrace, error)
 	tr.Weights = make([]float64, p.b*p.hq*p.tq*p.tk)
 	qf, kf, vf := as[float64](p.q), as[float64](p.k), as[float64](p.v)
 	if r := p.opt.Rotary; r != nil {
-		inv := r.invFreq(nil, p.ropeDim)
+		inv, a := r.invFreq(nil, p.ropeDim, r.Offset+p.tk), r.attentionFactor()
 		for row := range len(qf) / max(p.d, 1) {
-			rotate64(qf[row*p.d:(row+1)*p.d], inv, r.Offset+p.tk-p.tq+row%p.tq, r.Layout)
+			rotate64(qf[row*p.d:(row+1)*p.d], inv, r.Offset+p.tk-p.tq+row%p.tq, r.Layout, a)
 		}
 		for row := range len(kf) / max(p.d, 1) {
-			rotate64(kf[row*p.d:(row+1)*p.d], inv, r.Offset+row%p.tk, r.Layout)
+			rotate64(kf[row*p.d:(row+1)*p.d], inv, r.Offset+row%p.tk, r.Layout, a)
 		}
 	}
 	for b := range p.b {

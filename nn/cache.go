@@ -16,6 +16,7 @@ type Cache struct {
 	kv       []*mha.KVCache
 	b, n     int
 	capacity int
+	tokens   []int // with LongRoPE, the tokens the cache holds, [b, capacity]
 }
 
 // NewCache returns an empty cache for batch sequences of up to capacity positions (at most the
@@ -35,6 +36,9 @@ func (m *Model) NewCache(batch, capacity int, dtype mha.CacheDType) (*Cache, err
 		return nil, fmt.Errorf("nn: the model's attention is sparse (patterns %q, normalizer %q), which a KV cache does not compute; use Forward", m.cfg.Patterns, m.cfg.Normalizer)
 	}
 	c := &Cache{m: m, b: batch, capacity: capacity}
+	if len(m.cfg.ropeSwitches()) > 0 {
+		c.tokens = make([]int, batch*capacity)
+	}
 	for l, blk := range m.blocks {
 		kv, err := blk.attn.NewKVCache(batch, capacity, dtype)
 		if err != nil {
@@ -58,8 +62,11 @@ func (c *Cache) Reset() {
 
 // ForwardCached runs tokens [B, T] (row-major, len b·t) as the next T positions of the
 // sequences in c, after the c.Len() it holds, and returns their logits [B, T, Vocab] ([B, 1,
-// Vocab], the last position's, with opt.LastLogits), which equal those of a Forward of the whole sequences at those positions up to float32 rounding (or
-// bfloat16's, with Compute bfloat16). The storage is the model's, overwritten by the next
+// Vocab], the last position's, with opt.LastLogits), which equal those of a Forward of the
+// sequences so far at those positions up to float32 rounding (or bfloat16's, with Compute
+// bfloat16). A model with LongRoPE (mha.RopeScaling), whose rotation changes when a call's
+// positions first pass the original length, recomputes the cache from the tokens it holds in
+// the call that passes it, as Hugging Face's Phi-3 generation does. The storage is the model's, overwritten by the next
 // forward. It keeps nothing for Loss or Backward (a Loss needs a Forward); of opt it reads
 // Workers, Compute and LastLogits. It returns an error, leaving c unchanged, when b is not c's batch, t is
 // not positive, c has fewer than t positions left, a token is outside [0, Vocab), or Compute is
@@ -89,6 +96,41 @@ func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions)
 	if err := m.r.setWorkers(opt.Workers); err != nil {
 		return nil, err
 	}
+	if c.tokens != nil {
+		for bb := range b {
+			copy(c.tokens[bb*c.capacity+c.n:], tokens[bb*t:(bb+1)*t])
+		}
+		for _, orig := range cfg.ropeSwitches() {
+			if c.n > 0 && c.n <= orig && c.n+t > orig {
+				return m.recompute(c, t, opt)
+			}
+		}
+	}
+	return m.forwardCached(c, tokens, b, t, opt)
+}
+
+// recompute empties c and runs the c.n + t tokens it holds as one call, returning the logits
+// of the last t positions (or the last one's, with opt.LastLogits) as ForwardCached does.
+func (m *Model) recompute(c *Cache, t int, opt *RunOptions) (*tensor.Tensor, error) {
+	b, n, v := c.b, c.n+t, m.cfg.Vocab
+	all := make([]int, 0, b*n)
+	for bb := range b {
+		all = append(all, c.tokens[bb*c.capacity:bb*c.capacity+n]...)
+	}
+	c.Reset()
+	logits, err := m.forwardCached(c, all, b, n, opt)
+	if err != nil || opt.LastLogits {
+		return logits, err
+	}
+	for bb := range b { // the last t rows of each sequence, moved to the front
+		copy(m.logits[bb*t*v:(bb+1)*t*v], m.logits[(bb*n+n-t)*v:(bb+1)*n*v])
+	}
+	return &tensor.Tensor{Shape: []int{b, t, v}, Data: m.logits[:b*t*v]}, nil
+}
+
+// forwardCached is ForwardCached after its checks.
+func (m *Model) forwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
+	cfg := m.cfg
 	m.state = stateFresh // no Loss or Backward after this
 	m.tokens = append(m.tokens[:0], tokens...)
 	m.r.compute = opt.Compute.Effective()

@@ -205,16 +205,24 @@ func TestForwardCachedShared(t *testing.T) {
 
 // TestForwardCachedLastLogits checks RunOptions.LastLogits: each sequence's last logits [B, 1,
 // Vocab], those of the full call's last positions within float32 rounding, in a prompt and in a
-// step; Forward refuses it.
+// step, and in a LongRoPE model's call that passes the original length (and recomputes the
+// cache); Forward refuses it.
 func TestForwardCachedLastLogits(t *testing.T) {
-	cfg := hfConfigs()["llama"]
+	for name, steps := range map[string][][2]int{"llama": {{0, 5}, {5, 6}}, "phi3_longrope": {{0, 3}, {3, 5}}} {
+		t.Run(name, func(t *testing.T) { checkLastLogits(t, hfConfigs()[name], steps) })
+	}
+}
+
+// checkLastLogits runs the steps [from, to) of LastLogits' checks on a model for cfg: a prompt
+// of from positions, then the step.
+func checkLastLogits(t *testing.T, cfg Config, stepList [][2]int) {
 	m, err := NewModel(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8} // 2 sequences of 6
 	const b, v = 2, 11
-	for _, steps := range [][2]int{{0, 5}, {5, 6}} { // a prompt of 5, then a step of 1
+	for _, steps := range stepList {
 		t0, t1 := steps[0], steps[1]
 		var part []int
 		for bb := range b {

@@ -143,7 +143,9 @@ type Rope struct {
 	Theta       float64 `json:"theta"`                 // the base θ, > 0 (Hugging Face's rope_theta)
 	Dim         int     `json:"dim,omitempty"`         // rotated dimensions of each head; 0 means all
 	Interleaved bool    `json:"interleaved,omitempty"` // pairs (2p, 2p+1) as GPT-J, not rotate-half as Llama
-	// Scaling, when not nil, is Llama 3's rope_scaling.
+	// Scaling, when not nil, scales the frequencies as rope_scaling says: Llama 3's, linear or
+	// LongRoPE (whose model's ForwardCached recomputes its cache when a call passes the
+	// original length).
 	Scaling *mha.RopeScaling `json:"scaling,omitempty"`
 }
 
@@ -336,6 +338,26 @@ func (c Config) window(l int) *mha.Window {
 		return &mha.Window{Left: c.Window - 1}
 	}
 	return nil
+}
+
+// ropeSwitches returns the original lengths of the blocks' LongRoPE rotaries, past which their
+// rotation changes.
+func (c Config) ropeSwitches() []int {
+	var out []int
+	for _, r := range []*Rope{c.Rope, c.localRope()} {
+		if r != nil && r.Scaling != nil && r.Scaling.Type == mha.RopeLongRoPE {
+			out = append(out, r.Scaling.OriginalMaxPositions)
+		}
+	}
+	return out
+}
+
+// localRope returns the Local blocks' own rotary, or nil.
+func (c Config) localRope() *Rope {
+	if c.Local == nil {
+		return nil
+	}
+	return c.Local.Rope
 }
 
 // CanCache reports whether a KV cache can serve the model (Model.NewCache): its attention is

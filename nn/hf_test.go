@@ -62,6 +62,11 @@ func hfConfigs() map[string]Config {
 			c.SandwichNorm, c.HeadScales, c.AttnSoftcap, c.LogitSoftcap = true, []float64{0.4, 0.4}, 0.5, 1.5
 			c.Local = &Local{Layers: []bool{true, false}, Window: 3}
 		}),
+		"phi3_longrope": with(func(c *Config) { // LongRoPE on 2 of each head's 4 dimensions, its original length 4
+			c.Norm, c.Positions, c.NormKind, c.Activation, c.NoMLPBias, c.NoHeadBias, c.NoAttnBias = PreNorm, NoPositions, RMSNorm, SwiGLU, true, true, true
+			c.KVHeads, c.Rope = 1, &Rope{Theta: 500, Dim: 2, Scaling: &mha.RopeScaling{Type: mha.RopeLongRoPE, ShortFactor: []float64{1.5},
+				LongFactor: []float64{6}, OriginalMaxPositions: 4, AttentionFactor: 1.2}}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}

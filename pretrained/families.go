@@ -252,7 +252,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if gemma3 {
 		theta = 1e6 // Gemma3TextConfig's rope_theta
 	}
-	rope, err := ropeFrom(params, key, orFloat(hc.RopeTheta, theta))
+	rope, err := hc.ropeFrom(params, key, orFloat(hc.RopeTheta, theta))
 	if err != nil {
 		return nil, err
 	}
@@ -514,7 +514,7 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 		}
 		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen)}
 		if !gemma2 { // Gemma 2's local layers rotate as its global ones
-			rope, err := ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
+			rope, err := hc.ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
 			if err != nil {
 				return err
 			}
@@ -533,8 +533,13 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 
 // ropeFrom returns the rotary of base theta that params gives (a rope_scaling or
 // rope_parameters object, named key in errors; null or left out for none): its rope_theta
-// replaces theta, and its rope_type (or type) "llama3" or "linear" scales the frequencies.
-func ropeFrom(params json.RawMessage, key string, theta float64) (*nn.Rope, error) {
+// replaces theta, and its rope_type (or type) "llama3", "linear" or "longrope" scales the
+// frequencies. LongRoPE's original length is config.json's original_max_position_embeddings
+// (Phi-3's), else the object's, else max_position_embeddings; its attention factor the
+// object's attention_factor, else √(1 + ln f / ln original) for f = max_position_embeddings /
+// original_max_position_embeddings (Phi-3's) or the object's factor, 1 when f ≤ 1, as
+// _compute_longrope_parameters computes it.
+func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) (*nn.Rope, error) {
 	rope := &nn.Rope{Theta: theta}
 	if isNull(params) {
 		return rope, nil
@@ -552,12 +557,28 @@ func ropeFrom(params json.RawMessage, key string, theta float64) (*nn.Rope, erro
 	kind := cmp.Or(sc.RopeType, sc.Type, "default")
 	switch kind {
 	case "default":
+		return rope, nil
 	case mha.RopeLlama3, mha.RopeLinear:
-		rope.Scaling = &sc.RopeScaling
-		rope.Scaling.Type = kind
+	case mha.RopeLongRoPE:
+		orig, factor := sc.OriginalMaxPositions, sc.Factor
+		if p := hc.OriginalMaxPositionEmbeddings; p != nil {
+			orig, factor = *p, float64(hc.MaxPositionEmbeddings)/float64(*p)
+		}
+		if orig == 0 {
+			orig = hc.MaxPositionEmbeddings
+		}
+		if orig <= 0 {
+			return nil, fmt.Errorf("pretrained: %s of type longrope with original_max_position_embeddings %d, want > 0", key, orig)
+		}
+		sc.OriginalMaxPositions = orig
+		if sc.AttentionFactor == 0 && factor > 1 {
+			sc.AttentionFactor = math.Sqrt(1 + math.Log(factor)/math.Log(float64(orig)))
+		}
 	default:
-		return nil, fmt.Errorf("%w: %s type %q (mha has default, llama3 and linear)", ErrUnsupported, key, kind)
+		return nil, fmt.Errorf("%w: %s type %q (mha has default, llama3, linear and longrope)", ErrUnsupported, key, kind)
 	}
+	rope.Scaling = &sc.RopeScaling
+	rope.Scaling.Type = kind
 	return rope, nil
 }
 

@@ -126,6 +126,8 @@ type hfConfig struct {
 	SlidingWindow           json.RawMessage `json:"sliding_window"` // a number, null, or left out (Mistral's 4096)
 	UseSlidingWindow        bool            `json:"use_sliding_window"`
 	PartialRotaryFactor     *float64        `json:"partial_rotary_factor"`
+	// OriginalMaxPositionEmbeddings is Phi-3's pre-training length, which its LongRoPE reads.
+	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
 
 	// Gemma 3
 	LayerTypes                []string        `json:"layer_types"` // "sliding_attention" or "full_attention", per layer

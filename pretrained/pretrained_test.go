@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -400,6 +400,37 @@ func TestOpenGemma3Configs(t *testing.T) {
 	}
 }
 
+// TestOpenLongRoPE checks Phi-3's LongRoPE in the regime that the folder's reference does not
+// reach: a call whose positions end within original_max_position_embeddings (6 of 8) rotates
+// with the short factors, and the logits match the reference's for it; the folder's 10 positions
+// (TestOpenMatchesReference) take the long ones. The attention factor is √(1 + ln 8 / ln 8).
+func TestOpenLongRoPE(t *testing.T) {
+	m, err := Open(testdataDir("phi3-longrope"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.NN.Config().Rope.Scaling
+	if s == nil || s.Type != "longrope" || s.OriginalMaxPositions != 8 || math.Abs(s.AttentionFactor-math.Sqrt2) > 1e-15 || m.NN.Config().Rope.Dim != 6 {
+		t.Fatalf("rope %+v, scaling %+v: want LongRoPE over 6 dimensions, original length 8, attention factor √2", m.NN.Config().Rope, s)
+	}
+	exp, err := safetensors.ReadFile(filepath.Join(testdataDir("phi3-longrope"), "expected.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, shape := int64s(t, exp, "short.input_ids")
+	want, _, err := exp.Float64("short.logits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.NN.Forward(ids, shape[0], shape[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := tensor.RelError(got.Data, want); e > 1e-5 {
+		t.Errorf("6 positions: relative error %.3g against the reference, want ≤ 1e-5", e)
+	}
+}
+
 // TestOpenGemma2Softcaps checks Gemma 2's soft-caps as Gemma2Config reads them: 50 and 30 when
 // the config leaves them out, none when null, the config's otherwise; and its sliding layers
 // 0 and 2 of 3, with the global rotary.
@@ -494,7 +525,7 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 // config.json files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

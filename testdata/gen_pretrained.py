@@ -321,8 +321,10 @@ def bert(name, dtype, old_names):
 # ---------------------------------------------------------------- Llama family
 
 
-def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None):
-    """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer)."""
+def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, head_dim=None, longrope=False):
+    """Draws the Llama-family folder name's weights: (cfg, Params, weights W, tokenizer). With
+    longrope (Phi-3): two heads of 8, three quarters of each rotated, LongRoPE's factors for
+    an original length of 8 in 64 positions."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
                   "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text"}[arch]
@@ -336,6 +338,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg["rope_scaling"] = dict(scaling, rope_type="llama3")
     if window is not None:
         cfg["sliding_window"] = window
+    if longrope:
+        cfg["num_attention_heads"] = 2
     p = Params(name, dtype)
     e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     d = head_dim or e // h
@@ -360,6 +364,9 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     if phi3:  # Phi3RotaryEmbedding rotates the first int(head_dim · partial_rotary_factor) features
         cfg.update(partial_rotary_factor=0.5)
         del cfg["attention_bias"]
+    if longrope:  # as Phi-3.5-mini's and Phi-4-mini's rope_scaling, at this model's size
+        cfg.update(partial_rotary_factor=0.75, original_max_position_embeddings=8,
+                   rope_scaling={"type": "longrope", "short_factor": [1.0, 1.6, 3.5], "long_factor": [1.2, 4.0, 11.0]})
     emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
     layers = []
     # Gemma's RMSNorm multiplies by 1 + weight, its weights near 0: the reference uses 1 + w.
@@ -424,6 +431,10 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     rope = (cfg["rope_theta"], int(d * cfg.get("partial_rotary_factor", 1.0)), "half", 0)
     if scaling is None:
         sc = None
+    elif scaling.get("type") == "longrope":  # Phi-3's: the attention factor from the two lengths
+        orig = cfg["original_max_position_embeddings"]
+        af = math.sqrt(1 + math.log(cfg["max_position_embeddings"] / orig) / math.log(orig))
+        sc = ("longrope", scaling["short_factor"], scaling["long_factor"], orig, af)
     elif scaling["rope_type"] == "linear":
         sc = ("linear", scaling["factor"])
     else:
@@ -490,11 +501,16 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     return logits, hidden, attns
 
 
-def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False, head_dim=None):
-    cfg, p, W, tok = llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias, window, scaling, head_dim)
+def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False, head_dim=None,
+          longrope=False):
+    cfg, p, W, tok = llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias, window, scaling, head_dim, longrope)
     ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 10)))
     logits, hidden, attns = llama_forward(cfg, W, ids)
-    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok)
+    extra = {}
+    if longrope:  # a call that ends within the original length: the short factors
+        extra["short.input_ids"] = ids[:, :6].numpy().astype(np.int64)
+        extra["short.logits"] = llama_forward(cfg, W, ids[:, :6])[0].numpy()
+    write_model(name, cfg, p.stored, shards, ids, None, logits, hidden, attns, tokenizer=tok, extra=extra)
 
 
 def gemma3_vision(name):
@@ -623,7 +639,7 @@ def torch_dtype(dtype):
 
 
 def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, attns, token_type_ids=None,
-                tokenizer=None):
+                tokenizer=None, extra=None):
     d = os.path.join(OUT_DIR, name)
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
@@ -657,6 +673,7 @@ def write_model(name, cfg, stored, shards, ids, attention_mask, logits, hidden, 
         exp["token_type_ids"] = token_type_ids.numpy().astype(np.int64)
     for l, w in enumerate(attns):
         exp[f"attentions.{l}"] = w.numpy()
+    exp.update(extra or {})
     write_safetensors(os.path.join(d, "expected.safetensors"), exp, {"model": name})
 
 
@@ -676,6 +693,7 @@ def main():
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
+    llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
     gemma3_vision("gemma3-vision")

@@ -155,14 +155,26 @@ def rotate_every_two(x):
 
 def apply_rope(x, positions, rope, scaling):
     """Rotate x [..., T, D] at positions [T] as Hugging Face's apply_rotary_pos_emb (half) or
-    GPT-J's apply_rotary_pos_emb (interleaved) do, on the first dim features (partial rotary)."""
+    GPT-J's apply_rotary_pos_emb (interleaved) do, on the first dim features (partial rotary);
+    scaling is rope_inv_freq's, or ("longrope", short_factor, long_factor, original length,
+    attention factor) for the half layout."""
     theta, dim, layout, _ = rope
     dim = dim or x.shape[-1]
-    freqs = positions.double()[:, None] * rope_inv_freq(theta, dim, scaling)[None, :]
+    af = 1.0
+    if scaling is not None and scaling[0] == "longrope":
+        # _compute_longrope_parameters: the long factors when the call's seq_len (its largest
+        # position plus one) passes the original length, the short ones otherwise; the cosines and
+        # sines times the attention factor.
+        _, short, long, orig, af = scaling
+        ext = long if int(positions.max()) + 1 > orig else short
+        inv = rope_inv_freq(theta, dim, None) / torch.tensor(ext, dtype=torch.float64)
+    else:
+        inv = rope_inv_freq(theta, dim, scaling)
+    freqs = positions.double()[:, None] * inv[None, :]
     rot, rest = x[..., :dim], x[..., dim:]
     if layout == "half":
         emb = torch.cat((freqs, freqs), dim=-1)
-        rot = rot * emb.cos() + rotate_half(rot) * emb.sin()
+        rot = rot * (emb.cos() * af) + rotate_half(rot) * (emb.sin() * af)
     else:
         cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
         rot = rot * cos + rotate_every_two(rot) * sin
