@@ -18,8 +18,10 @@ import (
 //	post-norm:  x = LN1(x + MHA(x));     x = LN2(x + FFN(x))
 //	pre-norm:   x = x + MHA(LN1(x));     x = x + FFN(LN2(x))
 //	sandwich:   x = x + LN1'(MHA(LN1(x)));  x = x + LN2'(FFN(LN2(x)))
+//	parallel:   x = x + MHA(LN1(x)) + FFN(LN2(x))
 type block struct {
 	pre      bool
+	parallel bool       // the feed-forward network reads the block's input, not the stream after the attention
 	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks
 	post1    *normLayer // the sandwich's LN1' and LN2', or nil
 	post2    *normLayer
@@ -64,7 +66,7 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
-	b := &block{pre: c.Norm == PreNorm, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn, window: c.window(l)}
+	b := &block{pre: c.Norm == PreNorm, parallel: c.ParallelResidual, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn, window: c.window(l)}
 	if c.SandwichNorm {
 		b.post1 = newNorm(ps, c, prefix+"ln1_post")
 	}
@@ -204,7 +206,10 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	}
 	b.sum2 = kernel.Grow(b.sum2, n*d)
 	in = x
-	if b.pre {
+	switch {
+	case b.parallel:
+		in = b.ln2.forward(r, b.x, n)
+	case b.pre:
 		in = b.ln2.forward(r, x, n)
 	}
 	y = b.ffn.forward(r, in, n)
@@ -249,6 +254,9 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 			b.ln2.backward(r, dh, dx, n)
 		}
 		dOut := dx
+		if b.parallel { // the attention's output reaches y directly, not through the FFN
+			dOut = dy
+		}
 		if b.post1 != nil {
 			dOut = zeroed(&s.d2, n*d)
 			b.post1.backward(r, dx, dOut, n)

@@ -122,6 +122,11 @@ type Config struct {
 	// N2'(FFN(N2(x))), with the parameters blocks.l.ln1_post and blocks.l.ln2_post (the latter
 	// unless AttnOnly). Only with Norm "pre".
 	SandwichNorm bool `json:"sandwich_norm,omitempty"`
+	// ParallelResidual has each pre-norm block add its attention and its feed-forward network,
+	// both reading the block's input, to the stream at once (GPT-NeoX's and Pythia's
+	// use_parallel_residual, GPT-J's): x = x + MHA(N1(x)) + FFN(N2(x)). ResidualMid is then x +
+	// MHA(N1(x)). Only with Norm "pre", a feed-forward network and no SandwichNorm.
+	ParallelResidual bool `json:"parallel_residual,omitempty"`
 	// AttnSoftcap, when > 0, caps every block's scaled attention scores s to
 	// AttnSoftcap·tanh(s/AttnSoftcap) before the masks (mha.Options.Softcap; Gemma 2's
 	// attn_logit_softcapping). LogitSoftcap, when > 0, caps the logits z likewise (Gemma 2's
@@ -278,6 +283,8 @@ func (c Config) Validate() error {
 		return bad("local blocks with bidirectional %v and window %d, want causal attention without a window of every block", c.Bidirectional, c.Window)
 	case c.SandwichNorm && c.Norm != PreNorm:
 		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
+	case c.ParallelResidual && (c.Norm != PreNorm || c.AttnOnly || c.SandwichNorm):
+		return bad("parallel_residual with norm %q, attn_only %v and sandwich_norm %v, want a pre-norm block with a feed-forward network and no sandwich", c.Norm, c.AttnOnly, c.SandwichNorm)
 	case !(c.AttnSoftcap >= 0 && c.AttnSoftcap <= math.MaxFloat32):
 		return bad("attn_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.AttnSoftcap)
 	case !(c.LogitSoftcap >= 0 && c.LogitSoftcap <= math.MaxFloat32):

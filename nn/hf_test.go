@@ -67,6 +67,10 @@ func hfConfigs() map[string]Config {
 			c.KVHeads, c.Rope = 1, &Rope{Theta: 500, Dim: 2, Scaling: &mha.RopeScaling{Type: mha.RopeLongRoPE, ShortFactor: []float64{1.5},
 				LongFactor: []float64{6}, OriginalMaxPositions: 4, AttentionFactor: 1.2}}
 		}),
+		"pythia": with(func(c *Config) { // GPT-NeoX: parallel attention and MLP, LayerNorm, a quarter of each head rotated
+			c.Norm, c.Positions, c.Activation, c.NoHeadBias, c.ParallelResidual = PreNorm, NoPositions, GELU, true, true
+			c.Rope = &Rope{Theta: 10000, Dim: 2}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}

@@ -21,6 +21,8 @@ var (
 	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
 	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
+	// GPT-NeoX's attention buffers (older checkpoints carry them), and the head when tied.
+	neoxSkip = regexp.MustCompile(`^(layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)|embed_out\.weight)$`)
 	// Gemma 3's vision tower and multimodal projector, beside its text model.
 	visionSkip = regexp.MustCompile(`^(model\.)?(vision_tower|multi_modal_projector)\.`)
 )
@@ -158,6 +160,113 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// neoxLayout maps a GPTNeoXForCausalLM (or GPTNeoXModel) folder, Pythia's and GPT-NeoX-20B's:
+// pre-norm blocks of LayerNorm whose attention and MLP run in parallel (use_parallel_residual,
+// true unless the config says otherwise), the first rotary_pct of each head rotated in the
+// rotate-half layout with base rotary_emb_base (transformers v5: partial_rotary_factor,
+// rope_theta), query_key_value's rows stored per head [q_h; k_h; v_h] and read into
+// in_proj_weight's [Q; K; V], biases on every projection, the exact GELU, and an untied head
+// embed_out.
+func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
+	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+		return nil, err
+	}
+	if e%heads != 0 {
+		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
+	}
+	if hc.MaxPositionEmbeddings < 0 {
+		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
+	}
+	d := e / heads
+	act := cmp.Or(hc.HiddenAct, nn.GELU)
+	pct := 0.25 // GPTNeoXConfig's rotary_pct
+	if hc.RotaryPct != nil {
+		pct = *hc.RotaryPct
+	} else if hc.PartialRotaryFactor != nil {
+		pct = *hc.PartialRotaryFactor
+	}
+	theta := 10000.0
+	if hc.RotaryEmbBase != nil {
+		theta = *hc.RotaryEmbBase
+	}
+	switch {
+	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: GPT-NeoX hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case !(pct >= 0 && pct <= 1):
+		return nil, fmt.Errorf("pretrained: rotary_pct is %v, want a fraction in [0, 1]", pct)
+	}
+	seq := nn.MaxSeqLen
+	if p := hc.MaxPositionEmbeddings; p > 0 {
+		seq = min(p, nn.MaxSeqLen)
+	}
+	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, theta))
+	if err != nil {
+		return nil, err
+	}
+	switch n := int(float64(d) * pct); {
+	case n == 0:
+		rope = nil
+	case n%2 != 0:
+		return nil, fmt.Errorf("%w: rotary_pct %v of a head of %d rotates an odd %d features", ErrUnsupported, pct, d, n)
+	case n < d:
+		rope.Dim = n
+	}
+	tied := orBool(hc.TieEmbeddings, false) // GPTNeoXConfig's default
+	bias := orBool(hc.AttentionBias, true)  // GPTNeoXConfig's default
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-5), NoHeadBias: true,
+			TieEmbeddings: tied, Rope: rope, NoAttnBias: !bias, ParallelResidual: orBool(hc.UseParallelResidual, true)},
+		prefixes: []string{"gpt_neox.", ""},
+		skip: func(name string) bool {
+			return neoxSkip.MatchString(name) && (name != "embed_out.weight" || tied)
+		},
+	}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string) {
+		add(to+".weight", src(from+".weight", e))
+		add(to+".bias", src(from+".bias", e))
+	}
+	// qkv returns the parts of query_key_value's weight (cols e) or bias (cols 0) that make
+	// in_proj's [Q; K; V]: for each of Q, K, V, the rows of every head in turn.
+	qkv := func(name string, cols int) []part {
+		shape := []int{3 * e}
+		if cols > 0 {
+			shape = append(shape, cols)
+		}
+		var parts []part
+		for which := range 3 {
+			for h := range heads {
+				r0 := h*3*d + which*d
+				parts = append(parts, part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + d}})
+			}
+		}
+		return parts
+	}
+	add("tok_emb.weight", src("embed_in.weight", v, e))
+	for i := range layers {
+		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		norm(b+"ln1", h+"input_layernorm")
+		add(b+"attn.in_proj_weight", qkv(h+"attention.query_key_value.weight", e)...)
+		add(b+"attn.out_proj.weight", src(h+"attention.dense.weight", e, e))
+		if bias {
+			add(b+"attn.in_proj_bias", qkv(h+"attention.query_key_value.bias", 0)...)
+			add(b+"attn.out_proj.bias", src(h+"attention.dense.bias", e))
+		}
+		norm(b+"ln2", h+"post_attention_layernorm")
+		add(b+"ffn.fc1.weight", src(h+"mlp.dense_h_to_4h.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"mlp.dense_h_to_4h.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"mlp.dense_4h_to_h.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"mlp.dense_4h_to_h.bias", e))
+	}
+	norm("ln_f", "final_layer_norm")
+	if !tied {
+		add("head.weight", part{names: []string{"embed_out.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
 // llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3,
 // Phi-3; CausalLM or the bare model): pre-norm blocks of RMSNorm (Gemma 2's and 3's sandwiched:
 // gemmaLayers), grouped-query attention with rotary positions in the rotate-half layout (after
@@ -263,7 +372,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		d = *headDim
 	}
 	qd, ekv := heads*d, kv*d
-	qkvBias := !phi3 && (hc.AttentionBias || qwen) // Phi-3's qkv_proj has no bias
+	qkvBias := !phi3 && (orBool(hc.AttentionBias, false) || qwen) // Phi-3's qkv_proj has no bias
 	// Only Llama's MLP reads mlp_bias; the others' have no biases whatever the config says.
 	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3)
 	if phi3 && hc.PartialRotaryFactor != nil {

@@ -10,6 +10,8 @@
 //	                                      Conv1D weights [in, out] are transposed at load time
 //	BertModel, BertForMaskedLM            post-norm LayerNorm(X + MultiHead(X)), token types,
 //	                                      bidirectional attention, the masked-LM head
+//	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
+//	                                      rotary, query_key_value per head, LayerNorm
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
 //	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
@@ -55,9 +57,10 @@ type Family string
 
 // The families.
 const (
-	GPT2  Family = "gpt2"
-	BERT  Family = "bert"
-	Llama Family = "llama"
+	GPT2    Family = "gpt2"
+	BERT    Family = "bert"
+	Llama   Family = "llama"
+	GPTNeoX Family = "gpt_neox"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -120,7 +123,7 @@ type hfConfig struct {
 	RopeTheta               *float64        `json:"rope_theta"`
 	RopeScaling             json.RawMessage `json:"rope_scaling"`
 	RopeParameters          json.RawMessage `json:"rope_parameters"` // transformers v5's rope_theta and rope_scaling in one
-	AttentionBias           bool            `json:"attention_bias"`
+	AttentionBias           *bool           `json:"attention_bias"`
 	MLPBias                 bool            `json:"mlp_bias"`
 	HeadDim                 *int            `json:"head_dim"`
 	SlidingWindow           json.RawMessage `json:"sliding_window"` // a number, null, or left out (Mistral's 4096)
@@ -128,6 +131,11 @@ type hfConfig struct {
 	PartialRotaryFactor     *float64        `json:"partial_rotary_factor"`
 	// OriginalMaxPositionEmbeddings is Phi-3's pre-training length, which its LongRoPE reads.
 	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
+
+	// GPT-NeoX
+	RotaryPct           *float64 `json:"rotary_pct"`
+	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
+	UseParallelResidual *bool    `json:"use_parallel_residual"`
 
 	// Gemma 3
 	LayerTypes                []string        `json:"layer_types"` // "sliding_attention" or "full_attention", per layer
@@ -172,6 +180,7 @@ func (hc *hfConfig) textModel() error {
 var architectures = map[string]Family{
 	"GPT2LMHeadModel": GPT2, "GPT2Model": GPT2,
 	"BertModel": BERT, "BertForMaskedLM": BERT,
+	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
@@ -183,7 +192,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "gpt_neox": GPTNeoX, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -277,6 +286,12 @@ func (o Options) Open(dir string) (*Model, error) {
 	case BERT:
 		lay, err = bertLayout(&hc, w)
 		m.LMHead = err == nil && lay.cfg.HeadTransform
+	case GPTNeoX:
+		if bare {
+			hc.TieEmbeddings = new(true) // no embed_out: the nn model's head is the embedding
+		}
+		lay, err = neoxLayout(&hc, w)
+		m.LMHead = !bare
 	default:
 		if bare {
 			t := true

@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -315,6 +315,11 @@ func TestOpenErrors(t *testing.T) {
 			delete(c, "rope_scaling")
 			c["rope_parameters"] = map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "yarn"}}
 		}), `rope_parameters.sliding_attention type "yarn"`, true},
+		{"neox activation", edit("pythia", func(c map[string]any) { c["hidden_act"] = "relu" }), `GPT-NeoX hidden_act "relu"`, true},
+		{"neox odd rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 0.375 }), "rotary_pct 0.375 of a head of 8 rotates an odd 3 features", true},
+		{"neox rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 2 }), "rotary_pct is 2, want a fraction in [0, 1]", false},
+		{"neox heads", edit("pythia", func(c map[string]any) { c["num_attention_heads"] = 3 }), "hidden_size 16 is not divisible by num_attention_heads 3", false},
+		{"neox no bias", edit("pythia", func(c map[string]any) { c["attention_bias"] = false }), "gpt_neox.layers.0.attention.dense.bias in model.safetensors is not part of", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
@@ -428,6 +433,35 @@ func TestOpenLongRoPE(t *testing.T) {
 	}
 	if e := tensor.RelError(got.Data, want); e > 1e-5 {
 		t.Errorf("6 positions: relative error %.3g against the reference, want ≤ 1e-5", e)
+	}
+}
+
+// TestOpenNeoX checks what the GPT-NeoX folders' references do not: the buffers older
+// checkpoints carry are skipped and listed; transformers v5's names of the rotary's fraction and
+// base open the same model; a bare GPTNeoXModel reads no embed_out.
+func TestOpenNeoX(t *testing.T) {
+	m, err := Open(testdataDir("gpt-neox-sequential"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Unused) != 6 || !strings.HasSuffix(m.Unused[0], "attention.bias") {
+		t.Errorf("unused %q, want each layer's attention.bias, masked_bias and rotary_emb.inv_freq", m.Unused)
+	}
+	base, err := Open(testdataDir("pythia"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v5, err := Open(editConfig(t, "pythia", func(c map[string]any) {
+		c["partial_rotary_factor"], c["rope_theta"] = c["rotary_pct"], c["rotary_emb_base"]
+		delete(c, "rotary_pct")
+		delete(c, "rotary_emb_base")
+	}))
+	if err != nil || !reflect.DeepEqual(v5.NN.Config(), base.NN.Config()) {
+		t.Errorf("transformers v5's names: %v, config %+v, want %+v", err, v5.NN.Config(), base.NN.Config())
+	}
+	bare, err := Open(editConfig(t, "pythia", func(c map[string]any) { c["architectures"] = []string{"GPTNeoXModel"} }))
+	if err != nil || bare.LMHead || !bare.NN.Config().TieEmbeddings || !slices.Equal(bare.Unused, []string{"embed_out.weight"}) {
+		t.Errorf("GPTNeoXModel: %v, LM head %v, unused %q; want no LM head and embed_out unused", err, bare != nil && bare.LMHead, bare.Unused)
 	}
 }
 

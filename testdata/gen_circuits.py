@@ -5,9 +5,9 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits.py
 
-For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma2,gemma3,bert} this reads
+For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma2,gemma3,pythia,bert} this reads
 the weights under their Hugging Face names (GPT-2's Conv1D c_attn/c_proj, Llama's q/k/v/o_proj
-with grouped K/V heads, BERT's query/key/value/output.dense), independently of mha's loader, and
+with grouped K/V heads, GPT-NeoX's query_key_value per head, BERT's query/key/value/output.dense), independently of mha's loader, and
 computes in float64 with PyTorch, forming every d_model × d_model circuit explicitly (the Go code
 goes through the d_head factors instead):
 
@@ -96,6 +96,17 @@ class Weights:
             if gemma:
                 self.W_E = self.W_E * float(np.float32(np.sqrt(e)))
             self.W_U = (t["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else t["lm_head.weight"]).T
+        elif name == "pythia":  # GPT-NeoX: query_key_value's rows per head [q_h; k_h; v_h]
+            e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+            self.rms, d, hkv = False, e // h, h
+            for l in range(nl):
+                s = f"gpt_neox.layers.{l}."
+                w = t[s + "attention.query_key_value.weight"].view(h, 3, d, e)
+                self.layers.append(dict(q=w[:, 0].reshape(e, e).T, k=w[:, 1].reshape(e, e).T, v=w[:, 2].reshape(e, e).T,
+                                        o=t[s + "attention.dense.weight"].T, gamma=t[s + "input_layernorm.weight"]))
+            self.gamma_u = t["gpt_neox.final_layer_norm.weight"]
+            self.W_E = t["gpt_neox.embed_in.weight"]
+            self.W_U = t["embed_out.weight"].T
         elif name == "bert":
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
             self.rms, d, hkv = False, e // h, h
@@ -218,7 +229,7 @@ def subspaces(W):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "bert"):
+    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "pythia", "bert"):
         W = Weights(name)
         tensors = {}
         for m, s in composition(W, True).items():

@@ -128,6 +128,24 @@ def gpt2():
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
+def neox(name, dtype, **kw):
+    cfg, _, W, _ = gp.neox_weights(name, dtype, **kw)
+    ids = committed(name, lambda ids: gp.neox_forward(cfg, W, ids)[0])
+    trace = {}
+    logits, _, _ = gp.neox_forward(cfg, W, ids, trace)
+    e, h = cfg["hidden_size"], cfg["num_attention_heads"]
+    d = e // h
+    pos = ids.shape[1] - 1
+    target, foil = metric(logits, pos)
+    out = dla(trace, logits,
+              lambda l, z: [W["layers"][l]["dense"][0][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)],
+              lambda l: W["layers"][l]["dense"][1], W["head"], W["lnf"][0], W["lnf"][1], cfg["layer_norm_eps"],
+              False, target, foil, pos)
+    out.update(lens(trace["resid_pre"] + [trace["resid_final"]],
+                    lambda x: gp.layer_norm(x, *W["lnf"], cfg["layer_norm_eps"]) @ W["head"].T))
+    write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
+
+
 def llama(name, dtype, arch="LlamaForCausalLM", **kw):
     cfg, _, W, _ = gp.llama_weights(name, dtype, arch, **kw)
     ids = committed(name, lambda ids: gp.llama_forward(cfg, W, ids)[0])
@@ -191,6 +209,8 @@ def main():
     llama("gemma2", "F32", arch="Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     # Gemma 3: each head's write through post_attention_layernorm at its frozen scale.
     llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
+    # Pythia (GPT-NeoX): the MLP parallel to the attention, LayerNorm with biases, float16.
+    neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)
     bert()
 
 

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_golden import write_safetensors  # noqa: E402
 from gen_pretrained import (bert_forward, bert_weights, gpt2_forward, gpt2_weights, llama_forward,  # noqa: E402
-                            llama_weights)
+                            llama_weights, neox_forward, neox_weights)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "circuits")
 
@@ -88,6 +88,14 @@ def models():
     last = [llama_forward(cfg3, W3, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
     yield ("gemma3", lambda ids, hook: llama_forward(cfg3, W3, ids, hook=hook)[0], cfg3["num_hidden_layers"],
            cfg3["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
+    # Pythia (GPT-NeoX): the attention and the MLP in parallel, partial rotary, float16; its
+    # metric chosen as Phi-3's.
+    cfgn, _, Wn, _ = neox_weights("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)
+    clean_n, corrupt_n = [71, 104, 32, 99, 97, 116, 257, 111, 110], [71, 104, 32, 100, 111, 103, 257, 111, 110]
+    last = [neox_forward(cfgn, Wn, torch.tensor([ids]))[0][0, -1] for ids in (clean_n, corrupt_n)]
+    yield ("pythia", lambda ids, hook: neox_forward(cfgn, Wn, ids, hook=hook)[0], cfgn["num_hidden_layers"],
+           cfgn["num_attention_heads"], clean_n, corrupt_n,
+           (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 8))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 
     def bert(ids, hook):

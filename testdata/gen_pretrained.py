@@ -7,7 +7,9 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
 Hugging Face's transformers library is not installable here, so each architecture's forward pass
 is written below in float64 PyTorch after Hugging Face's own modeling code (read through the
-project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_bert.py (BertForMaskedLM),
+project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py (GPTNeoXForCausalLM: query_key_value's
+rows per head [q; k; v], partial rotary, the MLP parallel to the attention or after it),
+modeling_bert.py (BertForMaskedLM),
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
@@ -225,6 +227,91 @@ def record(trace, key, x):
     """Appends x to trace[key] when trace is a dict."""
     if trace is not None:
         trace.setdefault(key, []).append(x)
+
+
+# ---------------------------------------------------------------- GPT-NeoX (Pythia)
+
+
+def neox_weights(name, dtype, parallel, rotary_pct, buffers):
+    """Draws the GPTNeoXForCausalLM folder name's weights: (cfg, Params, weights W, tokenizer);
+    with buffers, the attention buffers older checkpoints carry."""
+    tok, vocab_size = gpt2_tokenizer()  # Pythia's tokenizer is byte-level BPE too
+    cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": vocab_size,
+           "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "max_position_embeddings": 64, "layer_norm_eps": 1e-5, "rotary_pct": rotary_pct, "rotary_emb_base": 100.0,
+           "use_parallel_residual": parallel, "hidden_act": "gelu", "tie_word_embeddings": False,
+           "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, f, npos = cfg["hidden_size"], vocab_size, cfg["intermediate_size"], cfg["max_position_embeddings"]
+    emb = p.draw("gpt_neox.embed_in.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"gpt_neox.layers.{l}."
+
+        def ln(n):
+            return p.draw(s + n + ".weight", (e,), 0.1, 1.0), p.draw(s + n + ".bias", (e,), 0.1)
+
+        def lin(n, i, o):
+            return p.draw(s + n + ".weight", (o, i)), p.draw(s + n + ".bias", (o,), 0.1)
+
+        layers.append({"ln1": ln("input_layernorm"), "ln2": ln("post_attention_layernorm"),
+                       "qkv": lin("attention.query_key_value", e, 3 * e), "dense": lin("attention.dense", e, e),
+                       "fc1": lin("mlp.dense_h_to_4h", e, f), "fc2": lin("mlp.dense_4h_to_h", f, e)})
+        if buffers:
+            p.stored[s + "attention.bias"] = np.tril(np.ones((npos, npos), dtype=np.bool_)).reshape(1, 1, npos, npos)
+            p.stored[s + "attention.masked_bias"] = np.array(-1e9, dtype=np.float32)
+            d = e // cfg["num_attention_heads"]
+            rot = int(d * rotary_pct)
+            p.stored[s + "attention.rotary_emb.inv_freq"] = (1.0 / 100.0 ** (np.arange(0, rot, 2) / rot)).astype(np.float32)
+    lnf = (p.draw("gpt_neox.final_layer_norm.weight", (e,), 0.1, 1.0), p.draw("gpt_neox.final_layer_norm.bias", (e,), 0.1))
+    head = p.draw("embed_out.weight", (v, e), 0.5)
+    return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
+
+
+def neox_forward(cfg, W, ids, trace=None, hook=None):
+    """GPTNeoXForCausalLM's forward of ids [B, T]: (logits, hidden, attentions), recording and
+    hooking as llama_forward does. query_key_value's output is [h, 3, d] per position: head i's
+    query, key and value side by side; the first rotary_pct of each head's query and key rotate
+    (rotate_half, base rotary_emb_base); with use_parallel_residual the MLP reads the block's
+    input, x + attn(ln1(x)) + mlp(ln2(x))."""
+    e, h, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    d = e // h
+    b, t = ids.shape
+    rope = (cfg["rotary_emb_base"], int(d * cfg["rotary_pct"]), "half", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x = W["emb"][ids]
+    attns = []
+    for l, L in enumerate(W["layers"]):
+        x = run_hook(hook, "resid_pre", l, x)
+        record(trace, "resid_pre", x)
+        a = layer_norm(x, *L["ln1"], eps)
+        qkv = (a @ L["qkv"][0].T + L["qkv"][1]).view(b, t, h, 3 * d)
+        q, k, vv = (qkv[..., i * d:(i + 1) * d].permute(0, 2, 1, 3) for i in range(3))
+        if rope[1] > 0:
+            q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        o, w = softmax_attention(q, k, vv, mask, hook, l)
+        attns.append(w)
+        record(trace, "z", merge_heads(o))
+        y = merge_heads(o) @ L["dense"][0].T + L["dense"][1]
+        record(trace, "attn_out", y)
+        m = layer_norm(x if cfg["use_parallel_residual"] else x + y, *L["ln2"], eps)
+        x = x + y
+        record(trace, "resid_mid", x)
+        f = gelu(m @ L["fc1"][0].T + L["fc1"][1]) @ L["fc2"][0].T + L["fc2"][1]
+        record(trace, "mlp_out", f)
+        x = x + f
+    x = run_hook(hook, "resid_final", len(W["layers"]), x)
+    if trace is not None:
+        trace["resid_final"] = x
+    hidden = layer_norm(x, *W["lnf"], eps)
+    return hidden @ W["head"].T, hidden, attns
+
+
+def neox(name, dtype, parallel, rotary_pct, buffers):
+    cfg, p, W, tok = neox_weights(name, dtype, parallel, rotary_pct, buffers)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
+    logits, hidden, attns = neox_forward(cfg, W, ids)
+    write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
 
 
 # ---------------------------------------------------------------- BERT
@@ -693,6 +780,8 @@ def main():
     llama("qwen3-wide", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=False, head_dim=8)  # heads of 8 in 16: Qwen3-0.6B's shape
     llama("gemma", "F32", "GemmaForCausalLM", kv_heads=1, tied=True, head_dim=8)  # one K/V head, as gemma-2b
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
+    neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)  # Pythia's layout: two of each head's 8 rotated
+    neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
