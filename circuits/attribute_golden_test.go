@@ -60,10 +60,10 @@ func near(got, want float64) bool { return math.Abs(got-want) <= 1e-4*max(1, mat
 // than d_model/heads), Gemma (GeGLU, √d_model-scaled embeddings, norm gains 1 + w), Phi-3
 // (fused projections, partial rotary, a sliding window), Gemma 2 (soft-capped scores, and
 // logits whose LD is taken before their cap), Gemma 3 (each head's write through the
-// sandwich's post-attention norm at its frozen scale; local layers) and Pythia (the MLP parallel
-// to the attention, float16) folders.
+// sandwich's post-attention norm at its frozen scale; local layers), Pythia (the MLP parallel
+// to the attention, float16) and Phi-2 (one LayerNorm for both, the head's bias) folders.
 func TestAttributeReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2"} {
 		g := openDLAGolden(t, name)
 		mt := g.ints(t, "metric")
 		a, err := Attribute(g.m.NN, g.tokens, Metric{Target: mt[0], Foil: mt[1], Position: mt[2]}, 0)
@@ -101,7 +101,7 @@ func TestAttributeReference(t *testing.T) {
 // TestLensReference checks the lens's top tokens, logits and probabilities at every layer and
 // position against the float64 PyTorch reference, on the GPT-2, Llama and BERT folders.
 func TestLensReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "bert"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "bert"} {
 		g := openDLAGolden(t, name)
 		ids, shape := g.floats(t, "lens.ids")
 		logits, _ := g.floats(t, "lens.logits")

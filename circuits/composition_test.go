@@ -16,7 +16,7 @@ import (
 )
 
 // compositionGoldenModels are the tiny Hugging Face checkpoints that testdata/gen_circuits.py read.
-var compositionGoldenModels = []string{"gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "pythia", "bert"}
+var compositionGoldenModels = []string{"gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "pythia", "phi2", "bert"}
 
 var (
 	compositionGoldens  sync.Map // name → *compositionGoldenCase

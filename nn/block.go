@@ -18,11 +18,11 @@ import (
 //	post-norm:  x = LN1(x + MHA(x));     x = LN2(x + FFN(x))
 //	pre-norm:   x = x + MHA(LN1(x));     x = x + FFN(LN2(x))
 //	sandwich:   x = x + LN1'(MHA(LN1(x)));  x = x + LN2'(FFN(LN2(x)))
-//	parallel:   x = x + MHA(LN1(x)) + FFN(LN2(x))
+//	parallel:   x = x + MHA(LN1(x)) + FFN(LN2(x)), or FFN(LN1(x)) with a shared norm
 type block struct {
 	pre      bool
 	parallel bool       // the feed-forward network reads the block's input, not the stream after the attention
-	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks
+	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks and with a shared norm
 	post1    *normLayer // the sandwich's LN1' and LN2', or nil
 	post2    *normLayer
 	attn     *mha.Layer
@@ -86,7 +86,9 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 		b.grads.Params = append(b.grads.Params, mha.Param{Name: q.Name, T: p.Grad})
 	}
 	if !c.AttnOnly {
-		b.ln2 = newNorm(ps, c, prefix+"ln2")
+		if !c.SharedNorm {
+			b.ln2 = newNorm(ps, c, prefix+"ln2")
+		}
 		b.ffn = newMLP(ps, c, prefix+"ffn.")
 		if c.SandwichNorm {
 			b.post2 = newNorm(ps, c, prefix+"ln2_post")
@@ -207,6 +209,8 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 	b.sum2 = kernel.Grow(b.sum2, n*d)
 	in = x
 	switch {
+	case b.parallel && b.ln2 == nil: // the shared norm's output, the attention's input
+		in = b.in.Data
 	case b.parallel:
 		in = b.ln2.forward(r, b.x, n)
 	case b.pre:
@@ -251,7 +255,9 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 			}
 			dh := zeroed(&s.d1, n*d)
 			b.ffn.backward(r, dOut, dh, n, s)
-			b.ln2.backward(r, dh, dx, n)
+			if b.ln2 != nil {
+				b.ln2.backward(r, dh, dx, n)
+			}
 		}
 		dOut := dx
 		if b.parallel { // the attention's output reaches y directly, not through the FFN
@@ -261,7 +267,10 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 			dOut = zeroed(&s.d2, n*d)
 			b.post1.backward(r, dx, dOut, n)
 		}
-		dh := zeroed(&s.d1, n*d)
+		dh := s.d1 // with a shared norm, it holds the FFN's input gradient, to which the attention's adds
+		if b.ffn == nil || b.ln2 != nil {
+			dh = zeroed(&s.d1, n*d)
+		}
 		if err := b.attnBackward(dOut, dh); err != nil {
 			return err
 		}

@@ -127,6 +127,10 @@ type Config struct {
 	// use_parallel_residual, GPT-J's): x = x + MHA(N1(x)) + FFN(N2(x)). ResidualMid is then x +
 	// MHA(N1(x)). Only with Norm "pre", a feed-forward network and no SandwichNorm.
 	ParallelResidual bool `json:"parallel_residual,omitempty"`
+	// SharedNorm, with ParallelResidual, has the feed-forward network read the attention's
+	// normalised input, N1(x), rather than a second normalisation's (GPT-J's and Phi-2's one
+	// input_layernorm): x = x + MHA(N1(x)) + FFN(N1(x)), and the blocks have no ln2.
+	SharedNorm bool `json:"shared_norm,omitempty"`
 	// AttnSoftcap, when > 0, caps every block's scaled attention scores s to
 	// AttnSoftcap·tanh(s/AttnSoftcap) before the masks (mha.Options.Softcap; Gemma 2's
 	// attn_logit_softcapping). LogitSoftcap, when > 0, caps the logits z likewise (Gemma 2's
@@ -285,6 +289,8 @@ func (c Config) Validate() error {
 		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
 	case c.ParallelResidual && (c.Norm != PreNorm || c.AttnOnly || c.SandwichNorm):
 		return bad("parallel_residual with norm %q, attn_only %v and sandwich_norm %v, want a pre-norm block with a feed-forward network and no sandwich", c.Norm, c.AttnOnly, c.SandwichNorm)
+	case c.SharedNorm && !c.ParallelResidual:
+		return bad("shared_norm without parallel_residual, want both")
 	case !(c.AttnSoftcap >= 0 && c.AttnSoftcap <= math.MaxFloat32):
 		return bad("attn_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.AttnSoftcap)
 	case !(c.LogitSoftcap >= 0 && c.LogitSoftcap <= math.MaxFloat32):
@@ -501,6 +507,9 @@ func (c Config) ForwardBytes(b, t int, keepWeights bool) float64 {
 			hidden = 5
 		}
 		perBlock += 3*n*d + hidden*n*float64(c.FFN) // LN2(x), fc2, x + FFN; the hidden activations
+		if c.SharedNorm {
+			perBlock -= n * d // no LN2(x)
+		}
 	}
 	if c.SandwichNorm {
 		perBlock += 2 * n * d // LN1'(MHA(·)), LN2'(FFN(·))

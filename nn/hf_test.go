@@ -71,6 +71,10 @@ func hfConfigs() map[string]Config {
 			c.Norm, c.Positions, c.Activation, c.NoHeadBias, c.ParallelResidual = PreNorm, NoPositions, GELU, true, true
 			c.Rope = &Rope{Theta: 10000, Dim: 2}
 		}),
+		"phi2": with(func(c *Config) { // Phi-2: parallel attention and MLP reading one LayerNorm, biases everywhere, the head's too
+			c.Norm, c.Positions, c.Activation, c.ParallelResidual, c.SharedNorm = PreNorm, NoPositions, GELUNew, true, true
+			c.Rope = &Rope{Theta: 10000, Dim: 2}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}
@@ -126,7 +130,9 @@ func TestHFParams(t *testing.T) {
 		}
 		for _, l := range []string{"blocks.0.", "blocks.1."} {
 			norm(l + "ln1")
-			norm(l + "ln2")
+			if !cfg.SharedNorm {
+				norm(l + "ln2")
+			}
 			if cfg.SandwichNorm {
 				norm(l + "ln1_post")
 				norm(l + "ln2_post")

@@ -67,12 +67,16 @@ func (c Config) layout() []paramSpec {
 		switch {
 		case c.AttnOnly:
 		case c.gated():
-			s = append(s, c.normSpecs(p+"ln2")...)
+			if !c.SharedNorm {
+				s = append(s, c.normSpecs(p+"ln2")...)
+			}
 			s = append(s, linearSpecs(p+"ffn.gate_proj", d, c.FFN, bias)...)
 			s = append(s, linearSpecs(p+"ffn.up_proj", d, c.FFN, bias)...)
 			s = append(s, linearSpecs(p+"ffn.down_proj", c.FFN, d, bias)...)
 		default:
-			s = append(s, c.normSpecs(p+"ln2")...)
+			if !c.SharedNorm {
+				s = append(s, c.normSpecs(p+"ln2")...)
+			}
 			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN, bias)...)
 			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d, bias)...)
 		}

@@ -56,6 +56,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Norm, c.SandwichNorm = PostNorm, true }, `sandwich_norm with norm "post", want "pre"`},
 		{func(c *Config) { c.ParallelResidual, c.Norm = true, PostNorm }, `parallel_residual with norm "post", attn_only false and sandwich_norm false, want a pre-norm block with a feed-forward network and no sandwich`},
 		{func(c *Config) { c.ParallelResidual, c.AttnOnly = true, true }, "parallel_residual with norm \"pre\", attn_only true"},
+		{func(c *Config) { c.SharedNorm = true }, "shared_norm without parallel_residual, want both"},
 		{func(c *Config) { c.AttnSoftcap = -1 }, "attn_softcap is -1, want a number > 0 finite in float32 (or 0 for none)"},
 		{func(c *Config) { c.AttnSoftcap = math.NaN() }, "attn_softcap is NaN"},
 		{func(c *Config) { c.LogitSoftcap = 1e39 }, "logit_softcap is 1e+39, want a number > 0 finite in float32 (or 0 for none)"},

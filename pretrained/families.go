@@ -267,6 +267,93 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// phiLayout maps a PhiForCausalLM (or PhiModel) folder, Phi-1, Phi-1.5's and Phi-2's: pre-norm
+// blocks whose attention and MLP run in parallel from one LayerNorm (input_layernorm), the first
+// partial_rotary_factor of each head rotated in the rotate-half layout, biases on every
+// projection and on the untied head lm_head, grouped K/V heads when num_key_value_heads says so.
+// Its per-head LayerNorm of queries and keys (qk_layernorm) is refused.
+func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
+	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+		return nil, err
+	}
+	kv := heads
+	if hc.NumKeyValueHeads != nil {
+		kv = *hc.NumKeyValueHeads
+	}
+	act := cmp.Or(hc.HiddenAct, nn.GELUNew)
+	pct := orFloat(hc.PartialRotaryFactor, 0.5) // PhiConfig's default
+	switch {
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
+	case kv <= 0 || heads%kv != 0:
+		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
+	case hc.MaxPositionEmbeddings < 0:
+		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
+	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: Phi hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case !(pct >= 0 && pct <= 1):
+		return nil, fmt.Errorf("pretrained: partial_rotary_factor is %v, want a fraction in [0, 1]", pct)
+	case hc.QKLayerNorm:
+		return nil, fmt.Errorf("%w: Phi with qk_layernorm (a LayerNorm of each head's query and key; mha's is RMSNorm)", ErrUnsupported)
+	}
+	d := e / heads
+	seq := nn.MaxSeqLen
+	if p := hc.MaxPositionEmbeddings; p > 0 {
+		seq = min(p, nn.MaxSeqLen)
+	}
+	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, 10000))
+	if err != nil {
+		return nil, err
+	}
+	switch n := int(float64(d) * pct); {
+	case n == 0:
+		rope = nil
+	case n%2 != 0:
+		return nil, fmt.Errorf("%w: partial_rotary_factor %v of a head of %d rotates an odd %d features", ErrUnsupported, pct, d, n)
+	case n < d:
+		rope.Dim = n
+	}
+	tied := orBool(hc.TieEmbeddings, false)
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-5), TieEmbeddings: tied,
+			Rope: rope, ParallelResidual: true, SharedNorm: true},
+		prefixes: []string{"model.", ""},
+		skip: func(name string) bool {
+			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
+		},
+	}
+	if kv != heads {
+		l.cfg.KVHeads = kv
+	}
+	ekv := kv * d
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	add("tok_emb.weight", src("embed_tokens.weight", v, e))
+	for i := range layers {
+		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		at := h + "self_attn."
+		add(b+"ln1.weight", src(h+"input_layernorm.weight", e))
+		add(b+"ln1.bias", src(h+"input_layernorm.bias", e))
+		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", e, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
+		add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
+		add(b+"attn.out_proj.weight", src(at+"dense.weight", e, e))
+		add(b+"attn.out_proj.bias", src(at+"dense.bias", e))
+		add(b+"ffn.fc1.weight", src(h+"mlp.fc1.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"mlp.fc1.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"mlp.fc2.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"mlp.fc2.bias", e))
+	}
+	add("ln_f.weight", src("final_layernorm.weight", e))
+	add("ln_f.bias", src("final_layernorm.bias", e))
+	if !tied {
+		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	// A bare PhiModel (tied here) has no lm_head: its head's bias is zero.
+	add("head.bias", part{names: []string{"lm_head.bias"}, shape: []int{v}, head: true, zero: tied})
+	return l, nil
+}
+
 // llamaLayout maps the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3,
 // Phi-3; CausalLM or the bare model): pre-norm blocks of RMSNorm (Gemma 2's and 3's sandwiched:
 // gemmaLayers), grouped-query attention with rotary positions in the rotate-half layout (after

@@ -12,6 +12,8 @@
 //	                                      bidirectional attention, the masked-LM head
 //	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
 //	                                      rotary, query_key_value per head, LayerNorm
+//	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
+//	                                      LayerNorm, partial rotary, biases, the head's too
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
 //	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
@@ -61,6 +63,7 @@ const (
 	BERT    Family = "bert"
 	Llama   Family = "llama"
 	GPTNeoX Family = "gpt_neox"
+	Phi     Family = "phi"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -132,6 +135,9 @@ type hfConfig struct {
 	// OriginalMaxPositionEmbeddings is Phi-3's pre-training length, which its LongRoPE reads.
 	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
 
+	// Phi
+	QKLayerNorm bool `json:"qk_layernorm"`
+
 	// GPT-NeoX
 	RotaryPct           *float64 `json:"rotary_pct"`
 	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
@@ -181,6 +187,7 @@ var architectures = map[string]Family{
 	"GPT2LMHeadModel": GPT2, "GPT2Model": GPT2,
 	"BertModel": BERT, "BertForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
+	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
@@ -192,7 +199,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "gpt_neox": GPTNeoX, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -291,6 +298,12 @@ func (o Options) Open(dir string) (*Model, error) {
 			hc.TieEmbeddings = new(true) // no embed_out: the nn model's head is the embedding
 		}
 		lay, err = neoxLayout(&hc, w)
+		m.LMHead = !bare
+	case Phi:
+		if bare {
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+		}
+		lay, err = phiLayout(&hc, w)
 		m.LMHead = !bare
 	default:
 		if bare {

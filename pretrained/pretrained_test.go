@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -320,6 +320,10 @@ func TestOpenErrors(t *testing.T) {
 		{"neox rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 2 }), "rotary_pct is 2, want a fraction in [0, 1]", false},
 		{"neox heads", edit("pythia", func(c map[string]any) { c["num_attention_heads"] = 3 }), "hidden_size 16 is not divisible by num_attention_heads 3", false},
 		{"neox no bias", edit("pythia", func(c map[string]any) { c["attention_bias"] = false }), "gpt_neox.layers.0.attention.dense.bias in model.safetensors is not part of", false},
+		{"phi qk_layernorm", edit("phi2", func(c map[string]any) { c["qk_layernorm"] = true }), "Phi with qk_layernorm", true},
+		{"phi activation", edit("phi2", func(c map[string]any) { c["hidden_act"] = "relu" }), `Phi hidden_act "relu"`, true},
+		{"phi odd rotary", edit("phi2", func(c map[string]any) { c["partial_rotary_factor"] = 0.375 }), "partial_rotary_factor 0.375 of a head of 8 rotates an odd 3 features", true},
+		{"phi kv heads", edit("phi2", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide num_attention_heads 2", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
@@ -436,9 +440,9 @@ func TestOpenLongRoPE(t *testing.T) {
 	}
 }
 
-// TestOpenNeoX checks what the GPT-NeoX folders' references do not: the buffers older
+// TestOpenNeoX checks what the GPT-NeoX and Phi folders' references do not: the buffers older
 // checkpoints carry are skipped and listed; transformers v5's names of the rotary's fraction and
-// base open the same model; a bare GPTNeoXModel reads no embed_out.
+// base open the same model; a bare GPTNeoXModel reads no embed_out, a bare PhiModel no lm_head.
 func TestOpenNeoX(t *testing.T) {
 	m, err := Open(testdataDir("gpt-neox-sequential"))
 	if err != nil {
@@ -462,6 +466,29 @@ func TestOpenNeoX(t *testing.T) {
 	bare, err := Open(editConfig(t, "pythia", func(c map[string]any) { c["architectures"] = []string{"GPTNeoXModel"} }))
 	if err != nil || bare.LMHead || !bare.NN.Config().TieEmbeddings || !slices.Equal(bare.Unused, []string{"embed_out.weight"}) {
 		t.Errorf("GPTNeoXModel: %v, LM head %v, unused %q; want no LM head and embed_out unused", err, bare != nil && bare.LMHead, bare.Unused)
+	}
+	// A bare PhiModel folder, without lm_head: its model's head is the embedding, with no bias.
+	dir := copyFolder(t, "phi2")
+	path := filepath.Join(dir, "model.safetensors")
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{}
+	for _, name := range f.Names() {
+		if !strings.HasPrefix(name, "lm_head.") {
+			tensors[name], _ = f.Raw(name)
+		}
+	}
+	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["PhiModel"],"model_type":"phi","vocab_size":265,"hidden_size":16,"intermediate_size":24,"num_hidden_layers":2,"num_attention_heads":2,"partial_rotary_factor":0.5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	phi, err := Open(dir)
+	if err != nil || phi.LMHead || !phi.NN.Config().TieEmbeddings || slices.ContainsFunc(phi.NN.Param("head.bias").Value.Data, func(x float32) bool { return x != 0 }) {
+		t.Errorf("PhiModel: %v; want a model without an LM head, tied, its head's bias zero", err)
 	}
 }
 

@@ -5,7 +5,7 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits.py
 
-For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma2,gemma3,pythia,bert} this reads
+For the committed tiny Hugging Face checkpoints testdata/pretrained/{gpt2,llama,qwen3-wide,gemma,gemma2,gemma3,pythia,phi2,bert} this reads
 the weights under their Hugging Face names (GPT-2's Conv1D c_attn/c_proj, Llama's q/k/v/o_proj
 with grouped K/V heads, GPT-NeoX's query_key_value per head, BERT's query/key/value/output.dense), independently of mha's loader, and
 computes in float64 with PyTorch, forming every d_model × d_model circuit explicitly (the Go code
@@ -107,6 +107,17 @@ class Weights:
             self.gamma_u = t["gpt_neox.final_layer_norm.weight"]
             self.W_E = t["gpt_neox.embed_in.weight"]
             self.W_U = t["embed_out.weight"].T
+        elif name == "phi2":  # q_proj, k_proj, v_proj, dense; both the attention and the MLP read input_layernorm
+            e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+            self.rms, d, hkv = False, e // h, h
+            for l in range(nl):
+                s = f"model.layers.{l}."
+                self.layers.append(dict(q=t[s + "self_attn.q_proj.weight"].T, k=t[s + "self_attn.k_proj.weight"].T,
+                                        v=t[s + "self_attn.v_proj.weight"].T, o=t[s + "self_attn.dense.weight"].T,
+                                        gamma=t[s + "input_layernorm.weight"]))
+            self.gamma_u = t["model.final_layernorm.weight"]
+            self.W_E = t["model.embed_tokens.weight"]
+            self.W_U = t["lm_head.weight"].T
         elif name == "bert":
             e, h, nl = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
             self.rms, d, hkv = False, e // h, h
@@ -229,7 +240,7 @@ def subspaces(W):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "pythia", "bert"):
+    for name in ("gpt2", "llama", "qwen3-wide", "gemma", "gemma2", "gemma3", "pythia", "phi2", "bert"):
         W = Weights(name)
         tensors = {}
         for m, s in composition(W, True).items():

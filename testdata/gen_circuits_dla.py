@@ -66,9 +66,10 @@ def lens(streams, unembed):
     return {"lens.ids": np.stack(ids).astype(np.int64), "lens.logits": np.stack(logits), "lens.probs": np.stack(probs)}
 
 
-def dla(trace, logits, head_results, attn_bias, unembed_w, gamma, beta, eps, rms, target, foil, pos):
+def dla(trace, logits, head_results, attn_bias, unembed_w, gamma, beta, eps, rms, target, foil, pos, head_bias=None):
     """The direct logit attribution at pos; head_results(l, z_row) gives head h's write [E] per
-    head, attn_bias(l) the output bias of block l (or None)."""
+    head, attn_bias(l) the output bias of block l (or None); head_bias is the head's bias [V], if
+    any."""
     x = trace["resid_final"][0, pos]
     direction = unembed_w[target] - unembed_w[foil]
     if rms:
@@ -87,7 +88,7 @@ def dla(trace, logits, head_results, attn_bias, unembed_w, gamma, beta, eps, rms
            "dla.attn_bias": np.array([0.0 if attn_bias(l) is None else contrib(attn_bias(l)) for l in range(layers)]),
            "dla.mlp": np.array([contrib(trace["mlp_out"][l][0, pos]) for l in range(layers)]),
            "dla.norm_bias": 0.0 if beta is None else float(beta @ direction),
-           "dla.head_bias": 0.0,
+           "dla.head_bias": 0.0 if head_bias is None else float(head_bias[target] - head_bias[foil]),
            "dla.scale": float(scale)}
     ld = float(logits[0, pos, target] - logits[0, pos, foil])
     total = (out["dla.embed"] + out["dla.heads"].sum() + out["dla.attn_bias"].sum() + out["dla.mlp"].sum()
@@ -143,6 +144,24 @@ def neox(name, dtype, **kw):
               False, target, foil, pos)
     out.update(lens(trace["resid_pre"] + [trace["resid_final"]],
                     lambda x: gp.layer_norm(x, *W["lnf"], cfg["layer_norm_eps"]) @ W["head"].T))
+    write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
+
+
+def phi(name, dtype):
+    cfg, _, W, _ = gp.phi_weights(name, dtype)
+    ids = committed(name, lambda ids: gp.phi_forward(cfg, W, ids)[0])
+    trace = {}
+    logits, _, _ = gp.phi_forward(cfg, W, ids, trace)
+    e, h = cfg["hidden_size"], cfg["num_attention_heads"]
+    d = e // h
+    pos = ids.shape[1] - 1
+    target, foil = metric(logits, pos)
+    out = dla(trace, logits,
+              lambda l, z: [W["layers"][l]["dense"][0][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)],
+              lambda l: W["layers"][l]["dense"][1], W["head"][0], W["lnf"][0], W["lnf"][1], cfg["layer_norm_eps"],
+              False, target, foil, pos, head_bias=W["head"][1])
+    out.update(lens(trace["resid_pre"] + [trace["resid_final"]],
+                    lambda x: gp.layer_norm(x, *W["lnf"], cfg["layer_norm_eps"]) @ W["head"][0].T + W["head"][1]))
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
@@ -211,6 +230,8 @@ def main():
     llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     # Pythia (GPT-NeoX): the MLP parallel to the attention, LayerNorm with biases, float16.
     neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)
+    # Phi-2: one LayerNorm for the parallel attention and MLP, a head with a bias, float16.
+    phi("phi2", "F16")
     bert()
 
 

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_golden import write_safetensors  # noqa: E402
 from gen_pretrained import (bert_forward, bert_weights, gpt2_forward, gpt2_weights, llama_forward,  # noqa: E402
-                            llama_weights, neox_forward, neox_weights)
+                            llama_weights, neox_forward, neox_weights, phi_forward, phi_weights)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "circuits")
 
@@ -95,6 +95,12 @@ def models():
     last = [neox_forward(cfgn, Wn, torch.tensor([ids]))[0][0, -1] for ids in (clean_n, corrupt_n)]
     yield ("pythia", lambda ids, hook: neox_forward(cfgn, Wn, ids, hook=hook)[0], cfgn["num_hidden_layers"],
            cfgn["num_attention_heads"], clean_n, corrupt_n,
+           (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 8))
+    # Phi-2: one LayerNorm for the parallel attention and MLP, a biased head, float16.
+    cfgp2, _, Wp2, _ = phi_weights("phi2", "F16")
+    last = [phi_forward(cfgp2, Wp2, torch.tensor([ids]))[0][0, -1] for ids in (clean_n, corrupt_n)]
+    yield ("phi2", lambda ids, hook: phi_forward(cfgp2, Wp2, ids, hook=hook)[0], cfgp2["num_hidden_layers"],
+           cfgp2["num_attention_heads"], clean_n, corrupt_n,
            (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 8))
     cfg, _, W = bert_weights("bert", "F32", old_names=False)
 

@@ -9,6 +9,8 @@ Hugging Face's transformers library is not installable here, so each architectur
 is written below in float64 PyTorch after Hugging Face's own modeling code (read through the
 project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py (GPTNeoXForCausalLM: query_key_value's
 rows per head [q; k; v], partial rotary, the MLP parallel to the attention or after it),
+modeling_phi.py (PhiForCausalLM: the attention and the MLP in parallel from one LayerNorm, partial
+rotary, biases everywhere, the head's too),
 modeling_bert.py (BertForMaskedLM),
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
@@ -311,6 +313,76 @@ def neox(name, dtype, parallel, rotary_pct, buffers):
     cfg, p, W, tok = neox_weights(name, dtype, parallel, rotary_pct, buffers)
     ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
     logits, hidden, attns = neox_forward(cfg, W, ids)
+    write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
+# ---------------------------------------------------------------- Phi-2
+
+
+def phi_weights(name, dtype):
+    """Draws the PhiForCausalLM folder name's weights: (cfg, Params, weights W, tokenizer)."""
+    tok, vocab_size = gpt2_tokenizer()  # Phi's tokenizer is GPT-2's byte-level BPE (CodeGen's)
+    cfg = {"architectures": ["PhiForCausalLM"], "model_type": "phi", "vocab_size": vocab_size, "hidden_size": 16,
+           "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": None,
+           "max_position_embeddings": 64, "layer_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "rope_theta": 100.0,
+           "hidden_act": "gelu_new", "qk_layernorm": False, "tie_word_embeddings": False,
+           "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, f = cfg["hidden_size"], vocab_size, cfg["intermediate_size"]
+    emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"model.layers.{l}."
+
+        def lin(n, i, o):
+            return p.draw(s + n + ".weight", (o, i)), p.draw(s + n + ".bias", (o,), 0.1)
+
+        layers.append({"ln": (p.draw(s + "input_layernorm.weight", (e,), 0.1, 1.0), p.draw(s + "input_layernorm.bias", (e,), 0.1)),
+                       "q": lin("self_attn.q_proj", e, e), "k": lin("self_attn.k_proj", e, e), "v": lin("self_attn.v_proj", e, e),
+                       "dense": lin("self_attn.dense", e, e), "fc1": lin("mlp.fc1", e, f), "fc2": lin("mlp.fc2", f, e)})
+    lnf = (p.draw("model.final_layernorm.weight", (e,), 0.1, 1.0), p.draw("model.final_layernorm.bias", (e,), 0.1))
+    head = (p.draw("lm_head.weight", (v, e), 0.5), p.draw("lm_head.bias", (v,), 0.3))
+    return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
+
+
+def phi_forward(cfg, W, ids, trace=None, hook=None):
+    """PhiForCausalLM's forward of ids [B, T]: (logits, hidden, attentions), recording and hooking
+    as llama_forward does: x + attn(ln(x)) + mlp(ln(x)), one LayerNorm for both, the first
+    partial_rotary_factor of each head rotated (rotate_half), the head with a bias."""
+    e, h, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    d = e // h
+    b, t = ids.shape
+    rope = (cfg["rope_theta"], int(d * cfg["partial_rotary_factor"]), "half", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x = W["emb"][ids]
+    attns = []
+    for l, L in enumerate(W["layers"]):
+        x = run_hook(hook, "resid_pre", l, x)
+        record(trace, "resid_pre", x)
+        a = layer_norm(x, *L["ln"], eps)
+        q, k, vv = (split_heads(a @ L[n][0].T + L[n][1], h) for n in ("q", "k", "v"))
+        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        o, w = softmax_attention(q, k, vv, mask, hook, l)
+        attns.append(w)
+        record(trace, "z", merge_heads(o))
+        y = merge_heads(o) @ L["dense"][0].T + L["dense"][1]
+        record(trace, "attn_out", y)
+        f = gelu_new(a @ L["fc1"][0].T + L["fc1"][1]) @ L["fc2"][0].T + L["fc2"][1]
+        x = x + y
+        record(trace, "resid_mid", x)
+        record(trace, "mlp_out", f)
+        x = x + f
+    x = run_hook(hook, "resid_final", len(W["layers"]), x)
+    if trace is not None:
+        trace["resid_final"] = x
+    hidden = layer_norm(x, *W["lnf"], eps)
+    return hidden @ W["head"][0].T + W["head"][1], hidden, attns
+
+
+def phi(name, dtype):
+    cfg, p, W, tok = phi_weights(name, dtype)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
+    logits, hidden, attns = phi_forward(cfg, W, ids)
     write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
 
 
@@ -782,6 +854,7 @@ def main():
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
     neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)  # Pythia's layout: two of each head's 8 rotated
     neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
+    phi("phi2", "F16")  # one LayerNorm for the parallel attention and MLP, a biased head
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
