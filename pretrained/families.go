@@ -19,6 +19,8 @@ var (
 	gpt2Skip = regexp.MustCompile(`^(h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight)$`)
 	// cls.predictions.decoder.weight is skipped only when the head is tied (an untied one reads it).
 	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
+	// RoBERTa's: lm_head.decoder.weight is skipped only when the head is tied.
+	robertaSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|lm_head\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
 	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
 	// GPT-NeoX's attention buffers (older checkpoints carry them), and the head when tied.
@@ -95,7 +97,10 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 // embedding LayerNorm, bidirectional attention with query, key and value stacked into
 // in_proj_weight, and, when the folder has it, the masked-LM head (transform, then the decoder,
 // tied to the word embeddings unless tie_word_embeddings is false, plus its bias). Old
-// checkpoints' LayerNorm gamma and beta are read as weight and bias.
+// checkpoints' LayerNorm gamma and beta are read as weight and bias. RoBERTa and XLM-RoBERTa
+// (RobertaModel, RobertaForMaskedLM, XLMRoberta…) are the same model under roberta. and
+// lm_head. names, whose position p is position embedding p + pad_token_id + 1 (Hugging Face's
+// create_position_ids_from_input_ids, for sequences without left padding).
 func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn, pos := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize, hc.MaxPositionEmbeddings
 	types := hc.TypeVocabSize
@@ -117,12 +122,28 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	// The masked-LM decoder is the word embeddings unless tie_word_embeddings is false.
 	tied := orBool(hc.TieEmbeddings, true)
-	l := &layout{prefixes: []string{"bert.", ""}, skip: func(name string) bool {
-		return bertSkip.MatchString(name) && (name != "cls.predictions.decoder.weight" || tied)
+	roberta := hc.ModelType == "roberta" || hc.ModelType == "xlm-roberta" ||
+		hc.ModelType == "" && slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.Contains(a, "Roberta") })
+	prefix, head, decoder, skip := "bert.", "cls.predictions.", "cls.predictions.decoder.weight", bertSkip
+	headDense, headNorm, headBias := head+"transform.dense", head+"transform.LayerNorm", []string{head + "bias", head + "decoder.bias"}
+	first := 0 // the position embedding of position 0
+	if roberta {
+		prefix, head, decoder, skip = "roberta.", "lm_head.", "lm_head.decoder.weight", robertaSkip
+		headDense, headNorm, headBias = head+"dense", head+"layer_norm", []string{head + "bias", head + "decoder.bias"}
+		first = 2 // RobertaConfig's pad_token_id 1, plus 1
+		if hc.PadTokenID != nil {
+			first = *hc.PadTokenID + 1
+		}
+		if first < 1 || first >= pos {
+			return nil, fmt.Errorf("pretrained: pad_token_id %d leaves RoBERTa's max_position_embeddings %d no positions", first-1, pos)
+		}
+	}
+	l := &layout{prefixes: []string{prefix, ""}, skip: func(name string) bool {
+		return skip.MatchString(name) && (name != decoder || tied)
 	}}
-	_, _, _, mlm := l.find(w, part{names: []string{"cls.predictions.transform.dense.weight"}, head: true})
+	_, _, _, mlm := l.find(w, part{names: []string{headDense + ".weight"}, head: true})
 	tied = tied || !mlm // a bare BertModel has no decoder: the nn model's head is the embedding
-	l.cfg = nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
+	l.cfg = nn.Config{Vocab: v, SeqLen: pos - first, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
 		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
 		Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
@@ -131,7 +152,7 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add(to+".bias", part{names: []string{from + ".bias", from + ".beta"}, shape: []int{e}, head: head})
 	}
 	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
-	add("pos_emb.weight", src("embeddings.position_embeddings.weight", pos, e))
+	add("pos_emb.weight", part{names: []string{"embeddings.position_embeddings.weight"}, shape: []int{pos, e}, rows: [2]int{first, pos}})
 	add("type_emb.weight", src("embeddings.token_type_embeddings.weight", types, e))
 	norm("emb_ln", "embeddings.LayerNorm", false)
 	for i := range layers {
@@ -149,12 +170,12 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		norm(b+"ln2", h+"output.LayerNorm", false)
 	}
 	if mlm {
-		add("head_dense.weight", part{names: []string{"cls.predictions.transform.dense.weight"}, shape: []int{e, e}, head: true})
-		add("head_dense.bias", part{names: []string{"cls.predictions.transform.dense.bias"}, shape: []int{e}, head: true})
-		norm("head_ln", "cls.predictions.transform.LayerNorm", true)
-		add("head.bias", part{names: []string{"cls.predictions.bias", "cls.predictions.decoder.bias"}, shape: []int{v}, head: true})
+		add("head_dense.weight", part{names: []string{headDense + ".weight"}, shape: []int{e, e}, head: true})
+		add("head_dense.bias", part{names: []string{headDense + ".bias"}, shape: []int{e}, head: true})
+		norm("head_ln", headNorm, true)
+		add("head.bias", part{names: headBias, shape: []int{v}, head: true})
 		if !tied {
-			add("head.weight", part{names: []string{"cls.predictions.decoder.weight"}, shape: []int{v, e}, head: true})
+			add("head.weight", part{names: []string{decoder}, shape: []int{v, e}, head: true})
 		}
 	}
 	return l, nil

@@ -8,8 +8,9 @@
 //
 //	GPT2LMHeadModel, GPT2Model            pre-norm, learned positions, gelu_new, tied head;
 //	                                      Conv1D weights [in, out] are transposed at load time
-//	BertModel, BertForMaskedLM            post-norm LayerNorm(X + MultiHead(X)), token types,
-//	                                      bidirectional attention, the masked-LM head
+//	BertModel, BertForMaskedLM,           post-norm LayerNorm(X + MultiHead(X)), token types,
+//	RobertaModel, RobertaForMaskedLM,     bidirectional attention, the masked-LM head;
+//	XLMRoberta…                           RoBERTa's positions after the padding token's
 //	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
 //	                                      rotary, query_key_value per head, LayerNorm
 //	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
@@ -138,6 +139,9 @@ type hfConfig struct {
 	// Phi
 	QKLayerNorm bool `json:"qk_layernorm"`
 
+	// RoBERTa: positions start after the padding token's embedding
+	PadTokenID *int `json:"pad_token_id"`
+
 	// GPT-NeoX
 	RotaryPct           *float64 `json:"rotary_pct"`
 	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
@@ -186,6 +190,7 @@ func (hc *hfConfig) textModel() error {
 var architectures = map[string]Family{
 	"GPT2LMHeadModel": GPT2, "GPT2Model": GPT2,
 	"BertModel": BERT, "BertForMaskedLM": BERT,
+	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
@@ -199,7 +204,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

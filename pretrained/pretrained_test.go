@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -324,6 +324,7 @@ func TestOpenErrors(t *testing.T) {
 		{"phi activation", edit("phi2", func(c map[string]any) { c["hidden_act"] = "relu" }), `Phi hidden_act "relu"`, true},
 		{"phi odd rotary", edit("phi2", func(c map[string]any) { c["partial_rotary_factor"] = 0.375 }), "partial_rotary_factor 0.375 of a head of 8 rotates an odd 3 features", true},
 		{"phi kv heads", edit("phi2", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide num_attention_heads 2", false},
+		{"roberta padding", edit("roberta", func(c map[string]any) { c["pad_token_id"] = 17 }), "pad_token_id 17 leaves RoBERTa's max_position_embeddings 18 no positions", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
 		{"head_dim 0", edit("qwen3-wide", func(c map[string]any) { c["head_dim"] = 0 }), "head_dim is 0, want a size in [1, 65536]", false},
@@ -489,6 +490,35 @@ func TestOpenNeoX(t *testing.T) {
 	phi, err := Open(dir)
 	if err != nil || phi.LMHead || !phi.NN.Config().TieEmbeddings || slices.ContainsFunc(phi.NN.Param("head.bias").Value.Data, func(x float32) bool { return x != 0 }) {
 		t.Errorf("PhiModel: %v; want a model without an LM head, tied, its head's bias zero", err)
+	}
+}
+
+// TestOpenRoBERTa checks what the roberta folder's reference does not: its positions are the
+// position embeddings after the padding token's (max_position_embeddings 18, pad_token_id 1:
+// 16 positions, the first read from row 2), and its tokenizer wraps a text in <s> … </s>.
+func TestOpenRoBERTa(t *testing.T) {
+	m, err := Open(testdataDir("roberta"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.ReadFile(filepath.Join(testdataDir("roberta"), "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := f.Float32("roberta.embeddings.position_embeddings.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := m.NN.Param("pos_emb.weight").Value
+	if m.NN.Config().SeqLen != 16 || !slices.Equal(pos.Data, stored.Data[2*16:]) || !m.LMHead {
+		t.Errorf("seq_len %d, positions from row 2: %v, LM head %v; want 16, true, true", m.NN.Config().SeqLen, slices.Equal(pos.Data, stored.Data[2*16:]), m.LMHead)
+	}
+	enc, err := m.Tokenizer.Encode("the cat", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(enc.IDs); n < 3 || enc.IDs[0] != 0 || enc.IDs[n-1] != 2 {
+		t.Errorf("ids %v, want <s> (0) … </s> (2)", enc.IDs)
 	}
 }
 

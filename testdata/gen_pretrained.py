@@ -11,7 +11,8 @@ project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py
 rows per head [q; k; v], partial rotary, the MLP parallel to the attention or after it),
 modeling_phi.py (PhiForCausalLM: the attention and the MLP in parallel from one LayerNorm, partial
 rotary, biases everywhere, the head's too),
-modeling_bert.py (BertForMaskedLM),
+modeling_bert.py (BertForMaskedLM), modeling_roberta.py (RobertaForMaskedLM: positions numbered
+after the padding token's, lm_head),
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
 key j is visible to query i when i - W < j <= i), modeling_qwen3.py (q_norm and k_norm: an RMSNorm
@@ -389,12 +390,18 @@ def phi(name, dtype):
 # ---------------------------------------------------------------- BERT
 
 
-def bert_weights(name, dtype, old_names):
-    """Draws the BERT folder name's weights: (cfg, Params, weights W)."""
+def bert_weights(name, dtype, old_names, roberta=False):
+    """Draws the BERT folder name's weights: (cfg, Params, weights W). With roberta, RoBERTa's:
+    the names under roberta. and lm_head., one token type, positions after the padding token's."""
     cfg = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 40, "hidden_size": 16,
            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24, "hidden_act": "gelu",
            "max_position_embeddings": 16, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
            "position_embedding_type": "absolute", "torch_dtype": torch_dtype(dtype)}
+    if roberta:
+        cfg.update(architectures=["RobertaForMaskedLM"], model_type="roberta", vocab_size=roberta_tokenizer()[1],
+                   max_position_embeddings=18, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                   layer_norm_eps=1e-5)
+    base, head = ("roberta.", "lm_head.") if roberta else ("bert.", "cls.predictions.")
     p = Params(name, dtype)
     e, v, h = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
     ffn, eps = cfg["intermediate_size"], cfg["layer_norm_eps"]
@@ -406,25 +413,25 @@ def bert_weights(name, dtype, old_names):
     def lin(prefix, i, o):  # nn.Linear: weight [out, in]
         return p.draw(prefix + ".weight", (o, i)), p.draw(prefix + ".bias", (o,), 0.1)
 
-    word = p.draw("bert.embeddings.word_embeddings.weight", (v, e), 0.5)
-    pos = p.draw("bert.embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
-    typ = p.draw("bert.embeddings.token_type_embeddings.weight", (cfg["type_vocab_size"], e), 0.3)
-    emb_ln = ln("bert.embeddings.LayerNorm")
+    word = p.draw(base + "embeddings.word_embeddings.weight", (v, e), 0.5)
+    pos = p.draw(base + "embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
+    typ = p.draw(base + "embeddings.token_type_embeddings.weight", (cfg["type_vocab_size"], e), 0.3)
+    emb_ln = ln(base + "embeddings.LayerNorm")
     layers = []
     for l in range(cfg["num_hidden_layers"]):
-        s = f"bert.encoder.layer.{l}."
+        s = f"{base}encoder.layer.{l}."
         layers.append({
             "q": lin(s + "attention.self.query", e, e), "k": lin(s + "attention.self.key", e, e),
             "v": lin(s + "attention.self.value", e, e), "o": lin(s + "attention.output.dense", e, e),
             "ln1": ln(s + "attention.output.LayerNorm"), "i": lin(s + "intermediate.dense", e, ffn),
             "out": lin(s + "output.dense", ffn, e), "ln2": ln(s + "output.LayerNorm"),
         })
-    head_dense = lin("cls.predictions.transform.dense", e, e)
-    head_ln = ln("cls.predictions.transform.LayerNorm")
-    head_bias = p.draw("cls.predictions.bias", (v,), 0.1)
-    # The decoder is tied to the word embeddings; BertForMaskedLM's state dict stores both names.
-    p.stored["cls.predictions.decoder.weight"] = p.stored["bert.embeddings.word_embeddings.weight"]
-    p.stored["cls.predictions.decoder.bias"] = p.stored["cls.predictions.bias"]
+    head_dense = lin(head + ("dense" if roberta else "transform.dense"), e, e)
+    head_ln = ln(head + ("layer_norm" if roberta else "transform.LayerNorm"))
+    head_bias = p.draw(head + "bias", (v,), 0.1)
+    # The decoder is tied to the word embeddings; the masked-LM state dicts store both names.
+    p.stored[head + "decoder.weight"] = p.stored[base + "embeddings.word_embeddings.weight"]
+    p.stored[head + "decoder.bias"] = p.stored[head + "bias"]
     return cfg, p, {"word": word, "pos": pos, "typ": typ, "emb_ln": emb_ln, "layers": layers,
                     "head_dense": head_dense, "head_ln": head_ln, "head_bias": head_bias}
 
@@ -435,7 +442,11 @@ def bert_forward(cfg, W, ids, am, types, trace=None, hook=None):
     (resid_pre) and the last block's output (resid_final)."""
     h, eps = cfg["num_attention_heads"], cfg["layer_norm_eps"]
     b, t = ids.shape
-    x = layer_norm(W["word"][ids] + W["pos"][torch.arange(t)] + W["typ"][types], *W["emb_ln"], eps)
+    positions = torch.arange(t)
+    if cfg["model_type"] == "roberta":  # create_position_ids_from_input_ids: after the padding token's
+        real = ids.ne(cfg["pad_token_id"]).long()
+        positions = torch.cumsum(real, dim=1) * real + cfg["pad_token_id"]
+    x = layer_norm(W["word"][ids] + W["pos"][positions] + W["typ"][types], *W["emb_ln"], eps)
     mask = am.bool().view(b, 1, 1, t).expand(b, 1, t, t)
     attns = []
     for l, L in enumerate(W["layers"]):
@@ -475,6 +486,17 @@ def bert(name, dtype, old_names):
     logits, hidden, attns = bert_forward(cfg, W, ids, am, types)
     write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, token_type_ids=types,
                 tokenizer=bert_tokenizer()[0])
+
+
+def roberta(name, dtype):
+    """A RobertaForMaskedLM folder; its sequences have no padding, whose own positions RoBERTa
+    numbers apart (mha numbers every position in turn)."""
+    cfg, p, W = bert_weights(name, dtype, False, roberta=True)
+    ids = torch.from_numpy(p.rng.integers(3, cfg["vocab_size"], size=(2, 8)))
+    ids[:, 0] = 0
+    types = torch.zeros(2, 8, dtype=torch.int64)
+    logits, hidden, attns = bert_forward(cfg, W, ids, torch.ones(2, 8, dtype=torch.int64), types)
+    write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=roberta_tokenizer()[0])
 
 
 # ---------------------------------------------------------------- Llama family
@@ -766,6 +788,27 @@ def llama_tokenizer():
                       "vocab": vocab, "merges": [f"{a} {b}" for a, b in LLAMA_MERGES]}}, len(vocab)
 
 
+def roberta_tokenizer():
+    """A byte-level BPE tokenizer.json in roberta-base's form: <s>, <pad>, </s>, <unk>, the 256 byte
+    symbols, a few merges and <mask>, with RobertaProcessing's <s> … </s>."""
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for c in sorted(bytes_to_unicode().values()):
+        vocab[c] = len(vocab)
+    for a, b in GPT2_MERGES:
+        vocab[a + b] = len(vocab)
+    vocab["<mask>"] = len(vocab)
+    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": t == "<mask>", "rstrip": False,
+              "normalized": False, "special": True} for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": level, "decoder": level,
+            "post_processor": {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0], "trim_offsets": True,
+                               "add_prefix_space": False},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": [f"{a} {b}" for a, b in GPT2_MERGES]}}, len(vocab)
+
+
 def bert_tokenizer():
     """A WordPiece tokenizer.json in bert-base-uncased's form."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "cat", "sat", "on", "mat", ".", ",", "##s",
@@ -854,7 +897,8 @@ def main():
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
     neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)  # Pythia's layout: two of each head's 8 rotated
     neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
-    phi("phi2", "F16")  # one LayerNorm for the parallel attention and MLP, a biased head
+    phi("phi2", "F16")
+    roberta("roberta", "F32")  # one LayerNorm for the parallel attention and MLP, a biased head
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
