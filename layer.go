@@ -272,10 +272,7 @@ func (c Config) clone() Config {
 	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
 	if r := c.Rotary; r != nil {
 		rc := *r
-		if r.Scaling != nil {
-			sc := *r.Scaling
-			rc.Scaling = &sc
-		}
+		rc.Scaling = r.Scaling.clone()
 		c.Rotary = &rc
 	}
 	if n := c.QKNorm; n != nil {

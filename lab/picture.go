@@ -317,7 +317,7 @@ func (s *Server) headPicture(ctx context.Context, in *input, q url.Values) (viz.
 	}
 	t := len(in.tokens)
 	w := c.Weights[layer].Data[head*t*t:][:t*t]
-	visible := in.sparsity.visible(in.m.cfg, t)
+	visible := in.sparsity.visible(in.m.cfg, layer, t)
 	title := fmt.Sprintf("%s · layer %d, head %d%s%s", in.m.name, layer, head, ablatedNote(in.ablate), in.sparsity.note())
 	if in.sparsity.adaptive() {
 		title += fmt.Sprintf(" · %s of the visible weights exactly 0 (red dots)", percent(zeroFraction(w, visible)))
@@ -333,7 +333,6 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 	}
 	L, H, t := in.m.cfg.Layers, in.m.cfg.Heads, len(in.tokens)
 	symbols, causal := in.labels(), in.causal()
-	visible := in.sparsity.visible(in.m.cfg, t)
 	g := viz.Grid{
 		Title: fmt.Sprintf("%s · attention of every head%s%s", in.m.name, ablatedNote(in.ablate), in.sparsity.note()),
 		Rows:  L,
@@ -342,6 +341,7 @@ func (s *Server) gridPicture(ctx context.Context, in *input) (viz.Picture, strin
 	}
 	for l := range L {
 		g.RowTitles = append(g.RowTitles, fmt.Sprintf("layer %d", l))
+		visible := in.sparsity.visible(in.m.cfg, l, t)
 		for h := range H {
 			w := c.Weights[l].Data[h*t*t:][:t*t]
 			title := fmt.Sprintf("L%d H%d", l, h)

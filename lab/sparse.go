@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -100,16 +101,35 @@ func sparsityOf(m *model, patterns []string, block []int, normalizer *string, t 
 // top-k, not softmax.
 func (sp *sparsity) adaptive() bool { return sp.run.Normalizer != nil }
 
-// visible returns which pairs (query, key) of a sequence of t tokens the model's attention may
-// weigh, [T, T] row-major: those its patterns keep, before the query for a causal model, and
-// within its sliding window.
-func (sp *sparsity) visible(cfg nn.Config, t int) []bool {
+// visible returns which pairs (query, key) of a sequence of t tokens the attention of block
+// layer may weigh (−1: a block that is not Local), [T, T] row-major: those its patterns keep,
+// before the query for a causal model, and within the block's sliding window.
+func (sp *sparsity) visible(cfg nn.Config, layer, t int) []bool {
 	out := make([]bool, t*t)
+	w := cfg.LayerWindow(layer)
 	for q := range t {
 		for k := range t {
 			out[q*t+k] = (sp.layout == nil || sp.layout.Keep(q, k)) &&
-				(cfg.Bidirectional || k <= q) && (cfg.Window == 0 || q-k < cfg.Window)
+				(cfg.Bidirectional || k <= q) && (w == 0 || q-k < w)
 		}
+	}
+	return out
+}
+
+// visibleRows spells visible [T, T] as T strings of T characters, '1' for a visible pair.
+func visibleRows(visible []bool, t int) []string {
+	var out []string
+	var b strings.Builder
+	for q := range t {
+		b.Reset()
+		for _, v := range visible[q*t : (q+1)*t] {
+			c := byte('0')
+			if v {
+				c = '1'
+			}
+			b.WriteByte(c)
+		}
+		out = append(out, b.String())
 	}
 	return out
 }
@@ -141,11 +161,21 @@ type sparsityInfo struct {
 	// ([⌈T/BQ⌉][⌈T/BK⌉]); absent without patterns.
 	Blocks [][]string `json:"blocks,omitempty"`
 	// Visible[q] marks with '1' the keys query q may attend to (its patterns, causal mask and
-	// window), '0' the others: T strings of T characters.
-	Visible []string `json:"visible"`
+	// window), '0' the others: T strings of T characters. In a model with Local blocks (Gemma
+	// 2's and 3's sliding layers) it is the other blocks', and LocalVisible the Local blocks'.
+	Visible      []string `json:"visible"`
+	LocalVisible []string `json:"local_visible,omitempty"`
 	// Zeros[layer][head] is the fraction of visible pairs whose weight is exactly 0; absent
 	// for softmax, whose weights never are.
 	Zeros [][]number `json:"zeros,omitempty"`
+}
+
+// localLayers returns which of cfg's blocks are Local, or nil.
+func localLayers(cfg nn.Config) []bool {
+	if cfg.Local == nil {
+		return nil
+	}
+	return cfg.Local.Layers
 }
 
 // kindNames name attend's block kinds in answers.
@@ -154,8 +184,10 @@ var kindNames = map[attend.BlockKind]string{attend.Empty: "empty", attend.Partia
 // info reports sp on a run of model cfg whose weights are weights [1, H, T, T] per layer.
 func (sp *sparsity) info(cfg nn.Config, weights []*tensor.Tensor) *sparsityInfo {
 	h, t := weights[0].Shape[1], weights[0].Shape[2]
-	visible := sp.visible(cfg, t)
-	out := &sparsityInfo{Patterns: sp.patterns, Block: sp.block, Normalizer: sp.normalizer}
+	out := &sparsityInfo{Patterns: sp.patterns, Block: sp.block, Normalizer: sp.normalizer, Visible: visibleRows(sp.visible(cfg, -1, t), t)}
+	if l := slices.Index(localLayers(cfg), true); l >= 0 {
+		out.LocalVisible = visibleRows(sp.visible(cfg, l, t), t)
+	}
 	if out.Patterns == nil {
 		out.Patterns = []string{}
 	}
@@ -168,21 +200,10 @@ func (sp *sparsity) info(cfg nn.Config, weights []*tensor.Tensor) *sparsityInfo 
 			out.Blocks = append(out.Blocks, row)
 		}
 	}
-	var b strings.Builder
-	for q := range t {
-		b.Reset()
-		for _, v := range visible[q*t : (q+1)*t] {
-			c := byte('0')
-			if v {
-				c = '1'
-			}
-			b.WriteByte(c)
-		}
-		out.Visible = append(out.Visible, b.String())
-	}
 	if sp.adaptive() {
 		out.Zeros = make([][]number, len(weights))
 		for l, w := range weights {
+			visible := sp.visible(cfg, l, t)
 			for i := range h {
 				out.Zeros[l] = append(out.Zeros[l], number(zeroFraction(w.Data[i*t*t:][:t*t], visible)))
 			}

@@ -26,6 +26,7 @@ type sparseAnswer struct {
 		Normalizer string      `json:"normalizer"`
 		Blocks     [][]string  `json:"blocks"`
 		Visible    []string    `json:"visible"`
+		Local      []string    `json:"local_visible"`
 		Zeros      [][]float64 `json:"zeros"`
 	} `json:"sparsity"`
 }
@@ -88,6 +89,13 @@ func checkSparse(t *testing.T, got *sparseAnswer, net *nn.Model, sp *nn.Sparsity
 	}
 	for l, layer := range got.Weights {
 		w := net.Weights(l).Data
+		window, visible := cfg.Window, got.Sparsity.Visible
+		if cfg.Local != nil && cfg.Local.Layers[l] {
+			window, visible = cfg.Local.Window, got.Sparsity.Local
+		}
+		if len(visible) != T {
+			t.Fatalf("layer %d: %d visible rows, want %d", l, len(visible), T)
+		}
 		for h := range layer {
 			zeros, seen := 0, 0
 			for q := range T {
@@ -96,9 +104,9 @@ func checkSparse(t *testing.T, got *sparseAnswer, net *nn.Model, sp *nn.Sparsity
 					if layer[h][q][k] != a {
 						t.Fatalf("layer %d head %d (%d, %d): weight %v, the model's %v", l, h, q, k, layer[h][q][k], a)
 					}
-					vis := (layout == nil || layout.Keep(q, k)) && (cfg.Bidirectional || k <= q) && (cfg.Window == 0 || q-k < cfg.Window)
-					if got.Sparsity.Visible[q][k] != "01"[btoi(vis)] {
-						t.Fatalf("visible[%d][%d] is %c, want %v", q, k, got.Sparsity.Visible[q][k], vis)
+					vis := (layout == nil || layout.Keep(q, k)) && (cfg.Bidirectional || k <= q) && (window == 0 || q-k < window)
+					if visible[q][k] != "01"[btoi(vis)] {
+						t.Fatalf("layer %d: visible[%d][%d] is %c, want %v", l, q, k, visible[q][k], vis)
 					}
 					if !vis && a != 0 {
 						t.Fatalf("layer %d head %d (%d, %d): weight %v on a pair it cannot see", l, h, q, k, a)
@@ -155,14 +163,18 @@ func TestRunSparse(t *testing.T) {
 
 // TestSparseCheckpoint opens checkpoints: one trained sparse, with a sliding window, whose
 // patterns and normalizer are the default and a request replaces them, dense softmax included;
-// and a bidirectional one viewed under patterns.
+// a bidirectional one viewed under patterns; and one whose first block is Local (a window of 3,
+// Gemma's sliding layers), its visible pairs and zero fractions per layer.
 func TestSparseCheckpoint(t *testing.T) {
 	cfg := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 3, Window: 5,
 		Patterns: []string{"local:1", "global:0"}, Block: []int{4, 4}, Normalizer: "sparsemax"}
 	bidi := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 1, Norm: nn.PostNorm, Positions: nn.Learned, Seed: 4, Bidirectional: true}
+	// Gemma's sliding layers: the first block local, with a window of 3, the second global.
+	local := nn.Config{Vocab: 10, SeqLen: 12, DModel: 8, Heads: 2, Layers: 2, Norm: nn.PreNorm, Positions: nn.Learned, Seed: 5,
+		Normalizer: "sparsemax", Local: &nn.Local{Layers: []bool{true, false}, Window: 3}}
 	dir := t.TempDir()
 	nets := map[string]*nn.Model{}
-	for name, c := range map[string]nn.Config{"sparse": cfg, "bidi": bidi} {
+	for name, c := range map[string]nn.Config{"sparse": cfg, "bidi": bidi, "local": local} {
 		net, err := nn.NewModel(c)
 		if err != nil {
 			t.Fatal(err)
@@ -172,7 +184,8 @@ func TestSparseCheckpoint(t *testing.T) {
 		}
 		nets[name] = net
 	}
-	s, err := New(Options{Workers: 1, Models: []string{filepath.Join(dir, "sparse.safetensors"), filepath.Join(dir, "bidi.safetensors")}})
+	s, err := New(Options{Workers: 1, Models: []string{filepath.Join(dir, "sparse.safetensors"), filepath.Join(dir, "bidi.safetensors"),
+		filepath.Join(dir, "local.safetensors")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +203,8 @@ func TestSparseCheckpoint(t *testing.T) {
 		{"bidi", `, "patterns": ["local:1", "global:3"], "block": [3, 2], "normalizer": "entmax:1.5"`, []string{"local:1", "global:3"}, [2]int{3, 2}, "entmax:1.5",
 			parsed(t, [2]int{3, 2}, "entmax15", "local:1", "global:3")},
 		{"bidi", "", []string{}, [2]int{64, 64}, "softmax", parsed(t, [2]int{}, "")},
+		{"local", "", []string{}, [2]int{64, 64}, "sparsemax", parsed(t, [2]int{}, "sparsemax")},
+		{"local", `, "patterns": ["strided:2"], "block": [2, 2]`, []string{"strided:2"}, [2]int{2, 2}, "sparsemax", parsed(t, [2]int{2, 2}, "sparsemax", "strided:2")},
 	} {
 		status, body := serve(s, "POST", "/api/run", `{"model": "`+c.model+`", `+tokens+c.body+`}`)
 		var got sparseAnswer

@@ -169,6 +169,32 @@ type Local struct {
 	Rope *Rope `json:"rope,omitempty"`
 }
 
+// clone returns a copy of r that shares no memory with it, or nil for nil.
+func (r *Rope) clone() *Rope {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	if s := r.Scaling; s != nil {
+		sc := *s
+		sc.ShortFactor, sc.LongFactor = slices.Clone(s.ShortFactor), slices.Clone(s.LongFactor)
+		c.Scaling = &sc
+	}
+	return &c
+}
+
+// clone returns a copy of c that shares no memory with it: a model keeps one, so that a caller's
+// later edits to its slices and pointers change neither the model nor what it saves.
+func (c Config) clone() Config {
+	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
+	c.Patterns, c.Block = slices.Clone(c.Patterns), slices.Clone(c.Block)
+	c.Rope = c.Rope.clone()
+	if l := c.Local; l != nil {
+		c.Local = &Local{Layers: slices.Clone(l.Layers), Window: l.Window, Rope: l.Rope.clone()}
+	}
+	return c
+}
+
 // rotary returns r as the attention layer's Rotary, or nil for nil.
 func (r *Rope) rotary() *mha.Rotary {
 	if r == nil {
@@ -291,9 +317,9 @@ func (c Config) Validate() error {
 		return bad("parallel_residual with norm %q, attn_only %v and sandwich_norm %v, want a pre-norm block with a feed-forward network and no sandwich", c.Norm, c.AttnOnly, c.SandwichNorm)
 	case c.SharedNorm && !c.ParallelResidual:
 		return bad("shared_norm without parallel_residual, want both")
-	case !(c.AttnSoftcap >= 0 && c.AttnSoftcap <= math.MaxFloat32):
+	case !(c.AttnSoftcap >= 0 && c.AttnSoftcap <= math.MaxFloat32) || c.AttnSoftcap > 0 && float32(c.AttnSoftcap) == 0:
 		return bad("attn_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.AttnSoftcap)
-	case !(c.LogitSoftcap >= 0 && c.LogitSoftcap <= math.MaxFloat32):
+	case !(c.LogitSoftcap >= 0 && c.LogitSoftcap <= math.MaxFloat32) || c.LogitSoftcap > 0 && float32(c.LogitSoftcap) == 0:
 		return bad("logit_softcap is %v, want a number > 0 finite in float32 (or 0 for none)", c.LogitSoftcap)
 	case c.Block != nil && (len(c.Block) != 2 || c.Block[0] < 1 || c.Block[1] < 1):
 		return bad("block is %v, want two sizes ≥ 1 (or none for 64 × 64)", c.Block)
@@ -307,8 +333,10 @@ func (c Config) Validate() error {
 	if err := c.Attention().Validate(); err != nil {
 		return fmt.Errorf("%w: attention: %w", ErrConfig, err)
 	}
-	if c.Local != nil && c.Local.Rope != nil {
-		if err := c.blockAttention(slices.Index(c.Local.Layers, true)).Validate(); err != nil {
+	if c.Local != nil && c.Local.Rope != nil { // checked even when no block is Local: it is saved
+		ac := c.Attention()
+		ac.Rotary = c.Local.Rope.rotary()
+		if err := ac.Validate(); err != nil {
 			return fmt.Errorf("%w: local attention: %w", ErrConfig, err)
 		}
 	}
@@ -342,6 +370,16 @@ func (c Config) local(l int) bool {
 	return c.Local != nil && l >= 0 && l < len(c.Local.Layers) && c.Local.Layers[l]
 }
 
+// LayerWindow returns the sliding window of block layer (a Local block's, or Window): each
+// query sees the LayerWindow() positions up to its own; 0 for none (a layer outside 0 …
+// Layers−1 has Window's).
+func (c Config) LayerWindow(layer int) int {
+	if w := c.window(layer); w != nil {
+		return w.Left + 1
+	}
+	return 0
+}
+
 // window returns block l's sliding window, or nil for none.
 func (c Config) window(l int) *mha.Window {
 	switch {
@@ -365,9 +403,9 @@ func (c Config) ropeSwitches() []int {
 	return out
 }
 
-// localRope returns the Local blocks' own rotary, or nil.
+// localRope returns the Local blocks' own rotary, or nil (also when no block is Local).
 func (c Config) localRope() *Rope {
-	if c.Local == nil {
+	if c.Local == nil || !slices.Contains(c.Local.Layers, true) {
 		return nil
 	}
 	return c.Local.Rope

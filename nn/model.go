@@ -240,6 +240,7 @@ func NewModelHalf(cfg Config, sd map[string]*tensor.Half) (*Model, error) {
 // and builds the attention layers from half or full when one is not nil (see NewModelHalf and
 // NewModelFloat32).
 func newModel(cfg Config, half map[string]*tensor.Half, full map[string]*tensor.Tensor, newParam func(paramSpec) *Param) (*Model, error) {
+	cfg = cfg.clone() // the model's own: its layers hold its rotaries
 	m := &Model{cfg: cfg, r: runner{pool: new(parallel.Pool)}}
 	runtime.AddCleanup(m, (*parallel.Pool).Close, m.r.pool)
 	ps := make(params)
@@ -301,12 +302,9 @@ func mix(seed, i uint64) uint64 {
 	return z ^ z>>31
 }
 
-// Config returns the model's configuration, with FFN resolved (a copy).
-func (m *Model) Config() Config {
-	c := m.cfg
-	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
-	return c
-}
+// Config returns the model's configuration, with FFN resolved (a copy that shares no memory
+// with the model's).
+func (m *Model) Config() Config { return m.cfg.clone() }
 
 // Params returns the model's parameters in a fixed order (PyTorch's named_parameters order).
 // The Params are the model's own: an optimizer updates them in place. A tied output head

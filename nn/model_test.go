@@ -59,6 +59,8 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.SharedNorm = true }, "shared_norm without parallel_residual, want both"},
 		{func(c *Config) { c.AttnSoftcap = -1 }, "attn_softcap is -1, want a number > 0 finite in float32 (or 0 for none)"},
 		{func(c *Config) { c.AttnSoftcap = math.NaN() }, "attn_softcap is NaN"},
+		{func(c *Config) { c.LogitSoftcap = 1e-46 }, "logit_softcap is 1e-46, want a number > 0 finite in float32"},
+		{func(c *Config) { c.Local = &Local{Layers: []bool{false, false}, Window: 2, Rope: &Rope{Theta: -1}} }, "local attention: mha: invalid config: rotary theta is -1"},
 		{func(c *Config) { c.LogitSoftcap = 1e39 }, "logit_softcap is 1e+39, want a number > 0 finite in float32 (or 0 for none)"},
 		{func(c *Config) { c.EmbScale = -2 }, "emb_scale is -2, want a number > 0 finite in float32 (or 0 for none)"},
 		{func(c *Config) { c.EmbScale = math.NaN() }, "emb_scale is NaN"},
@@ -644,5 +646,41 @@ func TestVisibleKeys(t *testing.T) {
 	bad.Heads = -1
 	if _, err := bad.VisibleKeys(4); err == nil {
 		t.Error("-1 heads: no error")
+	}
+}
+
+// TestConfigIsCopied checks that a model keeps a copy of its Config, whose slices and pointers
+// (Local, the rotary's scaling factors, head dims, patterns) it shares with neither the caller's
+// config nor the one Config returns: editing either changes neither the model's outputs nor the
+// config it saves.
+func TestConfigIsCopied(t *testing.T) {
+	cfg := hfConfigs()["gemma3"]
+	cfg.Rope = &Rope{Theta: 100, Scaling: &mha.RopeScaling{Type: mha.RopeLongRoPE, ShortFactor: []float64{1, 2, 3}, LongFactor: []float64{2, 4, 9},
+		OriginalMaxPositions: 4, AttentionFactor: 1.1}}
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.Config()
+	tokens := []int{3, 1, 4, 1, 5, 9, 2}
+	before, err := m.Forward(tokens, 1, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = before.Clone()
+	for _, c := range []Config{cfg, m.Config()} {
+		c.Local.Window, c.Local.Layers[0], c.Local.Rope.Theta = 7, false, 3
+		c.Rope.Scaling.LongFactor[0], c.Rope.Theta = 100, 5
+		c.HeadScales[0] = 9
+	}
+	if got := m.Config(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the model's config changed with its caller's: %+v, want %+v", got, want)
+	}
+	after, err := m.Forward(tokens, 1, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after.Data, before.Data) {
+		t.Error("the model's outputs changed with its caller's config")
 	}
 }

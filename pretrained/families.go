@@ -392,6 +392,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
+	hc.phi3 = phi3
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
 	gemma := gemma2 || gemma3 || named("gemma", "Gemma")
@@ -750,9 +751,10 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 
 // ropeFrom returns the rotary of base theta that params gives (a rope_scaling or
 // rope_parameters object, named key in errors; null or left out for none): its rope_theta
-// replaces theta, and its rope_type (or type) "llama3", "linear" or "longrope" scales the
-// frequencies. LongRoPE's original length is config.json's original_max_position_embeddings
-// (Phi-3's), else the object's, else max_position_embeddings; its attention factor the
+// replaces theta, and its rope_type (or type) "llama3", "linear" or "longrope" (in Phi-3 also
+// "su" and "yarn", as Phi3Config renames them) scales the frequencies. LongRoPE's original
+// length is config.json's original_max_position_embeddings (Phi-3's, 4096 when left out), else
+// the object's, else max_position_embeddings; its attention factor the
 // object's attention_factor, else √(1 + ln f / ln original) for f = max_position_embeddings /
 // original_max_position_embeddings (Phi-3's) or the object's factor, 1 when f ≤ 1, as
 // _compute_longrope_parameters computes it.
@@ -772,13 +774,20 @@ func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) 
 	}
 	rope.Theta = orFloat(sc.RopeTheta, rope.Theta)
 	kind := cmp.Or(sc.RopeType, sc.Type, "default")
+	if hc.phi3 && (kind == "su" || kind == "yarn") {
+		kind = mha.RopeLongRoPE // Phi3Config reads older configs' names of its LongRoPE so
+	}
 	switch kind {
 	case "default":
 		return rope, nil
 	case mha.RopeLlama3, mha.RopeLinear:
 	case mha.RopeLongRoPE:
 		orig, factor := sc.OriginalMaxPositions, sc.Factor
-		if p := hc.OriginalMaxPositionEmbeddings; p != nil {
+		p := hc.OriginalMaxPositionEmbeddings
+		if p == nil && hc.phi3 {
+			p = new(4096) // Phi3Config's default
+		}
+		if p != nil {
 			orig, factor = *p, float64(hc.MaxPositionEmbeddings)/float64(*p)
 		}
 		if orig == 0 {

@@ -158,6 +158,7 @@ type hfConfig struct {
 	TextConfig                json.RawMessage `json:"text_config"` // Gemma3ForConditionalGeneration's text model
 
 	multimodal bool // the config was a multimodal one's text_config (textModel)
+	phi3       bool // the config is Phi-3's, whose rope_scaling has its own defaults and names (ropeFrom)
 }
 
 // textModel replaces hc, a Gemma3ForConditionalGeneration config (model_type gemma3), by its

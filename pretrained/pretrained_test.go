@@ -439,6 +439,24 @@ func TestOpenLongRoPE(t *testing.T) {
 	if e := tensor.RelError(got.Data, want); e > 1e-5 {
 		t.Errorf("6 positions: relative error %.3g against the reference, want ≤ 1e-5", e)
 	}
+	// Phi3Config's defaults: an original length of 4096 when the config leaves it out, and the
+	// LongRoPE of older configs called "su" or "yarn".
+	def, err := Open(editConfig(t, "phi3-longrope", func(c map[string]any) {
+		delete(c, "original_max_position_embeddings")
+		c["max_position_embeddings"] = 8192
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := def.NN.Config().Rope.Scaling; s.OriginalMaxPositions != 4096 || math.Abs(s.AttentionFactor-math.Sqrt(1+math.Ln2/math.Log(4096))) > 1e-15 {
+		t.Errorf("no original_max_position_embeddings: %+v, want 4096 and √(1 + ln 2 / ln 4096)", s)
+	}
+	for _, name := range []string{"su", "yarn"} {
+		m2, err := Open(editConfig(t, "phi3-longrope", func(c map[string]any) { c["rope_scaling"].(map[string]any)["type"] = name }))
+		if err != nil || !reflect.DeepEqual(m2.NN.Config(), m.NN.Config()) {
+			t.Errorf("rope_scaling type %q: %v, want the LongRoPE model", name, err)
+		}
+	}
 }
 
 // TestOpenNeoX checks what the GPT-NeoX and Phi folders' references do not: the buffers older
