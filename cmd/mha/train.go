@@ -22,17 +22,20 @@ import (
 
 func newTrainCmd() *cobra.Command {
 	var (
-		tc    train.Recipe
-		mc    nn.Config
-		out   string
-		block string
-		quiet bool
+		tc        train.Recipe
+		mc        nn.Config
+		out       string
+		block     string
+		quiet     bool
+		ropeTheta float64
 	)
 	cmd := &cobra.Command{
 		Use:   "train --task NAME [--layers 2 --heads 4 --d-model 64 --steps 2000 … --out MODEL.safetensors]",
 		Short: "Train a small causal transformer on a synthetic task",
 		Long: `Train builds a causal transformer (token embedding, positions, blocks of multi-head
-self-attention with residual connections and LayerNorm, an output head) and trains it with AdamW,
+self-attention with residual connections and LayerNorm, an output head; or today's blocks: RMSNorm,
+SwiGLU or GeGLU, grouped K/V heads, rotary positions, qk-norm, sandwich norms, a parallel
+attention and MLP, a sliding window) and trains it with AdamW,
 gradient clipping and a warm-up + cosine learning-rate schedule on one of the synthetic tasks:
 ` + taskList() + `
 It prints a progress bar with the loss, accuracy and tokens/s, evaluates the model at the end,
@@ -63,6 +66,15 @@ missing).`,
 			if mc.Normalizer == "softmax" {
 				mc.Normalizer = ""
 			}
+			if mc.NormKind == nn.LayerNorm {
+				mc.NormKind = ""
+			}
+			if mc.Activation == nn.GELU {
+				mc.Activation = ""
+			}
+			if ropeTheta != 0 {
+				mc.Rope = &nn.Rope{Theta: ropeTheta}
+			}
 			return runTrain(cmd.Context(), tc, mc, out, os.Args, cmd.OutOrStdout(), progress)
 		},
 	}
@@ -77,7 +89,17 @@ missing).`,
 	fl.IntVar(&mc.FFN, "ffn", 0, "feed-forward hidden width (0: 4·d-model)")
 	fl.BoolVar(&mc.AttnOnly, "attn-only", false, "blocks without a feed-forward network")
 	fl.StringVar(&mc.Norm, "norm", nn.PreNorm, "pre: x + f(LN(x)); post: LN(x + f(x)) as chapter 003 writes it")
-	fl.StringVar(&mc.Positions, "positions", nn.Learned, "learned or sinusoidal")
+	fl.StringVar(&mc.Positions, "positions", nn.Learned, "learned, sinusoidal, or none (with --rope)")
+	// Today's models' blocks (nn.Config's fields of the same names).
+	fl.StringVar(&mc.NormKind, "norm-kind", nn.LayerNorm, "layernorm, or rmsnorm (Llama's)")
+	fl.StringVar(&mc.Activation, "activation", nn.GELU, "the feed-forward network: gelu, gelu_new, swiglu (Llama's) or geglu (Gemma's)")
+	fl.IntVar(&mc.KVHeads, "kv-heads", 0, "key/value heads, a divisor of --heads (0: one per head; fewer: grouped-query attention)")
+	fl.IntVar(&mc.HeadSize, "head-size", 0, "each head's size (0: d-model/heads)")
+	fl.Float64Var(&ropeTheta, "rope", 0, "rotary positions of base `THETA` in every block (0: none)")
+	fl.BoolVar(&mc.QKNorm, "qk-norm", false, "RMS-normalise each head's query and key (Qwen3's, Gemma 3's)")
+	fl.BoolVar(&mc.SandwichNorm, "sandwich", false, "with --norm pre, also normalise the attention's and the MLP's outputs (Gemma 2's and 3's)")
+	fl.BoolVar(&mc.ParallelResidual, "parallel", false, "with --norm pre, the attention and the MLP read the block's input side by side (GPT-NeoX's)")
+	fl.IntVar(&mc.Window, "window", 0, "a causal sliding window of W positions in every block (0: none)")
 	fl.Float64Var(&mc.Dropout, "dropout", 0, "attention dropout probability")
 	fl.StringArrayVar(&mc.Patterns, "pattern", nil, "sparse attention pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,… or bigbird:W,G,R,SEED")
 	fl.StringVar(&block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")

@@ -176,3 +176,36 @@ func TestTrainSparse(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainModernBlocks trains with the flags of today's blocks (RMSNorm, SwiGLU, grouped K/V
+// heads, rotary, qk-norm, sandwich norms, a window, a head size; the parallel residual) and
+// checks that the checkpoint's config has them; a value nn refuses is one line of error.
+func TestTrainModernBlocks(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	base := []string{"train", "--task", "prev-token", "--steps", "8", "--warmup", "2", "--layers", "1", "--d-model", "16", "--quiet", "--out", out}
+	code, _, stderr := runCLI(append(base, "--positions", "none", "--rope", "500", "--norm-kind", "rmsnorm", "--activation", "swiglu",
+		"--kv-heads", "2", "--qk-norm", "--sandwich", "--window", "5", "--head-size", "8")...)
+	if code != 0 {
+		t.Fatalf("exit %d, %s", code, stderr)
+	}
+	m, _, _, err := nn.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config()
+	if c.Positions != nn.NoPositions || c.Rope == nil || c.Rope.Theta != 500 || c.NormKind != nn.RMSNorm || c.Activation != nn.SwiGLU ||
+		c.KVHeads != 2 || !c.QKNorm || !c.SandwichNorm || c.Window != 5 || c.HeadSize != 8 {
+		t.Errorf("config %+v, want the flags' blocks", c)
+	}
+	if code, _, stderr := runCLI(append(base, "--parallel", "--activation", "geglu")...); code != 0 {
+		t.Fatalf("--parallel: exit %d, %s", code, stderr)
+	}
+	if m, _, _, err = nn.Load(out); err != nil || !m.Config().ParallelResidual || m.Config().Activation != nn.GeGLU {
+		t.Errorf("--parallel --activation geglu: %v, config %+v", err, m.Config())
+	}
+	for _, bad := range [][]string{{"--kv-heads", "3"}, {"--activation", "relu"}, {"--norm-kind", "batchnorm"}, {"--parallel", "--norm", "post"}, {"--rope", "-1"}} {
+		if code, _, stderr := runCLI(append(base, bad...)...); code != 1 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", bad, code, stderr)
+		}
+	}
+}
