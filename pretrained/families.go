@@ -19,6 +19,8 @@ var (
 	gpt2Skip = regexp.MustCompile(`^(h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight)$`)
 	// cls.predictions.decoder.weight is skipped only when the head is tied (an untied one reads it).
 	bertSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|cls\.seq_relationship\..*|cls\.predictions\.decoder\.(weight|bias))$`)
+	// DistilBERT's: vocab_projector.weight is skipped only when the head is tied.
+	distilSkip = regexp.MustCompile(`^(embeddings\.position_ids|vocab_projector\.weight)$`)
 	// RoBERTa's: lm_head.decoder.weight is skipped only when the head is tied.
 	robertaSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|lm_head\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
@@ -284,6 +286,68 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	norm("ln_f", "final_layer_norm")
 	if !tied {
 		add("head.weight", part{names: []string{"embed_out.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
+// distilBERTLayout maps a DistilBertModel or DistilBertForMaskedLM folder: BERT's post-norm
+// blocks under DistilBERT's names (q_lin … out_lin, sa_layer_norm, ffn.lin1, ffn.lin2,
+// output_layer_norm; its config's dim, n_heads, n_layers, hidden_dim and activation), without
+// token types, LayerNorm's eps 1e-12 as DistilBERT fixes it, and the masked-LM head
+// (vocab_transform, vocab_layer_norm, vocab_projector tied to the word embeddings) when the
+// folder has it. Sinusoidal position embeddings (sinusoidal_pos_embds) are stored as weights
+// and read as such.
+func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, ffn, pos := hc.Dim, hc.VocabSize, hc.NHeads, hc.NLayers, hc.HiddenDim, hc.MaxPositionEmbeddings
+	if err := checkSizes(map[string]int{"dim": e, "vocab_size": v, "n_heads": heads, "n_layers": layers, "hidden_dim": ffn,
+		"max_position_embeddings": pos}); err != nil {
+		return nil, err
+	}
+	act := cmp.Or(hc.Activation, nn.GELU)
+	switch {
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: dim %d is not divisible by n_heads %d", e, heads)
+	case act != nn.GELU:
+		return nil, fmt.Errorf("%w: DistilBERT activation %q (mha has gelu)", ErrUnsupported, act)
+	}
+	tied := orBool(hc.TieEmbeddings, true)
+	l := &layout{prefixes: []string{"distilbert.", ""}, skip: func(name string) bool {
+		return distilSkip.MatchString(name) && (name != "vocab_projector.weight" || tied)
+	}}
+	_, _, _, mlm := l.find(w, part{names: []string{"vocab_transform.weight"}, head: true})
+	tied = tied || !mlm
+	l.cfg = nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
+		Positions: nn.Learned, NormEps: 1e-12, EmbNorm: true, Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string, head bool) {
+		add(to+".weight", part{names: []string{from + ".weight"}, shape: []int{e}, head: head})
+		add(to+".bias", part{names: []string{from + ".bias"}, shape: []int{e}, head: head})
+	}
+	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
+	add("pos_emb.weight", src("embeddings.position_embeddings.weight", pos, e))
+	norm("emb_ln", "embeddings.LayerNorm", false)
+	for i := range layers {
+		h, b := "transformer.layer."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		at := h + "attention."
+		add(b+"attn.in_proj_weight", src(at+"q_lin.weight", e, e), src(at+"k_lin.weight", e, e), src(at+"v_lin.weight", e, e))
+		add(b+"attn.in_proj_bias", src(at+"q_lin.bias", e), src(at+"k_lin.bias", e), src(at+"v_lin.bias", e))
+		add(b+"attn.out_proj.weight", src(at+"out_lin.weight", e, e))
+		add(b+"attn.out_proj.bias", src(at+"out_lin.bias", e))
+		norm(b+"ln1", h+"sa_layer_norm", false)
+		add(b+"ffn.fc1.weight", src(h+"ffn.lin1.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"ffn.lin1.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"ffn.lin2.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"ffn.lin2.bias", e))
+		norm(b+"ln2", h+"output_layer_norm", false)
+	}
+	if mlm {
+		add("head_dense.weight", part{names: []string{"vocab_transform.weight"}, shape: []int{e, e}, head: true})
+		add("head_dense.bias", part{names: []string{"vocab_transform.bias"}, shape: []int{e}, head: true})
+		norm("head_ln", "vocab_layer_norm", true)
+		add("head.bias", part{names: []string{"vocab_projector.bias"}, shape: []int{v}, head: true})
+		if !tied {
+			add("head.weight", part{names: []string{"vocab_projector.weight"}, shape: []int{v, e}, head: true})
+		}
 	}
 	return l, nil
 }

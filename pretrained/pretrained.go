@@ -10,7 +10,8 @@
 //	                                      Conv1D weights [in, out] are transposed at load time
 //	BertModel, BertForMaskedLM,           post-norm LayerNorm(X + MultiHead(X)), token types,
 //	RobertaModel, RobertaForMaskedLM,     bidirectional attention, the masked-LM head;
-//	XLMRoberta…                           RoBERTa's positions after the padding token's
+//	XLMRoberta…, DistilBertModel,         RoBERTa's positions after the padding token's;
+//	DistilBertForMaskedLM                 DistilBERT's names, no token types
 //	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
 //	                                      rotary, query_key_value per head, LayerNorm
 //	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
@@ -60,11 +61,12 @@ type Family string
 
 // The families.
 const (
-	GPT2    Family = "gpt2"
-	BERT    Family = "bert"
-	Llama   Family = "llama"
-	GPTNeoX Family = "gpt_neox"
-	Phi     Family = "phi"
+	GPT2       Family = "gpt2"
+	BERT       Family = "bert"
+	Llama      Family = "llama"
+	GPTNeoX    Family = "gpt_neox"
+	Phi        Family = "phi"
+	DistilBERT Family = "distilbert"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -139,6 +141,13 @@ type hfConfig struct {
 	// Phi
 	QKLayerNorm bool `json:"qk_layernorm"`
 
+	// DistilBERT
+	Dim        int    `json:"dim"`
+	NHeads     int    `json:"n_heads"`
+	NLayers    int    `json:"n_layers"`
+	HiddenDim  int    `json:"hidden_dim"`
+	Activation string `json:"activation"`
+
 	// RoBERTa: positions start after the padding token's embedding
 	PadTokenID *int `json:"pad_token_id"`
 
@@ -191,6 +200,7 @@ func (hc *hfConfig) textModel() error {
 var architectures = map[string]Family{
 	"GPT2LMHeadModel": GPT2, "GPT2Model": GPT2,
 	"BertModel": BERT, "BertForMaskedLM": BERT,
+	"DistilBertModel": DistilBERT, "DistilBertForMaskedLM": DistilBERT,
 	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
@@ -205,7 +215,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -298,6 +308,9 @@ func (o Options) Open(dir string) (*Model, error) {
 		m.LMHead = !bare
 	case BERT:
 		lay, err = bertLayout(&hc, w)
+		m.LMHead = err == nil && lay.cfg.HeadTransform
+	case DistilBERT:
+		lay, err = distilBERTLayout(&hc, w)
 		m.LMHead = err == nil && lay.cfg.HeadTransform
 	case GPTNeoX:
 		if bare {

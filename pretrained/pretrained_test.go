@@ -20,7 +20,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -324,6 +324,9 @@ func TestOpenErrors(t *testing.T) {
 		{"phi activation", edit("phi2", func(c map[string]any) { c["hidden_act"] = "relu" }), `Phi hidden_act "relu"`, true},
 		{"phi odd rotary", edit("phi2", func(c map[string]any) { c["partial_rotary_factor"] = 0.375 }), "partial_rotary_factor 0.375 of a head of 8 rotates an odd 3 features", true},
 		{"phi kv heads", edit("phi2", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide num_attention_heads 2", false},
+		{"distilbert activation", edit("distilbert", func(c map[string]any) { c["activation"] = "relu" }), `DistilBERT activation "relu"`, true},
+		{"distilbert heads", edit("distilbert", func(c map[string]any) { c["n_heads"] = 3 }), "dim 16 is not divisible by n_heads 3", false},
+		{"distilbert size", edit("distilbert", func(c map[string]any) { delete(c, "dim") }), "dim is 0", false},
 		{"roberta padding", edit("roberta", func(c map[string]any) { c["pad_token_id"] = 17 }), "pad_token_id 17 leaves RoBERTa's max_position_embeddings 18 no positions", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
@@ -630,11 +633,12 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 	}
 }
 
-// FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma and Phi-3 folders with fuzzed
-// config.json files: an error or a model, never a panic, and no allocation beyond what the
+// FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
+// multimodal), LongRoPE, Pythia, Phi-2, RoBERTa and DistilBERT folders with fuzzed config.json
+// files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -11,7 +11,8 @@ project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py
 rows per head [q; k; v], partial rotary, the MLP parallel to the attention or after it),
 modeling_phi.py (PhiForCausalLM: the attention and the MLP in parallel from one LayerNorm, partial
 rotary, biases everywhere, the head's too),
-modeling_bert.py (BertForMaskedLM), modeling_roberta.py (RobertaForMaskedLM: positions numbered
+modeling_bert.py (BertForMaskedLM), modeling_distilbert.py (DistilBertForMaskedLM: BERT's blocks
+under other names, no token types), modeling_roberta.py (RobertaForMaskedLM: positions numbered
 after the padding token's, lm_head),
 modeling_llama.py (LlamaForCausalLM), modeling_qwen2.py and modeling_mistral.py (the same layout
 with q/k/v biases, and a sliding window from masking_utils.sliding_window_overlay:
@@ -488,6 +489,46 @@ def bert(name, dtype, old_names):
                 tokenizer=bert_tokenizer()[0])
 
 
+def distilbert(name, dtype):
+    """A DistilBertForMaskedLM folder: BERT's blocks under DistilBERT's names and config keys,
+    without token types, run by bert_forward (its token type embedding a zero row)."""
+    cfg = {"architectures": ["DistilBertForMaskedLM"], "model_type": "distilbert", "vocab_size": 40, "dim": 16,
+           "n_layers": 2, "n_heads": 4, "hidden_dim": 24, "activation": "gelu", "max_position_embeddings": 16,
+           "sinusoidal_pos_embds": False, "pad_token_id": 0, "torch_dtype": torch_dtype(dtype)}
+    p = Params(name, dtype)
+    e, v, ffn = cfg["dim"], cfg["vocab_size"], cfg["hidden_dim"]
+
+    def ln(prefix):
+        return p.draw(prefix + ".weight", (e,), 0.1, 1.0), p.draw(prefix + ".bias", (e,), 0.1)
+
+    def lin(prefix, i, o):
+        return p.draw(prefix + ".weight", (o, i)), p.draw(prefix + ".bias", (o,), 0.1)
+
+    word = p.draw("distilbert.embeddings.word_embeddings.weight", (v, e), 0.5)
+    pos = p.draw("distilbert.embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
+    emb_ln = ln("distilbert.embeddings.LayerNorm")
+    layers = []
+    for l in range(cfg["n_layers"]):
+        s = f"distilbert.transformer.layer.{l}."
+        layers.append({"q": lin(s + "attention.q_lin", e, e), "k": lin(s + "attention.k_lin", e, e),
+                       "v": lin(s + "attention.v_lin", e, e), "o": lin(s + "attention.out_lin", e, e),
+                       "ln1": ln(s + "sa_layer_norm"), "i": lin(s + "ffn.lin1", e, ffn), "out": lin(s + "ffn.lin2", ffn, e),
+                       "ln2": ln(s + "output_layer_norm")})
+    head_dense = lin("vocab_transform", e, e)
+    head_ln = ln("vocab_layer_norm")
+    head_bias = p.draw("vocab_projector.bias", (v,), 0.1)
+    p.stored["vocab_projector.weight"] = p.stored["distilbert.embeddings.word_embeddings.weight"]  # tied, stored
+    W = {"word": word, "pos": pos, "typ": torch.zeros(1, e), "emb_ln": emb_ln, "layers": layers,
+         "head_dense": head_dense, "head_ln": head_ln, "head_bias": head_bias}
+    run_cfg = {"num_attention_heads": cfg["n_heads"], "layer_norm_eps": 1e-12, "model_type": "distilbert"}
+    ids = torch.from_numpy(p.rng.integers(1, v, size=(2, 8)))
+    am = torch.ones(2, 8, dtype=torch.int64)
+    am[1, 6:] = 0
+    ids[1, 6:] = cfg["pad_token_id"]
+    logits, hidden, attns = bert_forward(run_cfg, W, ids, am, torch.zeros(2, 8, dtype=torch.int64))
+    write_model(name, cfg, p.stored, False, ids, am, logits, hidden, attns, tokenizer=bert_tokenizer()[0])
+
+
 def roberta(name, dtype):
     """A RobertaForMaskedLM folder; its sequences have no padding, whose own positions RoBERTa
     numbers apart (mha numbers every position in turn)."""
@@ -898,7 +939,8 @@ def main():
     neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)  # Pythia's layout: two of each head's 8 rotated
     neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
     phi("phi2", "F16")
-    roberta("roberta", "F32")  # one LayerNorm for the parallel attention and MLP, a biased head
+    roberta("roberta", "F32")
+    distilbert("distilbert", "F32")  # one LayerNorm for the parallel attention and MLP, a biased head
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
