@@ -66,11 +66,11 @@ func (c *Cache) Reset() {
 // sequences so far at those positions up to float32 rounding (or bfloat16's, with Compute
 // bfloat16). A model with LongRoPE (mha.RopeScaling), whose rotation changes when a call's
 // positions first pass the original length, recomputes the cache from the tokens it holds in
-// the call that passes it, as Hugging Face's Phi-3 generation does. The storage is the model's, overwritten by the next
-// forward. It keeps nothing for Loss or Backward (a Loss needs a Forward); of opt it reads
-// Workers, Compute and LastLogits. It returns an error, leaving c unchanged, when b is not c's batch, t is
-// not positive, c has fewer than t positions left, a token is outside [0, Vocab), or Compute is
-// not one of mha's.
+// the call that passes it, as Hugging Face's Phi-3 generation does. The storage is the
+// model's, overwritten by the next forward. It keeps nothing for Loss or Backward (a Loss needs
+// a Forward); of opt it reads Workers, Compute and LastLogits. It returns an error, leaving c
+// unchanged, when b is not c's batch, t is not positive, c has fewer than t positions left, a
+// token is outside [0, Vocab), or Compute is not one of mha's.
 func (m *Model) ForwardCached(c *Cache, tokens []int, b, t int, opt *RunOptions) (*tensor.Tensor, error) {
 	if opt == nil {
 		opt = new(RunOptions)

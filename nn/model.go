@@ -486,11 +486,12 @@ func (m *Model) unembed(x []float32, n int) {
 
 // Unembed returns the logits [N, Vocab] that the model's output stack gives residual streams x
 // [N, DModel]: the final normalisation (pre-norm), the head transform (when the model has one),
-// the head and the logits' soft-cap (Config.LogitSoftcap), as Forward applies them to the last block's output. Given Residual(l) it is the
-// logit lens of layer l. It runs on workers goroutines (0: GOMAXPROCS). The storage is the
-// model's, overwritten by the next call or forward, and the call ends the last Forward: no Loss
-// may follow, and Residual and the other accessors return nil until the next Forward. It
-// returns an error when x is not [N, DModel] with N > 0 or workers is negative.
+// the head and the logits' soft-cap (Config.LogitSoftcap), as Forward applies them to the last
+// block's output. Given Residual(l) it is the logit lens of layer l. It runs on workers
+// goroutines (0: GOMAXPROCS). The storage is the model's, overwritten by the next call or
+// forward, and the call ends the last Forward: no Loss may follow, and Residual and the other
+// accessors return nil until the next Forward. It returns an error when x is not [N, DModel]
+// with N > 0 or workers is negative.
 func (m *Model) Unembed(x *tensor.Tensor, workers int) (*tensor.Tensor, error) {
 	d := m.cfg.DModel
 	if x == nil || len(x.Shape) != 2 || x.Shape[0] < 1 || x.Shape[1] != d || len(x.Data) != x.Shape[0]*d {
@@ -540,8 +541,8 @@ func (m *Model) Residual(layer int) *tensor.Tensor {
 // feed-forward network of block layer, [B, T, DModel]: x + MHA(·), after the block's first
 // normalisation in a post-norm model. In a pre-norm model Residual(layer) plus the attention's
 // output (normalised, with Config.SandwichNorm) is ResidualMid(layer), and ResidualMid(layer)
-// plus the FFN's output (likewise) is Residual(layer+1). It is nil before a Forward or for a layer outside 0 … Layers−1; the
-// storage is the model's, overwritten by the next Forward.
+// plus the FFN's output (likewise) is Residual(layer+1). It is nil before a Forward or for a
+// layer outside 0 … Layers−1; the storage is the model's, overwritten by the next Forward.
 func (m *Model) ResidualMid(layer int) *tensor.Tensor {
 	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
 		return nil
