@@ -149,38 +149,59 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
 		Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
+	add("pos_emb.weight", part{names: []string{"embeddings.position_embeddings.weight"}, shape: []int{pos, e}, rows: [2]int{first, pos}})
+	add("type_emb.weight", src("embeddings.token_type_embeddings.weight", types, e))
+	l.encoder(encoderNames{block: "encoder.layer.", q: "attention.self.query", k: "attention.self.key", v: "attention.self.value",
+		o: "attention.output.dense", ln1: "attention.output.LayerNorm", fc1: "intermediate.dense", fc2: "output.dense",
+		ln2: "output.LayerNorm", headDense: headDense, headNorm: headNorm, headBias: headBias, decoder: decoder}, e, ffn, layers, v, mlm, tied)
+	return l, nil
+}
+
+// encoderNames are the tensor names of a BERT-like encoder's blocks (relative to block + its
+// index + ".") and masked-LM head: BERT's, RoBERTa's, DistilBERT's.
+type encoderNames struct {
+	block                     string
+	q, k, v, o, ln1, fc1, fc2 string
+	ln2, headDense, headNorm  string
+	headBias                  []string
+	decoder                   string
+}
+
+// encoder adds the bindings of a BERT-like encoder named n to l, after its embeddings: the
+// embedding norm, layers post-norm blocks of width e and hidden width ffn, and with mlm the
+// masked-LM head over a vocabulary of v (its decoder the word embeddings when tied). LayerNorms
+// are read as weight and bias, or old checkpoints' gamma and beta.
+func (l *layout) encoder(n encoderNames, e, ffn, layers, v int, mlm, tied bool) {
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
 	norm := func(to, from string, head bool) {
 		add(to+".weight", part{names: []string{from + ".weight", from + ".gamma"}, shape: []int{e}, head: head})
 		add(to+".bias", part{names: []string{from + ".bias", from + ".beta"}, shape: []int{e}, head: head})
 	}
-	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
-	add("pos_emb.weight", part{names: []string{"embeddings.position_embeddings.weight"}, shape: []int{pos, e}, rows: [2]int{first, pos}})
-	add("type_emb.weight", src("embeddings.token_type_embeddings.weight", types, e))
+	lin := func(to, from string, in, out int) {
+		add(to+".weight", src(from+".weight", out, in))
+		add(to+".bias", src(from+".bias", out))
+	}
 	norm("emb_ln", "embeddings.LayerNorm", false)
 	for i := range layers {
-		h, b := "encoder.layer."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
-		self := h + "attention.self."
-		add(b+"attn.in_proj_weight", src(self+"query.weight", e, e), src(self+"key.weight", e, e), src(self+"value.weight", e, e))
-		add(b+"attn.in_proj_bias", src(self+"query.bias", e), src(self+"key.bias", e), src(self+"value.bias", e))
-		add(b+"attn.out_proj.weight", src(h+"attention.output.dense.weight", e, e))
-		add(b+"attn.out_proj.bias", src(h+"attention.output.dense.bias", e))
-		norm(b+"ln1", h+"attention.output.LayerNorm", false)
-		add(b+"ffn.fc1.weight", src(h+"intermediate.dense.weight", ffn, e))
-		add(b+"ffn.fc1.bias", src(h+"intermediate.dense.bias", ffn))
-		add(b+"ffn.fc2.weight", src(h+"output.dense.weight", e, ffn))
-		add(b+"ffn.fc2.bias", src(h+"output.dense.bias", e))
-		norm(b+"ln2", h+"output.LayerNorm", false)
+		h, b := n.block+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		add(b+"attn.in_proj_weight", src(h+n.q+".weight", e, e), src(h+n.k+".weight", e, e), src(h+n.v+".weight", e, e))
+		add(b+"attn.in_proj_bias", src(h+n.q+".bias", e), src(h+n.k+".bias", e), src(h+n.v+".bias", e))
+		lin(b+"attn.out_proj", h+n.o, e, e)
+		norm(b+"ln1", h+n.ln1, false)
+		lin(b+"ffn.fc1", h+n.fc1, e, ffn)
+		lin(b+"ffn.fc2", h+n.fc2, ffn, e)
+		norm(b+"ln2", h+n.ln2, false)
 	}
 	if mlm {
-		add("head_dense.weight", part{names: []string{headDense + ".weight"}, shape: []int{e, e}, head: true})
-		add("head_dense.bias", part{names: []string{headDense + ".bias"}, shape: []int{e}, head: true})
-		norm("head_ln", headNorm, true)
-		add("head.bias", part{names: headBias, shape: []int{v}, head: true})
+		add("head_dense.weight", part{names: []string{n.headDense + ".weight"}, shape: []int{e, e}, head: true})
+		add("head_dense.bias", part{names: []string{n.headDense + ".bias"}, shape: []int{e}, head: true})
+		norm("head_ln", n.headNorm, true)
+		add("head.bias", part{names: n.headBias, shape: []int{v}, head: true})
 		if !tied {
-			add("head.weight", part{names: []string{decoder}, shape: []int{v, e}, head: true})
+			add("head.weight", part{names: []string{n.decoder}, shape: []int{v, e}, head: true})
 		}
 	}
-	return l, nil
 }
 
 // neoxLayout maps a GPTNeoXForCausalLM (or GPTNeoXModel) folder, Pythia's and GPT-NeoX-20B's:
@@ -227,13 +248,8 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch n := int(float64(d) * pct); {
-	case n == 0:
-		rope = nil
-	case n%2 != 0:
-		return nil, fmt.Errorf("%w: rotary_pct %v of a head of %d rotates an odd %d features", ErrUnsupported, pct, d, n)
-	case n < d:
-		rope.Dim = n
+	if rope, err = partialRope(rope, d, pct, "rotary_pct"); err != nil {
+		return nil, err
 	}
 	tied := orBool(hc.TieEmbeddings, false) // GPTNeoXConfig's default
 	bias := orBool(hc.AttentionBias, true)  // GPTNeoXConfig's default
@@ -318,37 +334,12 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 	tied = tied || !mlm
 	l.cfg = nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
 		Positions: nn.Learned, NormEps: 1e-12, EmbNorm: true, Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
-	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
-	norm := func(to, from string, head bool) {
-		add(to+".weight", part{names: []string{from + ".weight"}, shape: []int{e}, head: head})
-		add(to+".bias", part{names: []string{from + ".bias"}, shape: []int{e}, head: head})
-	}
-	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
-	add("pos_emb.weight", src("embeddings.position_embeddings.weight", pos, e))
-	norm("emb_ln", "embeddings.LayerNorm", false)
-	for i := range layers {
-		h, b := "transformer.layer."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
-		at := h + "attention."
-		add(b+"attn.in_proj_weight", src(at+"q_lin.weight", e, e), src(at+"k_lin.weight", e, e), src(at+"v_lin.weight", e, e))
-		add(b+"attn.in_proj_bias", src(at+"q_lin.bias", e), src(at+"k_lin.bias", e), src(at+"v_lin.bias", e))
-		add(b+"attn.out_proj.weight", src(at+"out_lin.weight", e, e))
-		add(b+"attn.out_proj.bias", src(at+"out_lin.bias", e))
-		norm(b+"ln1", h+"sa_layer_norm", false)
-		add(b+"ffn.fc1.weight", src(h+"ffn.lin1.weight", ffn, e))
-		add(b+"ffn.fc1.bias", src(h+"ffn.lin1.bias", ffn))
-		add(b+"ffn.fc2.weight", src(h+"ffn.lin2.weight", e, ffn))
-		add(b+"ffn.fc2.bias", src(h+"ffn.lin2.bias", e))
-		norm(b+"ln2", h+"output_layer_norm", false)
-	}
-	if mlm {
-		add("head_dense.weight", part{names: []string{"vocab_transform.weight"}, shape: []int{e, e}, head: true})
-		add("head_dense.bias", part{names: []string{"vocab_transform.bias"}, shape: []int{e}, head: true})
-		norm("head_ln", "vocab_layer_norm", true)
-		add("head.bias", part{names: []string{"vocab_projector.bias"}, shape: []int{v}, head: true})
-		if !tied {
-			add("head.weight", part{names: []string{"vocab_projector.weight"}, shape: []int{v, e}, head: true})
-		}
-	}
+	l.params = append(l.params, binding{name: "tok_emb.weight", parts: []part{src("embeddings.word_embeddings.weight", v, e)}},
+		binding{name: "pos_emb.weight", parts: []part{src("embeddings.position_embeddings.weight", pos, e)}})
+	l.encoder(encoderNames{block: "transformer.layer.", q: "attention.q_lin", k: "attention.k_lin", v: "attention.v_lin",
+		o: "attention.out_lin", ln1: "sa_layer_norm", fc1: "ffn.lin1", fc2: "ffn.lin2", ln2: "output_layer_norm",
+		headDense: "vocab_transform", headNorm: "vocab_layer_norm", headBias: []string{"vocab_projector.bias"}, decoder: "vocab_projector.weight"},
+		e, ffn, layers, v, mlm, tied)
 	return l, nil
 }
 
@@ -391,13 +382,8 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch n := int(float64(d) * pct); {
-	case n == 0:
-		rope = nil
-	case n%2 != 0:
-		return nil, fmt.Errorf("%w: partial_rotary_factor %v of a head of %d rotates an odd %d features", ErrUnsupported, pct, d, n)
-	case n < d:
-		rope.Dim = n
+	if rope, err = partialRope(rope, d, pct, "partial_rotary_factor"); err != nil {
+		return nil, err
 	}
 	tied := orBool(hc.TieEmbeddings, false)
 	l := &layout{
@@ -549,16 +535,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// Only Llama's MLP reads mlp_bias; the others' have no biases whatever the config says.
 	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3)
 	if phi3 && hc.PartialRotaryFactor != nil {
-		// Phi3RotaryEmbedding rotates the first int(head_dim · factor) features: none when that
-		// is 0, and for an odd count one more than its frequencies' denominator, which mha's
-		// rotary (θ^(−2p/n) over n rotated features) does not express.
-		switch n := int(float64(d) * *hc.PartialRotaryFactor); {
-		case n == 0:
-			rope = nil
-		case n%2 != 0:
-			return nil, fmt.Errorf("%w: partial_rotary_factor %v of head_dim %d rotates an odd %d features", ErrUnsupported, *hc.PartialRotaryFactor, d, n)
-		default:
-			rope.Dim = n
+		if rope, err = partialRope(rope, d, *hc.PartialRotaryFactor, "partial_rotary_factor"); err != nil {
+			return nil, err
 		}
 	}
 	eps := 1e-6 // LlamaConfig's and its kin's default rms_norm_eps; Phi3Config's is 1e-5
@@ -695,6 +673,23 @@ func (hc *hfConfig) gemma3Defaults() {
 	if hc.NumKeyValueHeads == nil {
 		hc.NumKeyValueHeads = new(4)
 	}
+}
+
+// partialRope returns rope rotating the first int(d · frac) features of heads of d, as
+// Hugging Face's partial rotaries compute them (GPT-NeoX's rotary_pct, Phi's and Phi-3's
+// partial_rotary_factor, the config key name): nil, rotating none, when that is 0, and an error
+// for an odd count, whose frequencies' denominator (one more than the count) mha's rotary
+// (θ^(−2p/n) over n rotated features) does not express.
+func partialRope(rope *nn.Rope, d int, frac float64, name string) (*nn.Rope, error) {
+	switch n := int(float64(d) * frac); {
+	case n == 0:
+		return nil, nil
+	case n%2 != 0:
+		return nil, fmt.Errorf("%w: %s %v of head_dim %d rotates an odd %d features", ErrUnsupported, name, frac, d, n)
+	case n < d:
+		rope.Dim = n
+	}
+	return rope, nil
 }
 
 // softcap reads a soft-cap field named name: def when it is left out, 0 (none) when null.

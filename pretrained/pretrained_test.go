@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -148,6 +149,28 @@ func editConfig(t *testing.T, name string, change func(cfg map[string]any)) stri
 	return dir
 }
 
+// editTensors copies testdata folder name into a new temporary folder, rewrites its
+// model.safetensors with edit (which may rename, change or delete the tensors, by name), and
+// returns the folder.
+func editTensors(t *testing.T, name string, edit func(tensors map[string]safetensors.Tensor)) string {
+	t.Helper()
+	dir := copyFolder(t, name)
+	path := filepath.Join(dir, "model.safetensors")
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]safetensors.Tensor{}
+	for _, n := range f.Names() {
+		tensors[n], _ = f.Raw(n)
+	}
+	edit(tensors)
+	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // openLogits opens dir and returns the model and its logits on the token ids 1 … 6.
 func openLogits(t *testing.T, dir string) (*Model, []float32) {
 	t.Helper()
@@ -258,23 +281,11 @@ func TestOpenErrors(t *testing.T) {
 	edit := func(name string, change func(cfg map[string]any)) string { return editConfig(t, name, change) }
 	// The llama folder with model.norm.weight stored as dtype.
 	stored := func(dtype safetensors.DType) string {
-		dir := copyFolder(t, "llama")
-		path := filepath.Join(dir, "model.safetensors")
-		f, err := safetensors.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tensors := map[string]safetensors.Tensor{}
-		for _, name := range f.Names() {
-			tensors[name], _ = f.Raw(name)
-		}
-		norm := tensors["model.norm.weight"]
-		norm.DType, norm.Data = dtype, make([]byte, norm.Shape[0]*dtype.Size())
-		tensors["model.norm.weight"] = norm
-		if err := safetensors.WriteFile(path, tensors, nil); err != nil {
-			t.Fatal(err)
-		}
-		return dir
+		return editTensors(t, "llama", func(tensors map[string]safetensors.Tensor) {
+			norm := tensors["model.norm.weight"]
+			norm.DType, norm.Data = dtype, make([]byte, norm.Shape[0]*dtype.Size())
+			tensors["model.norm.weight"] = norm
+		})
 	}
 	for _, c := range []struct {
 		name, dir, want string
@@ -316,13 +327,13 @@ func TestOpenErrors(t *testing.T) {
 			c["rope_parameters"] = map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "yarn"}}
 		}), `rope_parameters.sliding_attention type "yarn"`, true},
 		{"neox activation", edit("pythia", func(c map[string]any) { c["hidden_act"] = "relu" }), `GPT-NeoX hidden_act "relu"`, true},
-		{"neox odd rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 0.375 }), "rotary_pct 0.375 of a head of 8 rotates an odd 3 features", true},
+		{"neox odd rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 0.375 }), "rotary_pct 0.375 of head_dim 8 rotates an odd 3 features", true},
 		{"neox rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 2 }), "rotary_pct is 2, want a fraction in [0, 1]", false},
 		{"neox heads", edit("pythia", func(c map[string]any) { c["num_attention_heads"] = 3 }), "hidden_size 16 is not divisible by num_attention_heads 3", false},
 		{"neox no bias", edit("pythia", func(c map[string]any) { c["attention_bias"] = false }), "gpt_neox.layers.0.attention.dense.bias in model.safetensors is not part of", false},
 		{"phi qk_layernorm", edit("phi2", func(c map[string]any) { c["qk_layernorm"] = true }), "Phi with qk_layernorm", true},
 		{"phi activation", edit("phi2", func(c map[string]any) { c["hidden_act"] = "relu" }), `Phi hidden_act "relu"`, true},
-		{"phi odd rotary", edit("phi2", func(c map[string]any) { c["partial_rotary_factor"] = 0.375 }), "partial_rotary_factor 0.375 of a head of 8 rotates an odd 3 features", true},
+		{"phi odd rotary", edit("phi2", func(c map[string]any) { c["partial_rotary_factor"] = 0.375 }), "partial_rotary_factor 0.375 of head_dim 8 rotates an odd 3 features", true},
 		{"phi kv heads", edit("phi2", func(c map[string]any) { c["num_key_value_heads"] = 3 }), "num_key_value_heads 3 does not divide num_attention_heads 2", false},
 		{"distilbert activation", edit("distilbert", func(c map[string]any) { c["activation"] = "relu" }), `DistilBERT activation "relu"`, true},
 		{"distilbert heads", edit("distilbert", func(c map[string]any) { c["n_heads"] = 3 }), "dim 16 is not divisible by n_heads 3", false},
@@ -490,21 +501,10 @@ func TestOpenNeoX(t *testing.T) {
 		t.Errorf("GPTNeoXModel: %v, LM head %v, unused %q; want no LM head and embed_out unused", err, bare != nil && bare.LMHead, bare.Unused)
 	}
 	// A bare PhiModel folder, without lm_head: its model's head is the embedding, with no bias.
-	dir := copyFolder(t, "phi2")
-	path := filepath.Join(dir, "model.safetensors")
-	f, err := safetensors.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors := map[string]safetensors.Tensor{}
-	for _, name := range f.Names() {
-		if !strings.HasPrefix(name, "lm_head.") {
-			tensors[name], _ = f.Raw(name)
-		}
-	}
-	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
-		t.Fatal(err)
-	}
+	dir := editTensors(t, "phi2", func(tensors map[string]safetensors.Tensor) {
+		delete(tensors, "lm_head.weight")
+		delete(tensors, "lm_head.bias")
+	})
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["PhiModel"],"model_type":"phi","vocab_size":265,"hidden_size":16,"intermediate_size":24,"num_hidden_layers":2,"num_attention_heads":2,"partial_rotary_factor":0.5}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -583,23 +583,16 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 	}
 	vision := []string{"multi_modal_projector.mm_input_projection_weight", "multi_modal_projector.mm_soft_emb_norm.weight",
 		"vision_tower.vision_model.embeddings.patch_embedding.weight", "vision_tower.vision_model.post_layernorm.weight"}
-	renamed := copyFolder(t, "gemma3-vision")
-	path := filepath.Join(renamed, "model.safetensors")
-	f, err := safetensors.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors := map[string]safetensors.Tensor{}
-	for _, name := range f.Names() {
-		to := "model." + name // the vision tower and the projector
-		if rest, ok := strings.CutPrefix(name, "language_model.model."); ok {
-			to = "model.language_model." + rest
+	renamed := editTensors(t, "gemma3-vision", func(tensors map[string]safetensors.Tensor) {
+		for name, x := range maps.Clone(tensors) {
+			delete(tensors, name)
+			to := "model." + name // the vision tower and the projector
+			if rest, ok := strings.CutPrefix(name, "language_model.model."); ok {
+				to = "model.language_model." + rest
+			}
+			tensors[to] = x
 		}
-		tensors[to], _ = f.Raw(name)
-	}
-	if err := safetensors.WriteFile(path, tensors, nil); err != nil {
-		t.Fatal(err)
-	}
+	})
 	var newNames []string
 	for _, n := range vision {
 		newNames = append(newNames, "model."+n)

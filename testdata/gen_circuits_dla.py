@@ -129,39 +129,24 @@ def gpt2():
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
-def neox(name, dtype, **kw):
-    cfg, _, W, _ = gp.neox_weights(name, dtype, **kw)
-    ids = committed(name, lambda ids: gp.neox_forward(cfg, W, ids)[0])
+def parallel(name, weights, forward):
+    """GPT-NeoX's and Phi-2's folders (LayerNorm, the attention's dense with a bias, a head with a
+    bias or none): weights() gives (cfg, Params, W, tokenizer), forward(cfg, W, ids, trace)."""
+    cfg, _, W, _ = weights()
+    ids = committed(name, lambda ids: forward(cfg, W, ids)[0])
     trace = {}
-    logits, _, _ = gp.neox_forward(cfg, W, ids, trace)
-    e, h = cfg["hidden_size"], cfg["num_attention_heads"]
+    logits, _, _ = forward(cfg, W, ids, trace)
+    e, h, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
     d = e // h
+    head, head_bias = W["head"] if isinstance(W["head"], tuple) else (W["head"], None)
     pos = ids.shape[1] - 1
     target, foil = metric(logits, pos)
     out = dla(trace, logits,
               lambda l, z: [W["layers"][l]["dense"][0][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)],
-              lambda l: W["layers"][l]["dense"][1], W["head"], W["lnf"][0], W["lnf"][1], cfg["layer_norm_eps"],
-              False, target, foil, pos)
+              lambda l: W["layers"][l]["dense"][1], head, W["lnf"][0], W["lnf"][1], eps, False, target, foil, pos,
+              head_bias=head_bias)
     out.update(lens(trace["resid_pre"] + [trace["resid_final"]],
-                    lambda x: gp.layer_norm(x, *W["lnf"], cfg["layer_norm_eps"]) @ W["head"].T))
-    write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
-
-
-def phi(name, dtype):
-    cfg, _, W, _ = gp.phi_weights(name, dtype)
-    ids = committed(name, lambda ids: gp.phi_forward(cfg, W, ids)[0])
-    trace = {}
-    logits, _, _ = gp.phi_forward(cfg, W, ids, trace)
-    e, h = cfg["hidden_size"], cfg["num_attention_heads"]
-    d = e // h
-    pos = ids.shape[1] - 1
-    target, foil = metric(logits, pos)
-    out = dla(trace, logits,
-              lambda l, z: [W["layers"][l]["dense"][0][:, i * d:(i + 1) * d] @ z[i * d:(i + 1) * d] for i in range(h)],
-              lambda l: W["layers"][l]["dense"][1], W["head"][0], W["lnf"][0], W["lnf"][1], cfg["layer_norm_eps"],
-              False, target, foil, pos, head_bias=W["head"][1])
-    out.update(lens(trace["resid_pre"] + [trace["resid_final"]],
-                    lambda x: gp.layer_norm(x, *W["lnf"], cfg["layer_norm_eps"]) @ W["head"][0].T + W["head"][1]))
+                    lambda x: gp.layer_norm(x, *W["lnf"], eps) @ head.T + (0 if head_bias is None else head_bias)))
     write(name, dict(out, input_ids=ids[0].numpy(), metric=np.array([target, foil, pos], dtype=np.int64)))
 
 
@@ -229,9 +214,9 @@ def main():
     # Gemma 3: each head's write through post_attention_layernorm at its frozen scale.
     llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     # Pythia (GPT-NeoX): the MLP parallel to the attention, LayerNorm with biases, float16.
-    neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)
+    parallel("pythia", lambda: gp.neox_weights("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False), gp.neox_forward)
     # Phi-2: one LayerNorm for the parallel attention and MLP, a head with a bias, float16.
-    phi("phi2", "F16")
+    parallel("phi2", lambda: gp.phi_weights("phi2", "F16"), gp.phi_forward)
     bert()
 
 

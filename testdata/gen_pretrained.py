@@ -79,6 +79,14 @@ class Params:
         x = (mean + std * self.rng.standard_normal(shape)).astype(np.float32)
         return self.put(name, x)
 
+    def layer_norm(self, prefix, e, weight="weight", bias="bias"):
+        """A LayerNorm's weight (near 1) and bias, prefix.weight and prefix.bias (or the names given)."""
+        return self.draw(f"{prefix}.{weight}", (e,), 0.1, 1.0), self.draw(f"{prefix}.{bias}", (e,), 0.1)
+
+    def linear(self, prefix, i, o):
+        """An nn.Linear's weight [o, i] and bias, prefix.weight and prefix.bias."""
+        return self.draw(prefix + ".weight", (o, i)), self.draw(prefix + ".bias", (o,), 0.1)
+
     def put(self, name, x):
         if self.dtype == "BF16":
             b = BF16(x)
@@ -251,16 +259,9 @@ def neox_weights(name, dtype, parallel, rotary_pct, buffers):
     layers = []
     for l in range(cfg["num_hidden_layers"]):
         s = f"gpt_neox.layers.{l}."
-
-        def ln(n):
-            return p.draw(s + n + ".weight", (e,), 0.1, 1.0), p.draw(s + n + ".bias", (e,), 0.1)
-
-        def lin(n, i, o):
-            return p.draw(s + n + ".weight", (o, i)), p.draw(s + n + ".bias", (o,), 0.1)
-
-        layers.append({"ln1": ln("input_layernorm"), "ln2": ln("post_attention_layernorm"),
-                       "qkv": lin("attention.query_key_value", e, 3 * e), "dense": lin("attention.dense", e, e),
-                       "fc1": lin("mlp.dense_h_to_4h", e, f), "fc2": lin("mlp.dense_4h_to_h", f, e)})
+        layers.append({"ln1": p.layer_norm(s + "input_layernorm", e), "ln2": p.layer_norm(s + "post_attention_layernorm", e),
+                       "qkv": p.linear(s + "attention.query_key_value", e, 3 * e), "dense": p.linear(s + "attention.dense", e, e),
+                       "fc1": p.linear(s + "mlp.dense_h_to_4h", e, f), "fc2": p.linear(s + "mlp.dense_4h_to_h", f, e)})
         if buffers:
             p.stored[s + "attention.bias"] = np.tril(np.ones((npos, npos), dtype=np.bool_)).reshape(1, 1, npos, npos)
             p.stored[s + "attention.masked_bias"] = np.array(-1e9, dtype=np.float32)
@@ -335,13 +336,10 @@ def phi_weights(name, dtype):
     layers = []
     for l in range(cfg["num_hidden_layers"]):
         s = f"model.layers.{l}."
-
-        def lin(n, i, o):
-            return p.draw(s + n + ".weight", (o, i)), p.draw(s + n + ".bias", (o,), 0.1)
-
-        layers.append({"ln": (p.draw(s + "input_layernorm.weight", (e,), 0.1, 1.0), p.draw(s + "input_layernorm.bias", (e,), 0.1)),
-                       "q": lin("self_attn.q_proj", e, e), "k": lin("self_attn.k_proj", e, e), "v": lin("self_attn.v_proj", e, e),
-                       "dense": lin("self_attn.dense", e, e), "fc1": lin("mlp.fc1", e, f), "fc2": lin("mlp.fc2", f, e)})
+        layers.append({"ln": p.layer_norm(s + "input_layernorm", e),
+                       "q": p.linear(s + "self_attn.q_proj", e, e), "k": p.linear(s + "self_attn.k_proj", e, e),
+                       "v": p.linear(s + "self_attn.v_proj", e, e), "dense": p.linear(s + "self_attn.dense", e, e),
+                       "fc1": p.linear(s + "mlp.fc1", e, f), "fc2": p.linear(s + "mlp.fc2", f, e)})
     lnf = (p.draw("model.final_layernorm.weight", (e,), 0.1, 1.0), p.draw("model.final_layernorm.bias", (e,), 0.1))
     head = (p.draw("lm_head.weight", (v, e), 0.5), p.draw("lm_head.bias", (v,), 0.3))
     return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
@@ -409,10 +407,9 @@ def bert_weights(name, dtype, old_names, roberta=False):
     g, bb = ("gamma", "beta") if old_names else ("weight", "bias")
 
     def ln(prefix):
-        return p.draw(f"{prefix}.{g}", (e,), 0.1, 1.0), p.draw(f"{prefix}.{bb}", (e,), 0.1)
+        return p.layer_norm(prefix, e, g, bb)
 
-    def lin(prefix, i, o):  # nn.Linear: weight [out, in]
-        return p.draw(prefix + ".weight", (o, i)), p.draw(prefix + ".bias", (o,), 0.1)
+    lin = p.linear
 
     word = p.draw(base + "embeddings.word_embeddings.weight", (v, e), 0.5)
     pos = p.draw(base + "embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
@@ -499,11 +496,9 @@ def distilbert(name, dtype):
     e, v, ffn = cfg["dim"], cfg["vocab_size"], cfg["hidden_dim"]
 
     def ln(prefix):
-        return p.draw(prefix + ".weight", (e,), 0.1, 1.0), p.draw(prefix + ".bias", (e,), 0.1)
+        return p.layer_norm(prefix, e)
 
-    def lin(prefix, i, o):
-        return p.draw(prefix + ".weight", (o, i)), p.draw(prefix + ".bias", (o,), 0.1)
-
+    lin = p.linear
     word = p.draw("distilbert.embeddings.word_embeddings.weight", (v, e), 0.5)
     pos = p.draw("distilbert.embeddings.position_embeddings.weight", (cfg["max_position_embeddings"], e), 0.3)
     emb_ln = ln("distilbert.embeddings.LayerNorm")

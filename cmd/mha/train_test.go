@@ -152,29 +152,42 @@ func (w *cancelWriter) Write(p []byte) (int, error) {
 
 func (w *cancelWriter) String() string { return w.buf.String() }
 
-// TestTrainSparse trains with --pattern, --block and --normalizer and checks that the
-// checkpoint's config keeps them, so that eval and the lab run the model as it was trained.
-func TestTrainSparse(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "m.safetensors")
-	code, _, stderr := runCLI("train", "--task", "prev-token", "--steps", "12", "--warmup", "2", "--layers", "1", "--d-model", "16", "--quiet",
-		"--pattern", "local:2", "--pattern", "global:0", "--block", "4,4", "--normalizer", "sparsemax", "--out", out)
+// trainConfig runs mha train with args on a tiny model of prev-token, writing to out, and
+// returns the config of the checkpoint it wrote.
+func trainConfig(t *testing.T, out string, args ...string) nn.Config {
+	t.Helper()
+	base := []string{"train", "--task", "prev-token", "--steps", "8", "--warmup", "2", "--layers", "1", "--d-model", "16", "--quiet", "--out", out}
+	code, _, stderr := runCLI(append(base, args...)...)
 	if code != 0 {
-		t.Fatalf("exit %d, %s", code, stderr)
+		t.Fatalf("%v: exit %d, %s", args, code, stderr)
 	}
 	m, _, _, err := nn.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := m.Config()
+	return m.Config()
+}
+
+// checkTrainRefuses checks that each of bad, added to a training's flags, is one line of error.
+func checkTrainRefuses(t *testing.T, out string, bad ...[]string) {
+	t.Helper()
+	for _, flags := range bad {
+		args := append([]string{"train", "--task", "prev-token", "--steps", "8", "--warmup", "2", "--quiet", "--out", out}, flags...)
+		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", flags, code, stderr)
+		}
+	}
+}
+
+// TestTrainSparse trains with --pattern, --block and --normalizer and checks that the
+// checkpoint's config keeps them, so that eval and the lab run the model as it was trained.
+func TestTrainSparse(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	c := trainConfig(t, out, "--pattern", "local:2", "--pattern", "global:0", "--block", "4,4", "--normalizer", "sparsemax")
 	if !slices.Equal(c.Patterns, []string{"local:2", "global:0"}) || !slices.Equal(c.Block, []int{4, 4}) || c.Normalizer != "sparsemax" {
 		t.Errorf("config %+v, want the patterns, block and normalizer", c)
 	}
-	for _, bad := range [][]string{{"--normalizer", "gumbel"}, {"--pattern", "blocks:x"}, {"--block", "4,4"}} {
-		args := append([]string{"train", "--task", "prev-token", "--steps", "12", "--warmup", "2", "--quiet", "--out", out}, bad...)
-		if code, _, stderr := runCLI(args...); code != 1 || strings.Count(stderr, "\n") != 1 {
-			t.Errorf("%v: exit %d, %q", bad, code, stderr)
-		}
-	}
+	checkTrainRefuses(t, out, []string{"--normalizer", "gumbel"}, []string{"--pattern", "blocks:x"}, []string{"--block", "4,4"})
 }
 
 // TestTrainModernBlocks trains with the flags of today's blocks (RMSNorm, SwiGLU, grouped K/V
@@ -182,30 +195,15 @@ func TestTrainSparse(t *testing.T) {
 // checks that the checkpoint's config has them; a value nn refuses is one line of error.
 func TestTrainModernBlocks(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "m.safetensors")
-	base := []string{"train", "--task", "prev-token", "--steps", "8", "--warmup", "2", "--layers", "1", "--d-model", "16", "--quiet", "--out", out}
-	code, _, stderr := runCLI(append(base, "--positions", "none", "--rope", "500", "--norm-kind", "rmsnorm", "--activation", "swiglu",
-		"--kv-heads", "2", "--qk-norm", "--sandwich", "--window", "5", "--head-size", "8")...)
-	if code != 0 {
-		t.Fatalf("exit %d, %s", code, stderr)
-	}
-	m, _, _, err := nn.Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := m.Config()
+	c := trainConfig(t, out, "--positions", "none", "--rope", "500", "--norm-kind", "rmsnorm", "--activation", "swiglu",
+		"--kv-heads", "2", "--qk-norm", "--sandwich", "--window", "5", "--head-size", "8")
 	if c.Positions != nn.NoPositions || c.Rope == nil || c.Rope.Theta != 500 || c.NormKind != nn.RMSNorm || c.Activation != nn.SwiGLU ||
 		c.KVHeads != 2 || !c.QKNorm || !c.SandwichNorm || c.Window != 5 || c.HeadSize != 8 {
 		t.Errorf("config %+v, want the flags' blocks", c)
 	}
-	if code, _, stderr := runCLI(append(base, "--parallel", "--activation", "geglu")...); code != 0 {
-		t.Fatalf("--parallel: exit %d, %s", code, stderr)
+	if c := trainConfig(t, out, "--parallel", "--activation", "geglu"); !c.ParallelResidual || c.Activation != nn.GeGLU {
+		t.Errorf("--parallel --activation geglu: config %+v", c)
 	}
-	if m, _, _, err = nn.Load(out); err != nil || !m.Config().ParallelResidual || m.Config().Activation != nn.GeGLU {
-		t.Errorf("--parallel --activation geglu: %v, config %+v", err, m.Config())
-	}
-	for _, bad := range [][]string{{"--kv-heads", "3"}, {"--activation", "relu"}, {"--norm-kind", "batchnorm"}, {"--parallel", "--norm", "post"}, {"--rope", "-1"}} {
-		if code, _, stderr := runCLI(append(base, bad...)...); code != 1 || strings.Count(stderr, "\n") != 1 {
-			t.Errorf("%v: exit %d, %q", bad, code, stderr)
-		}
-	}
+	checkTrainRefuses(t, out, []string{"--kv-heads", "3"}, []string{"--activation", "relu"}, []string{"--norm-kind", "batchnorm"},
+		[]string{"--parallel", "--norm", "post"}, []string{"--rope", "-1"})
 }
