@@ -132,12 +132,14 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if roberta {
 		prefix, head, decoder, skip = "roberta.", "lm_head.", "lm_head.decoder.weight", robertaSkip
 		headDense, headNorm, headBias = head+"dense", head+"layer_norm", []string{head + "bias", head + "decoder.bias"}
-		first = 2 // RobertaConfig's pad_token_id 1, plus 1
-		if hc.PadTokenID != nil {
-			first = *hc.PadTokenID + 1
+		pad := 1 // RobertaConfig's pad_token_id
+		if !isNull(hc.PadTokenID) {
+			if err := json.Unmarshal(hc.PadTokenID, &pad); err != nil {
+				return nil, fmt.Errorf("pretrained: pad_token_id is %s, want a token id", hc.PadTokenID)
+			}
 		}
-		if first < 1 || first >= pos {
-			return nil, fmt.Errorf("pretrained: pad_token_id %d leaves RoBERTa's max_position_embeddings %d no positions", first-1, pos)
+		if first = pad + 1; first < 1 || first >= pos {
+			return nil, fmt.Errorf("pretrained: pad_token_id %d leaves RoBERTa's max_position_embeddings %d no positions", pad, pos)
 		}
 	}
 	l := &layout{prefixes: []string{prefix, ""}, skip: func(name string) bool {

@@ -148,8 +148,9 @@ type hfConfig struct {
 	HiddenDim  int    `json:"hidden_dim"`
 	Activation string `json:"activation"`
 
-	// RoBERTa: positions start after the padding token's embedding
-	PadTokenID *int `json:"pad_token_id"`
+	// RoBERTa: positions start after the padding token's embedding (read only there: other
+	// families' configs may spell it otherwise)
+	PadTokenID json.RawMessage `json:"pad_token_id"`
 
 	// GPT-NeoX
 	RotaryPct           *float64 `json:"rotary_pct"`

@@ -338,6 +338,7 @@ func TestOpenErrors(t *testing.T) {
 		{"distilbert activation", edit("distilbert", func(c map[string]any) { c["activation"] = "relu" }), `DistilBERT activation "relu"`, true},
 		{"distilbert heads", edit("distilbert", func(c map[string]any) { c["n_heads"] = 3 }), "dim 16 is not divisible by n_heads 3", false},
 		{"distilbert size", edit("distilbert", func(c map[string]any) { delete(c, "dim") }), "dim is 0", false},
+		{"roberta padding id", edit("roberta", func(c map[string]any) { c["pad_token_id"] = "one" }), `pad_token_id is "one", want a token id`, false},
 		{"roberta padding", edit("roberta", func(c map[string]any) { c["pad_token_id"] = 17 }), "pad_token_id 17 leaves RoBERTa's max_position_embeddings 18 no positions", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
 		{"llama partial rotary", edit("llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }), "partial_rotary_factor 0.5", true},
