@@ -126,8 +126,9 @@ func (r *Rotary) check(d int) (int, error) {
 		n = d
 	}
 	switch {
-	case math.IsNaN(r.Theta) || math.IsInf(r.Theta, 0) || r.Theta <= 0:
-		return 0, fmt.Errorf("%w: rotary theta is %v, want a finite number > 0", ErrShape, r.Theta)
+	case math.IsNaN(r.Theta) || math.IsInf(r.Theta, 0) || r.Theta <= 0 || math.IsInf(1/r.Theta, 0):
+		// 1/θ bounds the frequencies θ^(−2p/n): a θ whose inverse overflows makes them +Inf.
+		return 0, fmt.Errorf("%w: rotary theta is %v, want a finite number > 0 (whose inverse is finite)", ErrShape, r.Theta)
 	case r.Dim < 0 || r.Dim > d:
 		return 0, fmt.Errorf("%w: rotary dim is %d, want 0 (all) to the head size %d", ErrShape, r.Dim, d)
 	case n%2 != 0:

@@ -101,6 +101,7 @@ func TestRotaryErrors(t *testing.T) {
 		{Rotary{Theta: 1, Scaling: llama(8, 4, 4, 8)}, "rope high_freq_factor is 4, want a finite number > low_freq_factor 4"},
 		{Rotary{Theta: 1, Scaling: llama(8, 1, 4, 0)}, "original_max_position_embeddings is 0"},
 		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "yarn", Factor: 2}}, `rope scaling type is "yarn", want "llama3" (or empty for it), "linear" or "longrope"`},
+		{Rotary{Theta: 1e-320}, "rotary theta is 1e-320, want a finite number > 0 (whose inverse is finite)"},
 		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeLinear, Factor: 2, ShortFactor: []float64{}}}, `rope short_factor, long_factor and attention_factor are LongRoPE's, the scaling's type is "linear"`},
 		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1}, LongFactor: []float64{1, 2}, OriginalMaxPositions: 4}}, "rope short_factor has 1 values, want one per rotated pair, 2"},
 		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1, 0}, LongFactor: []float64{1, 2}, OriginalMaxPositions: 4}}, "rope short_factor[1] is 0, want a finite number > 0"},

@@ -38,7 +38,8 @@ type userModel struct {
 	family string // pretrained.Model.Family, or "mha" for a checkpoint of mha train
 	tok    *tokenizer.Tokenizer
 	lmHead bool
-	mask   int // the id of [MASK] for a bidirectional model, or -1
+	mask   int    // the id of the mask token ([MASK], RoBERTa's <mask>) for a bidirectional model, or -1
+	masked string // that token as the text writes it
 }
 
 // loadUser opens path, a Hugging Face folder or a checkpoint of mha train, as the model name. A
@@ -55,8 +56,11 @@ func loadUser(path, name string) (*model, error) {
 	}
 	cfg := pm.NN.Config()
 	if u.tok != nil && cfg.Bidirectional {
-		if id, ok := u.tok.TokenToID("[MASK]"); ok {
-			u.mask = id
+		for _, token := range []string{"[MASK]", "<mask>"} { // BERT's and DistilBERT's, RoBERTa's
+			if id, ok := u.tok.TokenToID(token); ok {
+				u.mask, u.masked = id, token
+				break
+			}
 		}
 	}
 	if task, command, err := checkpointTask(path); err != nil {
@@ -122,8 +126,10 @@ func (u *userModel) describe(m *model) string {
 	switch {
 	case u.tok == nil:
 		what += " It has no tokenizer.json: give token ids separated by spaces."
+	case m.cfg.Bidirectional && u.mask >= 0:
+		what += fmt.Sprintf(" Type text; write %s where the model should guess the word.", u.masked)
 	case m.cfg.Bidirectional:
-		what += " Type text; write [MASK] where the model should guess the word."
+		what += " Type text; it is encoded with the model's tokenizer (it has no mask token)."
 	default:
 		what += " Type text; it is encoded with the model's tokenizer."
 	}

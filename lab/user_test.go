@@ -791,3 +791,41 @@ func TestUserFamilies(t *testing.T) {
 		}
 	}
 }
+
+// TestUserRoBERTaMask checks that a RoBERTa folder's mask token, <mask> (not BERT's [MASK]), marks
+// the position whose guess counts, and that the page tells the user to write it.
+func TestUserRoBERTaMask(t *testing.T) {
+	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("roberta")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := pretrained.Open(tinyFolder("roberta"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask, ok := pm.Tokenizer.TokenToID("<mask>")
+	if !ok {
+		t.Fatal("the roberta folder's tokenizer has no <mask>")
+	}
+	var got userAnswer
+	status, body := serve(s, "POST", "/api/run", `{"model": "roberta", "text": "the cat <mask> on"}`)
+	decodeOK(t, status, body, &got)
+	var masked []int
+	for pos, p := range got.Predictions {
+		if p.Masked {
+			masked = append(masked, pos)
+		}
+	}
+	if i := slices.Index(got.Tokens, mask); got.Predicts != "masked" || i < 0 || !slices.Equal(masked, []int{i}) {
+		t.Errorf("tokens %v, predicts %q, masked positions %v; want the one <mask> (%d) masked", got.Tokens, got.Predicts, masked, mask)
+	}
+	var models []map[string]any
+	status, body = serve(s, "GET", "/api/models", "")
+	decodeOK(t, status, body, &models)
+	if !slices.ContainsFunc(models, func(m map[string]any) bool {
+		about, _ := m["describe"].(string)
+		return strings.Contains(about, "write <mask> where the model should guess")
+	}) {
+		t.Errorf("models %s, want the page to ask for <mask>", body)
+	}
+}

@@ -102,7 +102,8 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 // checkpoints' LayerNorm gamma and beta are read as weight and bias. RoBERTa and XLM-RoBERTa
 // (RobertaModel, RobertaForMaskedLM, XLMRoberta…) are the same model under roberta. and
 // lm_head. names, whose position p is position embedding p + pad_token_id + 1 (Hugging Face's
-// create_position_ids_from_input_ids, for sequences without left padding).
+// create_position_ids_from_input_ids for a sequence without padding tokens, which it leaves out
+// of the count).
 func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	e, v, heads, layers, ffn, pos := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize, hc.MaxPositionEmbeddings
 	types := hc.TypeVocabSize
@@ -147,6 +148,11 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}}
 	_, _, _, mlm := l.find(w, part{names: []string{headDense + ".weight"}, head: true})
 	tied = tied || !mlm // a bare BertModel has no decoder: the nn model's head is the embedding
+	if roberta && mlm && act != nn.GELU {
+		// RobertaLMHead applies the exact GELU whatever hidden_act says; nn's head transform
+		// applies the blocks' activation.
+		return nil, fmt.Errorf("%w: a RoBERTa masked-LM head with hidden_act %q (its head's GELU is the exact one)", ErrUnsupported, act)
+	}
 	l.cfg = nn.Config{Vocab: v, SeqLen: pos - first, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
 		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
 		Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
@@ -226,6 +232,9 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	d := e / heads
 	act := cmp.Or(hc.HiddenAct, nn.GELU)
+	if act == "gelu_fast" { // GPT-NeoX-20B's: GELU's tanh form, as gelu_new
+		act = nn.GELUNew
+	}
 	pct := 0.25 // GPTNeoXConfig's rotary_pct
 	if hc.RotaryPct != nil {
 		pct = *hc.RotaryPct
@@ -238,7 +247,7 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	switch {
 	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
-		return nil, fmt.Errorf("%w: GPT-NeoX hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+		return nil, fmt.Errorf("%w: GPT-NeoX hidden_act %q (mha has gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)", ErrUnsupported, act)
 	case !(pct >= 0 && pct <= 1):
 		return nil, fmt.Errorf("pretrained: rotary_pct is %v, want a fraction in [0, 1]", pct)
 	}

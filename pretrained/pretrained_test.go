@@ -338,6 +338,7 @@ func TestOpenErrors(t *testing.T) {
 		{"distilbert activation", edit("distilbert", func(c map[string]any) { c["activation"] = "relu" }), `DistilBERT activation "relu"`, true},
 		{"distilbert heads", edit("distilbert", func(c map[string]any) { c["n_heads"] = 3 }), "dim 16 is not divisible by n_heads 3", false},
 		{"distilbert size", edit("distilbert", func(c map[string]any) { delete(c, "dim") }), "dim is 0", false},
+		{"roberta head activation", edit("roberta", func(c map[string]any) { c["hidden_act"] = "gelu_new" }), `a RoBERTa masked-LM head with hidden_act "gelu_new"`, true},
 		{"roberta padding id", edit("roberta", func(c map[string]any) { c["pad_token_id"] = "one" }), `pad_token_id is "one", want a token id`, false},
 		{"roberta padding", edit("roberta", func(c map[string]any) { c["pad_token_id"] = 17 }), "pad_token_id 17 leaves RoBERTa's max_position_embeddings 18 no positions", false},
 		{"phi3 ffn", edit("phi3", func(c map[string]any) { c["intermediate_size"] = 20 }), "model.layers.0.mlp.gate_up_proj.weight in model.safetensors is [56 16], want [40 16]", false},
@@ -488,6 +489,10 @@ func TestOpenNeoX(t *testing.T) {
 	base, err := Open(testdataDir("pythia"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// GPT-NeoX-20B's hidden_act, gelu_fast, is GELU's tanh form.
+	if fast, err := Open(editConfig(t, "pythia", func(c map[string]any) { c["hidden_act"] = "gelu_fast" })); err != nil || fast.NN.Config().Activation != nn.GELUNew {
+		t.Errorf("gelu_fast: %v, want the model with gelu_new", err)
 	}
 	v5, err := Open(editConfig(t, "pythia", func(c map[string]any) {
 		c["partial_rotary_factor"], c["rope_theta"] = c["rotary_pct"], c["rotary_emb_base"]
