@@ -220,15 +220,12 @@ func (l *layout) encoder(n encoderNames, e, ffn, layers, v int, mlm, tied bool) 
 // in_proj_weight's [Q; K; V], biases on every projection, the exact GELU, and an untied head
 // embed_out.
 func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
-	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
-	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+	e, v, heads, layers, ffn, _, seq, err := hc.decoderSizes()
+	if err != nil {
 		return nil, err
 	}
 	if e%heads != 0 {
 		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
-	}
-	if hc.MaxPositionEmbeddings < 0 {
-		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
 	}
 	d := e / heads
 	act := cmp.Or(hc.HiddenAct, nn.GELU)
@@ -250,10 +247,6 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: GPT-NeoX hidden_act %q (mha has gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)", ErrUnsupported, act)
 	case !(pct >= 0 && pct <= 1):
 		return nil, fmt.Errorf("pretrained: rotary_pct is %v, want a fraction in [0, 1]", pct)
-	}
-	seq := nn.MaxSeqLen
-	if p := hc.MaxPositionEmbeddings; p > 0 {
-		seq = min(p, nn.MaxSeqLen)
 	}
 	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, theta))
 	if err != nil {
@@ -360,13 +353,9 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 // projection and on the untied head lm_head, grouped K/V heads when num_key_value_heads says so.
 // Its per-head LayerNorm of queries and keys (qk_layernorm) is refused.
 func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
-	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
-	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+	e, v, heads, layers, ffn, kv, seq, err := hc.decoderSizes()
+	if err != nil {
 		return nil, err
-	}
-	kv := heads
-	if hc.NumKeyValueHeads != nil {
-		kv = *hc.NumKeyValueHeads
 	}
 	act := cmp.Or(hc.HiddenAct, nn.GELUNew)
 	pct := orFloat(hc.PartialRotaryFactor, 0.5) // PhiConfig's default
@@ -375,8 +364,6 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
 	case kv <= 0 || heads%kv != 0:
 		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
-	case hc.MaxPositionEmbeddings < 0:
-		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
 	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
 		return nil, fmt.Errorf("%w: Phi hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
 	case !(pct >= 0 && pct <= 1):
@@ -385,10 +372,6 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: Phi with qk_layernorm (a LayerNorm of each head's query and key; mha's is RMSNorm)", ErrUnsupported)
 	}
 	d := e / heads
-	seq := nn.MaxSeqLen
-	if p := hc.MaxPositionEmbeddings; p > 0 {
-		seq = min(p, nn.MaxSeqLen)
-	}
 	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, 10000))
 	if err != nil {
 		return nil, err
@@ -460,16 +443,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if gemma3 {
 		hc.gemma3Defaults()
 	}
-	e, v, heads, layers, ffn := hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
-	if err := checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+	e, v, heads, layers, ffn, kv, seq, err := hc.decoderSizes()
+	if err != nil {
 		return nil, err
-	}
-	kv := heads
-	if hc.NumKeyValueHeads != nil {
-		kv = *hc.NumKeyValueHeads
-	}
-	if hc.MaxPositionEmbeddings < 0 {
-		return nil, fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
 	}
 	// Gemma's MLP reads hidden_activation, GELU's tanh form when it is absent, and ignores
 	// hidden_act (modeling_gemma.py; later versions read hidden_act, so one other than the
@@ -555,10 +531,6 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		eps = 1e-5
 	}
 	tied := orBool(hc.TieEmbeddings, gemma) // GemmaConfig ties by default, LlamaConfig does not
-	seq := nn.MaxSeqLen
-	if p := hc.MaxPositionEmbeddings; p > 0 {
-		seq = min(p, nn.MaxSeqLen)
-	}
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, eps), Activation: activation,
@@ -684,6 +656,29 @@ func (hc *hfConfig) gemma3Defaults() {
 	if hc.NumKeyValueHeads == nil {
 		hc.NumKeyValueHeads = new(4)
 	}
+}
+
+// decoderSizes reads a decoder's sizes from hc: hidden_size e, vocab_size v,
+// num_attention_heads, num_hidden_layers, intermediate_size ffn (each checked), the K/V heads
+// (num_key_value_heads, or one per head), and the longest sequence, max_position_embeddings
+// bounded by nn.MaxSeqLen (nn.MaxSeqLen when the config leaves it out).
+func (hc *hfConfig) decoderSizes() (e, v, heads, layers, ffn, kv, seq int, err error) {
+	e, v, heads, layers, ffn = hc.HiddenSize, hc.VocabSize, hc.NumAttentionHeads, hc.NumHiddenLayers, hc.IntermediateSize
+	if err = checkSizes(map[string]int{"hidden_size": e, "vocab_size": v, "num_attention_heads": heads, "num_hidden_layers": layers, "intermediate_size": ffn}); err != nil {
+		return
+	}
+	if hc.MaxPositionEmbeddings < 0 {
+		err = fmt.Errorf("pretrained: config.json's max_position_embeddings is %d, want > 0", hc.MaxPositionEmbeddings)
+		return
+	}
+	kv, seq = heads, nn.MaxSeqLen
+	if hc.NumKeyValueHeads != nil {
+		kv = *hc.NumKeyValueHeads
+	}
+	if p := hc.MaxPositionEmbeddings; p > 0 {
+		seq = min(p, nn.MaxSeqLen)
+	}
+	return
 }
 
 // partialRope returns rope rotating the first int(d · frac) features of heads of d, as
