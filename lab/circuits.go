@@ -234,6 +234,10 @@ type dlaJSON struct {
 	HeadBias number     `json:"head_bias"` // the unembedding's bias
 	LD       number     `json:"ld"`        // the logit difference they sum to
 	Scale    number     `json:"scale"`     // the final normalisation's scale, frozen at its value in the clean run
+	// LogitSoftcap is the soft-cap c of the model's logits (Gemma 2's final_logit_softcapping),
+	// absent without one: LD is then the uncapped logits', where the patching LDs are the
+	// capped ones the model gives.
+	LogitSoftcap number `json:"logit_softcap,omitempty"`
 }
 
 // circuitsResponse is the answer of /api/circuits.
@@ -419,6 +423,8 @@ func attribute(m *model, in *circuitsInput, workers int) (*dlaJSON, string) {
 		HeadBias: number(a.HeadBias),
 		LD:       number(a.LD),
 		Scale:    number(a.Scale),
+
+		LogitSoftcap: number(m.cfg.LogitSoftcap),
 	}
 	if !m.cfg.AttnOnly {
 		out.MLP = numbers([][]float64{a.MLP})[0]

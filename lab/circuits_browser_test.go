@@ -162,4 +162,5 @@ type dlaAnswer struct {
 	NormBias float64     `json:"norm_bias"`
 	HeadBias float64     `json:"head_bias"`
 	LD       float64     `json:"ld"`
+	Softcap  float64     `json:"logit_softcap"`
 }

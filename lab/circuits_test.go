@@ -206,7 +206,7 @@ func TestCircuitsUserModels(t *testing.T) {
 		len(g.Heads) != 2 || len(g.Heads[0]) != 4 || len(g.Residual) != 3 || len(g.Residual[0]) != len(g.Clean.Tokens) {
 		t.Fatalf("gpt2: %+v", g)
 	}
-	if g.DLA == nil || len(g.DLA.MLP) != 2 || !near(g.DLA.LD, g.LDClean, 1e-4) || !near(g.Residual[2][last], 1, 1e-6) {
+	if g.DLA == nil || len(g.DLA.MLP) != 2 || !near(g.DLA.LD, g.LDClean, 1e-4) || !near(g.Residual[2][last], 1, 1e-6) || g.DLA.Softcap != 0 {
 		t.Errorf("gpt2: dla %+v (want two MLPs and LD %g), residual %v", g.DLA, g.LDClean, g.Residual)
 	}
 
@@ -215,6 +215,18 @@ func TestCircuitsUserModels(t *testing.T) {
 	decodeOK(t, status, body, &b)
 	if b.Position != 3 || b.Clean.Symbols[3] != "[MASK]" || b.DLA != nil || !strings.Contains(b.DLAError, "post-norm") || len(b.Residual) != 3 {
 		t.Fatalf("bert: position %d (%q), dla %+v, error %q", b.Position, b.Clean.Symbols, b.DLA, b.DLAError)
+	}
+
+	// Gemma 2 caps its logits: the attribution says so, and its LD is the uncapped one.
+	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("gemma2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c2 circuitsAnswer
+	status, body = serve(s, "POST", "/api/circuits", `{"model": "gemma2", "clean": "the cat sat", "corrupt": "the hat sat", "target": "#40", "foil": "#41"}`)
+	decodeOK(t, status, body, &c2)
+	if c2.DLA == nil || c2.DLA.Softcap != 3 || math.Abs(c2.LDClean) >= 6 || near(c2.DLA.LD, c2.LDClean, 1e-4) {
+		t.Errorf("gemma2: dla %+v, LD %g; want the soft-cap 3 and the uncapped LD", c2.DLA, c2.LDClean)
 	}
 
 	for _, c := range []struct{ body, want string }{

@@ -257,7 +257,10 @@ export class Circuits {
         describe: (l, h, v) => `layer ${l} ${h < H ? `head ${h}` : 'MLP'}: direct effect ${signed(v, 3)} on LD`,
       });
       const bias = r.dla.attn_bias.reduce((a, b) => a + b, 0) + r.dla.norm_bias + r.dla.head_bias;
-      this.q('#circ-dla .circ-note').textContent = `On the clean prompt, in logits (the colours run to ±${fmt(limitOf(values, 0), 2)}); with the embeddings (${signed(r.dla.embed, 2)}) and the biases (${signed(bias, 2)}) they sum to LD = ${fmt(r.dla.ld, 3)}. The final norm’s scale is frozen at the clean run’s (${fmt(r.dla.scale, 3)}), as TransformerLens does.`;
+      const capped = r.dla.logit_softcap
+        ? ` The model caps its logits to c·tanh(z/c) (c = ${fmt(r.dla.logit_softcap, 3)}): this LD is the uncapped logits’, the patching’s LDs the capped ones it outputs.`
+        : '';
+      this.q('#circ-dla .circ-note').textContent = `On the clean prompt, in logits (the colours run to ±${fmt(limitOf(values, 0), 2)}); with the embeddings (${signed(r.dla.embed, 2)}) and the biases (${signed(bias, 2)}) they sum to LD = ${fmt(r.dla.ld, 3)}. The final norm’s scale is frozen at the clean run’s (${fmt(r.dla.scale, 3)}), as TransformerLens does.${capped}`;
       dl('#circ-dla', 'attribution');
     } else {
       this.maps.dla = null;
