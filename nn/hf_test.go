@@ -75,6 +75,10 @@ func hfConfigs() map[string]Config {
 			c.Norm, c.Positions, c.Activation, c.ParallelResidual, c.SharedNorm = PreNorm, NoPositions, GELUNew, true, true
 			c.Rope = &Rope{Theta: 10000, Dim: 2}
 		}),
+		"stablelm_parallel": with(func(c *Config) { // StableLM 2 12B's: LayerNorm, SwiGLU, one norm for the parallel attention and MLP
+			c.Norm, c.Positions, c.Activation, c.NoMLPBias, c.NoHeadBias, c.ParallelResidual, c.SharedNorm = PreNorm, NoPositions, SwiGLU, true, true, true, true
+			c.KVHeads, c.Rope = 1, &Rope{Theta: 100, Dim: 2}
+		}),
 		"llama_tied": with(func(c *Config) {
 			c.Norm, c.Positions, c.NormKind, c.Activation, c.TieEmbeddings = PreNorm, NoPositions, RMSNorm, SwiGLU, true
 			c.KVHeads, c.Rope = 2, &Rope{Theta: 10, Interleaved: true, Scaling: &mha.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}

@@ -353,23 +353,58 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 // projection and on the untied head lm_head, grouped K/V heads when num_key_value_heads says so.
 // Its per-head LayerNorm of queries and keys (qk_layernorm) is refused.
 func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
+	return lnDecoderLayout(hc, lnDecoder{name: "Phi", act: nn.GELUNew, pct: 0.5, out: "dense", finalNorm: "final_layernorm",
+		qkvBias: true, outBias: true, headBias: true, parallel: true})
+}
+
+// stableLMLayout maps a StableLmForCausalLM (or StableLmModel) folder, StableLM-3B-4E1T's and
+// StableLM 2's: pre-norm blocks of LayerNorm, the SwiGLU network, the first
+// partial_rotary_factor (0.25) of each head rotated in the rotate-half layout, q/k/v biases with
+// use_qkv_bias, grouped K/V heads, and with use_parallel_residual the attention and the MLP in
+// parallel from one input_layernorm. Its per-head LayerNorm of queries and keys (qk_layernorm,
+// StableLM 2 12B's) is refused.
+func stableLMLayout(hc *hfConfig, w *weights) (*layout, error) {
+	return lnDecoderLayout(hc, lnDecoder{name: "StableLM", act: "silu", pct: 0.25, out: "o_proj", finalNorm: "norm",
+		qkvBias: orBool(hc.UseQKVBias, false), parallel: orBool(hc.UseParallelResidual, false)})
+}
+
+// lnDecoder is what sets apart the families lnDecoderLayout maps.
+type lnDecoder struct {
+	name      string  // the family, in errors
+	act       string  // hidden_act when the config leaves it out; "silu" is the SwiGLU network
+	pct       float64 // partial_rotary_factor when the config leaves it out
+	out       string  // the attention's output Linear, under self_attn.
+	finalNorm string  // the final LayerNorm
+	qkvBias   bool    // q_proj, k_proj and v_proj have biases
+	outBias   bool    // the output Linear has one (when qkvBias)
+	headBias  bool    // lm_head has one
+	parallel  bool    // the attention and the MLP read one input_layernorm side by side
+}
+
+// lnDecoderLayout maps a pre-norm decoder of LayerNorms (weight and bias) with partial rotary
+// and q_proj, k_proj, v_proj under the names Phi and StableLM share, its differences in f.
+func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 	e, v, heads, layers, ffn, kv, seq, err := hc.decoderSizes()
 	if err != nil {
 		return nil, err
 	}
-	act := cmp.Or(hc.HiddenAct, nn.GELUNew)
-	pct := orFloat(hc.PartialRotaryFactor, 0.5) // PhiConfig's default
+	act := cmp.Or(hc.HiddenAct, f.act)
+	pct := orFloat(hc.PartialRotaryFactor, f.pct)
+	gated := act == "silu"
 	switch {
 	case e%heads != 0:
 		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
 	case kv <= 0 || heads%kv != 0:
 		return nil, fmt.Errorf("pretrained: num_key_value_heads %d does not divide num_attention_heads %d", kv, heads)
-	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
-		return nil, fmt.Errorf("%w: Phi hidden_act %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case !gated && act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: %s hidden_act %q (mha has silu, gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, f.name, act)
 	case !(pct >= 0 && pct <= 1):
 		return nil, fmt.Errorf("pretrained: partial_rotary_factor is %v, want a fraction in [0, 1]", pct)
 	case hc.QKLayerNorm:
-		return nil, fmt.Errorf("%w: Phi with qk_layernorm (a LayerNorm of each head's query and key; mha's is RMSNorm)", ErrUnsupported)
+		return nil, fmt.Errorf("%w: %s with qk_layernorm (a LayerNorm of each head's query and key; mha's is RMSNorm)", ErrUnsupported, f.name)
+	}
+	if gated {
+		act = nn.SwiGLU
 	}
 	d := e / heads
 	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, 10000))
@@ -383,7 +418,7 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-5), TieEmbeddings: tied,
-			Rope: rope, ParallelResidual: true, SharedNorm: true},
+			Rope: rope, NoAttnBias: !f.qkvBias, NoMLPBias: gated, NoHeadBias: !f.headBias, ParallelResidual: f.parallel, SharedNorm: f.parallel},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -394,28 +429,44 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	ekv := kv * d
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string) {
+		add(to+".weight", src(from+".weight", e))
+		add(to+".bias", src(from+".bias", e))
+	}
 	add("tok_emb.weight", src("embed_tokens.weight", v, e))
 	for i := range layers {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
-		add(b+"ln1.weight", src(h+"input_layernorm.weight", e))
-		add(b+"ln1.bias", src(h+"input_layernorm.bias", e))
+		norm(b+"ln1", h+"input_layernorm")
 		add(b+"attn.in_proj_weight", src(at+"q_proj.weight", e, e), src(at+"k_proj.weight", ekv, e), src(at+"v_proj.weight", ekv, e))
-		add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
-		add(b+"attn.out_proj.weight", src(at+"dense.weight", e, e))
-		add(b+"attn.out_proj.bias", src(at+"dense.bias", e))
+		add(b+"attn.out_proj.weight", src(at+f.out+".weight", e, e))
+		if f.qkvBias {
+			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", e), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
+			// StableLM's o_proj has no bias: the layer's out_proj.bias is zero.
+			add(b+"attn.out_proj.bias", part{names: []string{at + f.out + ".bias"}, shape: []int{e}, zero: !f.outBias})
+		}
+		if !f.parallel {
+			norm(b+"ln2", h+"post_attention_layernorm")
+		}
+		if gated {
+			add(b+"ffn.gate_proj.weight", src(h+"mlp.gate_proj.weight", ffn, e))
+			add(b+"ffn.up_proj.weight", src(h+"mlp.up_proj.weight", ffn, e))
+			add(b+"ffn.down_proj.weight", src(h+"mlp.down_proj.weight", e, ffn))
+			continue
+		}
 		add(b+"ffn.fc1.weight", src(h+"mlp.fc1.weight", ffn, e))
 		add(b+"ffn.fc1.bias", src(h+"mlp.fc1.bias", ffn))
 		add(b+"ffn.fc2.weight", src(h+"mlp.fc2.weight", e, ffn))
 		add(b+"ffn.fc2.bias", src(h+"mlp.fc2.bias", e))
 	}
-	add("ln_f.weight", src("final_layernorm.weight", e))
-	add("ln_f.bias", src("final_layernorm.bias", e))
+	norm("ln_f", f.finalNorm)
 	if !tied {
 		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
 	}
-	// A bare PhiModel (tied here) has no lm_head: its head's bias is zero.
-	add("head.bias", part{names: []string{"lm_head.bias"}, shape: []int{v}, head: true, zero: tied})
+	if f.headBias {
+		// A bare PhiModel (tied here) has no lm_head: its head's bias is zero.
+		add("head.bias", part{names: []string{"lm_head.bias"}, shape: []int{v}, head: true, zero: tied})
+	}
 	return l, nil
 }
 

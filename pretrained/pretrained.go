@@ -16,6 +16,8 @@
 //	                                      rotary, query_key_value per head, LayerNorm
 //	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
 //	                                      LayerNorm, partial rotary, biases, the head's too
+//	StableLmForCausalLM, StableLmModel    LayerNorm, SwiGLU, partial rotary, q/k/v biases,
+//	                                      parallel from one LayerNorm with use_parallel_residual
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
 //	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
@@ -66,6 +68,7 @@ const (
 	Llama      Family = "llama"
 	GPTNeoX    Family = "gpt_neox"
 	Phi        Family = "phi"
+	StableLM   Family = "stablelm"
 	DistilBERT Family = "distilbert"
 )
 
@@ -138,8 +141,9 @@ type hfConfig struct {
 	// OriginalMaxPositionEmbeddings is Phi-3's pre-training length, which its LongRoPE reads.
 	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
 
-	// Phi
-	QKLayerNorm bool `json:"qk_layernorm"`
+	// Phi, StableLM
+	QKLayerNorm bool  `json:"qk_layernorm"`
+	UseQKVBias  *bool `json:"use_qkv_bias"`
 
 	// DistilBERT
 	Dim        int    `json:"dim"`
@@ -205,6 +209,7 @@ var architectures = map[string]Family{
 	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
+	"StableLmForCausalLM": StableLM, "StableLmModel": StableLM,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
@@ -216,7 +221,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "phi": Phi, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -324,6 +329,12 @@ func (o Options) Open(dir string) (*Model, error) {
 			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
 		}
 		lay, err = phiLayout(&hc, w)
+		m.LMHead = !bare
+	case StableLM:
+		if bare {
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+		}
+		lay, err = stableLMLayout(&hc, w)
 		m.LMHead = !bare
 	default:
 		if bare {

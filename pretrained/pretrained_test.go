@@ -21,7 +21,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -338,6 +338,9 @@ func TestOpenErrors(t *testing.T) {
 		{"distilbert activation", edit("distilbert", func(c map[string]any) { c["activation"] = "relu" }), `DistilBERT activation "relu"`, true},
 		{"distilbert heads", edit("distilbert", func(c map[string]any) { c["n_heads"] = 3 }), "dim 16 is not divisible by n_heads 3", false},
 		{"distilbert size", edit("distilbert", func(c map[string]any) { delete(c, "dim") }), "dim is 0", false},
+		{"stablelm qk_layernorm", edit("stablelm2", func(c map[string]any) { c["qk_layernorm"] = true }), "StableLM with qk_layernorm", true},
+		{"stablelm activation", edit("stablelm2", func(c map[string]any) { c["hidden_act"] = "relu" }), `StableLM hidden_act "relu"`, true},
+		{"stablelm parallel", edit("stablelm2", func(c map[string]any) { c["use_parallel_residual"] = true }), "post_attention_layernorm.bias in model.safetensors is not part of", false},
 		{"roberta head activation", edit("roberta", func(c map[string]any) { c["hidden_act"] = "gelu_new" }), `a RoBERTa masked-LM head with hidden_act "gelu_new"`, true},
 		{"roberta padding id", edit("roberta", func(c map[string]any) { c["pad_token_id"] = "one" }), `pad_token_id is "one", want a token id`, false},
 		{"roberta padding", edit("roberta", func(c map[string]any) { c["pad_token_id"] = 17 }), "pad_token_id 17 leaves RoBERTa's max_position_embeddings 18 no positions", false},
@@ -633,11 +636,11 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 }
 
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
-// multimodal), LongRoPE, Pythia, Phi-2, RoBERTa and DistilBERT folders with fuzzed config.json
+// multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT and StableLM folders with fuzzed config.json
 // files: an error or a model, never a panic, and no allocation beyond what the
 // folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

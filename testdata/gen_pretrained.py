@@ -10,7 +10,8 @@ is written below in float64 PyTorch after Hugging Face's own modeling code (read
 project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py (GPTNeoXForCausalLM: query_key_value's
 rows per head [q; k; v], partial rotary, the MLP parallel to the attention or after it),
 modeling_phi.py (PhiForCausalLM: the attention and the MLP in parallel from one LayerNorm, partial
-rotary, biases everywhere, the head's too),
+rotary, biases everywhere, the head's too), modeling_stablelm.py (StableLmForCausalLM: LayerNorm,
+SwiGLU, partial rotary, q/k/v biases),
 modeling_bert.py (BertForMaskedLM), modeling_distilbert.py (DistilBertForMaskedLM: BERT's blocks
 under other names, no token types), modeling_roberta.py (RobertaForMaskedLM: positions numbered
 after the padding token's, lm_head),
@@ -377,6 +378,66 @@ def phi_forward(cfg, W, ids, trace=None, hook=None):
         trace["resid_final"] = x
     hidden = layer_norm(x, *W["lnf"], eps)
     return hidden @ W["head"][0].T + W["head"][1], hidden, attns
+
+
+def stablelm_weights(name, dtype):
+    """Draws the StableLmForCausalLM folder name's weights, StableLM 2's form: q/k/v biases, o_proj
+    without, SwiGLU, a quarter of each head rotated, two K/V heads for four query heads."""
+    tok, vocab_size = gpt2_tokenizer()
+    cfg = {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm", "vocab_size": vocab_size, "hidden_size": 32,
+           "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 64, "layer_norm_eps": 1e-5, "partial_rotary_factor": 0.25, "rope_theta": 100.0,
+           "hidden_act": "silu", "use_qkv_bias": True, "qk_layernorm": False, "use_parallel_residual": False,
+           "tie_word_embeddings": False, "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1,
+           "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, f, kvd = cfg["hidden_size"], vocab_size, cfg["intermediate_size"], 2 * 8
+    emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"model.layers.{l}."
+        layers.append({"ln1": p.layer_norm(s + "input_layernorm", e), "ln2": p.layer_norm(s + "post_attention_layernorm", e),
+                       "q": p.linear(s + "self_attn.q_proj", e, e), "k": p.linear(s + "self_attn.k_proj", e, kvd),
+                       "v": p.linear(s + "self_attn.v_proj", e, kvd), "o": p.draw(s + "self_attn.o_proj.weight", (e, e)),
+                       "gate": p.draw(s + "mlp.gate_proj.weight", (f, e)), "up": p.draw(s + "mlp.up_proj.weight", (f, e)),
+                       "down": p.draw(s + "mlp.down_proj.weight", (e, f))})
+    lnf = p.layer_norm("model.norm", e)
+    head = p.draw("lm_head.weight", (v, e), 0.5)
+    return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
+
+
+def stablelm_forward(cfg, W, ids):
+    """StableLmForCausalLM's forward of ids [B, T] (use_parallel_residual false): x + attn(ln1(x)),
+    then + mlp(ln2(·)), the first partial_rotary_factor of each head rotated (rotate_half),
+    repeat_kv for the grouped K/V heads."""
+    e, h, kvh, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["layer_norm_eps"]
+    d = e // h
+    b, t = ids.shape
+    rope = (cfg["rope_theta"], int(d * cfg["partial_rotary_factor"]), "half", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x = W["emb"][ids]
+    attns = []
+    for L in W["layers"]:
+        a = layer_norm(x, *L["ln1"], eps)
+        q = split_heads(a @ L["q"][0].T + L["q"][1], h)
+        k, vv = (split_heads(a @ L[n][0].T + L[n][1], kvh) for n in ("k", "v"))
+        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        k, vv = k.repeat_interleave(h // kvh, dim=1), vv.repeat_interleave(h // kvh, dim=1)
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        x = x + merge_heads(o) @ L["o"].T
+        m = layer_norm(x, *L["ln2"], eps)
+        gate = m @ L["gate"].T
+        x = x + ((gate * torch.sigmoid(gate)) * (m @ L["up"].T)) @ L["down"].T
+    hidden = layer_norm(x, *W["lnf"], eps)
+    return hidden @ W["head"].T, hidden, attns
+
+
+def stablelm(name, dtype):
+    cfg, p, W, tok = stablelm_weights(name, dtype)
+    ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
+    logits, hidden, attns = stablelm_forward(cfg, W, ids)
+    write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
 
 
 def phi(name, dtype):
@@ -933,9 +994,10 @@ def main():
     llama("phi3", "BF16", "Phi3ForCausalLM", kv_heads=2, tied=False, window=4)  # fused qkv and gate_up, half the head rotated
     neox("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)  # Pythia's layout: two of each head's 8 rotated
     neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
-    phi("phi2", "F16")
+    phi("phi2", "F16")  # one LayerNorm for the parallel attention and MLP, a biased head
+    stablelm("stablelm2", "BF16")  # LayerNorm with SwiGLU, q/k/v biases, grouped K/V heads
     roberta("roberta", "F32")
-    distilbert("distilbert", "F32")  # one LayerNorm for the parallel attention and MLP, a biased head
+    distilbert("distilbert", "F32")
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
