@@ -206,6 +206,9 @@ type modelInfo struct {
 	// Predicts is "next" (the next token), "masked" (the token at each position, BERT's
 	// masked-LM head) or "none" (a model without its language-model head).
 	Predicts string `json:"predicts"`
+	// Mask is the mask token a masked-LM model's text holds where it should guess ("[MASK]",
+	// RoBERTa's "<mask>"); absent otherwise.
+	Mask string `json:"mask,omitempty"`
 	// Patterns, Block and Normalizer are the sparse attention the model was built with
 	// (nn.Config's), absent for dense softmax attention in 64 × 64 blocks.
 	Patterns   []string `json:"patterns,omitempty"`
@@ -241,6 +244,7 @@ func (m *model) info() modelInfo {
 	}
 	if u := m.user; u != nil {
 		out.User, out.Path, out.Architecture, out.Family, out.Tokenizer = true, u.path, u.arch, u.family, u.tok != nil
+		out.Mask = u.masked
 		if m.task == nil {
 			out.Describe = u.describe(m)
 		}

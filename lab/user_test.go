@@ -793,7 +793,8 @@ func TestUserFamilies(t *testing.T) {
 }
 
 // TestUserRoBERTaMask checks that a RoBERTa folder's mask token, <mask> (not BERT's [MASK]), marks
-// the position whose guess counts, and that the page tells the user to write it.
+// the position whose guess counts, and that the model's description and its mask field tell the
+// page to write it.
 func TestUserRoBERTaMask(t *testing.T) {
 	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("roberta")}})
 	if err != nil {
@@ -824,7 +825,7 @@ func TestUserRoBERTaMask(t *testing.T) {
 	decodeOK(t, status, body, &models)
 	if !slices.ContainsFunc(models, func(m map[string]any) bool {
 		about, _ := m["describe"].(string)
-		return strings.Contains(about, "write <mask> where the model should guess")
+		return strings.Contains(about, "write <mask> where the model should guess") && m["mask"] == "<mask>"
 	}) {
 		t.Errorf("models %s, want the page to ask for <mask>", body)
 	}

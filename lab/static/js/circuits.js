@@ -12,7 +12,8 @@ import { diverging, css, ink } from './colors.js';
 // and the induction heads of layer 1 both matter.
 const INDUCTION = { clean: 'BOS 4 9 13 7 22 4 9 13 7', corrupt: 'BOS 4 9 13 11 22 4 9 13 7', target: '22', foil: '11' };
 // A model with a tokenizer: indirect-object identification (Wang et al. 2022) for a causal model
-// of a real vocabulary; a guess at [MASK] for BERT; words of a small test vocabulary otherwise.
+// of a real vocabulary; a guess at [MASK] for BERT (the model's own mask token: RoBERTa's <mask>);
+// words of a small test vocabulary otherwise.
 const TEXT = {
   next: { clean: 'When John and Mary went to the shops, John gave the bag to', corrupt: 'When John and Mary went to the shops, Mary gave the bag to', target: ' Mary', foil: ' John' },
   masked: { clean: 'paris is the capital of [MASK].', corrupt: 'rome is the capital of [MASK].', target: 'france', foil: 'italy' },
@@ -89,14 +90,14 @@ export class Circuits {
     } else if (m.tokenizer) {
       hint = `(text, up to ${m.max_tokens} tokens)`;
       help = m.predicts === 'masked'
-        ? 'Text, encoded with the model’s tokenizer; write [MASK] where the target and the foil compete (the metric’s position). Target and foil: a token as the tokenizer writes it (“Ġword”), text of one token, or #id.'
+        ? `Text, encoded with the model’s tokenizer; write ${m.mask || '[MASK]'} where the target and the foil compete (the metric’s position). Target and foil: a token as the tokenizer writes it (“Ġword”), text of one token, or #id.`
         : 'Text, encoded with the model’s tokenizer. Target and foil: a token as the tokenizer writes it (“ĠParis”), text of one token (“ Paris”, with its space), or #id.';
     } else {
       hint = `(token ids 0 to ${m.vocab - 1})`;
       help = 'This model has no tokenizer: type token ids separated by spaces; target and foil as #id.';
     }
     this.q('.circ-hint').textContent = hint;
-    this.q('#circ-help').textContent = `${help} Both prompts must have as many tokens. The metric is the logit difference LD = logit(target) − logit(foil) at the position (by default the last${m.predicts === 'masked' ? ' [MASK]' : ''}).`;
+    this.q('#circ-help').textContent = `${help} Both prompts must have as many tokens. The metric is the logit difference LD = logit(target) − logit(foil) at the position (by default the last${m.predicts === 'masked' ? ` ${m.mask || '[MASK]'}` : ''}).`;
     this.q('#circ-model-desc').replaceChildren(el('span', {}, m.describe),
       el('span', { class: 'facts' }, `${m.layers} layers × ${m.heads} heads · ${m.attn_only ? 'attention only' : 'with MLP'} · ${m.norm}-norm · ${m.causal ? 'causal' : 'bidirectional'}`));
     const d = await this.defaults(m);
@@ -105,7 +106,7 @@ export class Circuits {
     this.q('#circ-target').value = d.target;
     this.q('#circ-foil').value = d.foil;
     this.q('#circ-position').value = '';
-    this.q('#circ-position').placeholder = m.predicts === 'masked' ? '[MASK]' : 'last';
+    this.q('#circ-position').placeholder = m.predicts === 'masked' ? m.mask || '[MASK]' : 'last';
     await this.run();
   }
 
@@ -123,6 +124,7 @@ export class Circuits {
       if (!m.tokenizer) return IDS;
       const big = m.vocab >= 1000;
       const d = { ...(big ? TEXT : SMALL)[m.predicts] };
+      if (m.mask) [d.clean, d.corrupt] = [d.clean.replace('[MASK]', m.mask), d.corrupt.replace('[MASK]', m.mask)];
       if (m.family === 'gpt2' || m.family === 'bert') return d;
       try {
         const r = await api('/api/run', { model: m.name, text: d.clean });

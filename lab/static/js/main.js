@@ -33,7 +33,8 @@ const experiments = new Experiments($('#view-experiments'));
 const circuits = new Circuits($('#view-circuits'));
 const flow = new Flow($('#flow'));
 
-// The text a model without a task starts with: BERT guesses a masked word.
+// The text a model without a task starts with: BERT guesses a masked word (at the model's own mask
+// token: RoBERTa's <mask>).
 const FIRST_TEXT = { next: 'The cat sat on the mat', masked: 'the cat [MASK] on the mat.', none: 'The cat sat on the mat' };
 
 /** highlight marks the token at position pos (or none, for null) in the text and on its tile. */
@@ -86,7 +87,7 @@ async function chooseModel(name) {
     m.command ? el('code', { class: 'cmd', title: 'the command that trained it' }, m.command) : null].filter((x) => x));
   $('#predictions-help').textContent = {
     next: `Each tile is a position: its token, then the model’s three most likely next tokens. Green and red mark the positions ${m.task ? 'the task scores' : 'whose next token the first guess gets right or wrong'}.`,
-    masked: 'Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the [MASK] positions, highlighted.',
+    masked: `Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the ${m.mask || '[MASK]'} positions, highlighted.`,
     none: 'This model has no language-model head (only its hidden states mean something): no predictions.',
   }[m.predicts];
   // The sparse attention fields start empty: the model's own, which the placeholders show.
@@ -117,9 +118,9 @@ async function chooseModel(name) {
   }
   $('#seq-hint').textContent = `(text, up to ${m.max_tokens} tokens)`;
   $('#seq-help').textContent = m.predicts === 'masked'
-    ? 'Text, encoded with the model’s tokenizer (with its special tokens). Write [MASK] where the model should guess: its guesses show on the masked tiles.'
+    ? `Text, encoded with the model’s tokenizer (with its special tokens). Write ${m.mask || '[MASK]'} where the model should guess: its guesses show on the masked tiles.`
     : 'Text, encoded with the model’s tokenizer (with its special tokens). Each tile shows a token as the tokenizer cut it, and the model’s three most likely next tokens; green and red compare the first with the token that comes next.';
-  $('#seq').value = FIRST_TEXT[m.predicts];
+  $('#seq').value = FIRST_TEXT[m.predicts].replace('[MASK]', m.mask || '[MASK]');
   await runTyped();
 }
 

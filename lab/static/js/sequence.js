@@ -24,7 +24,7 @@ export function renderPredictions(run, root, scoreBox, text, strip) {
     );
   } else if (run.predicts === 'masked') {
     const n = run.predictions.filter((p) => p.masked).length;
-    scoreBox.append(el('span', { class: 'muted' }, n ? `${n} masked position${n > 1 ? 's' : ''}: the model’s guesses are on the highlighted tiles` : 'no [MASK] in the text: write one where the model should guess'));
+    scoreBox.append(el('span', { class: 'muted' }, n ? `${n} masked position${n > 1 ? 's' : ''}: the model’s guesses are on the highlighted tiles` : 'no mask token in the text: write one where the model should guess'));
   } else if (run.predicts === 'none') {
     scoreBox.append(el('span', { class: 'muted' }, 'this model has no language-model head: no predictions'));
   } else {
