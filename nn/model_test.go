@@ -144,6 +144,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"learned","head_dims":[3,5]}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"none","rope":{"theta":10,"scaling":{"type":"longrope","factor":0,"low_freq_factor":0,"high_freq_factor":0,"original_max_position_embeddings":4,"short_factor":[1,2],"long_factor":[3,4],"attention_factor":1.5}}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"none","rope":{"theta":10,"scaling":{"type":"linear","factor":2,"low_freq_factor":0,"high_freq_factor":0,"original_max_position_embeddings":0,"short_factor":[]}}}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"swiglu","parallel_residual":true,"shared_norm":true,"attn_softcap":2,"logit_softcap":5,"rope":{"theta":100,"dim":2}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":2,"norm":"pre","positions":"none","qk_norm":true,"sandwich_norm":true,"rope":{"theta":1e6},"local":{"layers":[true,false],"window":3,"rope":{"theta":10}}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":3,"head_size":4,"kv_heads":1,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"geglu","emb_scale":2.8284271247461903,"qk_norm":true,"rope":{"theta":100}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -274,18 +274,25 @@ def neox_weights(name, dtype, parallel, rotary_pct, buffers):
     return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
 
 
+def partial_rope_start(cfg, W, ids, theta, fraction):
+    """What the LayerNorm decoders' forwards (GPT-NeoX, Phi, StableLM) start from: the head size
+    d, the sizes b, t, the rotary of the first fraction of each head with base theta, the causal
+    mask and the token embeddings."""
+    d = cfg["hidden_size"] // cfg["num_attention_heads"]
+    b, t = ids.shape
+    rope = (theta, int(d * fraction), "half", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    return d, b, t, rope, mask, W["emb"][ids]
+
+
 def neox_forward(cfg, W, ids, trace=None, hook=None):
     """GPTNeoXForCausalLM's forward of ids [B, T]: (logits, hidden, attentions), recording and
     hooking as llama_forward does. query_key_value's output is [h, 3, d] per position: head i's
     query, key and value side by side; the first rotary_pct of each head's query and key rotate
     (rotate_half, base rotary_emb_base); with use_parallel_residual the MLP reads the block's
     input, x + attn(ln1(x)) + mlp(ln2(x))."""
-    e, h, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
-    d = e // h
-    b, t = ids.shape
-    rope = (cfg["rotary_emb_base"], int(d * cfg["rotary_pct"]), "half", 0)
-    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
-    x = W["emb"][ids]
+    h, eps = cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    d, b, t, rope, mask, x = partial_rope_start(cfg, W, ids, cfg["rotary_emb_base"], cfg["rotary_pct"])
     attns = []
     for l, L in enumerate(W["layers"]):
         x = run_hook(hook, "resid_pre", l, x)
@@ -350,12 +357,8 @@ def phi_forward(cfg, W, ids, trace=None, hook=None):
     """PhiForCausalLM's forward of ids [B, T]: (logits, hidden, attentions), recording and hooking
     as llama_forward does: x + attn(ln(x)) + mlp(ln(x)), one LayerNorm for both, the first
     partial_rotary_factor of each head rotated (rotate_half), the head with a bias."""
-    e, h, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
-    d = e // h
-    b, t = ids.shape
-    rope = (cfg["rope_theta"], int(d * cfg["partial_rotary_factor"]), "half", 0)
-    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
-    x = W["emb"][ids]
+    h, eps = cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    d, _, t, rope, mask, x = partial_rope_start(cfg, W, ids, cfg["rope_theta"], cfg["partial_rotary_factor"])
     attns = []
     for l, L in enumerate(W["layers"]):
         x = run_hook(hook, "resid_pre", l, x)
@@ -410,12 +413,8 @@ def stablelm_forward(cfg, W, ids):
     """StableLmForCausalLM's forward of ids [B, T] (use_parallel_residual false): x + attn(ln1(x)),
     then + mlp(ln2(·)), the first partial_rotary_factor of each head rotated (rotate_half),
     repeat_kv for the grouped K/V heads."""
-    e, h, kvh, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["layer_norm_eps"]
-    d = e // h
-    b, t = ids.shape
-    rope = (cfg["rope_theta"], int(d * cfg["partial_rotary_factor"]), "half", 0)
-    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
-    x = W["emb"][ids]
+    h, kvh, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["layer_norm_eps"]
+    _, _, t, rope, mask, x = partial_rope_start(cfg, W, ids, cfg["rope_theta"], cfg["partial_rotary_factor"])
     attns = []
     for L in W["layers"]:
         a = layer_norm(x, *L["ln1"], eps)
