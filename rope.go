@@ -1,6 +1,7 @@
 package mha
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -33,7 +34,7 @@ func (l RopeLayout) String() string {
 }
 
 // RopeScaling is a rotary's frequency scaling, as Hugging Face's rope_scaling gives it, of one
-// of three types (Type):
+// of four types (Type):
 //
 //   - Llama 3's (rope_type "llama3"; Type "" or RopeLlama3): frequencies whose wavelength
 //     exceeds OriginalMaxPositions/LowFreqFactor are divided by Factor, those below
@@ -48,7 +49,13 @@ func (l RopeLayout) String() string {
 //     (Hugging Face's seq_len > original_max_position_embeddings, seq_len the call's largest
 //     position plus one, so that a cache's keys keep the rotation of the call that stored them,
 //     as Hugging Face's do), and the cosines and sines are multiplied by AttentionFactor (0
-//     means 1), as _compute_longrope_parameters and Phi3RotaryEmbedding do.
+//     means 1), as _compute_longrope_parameters and Phi3RotaryEmbedding do;
+//   - YaRN (rope_type "yarn"; Type RopeYaRN: Qwen2.5's and Qwen3's long contexts, SmolLM3,
+//     OLMo 3): frequency p is blended between θ^(−2p/n) and θ^(−2p/n)/Factor by a ramp over the
+//     pairs that turns between the pairs completing BetaFast and BetaSlow rotations (0 for 32
+//     and 1) within OriginalMaxPositions, its ends rounded outward unless UnroundedRamp, and
+//     the cosines and sines are multiplied by AttentionFactor (0 for 0.1·ln(Factor) + 1, or 1
+//     when Factor ≤ 1), as _compute_yarn_parameters does. It needs θ > 1.
 type RopeScaling struct {
 	Type                 string    `json:"type,omitempty"`
 	Factor               float64   `json:"factor"`
@@ -58,6 +65,9 @@ type RopeScaling struct {
 	ShortFactor          []float64 `json:"short_factor,omitempty"`
 	LongFactor           []float64 `json:"long_factor,omitempty"`
 	AttentionFactor      float64   `json:"attention_factor,omitempty"`
+	BetaFast             float64   `json:"beta_fast,omitempty"`
+	BetaSlow             float64   `json:"beta_slow,omitempty"`
+	UnroundedRamp        bool      `json:"unrounded_ramp,omitempty"` // Hugging Face's truncate: false
 }
 
 // The types of RopeScaling.
@@ -65,6 +75,7 @@ const (
 	RopeLlama3   = "llama3"
 	RopeLinear   = "linear"
 	RopeLongRoPE = "longrope"
+	RopeYaRN     = "yarn"
 )
 
 // equal reports whether s and o scale alike (nil for none).
@@ -74,6 +85,7 @@ func (s *RopeScaling) equal(o *RopeScaling) bool {
 	}
 	return s.Type == o.Type && s.Factor == o.Factor && s.LowFreqFactor == o.LowFreqFactor && s.HighFreqFactor == o.HighFreqFactor &&
 		s.OriginalMaxPositions == o.OriginalMaxPositions && s.AttentionFactor == o.AttentionFactor &&
+		s.BetaFast == o.BetaFast && s.BetaSlow == o.BetaSlow && s.UnroundedRamp == o.UnroundedRamp &&
 		slices.Equal(s.ShortFactor, o.ShortFactor) && slices.Equal(s.LongFactor, o.LongFactor)
 }
 
@@ -87,10 +99,17 @@ func (s *RopeScaling) clone() *RopeScaling {
 	return &c
 }
 
-// attentionFactor is the factor on the cosines and sines: LongRoPE's AttentionFactor, else 1.
+// attentionFactor is the factor on the cosines and sines: LongRoPE's and YaRN's AttentionFactor
+// (YaRN's default when 0), else 1.
 func (r *Rotary) attentionFactor() float64 {
-	if s := r.Scaling; s != nil && s.Type == RopeLongRoPE && s.AttentionFactor != 0 {
+	s := r.Scaling
+	switch {
+	case s == nil || s.Type != RopeLongRoPE && s.Type != RopeYaRN:
+		return 1
+	case s.AttentionFactor != 0:
 		return s.AttentionFactor
+	case s.Type == RopeYaRN && s.Factor > 1:
+		return 0.1*math.Log(s.Factor) + 1
 	}
 	return 1
 }
@@ -111,7 +130,7 @@ type Rotary struct {
 	// Offset is P: in SDPA key j sits at position P + j and query i at P + Tk − Tq + i, so the
 	// queries are the last Tq positions, as in a cache. Apply does not use it.
 	Offset int
-	// Scaling, when not nil, scales the frequencies: Llama 3's scaling or linear.
+	// Scaling, when not nil, scales the frequencies (RopeScaling).
 	Scaling *RopeScaling
 }
 
@@ -141,14 +160,18 @@ func (r *Rotary) check(d int) (int, error) {
 	if s := r.Scaling; s != nil {
 		finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 		switch {
-		case s.Type != "" && s.Type != RopeLlama3 && s.Type != RopeLinear && s.Type != RopeLongRoPE:
-			return 0, fmt.Errorf("%w: rope scaling type is %q, want %q (or empty for it), %q or %q", ErrShape, s.Type, RopeLlama3, RopeLinear, RopeLongRoPE)
+		case s.Type != "" && s.Type != RopeLlama3 && s.Type != RopeLinear && s.Type != RopeLongRoPE && s.Type != RopeYaRN:
+			return 0, fmt.Errorf("%w: rope scaling type is %q, want %q (or empty for it), %q, %q or %q", ErrShape, s.Type, RopeLlama3, RopeLinear, RopeLongRoPE, RopeYaRN)
+		case s.Type != RopeYaRN && (s.BetaFast != 0 || s.BetaSlow != 0 || s.UnroundedRamp):
+			return 0, fmt.Errorf("%w: rope beta_fast, beta_slow and an unrounded ramp (truncate: false) are YaRN's, the scaling's type is %q", ErrShape, s.Type)
 		case s.Type == RopeLongRoPE:
 			return n, s.checkLongRoPE(n)
-		case s.ShortFactor != nil || s.LongFactor != nil || s.AttentionFactor != 0:
+		case s.ShortFactor != nil || s.LongFactor != nil || s.AttentionFactor != 0 && s.Type != RopeYaRN:
 			return 0, fmt.Errorf("%w: rope short_factor, long_factor and attention_factor are LongRoPE's, the scaling's type is %q", ErrShape, s.Type)
 		case !finite(s.Factor) || s.Factor <= 0:
 			return 0, fmt.Errorf("%w: rope scaling factor is %v, want a finite number > 0", ErrShape, s.Factor)
+		case s.Type == RopeYaRN:
+			return n, s.checkYaRN(r.Theta)
 		case s.Type == RopeLinear:
 		case !finite(s.LowFreqFactor) || s.LowFreqFactor <= 0:
 			return 0, fmt.Errorf("%w: rope low_freq_factor is %v, want a finite number > 0", ErrShape, s.LowFreqFactor)
@@ -185,15 +208,60 @@ func (s *RopeScaling) checkLongRoPE(n int) error {
 	return nil
 }
 
+// checkYaRN checks YaRN's fields (its factor checked already) for base theta.
+func (s *RopeScaling) checkYaRN(theta float64) error {
+	switch {
+	case theta <= 1:
+		return fmt.Errorf("%w: rotary theta is %v, YaRN wants one > 1 (its ramp divides by ln θ)", ErrShape, theta)
+	case s.OriginalMaxPositions <= 0:
+		return fmt.Errorf("%w: rope original_max_position_embeddings is %d, want > 0", ErrShape, s.OriginalMaxPositions)
+	case !(s.BetaFast >= 0 && s.BetaFast <= math.MaxFloat64):
+		return fmt.Errorf("%w: rope beta_fast is %v, want a finite number > 0 (or 0 for 32)", ErrShape, s.BetaFast)
+	case !(s.BetaSlow >= 0 && s.BetaSlow <= math.MaxFloat64):
+		return fmt.Errorf("%w: rope beta_slow is %v, want a finite number > 0 (or 0 for 1)", ErrShape, s.BetaSlow)
+	case !(s.AttentionFactor >= 0 && s.AttentionFactor <= math.MaxFloat32):
+		return fmt.Errorf("%w: rope attention_factor is %v, want a finite number > 0 (or 0 for YaRN's default)", ErrShape, s.AttentionFactor)
+	}
+	return nil
+}
+
+// yarnRamp returns the ends of YaRN's ramp over the n/2 frequencies of n rotary dimensions of
+// base theta: the (fractional) pair indices at which a frequency completes BetaFast and
+// BetaSlow rotations within OriginalMaxPositions, rounded outward unless UnroundedRamp, and
+// clamped to [0, n − 1], as Hugging Face's find_correction_range computes them.
+func (s *RopeScaling) yarnRamp(n int, theta float64) (lo, hi float64) {
+	pair := func(rotations float64) float64 {
+		return float64(n) * math.Log(float64(s.OriginalMaxPositions)/(rotations*2*math.Pi)) / (2 * math.Log(theta))
+	}
+	lo, hi = pair(cmp.Or(s.BetaFast, 32)), pair(cmp.Or(s.BetaSlow, 1))
+	if !s.UnroundedRamp {
+		lo, hi = math.Floor(lo), math.Ceil(hi)
+	}
+	lo, hi = max(lo, 0), min(hi, float64(n-1))
+	if lo == hi {
+		hi += 0.001 // as Hugging Face's linear_ramp_factor, against a division by 0
+	}
+	return lo, hi
+}
+
 // invFreq writes the n/2 inverse frequencies of n rotary dimensions into dst, reusing its
 // storage, for a call whose positions end before seqLen: θ^(−2p/n), then r.Scaling's scaling
 // when it is set.
 func (r *Rotary) invFreq(dst []float64, n, seqLen int) []float64 {
 	dst = dst[:0]
+	var lo, hi float64
+	if s := r.Scaling; s != nil && s.Type == RopeYaRN {
+		lo, hi = s.yarnRamp(n, r.Theta)
+	}
 	for p := 0; p < n; p += 2 {
 		f := 1 / math.Pow(r.Theta, float64(p)/float64(n))
 		if s := r.Scaling; s != nil && s.Type == RopeLinear {
 			f /= s.Factor
+		} else if s != nil && s.Type == RopeYaRN {
+			// The ramp rises from 0 at lo to 1 at hi: below lo a frequency is kept
+			// (extrapolated), above hi divided by the factor (interpolated).
+			ramp := min(max((float64(p/2)-lo)/(hi-lo), 0), 1)
+			f = f/s.Factor*ramp + f*(1-ramp)
 		} else if s != nil && s.Type == RopeLongRoPE {
 			ext := s.ShortFactor
 			if seqLen > s.OriginalMaxPositions {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestRotaryApplyGolden checks Rotary.Apply against Hugging Face's rotate_half, GPT-J's
-// rotate_every_two and Llama 3's scaled frequencies, written in float64 by testdata/gen_sdpa.py.
+// rotate_every_two, Llama 3's and YaRN's scaled frequencies, written in float64 by testdata/gen_sdpa.py.
 func TestRotaryApplyGolden(t *testing.T) {
 	f, err := safetensors.ReadFile("testdata/rope/apply.safetensors")
 	if err != nil {
@@ -22,7 +22,7 @@ func TestRotaryApplyGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"half", "interleaved_dim4", "llama3_half"} {
+	for _, name := range []string{"half", "interleaved_dim4", "llama3_half", "yarn_half", "yarn_unrounded_dim6"} {
 		t.Run(name, func(t *testing.T) {
 			rope, scaling, _ := strings.Cut(f.Metadata[name], ";")
 			r := parseRotary(t, rope, scaling)
@@ -100,7 +100,16 @@ func TestRotaryErrors(t *testing.T) {
 		{Rotary{Theta: 1, Scaling: llama(8, 0, 4, 8)}, "rope low_freq_factor is 0"},
 		{Rotary{Theta: 1, Scaling: llama(8, 4, 4, 8)}, "rope high_freq_factor is 4, want a finite number > low_freq_factor 4"},
 		{Rotary{Theta: 1, Scaling: llama(8, 1, 4, 0)}, "original_max_position_embeddings is 0"},
-		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "yarn", Factor: 2}}, `rope scaling type is "yarn", want "llama3" (or empty for it), "linear" or "longrope"`},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: "dynamic", Factor: 2}}, `rope scaling type is "dynamic", want "llama3" (or empty for it), "linear", "longrope" or "yarn"`},
+		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2, OriginalMaxPositions: 8}}, "rotary theta is 1, YaRN wants one > 1"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2}}, "rope original_max_position_embeddings is 0, want > 0"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 0, OriginalMaxPositions: 8}}, "rope scaling factor is 0"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2, OriginalMaxPositions: 8, BetaFast: math.NaN()}}, "rope beta_fast is NaN"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2, OriginalMaxPositions: 8, BetaSlow: -1}}, "rope beta_slow is -1"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2, OriginalMaxPositions: 8, AttentionFactor: math.Inf(1)}}, "rope attention_factor is +Inf"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeYaRN, Factor: 2, OriginalMaxPositions: 8, ShortFactor: []float64{1}}}, "rope short_factor, long_factor and attention_factor are LongRoPE's"},
+		{Rotary{Theta: 10, Scaling: &RopeScaling{Type: RopeLinear, Factor: 2, BetaFast: 32}}, `rope beta_fast, beta_slow and an unrounded ramp (truncate: false) are YaRN's, the scaling's type is "linear"`},
+		{Rotary{Theta: 10, Dim: 2, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1}, LongFactor: []float64{1}, OriginalMaxPositions: 4, UnroundedRamp: true}}, "are YaRN's"},
 		{Rotary{Theta: 1e-320}, "rotary theta is 1e-320, want a finite number > 0 (whose inverse is finite)"},
 		{Rotary{Theta: 1, Scaling: &RopeScaling{Type: RopeLinear, Factor: 2, ShortFactor: []float64{}}}, `rope short_factor, long_factor and attention_factor are LongRoPE's, the scaling's type is "linear"`},
 		{Rotary{Theta: 1, Dim: 4, Scaling: &RopeScaling{Type: RopeLongRoPE, ShortFactor: []float64{1}, LongFactor: []float64{1, 2}, OriginalMaxPositions: 4}}, "rope short_factor has 1 values, want one per rotated pair, 2"},

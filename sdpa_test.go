@@ -117,7 +117,9 @@ func parseRotary(t *testing.T, rope, scaling string) *Rotary {
 	if f[2] == "interleaved" {
 		r.Layout = RopeInterleaved
 	}
-	if scaling != "none" {
+	if strings.HasPrefix(scaling, "yarn,") {
+		r.Scaling = parseYaRN(t, scaling)
+	} else if scaling != "none" {
 		s := strings.Split(scaling, ",")
 		if len(s) != 4 {
 			t.Fatalf("rope scaling %q", scaling)
@@ -133,6 +135,27 @@ func parseRotary(t *testing.T, rope, scaling string) *Rotary {
 		}
 	}
 	return r
+}
+
+// parseYaRN parses gen_sdpa.py's YaRN scaling "yarn,factor,original,beta_fast,beta_slow,
+// truncate,attention_factor".
+func parseYaRN(t *testing.T, scaling string) *RopeScaling {
+	t.Helper()
+	s := strings.Split(scaling, ",")
+	if len(s) != 7 {
+		t.Fatalf("rope scaling %q: want 7 fields", scaling)
+	}
+	sc := &RopeScaling{Type: RopeYaRN, UnroundedRamp: s[5] == "False"}
+	var err [5]error
+	sc.Factor, err[0] = strconv.ParseFloat(s[1], 64)
+	sc.OriginalMaxPositions, err[1] = strconv.Atoi(s[2])
+	sc.BetaFast, err[2] = strconv.ParseFloat(s[3], 64)
+	sc.BetaSlow, err[3] = strconv.ParseFloat(s[4], 64)
+	sc.AttentionFactor, err[4] = strconv.ParseFloat(s[6], 64)
+	if errors.Join(err[:]...) != nil {
+		t.Fatalf("rope scaling %q: %v", scaling, errors.Join(err[:]...))
+	}
+	return sc
 }
 
 func sdpaGoldens(t *testing.T) []*sdpaGolden {

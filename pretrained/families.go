@@ -867,13 +867,19 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 
 // ropeFrom returns the rotary of base theta that params gives (a rope_scaling or
 // rope_parameters object, named key in errors; null or left out for none): its rope_theta
-// replaces theta, and its rope_type (or type) "llama3", "linear" or "longrope" (in Phi-3 also
-// "su" and "yarn", as Phi3Config renames them) scales the frequencies. LongRoPE's original
-// length is config.json's original_max_position_embeddings (Phi-3's, 4096 when left out), else
-// the object's, else max_position_embeddings; its attention factor the
+// replaces theta, and its rope_type (or type) "llama3", "linear", "longrope" (in Phi-3 also
+// "su" and "yarn", as Phi3Config renames them) or "yarn" scales the frequencies. LongRoPE's
+// original length is config.json's original_max_position_embeddings (Phi-3's, 4096 when left
+// out), else the object's, else max_position_embeddings; its attention factor the
 // object's attention_factor, else √(1 + ln f / ln original) for f = max_position_embeddings /
 // original_max_position_embeddings (Phi-3's) or the object's factor, 1 when f ≤ 1, as
-// _compute_longrope_parameters computes it.
+// _compute_longrope_parameters computes it. YaRN's original length is the object's
+// original_max_position_embeddings, else max_position_embeddings; its factor the object's,
+// else max_position_embeddings over the original length; its attention factor the object's
+// attention_factor, else, with mscale and mscale_all_dim (DeepSeek's), the ratio of
+// 0.1·mscale·ln f + 1 to 0.1·mscale_all_dim·ln f + 1 (1 each for f ≤ 1), else mha's default
+// 0.1·ln f + 1; truncate (default true) rounds its ramp's ends, as _compute_yarn_parameters
+// does.
 func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) (*nn.Rope, error) {
 	rope := &nn.Rope{Theta: theta}
 	if isNull(params) {
@@ -883,6 +889,10 @@ func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) 
 		RopeType  string   `json:"rope_type"`
 		Type      string   `json:"type"`
 		RopeTheta *float64 `json:"rope_theta"`
+		// YaRN's fields that mha.RopeScaling holds in another form.
+		Truncate     *bool   `json:"truncate"`
+		Mscale       float64 `json:"mscale"`
+		MscaleAllDim float64 `json:"mscale_all_dim"`
 		mha.RopeScaling
 	}
 	if err := json.Unmarshal(params, &sc); err != nil {
@@ -916,8 +926,28 @@ func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) 
 		if sc.AttentionFactor == 0 && factor > 1 {
 			sc.AttentionFactor = math.Sqrt(1 + math.Log(factor)/math.Log(float64(orig)))
 		}
+	case mha.RopeYaRN:
+		if sc.OriginalMaxPositions == 0 {
+			sc.OriginalMaxPositions = hc.MaxPositionEmbeddings
+		}
+		if sc.OriginalMaxPositions <= 0 {
+			return nil, fmt.Errorf("pretrained: %s of type yarn: original_max_position_embeddings is %d, want > 0", key, sc.OriginalMaxPositions)
+		}
+		if sc.Factor == 0 {
+			sc.Factor = float64(hc.MaxPositionEmbeddings) / float64(sc.OriginalMaxPositions)
+		}
+		sc.UnroundedRamp = sc.Truncate != nil && !*sc.Truncate
+		if sc.AttentionFactor == 0 && sc.Mscale != 0 && sc.MscaleAllDim != 0 {
+			mscale := func(m float64) float64 {
+				if sc.Factor <= 1 {
+					return 1
+				}
+				return 0.1*m*math.Log(sc.Factor) + 1
+			}
+			sc.AttentionFactor = mscale(sc.Mscale) / mscale(sc.MscaleAllDim)
+		}
 	default:
-		return nil, fmt.Errorf("%w: %s type %q (mha has default, llama3, linear and longrope)", ErrUnsupported, key, kind)
+		return nil, fmt.Errorf("%w: %s type %q (mha has default, llama3, linear, longrope and yarn)", ErrUnsupported, key, kind)
 	}
 	rope.Scaling = &sc.RopeScaling
 	rope.Scaling.Type = kind

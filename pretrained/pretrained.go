@@ -19,7 +19,7 @@
 //	StableLmForCausalLM, StableLmModel    LayerNorm, SwiGLU, partial rotary, q/k/v biases,
 //	                                      parallel from one LayerNorm with use_parallel_residual
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
-//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's or linear rope_scaling), grouped K/V heads,
+//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's, linear or YaRN rope_scaling), grouped K/V heads,
 //	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
 //	Gemma3ForCausalLM, Phi3ForCausalLM    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
 //	(and their *Model, Gemma3TextModel;   √d-scaled embeddings and norm weights 1 + w (held

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhalab/mha"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/safetensors"
 	"github.com/mhalab/mha/tensor"
@@ -21,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -211,9 +212,9 @@ func TestOpenConfigForms(t *testing.T) {
 			t.Errorf("%s with rope_parameters: the logits differ from those of rope_theta and rope_scaling", name)
 		}
 	}
-	yarn := editConfig(t, "llama", func(c map[string]any) { c["rope_parameters"] = map[string]any{"rope_type": "yarn", "factor": 2} })
-	if _, err := Open(yarn); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `rope_parameters type "yarn"`) {
-		t.Errorf("rope_parameters of type yarn: %v, want ErrUnsupported", err)
+	dynamic := editConfig(t, "llama", func(c map[string]any) { c["rope_parameters"] = map[string]any{"rope_type": "dynamic", "factor": 2} })
+	if _, err := Open(dynamic); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `rope_parameters type "dynamic"`) {
+		t.Errorf("rope_parameters of type dynamic: %v, want ErrUnsupported", err)
 	}
 
 	if got, want := logits(editConfig(t, "llama", func(c map[string]any) { c["sliding_window"] = 2 })), logits(testdataDir("llama")); !slices.Equal(got, want) {
@@ -303,7 +304,7 @@ func TestOpenErrors(t *testing.T) {
 		{"extra tensor", edit("llama", func(c map[string]any) { c["num_hidden_layers"] = 1 }), "model.layers.1.input_layernorm.weight in model.safetensors is not part of", false},
 		{"size", edit("bert", func(c map[string]any) { c["num_attention_heads"] = 0 }), "num_attention_heads is 0", false},
 		{"activation", edit("gpt2", func(c map[string]any) { c["activation_function"] = "relu" }), `activation_function "relu"`, true},
-		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }), `rope_scaling type "yarn"`, true},
+		{"rope scaling", edit("llama", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "dynamic", "factor": 2} }), `rope_scaling type "dynamic"`, true},
 		{"rope parameters", edit("llama", func(c map[string]any) { c["rope_parameters"] = "fast" }), "rope_parameters is not the JSON object expected", false},
 		{"sliding window", edit("mistral", func(c map[string]any) { c["sliding_window"] = "four" }), `sliding_window is "four", want a whole number or null`, false},
 		{"qwen3 head_dim", edit("qwen3-bf16", func(c map[string]any) { c["head_dim"] = 8 }), "model.layers.0.self_attn.q_proj.weight in model.safetensors is [16 16], want [32 16]", false},
@@ -324,8 +325,8 @@ func TestOpenErrors(t *testing.T) {
 		{"gemma3 window", edit("gemma3", func(c map[string]any) { c["sliding_window"] = 0 }), "sliding_window is 0, want a whole number ≥ 1 (or null for none)", false},
 		{"gemma3 local rope", edit("gemma3", func(c map[string]any) {
 			delete(c, "rope_scaling")
-			c["rope_parameters"] = map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "yarn"}}
-		}), `rope_parameters.sliding_attention type "yarn"`, true},
+			c["rope_parameters"] = map[string]any{"full_attention": map[string]any{"rope_type": "default"}, "sliding_attention": map[string]any{"rope_type": "dynamic"}}
+		}), `rope_parameters.sliding_attention type "dynamic"`, true},
 		{"neox activation", edit("pythia", func(c map[string]any) { c["hidden_act"] = "relu" }), `GPT-NeoX hidden_act "relu"`, true},
 		{"neox odd rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 0.375 }), "rotary_pct 0.375 of head_dim 8 rotates an odd 3 features", true},
 		{"neox rotary", edit("pythia", func(c map[string]any) { c["rotary_pct"] = 2 }), "rotary_pct is 2, want a fraction in [0, 1]", false},
@@ -475,6 +476,63 @@ func TestOpenLongRoPE(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(m2.NN.Config(), m.NN.Config()) {
 			t.Errorf("rope_scaling type %q: %v, want the LongRoPE model", name, err)
 		}
+	}
+}
+
+// TestOpenYaRN checks how rope_scaling's YaRN fields read (the qwen3-yarn folder's reference
+// checks the model it opens): what the object leaves out takes _compute_yarn_parameters'
+// defaults (the original length max_position_embeddings, the factor their ratio), mscale and
+// mscale_all_dim give DeepSeek's attention factor, truncate false an unrounded ramp, and
+// transformers v5's rope_parameters opens the same model.
+func TestOpenYaRN(t *testing.T) {
+	m, err := Open(testdataDir("qwen3-yarn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mha.RopeScaling{Type: mha.RopeYaRN, Factor: 4, OriginalMaxPositions: 4096}
+	if s := m.NN.Config().Rope.Scaling; s == nil || !reflect.DeepEqual(*s, want) {
+		t.Fatalf("scaling %+v, want %+v", s, want)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(sc map[string]any)
+		want mha.RopeScaling
+	}{
+		{"defaults", func(sc map[string]any) {
+			delete(sc, "factor")
+			delete(sc, "original_max_position_embeddings")
+		}, mha.RopeScaling{Type: mha.RopeYaRN, Factor: 1, OriginalMaxPositions: 64}},
+		{"deepseek", func(sc map[string]any) {
+			sc["mscale"], sc["mscale_all_dim"], sc["truncate"], sc["beta_fast"], sc["beta_slow"] = 0.5, 2.0, false, 16.0, 2.0
+		},
+			mha.RopeScaling{Type: mha.RopeYaRN, Factor: 4, OriginalMaxPositions: 4096, BetaFast: 16, BetaSlow: 2, UnroundedRamp: true,
+				AttentionFactor: (0.05*math.Log(4) + 1) / (0.2*math.Log(4) + 1)}},
+		{"attention_factor wins", func(sc map[string]any) { sc["mscale"], sc["mscale_all_dim"], sc["attention_factor"] = 0.5, 2.0, 1.5 },
+			mha.RopeScaling{Type: mha.RopeYaRN, Factor: 4, OriginalMaxPositions: 4096, AttentionFactor: 1.5}},
+	} {
+		m2, err := Open(editConfig(t, "qwen3-yarn", func(cfg map[string]any) { c.edit(cfg["rope_scaling"].(map[string]any)) }))
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if s := m2.NN.Config().Rope.Scaling; !reflect.DeepEqual(*s, c.want) {
+			t.Errorf("%s: scaling %+v, want %+v", c.name, *s, c.want)
+		}
+	}
+	v5, err := Open(editConfig(t, "qwen3-yarn", func(cfg map[string]any) {
+		sc := cfg["rope_scaling"].(map[string]any)
+		sc["rope_theta"] = cfg["rope_theta"]
+		delete(cfg, "rope_scaling")
+		delete(cfg, "rope_theta")
+		cfg["rope_parameters"] = sc
+	}))
+	if err != nil || !reflect.DeepEqual(v5.NN.Config(), m.NN.Config()) {
+		t.Errorf("rope_parameters: %v, want the same model", err)
+	}
+	if _, err := Open(editConfig(t, "qwen3-yarn", func(cfg map[string]any) {
+		cfg["rope_scaling"].(map[string]any)["original_max_position_embeddings"] = -3
+	})); err == nil || !strings.Contains(err.Error(), "original_max_position_embeddings is -3") {
+		t.Errorf("original length -3: %v", err)
 	}
 }
 

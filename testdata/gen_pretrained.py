@@ -612,7 +612,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
            "tie_word_embeddings": tied, "attention_bias": qkv_bias if model_type == "llama" else False,
            "torch_dtype": torch_dtype(dtype), "bos_token_id": 1, "eos_token_id": 2}
     if scaling is not None:
-        cfg["rope_scaling"] = dict(scaling, rope_type="llama3")
+        cfg["rope_scaling"] = dict(scaling, rope_type=scaling.get("rope_type", "llama3"))
     if window is not None:
         cfg["sliding_window"] = window
     if longrope:
@@ -714,6 +714,10 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         sc = ("longrope", scaling["short_factor"], scaling["long_factor"], orig, af)
     elif scaling["rope_type"] == "linear":
         sc = ("linear", scaling["factor"])
+    elif scaling["rope_type"] == "yarn":  # _compute_yarn_parameters' defaults for what the object leaves out
+        sc = ("yarn", scaling["factor"], scaling.get("original_max_position_embeddings") or cfg["max_position_embeddings"],
+              scaling.get("beta_fast", 0), scaling.get("beta_slow", 0), scaling.get("truncate", True),
+              scaling.get("attention_factor", 0))
     else:
         sc = (scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
               scaling["original_max_position_embeddings"])
@@ -1001,6 +1005,11 @@ def main():
     llama("gemma2", "F32", "Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # sliding, full, sliding; soft-caps
     llama("gemma3", "BF16", "Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)  # local, global, local
     gemma3_vision("gemma3-vision")
+    # Qwen3 with YaRN as its long-context configs set it (a factor of 4 over an original length,
+    # beta_fast and beta_slow left to their defaults); with θ = 500 the ramp runs from pair 1 to
+    # pair 5, so it is 0, 0, 1/4, 1/2 over these heads' 4 pairs.
+    llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
+          scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ class Case:
     weights: bool = True  # store the weights (small cases only)
     pad_keys: tuple = ()  # keys padded in every batch, on top of the random ones
     rope: tuple | None = None  # (theta, dim (0: all), "half" or "interleaved", offset P)
-    rope_scaling: tuple | None = None  # Llama 3: (factor, low_freq_factor, high_freq_factor, original_max)
+    rope_scaling: tuple | None = None  # Llama 3: (factor, low_freq_factor, high_freq_factor, original_max); YaRN: as in APPLY_CASES
+
 
 
 CASES = [
@@ -98,6 +99,8 @@ CASES = [
          rope_scaling=(8.0, 1.0, 4.0, 64)),
     Case("rope_all_options", 2, 4, 2, 5, 8, 8, 5, causal="bottom_right", window=(3, 0), softcap=4.0, sinks=True,
          alibi="default", key_padding=True, rope=(1000.0, 6, "interleaved", 7), rope_scaling=(4.0, 1.0, 2.0, 16)),
+    Case("rope_yarn_gqa_cache", 1, 4, 2, 3, 40, 16, 8, causal="bottom_right", rope=(10000.0, 0, "half", 90),
+         rope_scaling=("yarn", 4.0, 32, 0, 0, True, 0)),
     Case("rope_tiled_long", 1, 2, 1, 70, 300, 8, 4, causal="bottom_right", rope=(10000.0, 6, "half", 100), weights=False),
 ]
 
@@ -107,6 +110,10 @@ APPLY_CASES = {
     "half": ((10000.0, 0, "half", 0), None),
     "interleaved_dim4": ((10000.0, 4, "interleaved", 0), None),
     "llama3_half": ((500000.0, 0, "half", 0), (8.0, 1.0, 4.0, 32)),
+    # YaRN: factor, original length, beta_fast, beta_slow (0: the defaults), truncate, attention
+    # factor (0: the default). Heads of 8, so the ramp turns inside the 4 pairs.
+    "yarn_half": ((10000.0, 0, "half", 0), ("yarn", 4.0, 64, 0, 0, True, 0)),
+    "yarn_unrounded_dim6": ((500.0, 6, "half", 0), ("yarn", 8.0, 32, 4.0, 0.5, False, 0.9)),
 }
 
 
@@ -131,6 +138,8 @@ def rope_inv_freq(theta, dim, scaling):
         return inv
     if scaling[0] == "linear":
         return inv / scaling[1]
+    if scaling[0] == "yarn":
+        return yarn_inv_freq(theta, dim, scaling)
     factor, low, high, old = scaling
     low_wavelen, high_wavelen = old / low, old / high
     wavelen = 2 * math.pi / inv
@@ -139,6 +148,37 @@ def rope_inv_freq(theta, dim, scaling):
     smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
     medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
     return torch.where(medium, smoothed, inv_llama)
+
+
+def yarn_inv_freq(theta, dim, scaling):
+    """Hugging Face's _compute_yarn_parameters' frequencies in float64, scaling ("yarn", factor,
+    original length, beta_fast, beta_slow, truncate, attention factor), written from its
+    definition: the pairs that complete beta_fast and beta_slow rotations within the original
+    length bound a linear ramp from the original frequency to the frequency / factor."""
+    _, factor, orig, beta_fast, beta_slow, truncate, _ = scaling
+    beta_fast, beta_slow = beta_fast or 32, beta_slow or 1
+
+    def pair(rotations):
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = pair(beta_fast), pair(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    base = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).double() / dim))
+    return base / factor * ramp + base * (1 - ramp)
+
+
+def yarn_attention_factor(scaling):
+    """_compute_yarn_parameters' attention factor: the given one, else 0.1·ln(factor) + 1 (1 for
+    a factor ≤ 1)."""
+    factor, af = scaling[1], scaling[6]
+    if af:
+        return af
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def rotate_half(x):
@@ -156,8 +196,8 @@ def rotate_every_two(x):
 def apply_rope(x, positions, rope, scaling):
     """Rotate x [..., T, D] at positions [T] as Hugging Face's apply_rotary_pos_emb (half) or
     GPT-J's apply_rotary_pos_emb (interleaved) do, on the first dim features (partial rotary);
-    scaling is rope_inv_freq's, or ("longrope", short_factor, long_factor, original length,
-    attention factor) for the half layout."""
+    scaling is rope_inv_freq's (YaRN's with its attention factor), or ("longrope", short_factor,
+    long_factor, original length, attention factor) for the half layout."""
     theta, dim, layout, _ = rope
     dim = dim or x.shape[-1]
     af = 1.0
@@ -170,13 +210,15 @@ def apply_rope(x, positions, rope, scaling):
         inv = rope_inv_freq(theta, dim, None) / torch.tensor(ext, dtype=torch.float64)
     else:
         inv = rope_inv_freq(theta, dim, scaling)
+        if scaling is not None and scaling[0] == "yarn":
+            af = yarn_attention_factor(scaling)
     freqs = positions.double()[:, None] * inv[None, :]
     rot, rest = x[..., :dim], x[..., dim:]
     if layout == "half":
         emb = torch.cat((freqs, freqs), dim=-1)
         rot = rot * (emb.cos() * af) + rotate_half(rot) * (emb.sin() * af)
     else:
-        cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+        cos, sin = freqs.cos().repeat_interleave(2, dim=-1) * af, freqs.sin().repeat_interleave(2, dim=-1) * af
         rot = rot * cos + rotate_every_two(rot) * sin
     return torch.cat([rot, rest], dim=-1)
 
