@@ -742,10 +742,10 @@ func TestUserConcurrent(t *testing.T) {
 // Phi-3's fused projections and partial rotary, Gemma 2's soft-caps, Gemma 3's sandwich norms
 // and local layers, Pythia's and Phi-2's parallel attention and MLP in F16, StableLM 2, Llama 3's BF16
 // weights and rope scaling, a sharded F16 GPT-2, BERT's old gamma and beta names, RoBERTa,
-// DistilBERT) and runs a text on each: the tokenizer's tokens, rows of weights that sum to 1, a
+// DistilBERT, SmolLM3's NoPE and sliding layer, GPT-J, Qwen3 with YaRN) and runs a text on each: the tokenizer's tokens, rows of weights that sum to 1, a
 // prediction per position.
 func TestUserFamilies(t *testing.T) {
-	names := []string{"mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "llama3-bf16", "gpt2-prefixed-f16-sharded", "bert-gamma-beta", "roberta", "distilbert"}
+	names := []string{"mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "llama3-bf16", "gpt2-prefixed-f16-sharded", "bert-gamma-beta", "roberta", "distilbert", "smollm3", "gptj", "qwen3-yarn"}
 	var paths []string
 	for _, n := range names {
 		paths = append(paths, tinyFolder(n))

@@ -116,6 +116,9 @@ type Config struct {
 	// its full_attention ones): they attend in a causal sliding window and rotate with their own
 	// Rope. The other blocks are as the rest of the Config says.
 	Local *Local `json:"local,omitempty"`
+	// NoRope, when not nil, has one flag per block: a block whose flag is set attends without
+	// the rotary (Rope or a Local block's), as SmolLM3's NoPE layers (no_rope_layers 0).
+	NoRope []bool `json:"no_rope,omitempty"`
 	// SandwichNorm normalises, in a pre-norm block, the attention's and the feed-forward
 	// network's outputs too before they are added to the stream (Gemma 2's and 3's
 	// post_attention_layernorm and post_feedforward_layernorm): x = x + N1'(MHA(N1(x))); x = x +
@@ -152,8 +155,8 @@ type Rope struct {
 	Theta       float64 `json:"theta"`                 // the base θ, > 0 (Hugging Face's rope_theta)
 	Dim         int     `json:"dim,omitempty"`         // rotated dimensions of each head; 0 means all
 	Interleaved bool    `json:"interleaved,omitempty"` // pairs (2p, 2p+1) as GPT-J, not rotate-half as Llama
-	// Scaling, when not nil, scales the frequencies as rope_scaling says: Llama 3's, linear or
-	// LongRoPE (whose model's ForwardCached recomputes its cache when a call passes the
+	// Scaling, when not nil, scales the frequencies as rope_scaling says: Llama 3's, linear,
+	// YaRN or LongRoPE (whose model's ForwardCached recomputes its cache when a call passes the
 	// original length).
 	Scaling *mha.RopeScaling `json:"scaling,omitempty"`
 }
@@ -187,7 +190,7 @@ func (r *Rope) clone() *Rope {
 // later edits to its slices and pointers change neither the model nor what it saves.
 func (c Config) clone() Config {
 	c.HeadDims, c.HeadScales = slices.Clone(c.HeadDims), slices.Clone(c.HeadScales)
-	c.Patterns, c.Block = slices.Clone(c.Patterns), slices.Clone(c.Block)
+	c.Patterns, c.Block, c.NoRope = slices.Clone(c.Patterns), slices.Clone(c.Block), slices.Clone(c.NoRope)
 	c.Rope = c.Rope.clone()
 	if l := c.Local; l != nil {
 		c.Local = &Local{Layers: slices.Clone(l.Layers), Window: l.Window, Rope: l.Rope.clone()}
@@ -311,6 +314,8 @@ func (c Config) Validate() error {
 		return bad("local window is %d, want a value in [1, %d]", c.Local.Window, MaxSeqLen)
 	case c.Local != nil && (c.Bidirectional || c.Window > 0):
 		return bad("local blocks with bidirectional %v and window %d, want causal attention without a window of every block", c.Bidirectional, c.Window)
+	case c.NoRope != nil && len(c.NoRope) != c.Layers:
+		return bad("no_rope lists %d layers, want one flag per layer, %d", len(c.NoRope), c.Layers)
 	case c.SandwichNorm && c.Norm != PreNorm:
 		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
 	case c.ParallelResidual && (c.Norm != PreNorm || c.AttnOnly || c.SandwichNorm):
@@ -344,7 +349,7 @@ func (c Config) Validate() error {
 }
 
 // Attention returns the config of every block's attention layer, whose HeadDim and HeadOffset
-// give the layout of the heads; a Local block's may differ in its Rotary only. Its Seed is 0:
+// give the layout of the heads; a Local or NoRope block's may differ in its Rotary only. Its Seed is 0:
 // each block seeds its own layer.
 func (c Config) Attention() mha.Config {
 	ac := mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
@@ -356,10 +361,13 @@ func (c Config) Attention() mha.Config {
 }
 
 // blockAttention returns the config of block l's attention: Attention's, with a Local block's
-// rotary.
+// rotary, or none in a NoRope block.
 func (c Config) blockAttention(l int) mha.Config {
 	ac := c.Attention()
-	if c.local(l) && c.Local.Rope != nil {
+	switch {
+	case l < len(c.NoRope) && c.NoRope[l]:
+		ac.Rotary = nil
+	case c.local(l) && c.Local.Rope != nil:
 		ac.Rotary = c.Local.Rope.rotary()
 	}
 	return ac

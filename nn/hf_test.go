@@ -67,6 +67,12 @@ func hfConfigs() map[string]Config {
 			c.KVHeads, c.Rope = 1, &Rope{Theta: 500, Dim: 2, Scaling: &mha.RopeScaling{Type: mha.RopeLongRoPE, ShortFactor: []float64{1.5},
 				LongFactor: []float64{6}, OriginalMaxPositions: 4, AttentionFactor: 1.2}}
 		}),
+		"smollm3": with(func(c *Config) { // a NoPE block that slides, YaRN on the other's rotary
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-6
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings, c.NoAttnBias = SwiGLU, true, true, true, true
+			c.KVHeads, c.Rope = 1, &Rope{Theta: 500, Scaling: &mha.RopeScaling{Type: mha.RopeYaRN, Factor: 4, OriginalMaxPositions: 64}}
+			c.NoRope, c.Local = []bool{false, true}, &Local{Layers: []bool{false, true}, Window: 3}
+		}),
 		"pythia": with(func(c *Config) { // GPT-NeoX: parallel attention and MLP, LayerNorm, a quarter of each head rotated
 			c.Norm, c.Positions, c.Activation, c.NoHeadBias, c.ParallelResidual = PreNorm, NoPositions, GELU, true, true
 			c.Rope = &Rope{Theta: 10000, Dim: 2}

@@ -656,6 +656,7 @@ func TestVisibleKeys(t *testing.T) {
 // config it saves.
 func TestConfigIsCopied(t *testing.T) {
 	cfg := hfConfigs()["gemma3"]
+	cfg.NoRope = []bool{false, false}
 	cfg.Rope = &Rope{Theta: 100, Scaling: &mha.RopeScaling{Type: mha.RopeLongRoPE, ShortFactor: []float64{1, 2, 3}, LongFactor: []float64{2, 4, 9},
 		OriginalMaxPositions: 4, AttentionFactor: 1.1}}
 	m, err := NewModel(cfg)
@@ -670,6 +671,7 @@ func TestConfigIsCopied(t *testing.T) {
 	}
 	before = before.Clone()
 	for _, c := range []Config{cfg, m.Config()} {
+		c.NoRope[1] = true
 		c.Local.Window, c.Local.Layers[0], c.Local.Rope.Theta = 7, false, 3
 		c.Rope.Scaling.LongFactor[0], c.Rope.Theta = 100, 5
 		c.HeadScales[0] = 9
@@ -683,5 +685,40 @@ func TestConfigIsCopied(t *testing.T) {
 	}
 	if !slices.Equal(after.Data, before.Data) {
 		t.Error("the model's outputs changed with its caller's config")
+	}
+}
+
+// TestNoRope checks that a NoRope block attends without any rotary: a model whose blocks are
+// all NoRope gives the bits of the same model without a rotary, and one NoRope flag changes
+// the outputs. A NoRope list of the wrong length is refused.
+func TestNoRope(t *testing.T) {
+	cfg := hfConfigs()["gemma3"]
+	tokens := []int{3, 1, 4, 1, 5, 9, 2}
+	run := func(c Config) []float32 {
+		t.Helper()
+		m, err := NewModel(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := m.Forward(tokens, 1, 7, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Data
+	}
+	nope, bare, one := cfg, cfg, cfg
+	nope.NoRope = []bool{true, true}
+	bare.Rope, bare.Local = nil, &Local{Layers: cfg.Local.Layers, Window: cfg.Local.Window}
+	one.NoRope = []bool{false, true}
+	if !slices.Equal(run(nope), run(bare)) {
+		t.Error("NoRope in every block differs from the model without a rotary")
+	}
+	if slices.Equal(run(one), run(cfg)) {
+		t.Error("a NoRope block changed nothing")
+	}
+	bad := cfg
+	bad.NoRope = []bool{true}
+	if _, err := NewModel(bad); err == nil || !strings.Contains(err.Error(), "no_rope lists 1 layers, want one flag per layer, 2") {
+		t.Errorf("NoRope of 1 flag: %v", err)
 	}
 }

@@ -25,6 +25,8 @@ var (
 	robertaSkip = regexp.MustCompile(`^(embeddings\.position_ids|pooler\..*|lm_head\.decoder\.(weight|bias))$`)
 	// lm_head.weight is skipped only when the head is tied (an untied head reads it).
 	llamaSkip = regexp.MustCompile(`^(layers\.\d+\.self_attn\.rotary_emb\.inv_freq|lm_head\.weight)$`)
+	// GPT-J's attention buffers (older checkpoints carry them), and the head when tied.
+	gptjSkip = regexp.MustCompile(`^(h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight)$`)
 	// GPT-NeoX's attention buffers (older checkpoints carry them), and the head when tied.
 	neoxSkip = regexp.MustCompile(`^(layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)|embed_out\.weight)$`)
 	// Gemma 3's vision tower and multimodal projector, beside its text model.
@@ -347,6 +349,75 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// gptjLayout maps a GPTJForCausalLM (or GPTJModel) folder, GPT-J-6B's: GPT-2's config keys,
+// pre-norm blocks whose attention and MLP read one LayerNorm, ln_1, side by side (as Phi-2's),
+// rotary positions of base 10000 on the first rotary_dim features of each head (all when null)
+// in GPT-J's interleaved layout (rotate_every_two), q_proj, k_proj, v_proj and out_proj without
+// biases, fc_in and fc_out with them, and lm_head with a bias.
+func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, pos := hc.NEmbd, hc.VocabSize, hc.NHead, hc.NLayer, hc.NPositions
+	if err := checkSizes(map[string]int{"n_embd": e, "vocab_size": v, "n_head": heads, "n_layer": layers, "n_positions": pos}); err != nil {
+		return nil, err
+	}
+	ffn := 4 * e
+	if hc.NInner != nil {
+		ffn = *hc.NInner
+	}
+	if err := checkSizes(map[string]int{"n_inner": ffn}); err != nil {
+		return nil, err
+	}
+	act := cmp.Or(hc.ActivationFunction, nn.GELUNew)
+	switch {
+	case act != nn.GELUNew && act != nn.GELU && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: GPT-J activation_function %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: n_embd %d is not divisible by n_head %d", e, heads)
+	}
+	d := e / heads
+	rope := &nn.Rope{Theta: 10000, Interleaved: true}
+	if n := hc.RotaryDim; n != nil {
+		switch {
+		case *n <= 0 || *n > d || *n%2 != 0:
+			return nil, fmt.Errorf("pretrained: rotary_dim is %d, want an even number in [2, %d] (the head size)", *n, d)
+		case *n < d:
+			rope.Dim = *n
+		}
+	}
+	tied := orBool(hc.TieEmbeddings, false)
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: min(pos, nn.MaxSeqLen), DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied,
+			Rope: rope, NoAttnBias: true, ParallelResidual: true, SharedNorm: true},
+		prefixes: []string{"transformer.", ""},
+		skip: func(name string) bool {
+			return gptjSkip.MatchString(name) && (name != "lm_head.weight" || tied)
+		},
+	}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string) {
+		add(to+".weight", src(from+".weight", e))
+		add(to+".bias", src(from+".bias", e))
+	}
+	add("tok_emb.weight", src("wte.weight", v, e))
+	for i := range layers {
+		h, b := "h."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		norm(b+"ln1", h+"ln_1")
+		add(b+"attn.in_proj_weight", src(h+"attn.q_proj.weight", e, e), src(h+"attn.k_proj.weight", e, e), src(h+"attn.v_proj.weight", e, e))
+		add(b+"attn.out_proj.weight", src(h+"attn.out_proj.weight", e, e))
+		add(b+"ffn.fc1.weight", src(h+"mlp.fc_in.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"mlp.fc_in.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"mlp.fc_out.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"mlp.fc_out.bias", e))
+	}
+	norm("ln_f", "ln_f")
+	if !tied {
+		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	// A bare GPTJModel (tied here) has no lm_head: its head's bias is zero.
+	add("head.bias", part{names: []string{"lm_head.bias"}, shape: []int{v}, head: true, zero: tied})
+	return l, nil
+}
+
 // phiLayout maps a PhiForCausalLM (or PhiModel) folder, Phi-1, Phi-1.5's and Phi-2's: pre-norm
 // blocks whose attention and MLP run in parallel from one LayerNorm (input_layernorm), the first
 // partial_rotary_factor of each head rotated in the rotate-half layout, biases on every
@@ -487,6 +558,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
+	smollm3 := named("smollm3", "SmolLM3")
 	hc.phi3 = phi3
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
@@ -555,8 +627,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		}
 	}
 	theta := 10000.0
-	if gemma3 {
+	switch {
+	case gemma3:
 		theta = 1e6 // Gemma3TextConfig's rope_theta
+	case smollm3:
+		theta = 2e6 // SmolLM3Config's
 	}
 	rope, err := hc.ropeFrom(params, key, orFloat(hc.RopeTheta, theta))
 	if err != nil {
@@ -581,7 +656,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if phi3 {
 		eps = 1e-5
 	}
-	tied := orBool(hc.TieEmbeddings, gemma) // GemmaConfig ties by default, LlamaConfig does not
+	tied := orBool(hc.TieEmbeddings, gemma || smollm3) // GemmaConfig and SmolLM3Config tie by default, LlamaConfig does not
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, eps), Activation: activation,
@@ -637,6 +712,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		}
 	case gemma2 || gemma3:
 		if err := gemmaLayers(hc, &l.cfg, byType, d, gemma2); err != nil {
+			return nil, err
+		}
+	case smollm3:
+		if err := smolLM3Layers(hc, &l.cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -825,18 +904,9 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 			types = append(types, t)
 		}
 	}
-	if len(types) != c.Layers {
-		return fmt.Errorf("pretrained: layer_types lists %d layers, want num_hidden_layers %d", len(types), c.Layers)
-	}
-	local := make([]bool, c.Layers)
-	for i, t := range types {
-		switch t {
-		case "sliding_attention":
-			local[i] = true
-		case "full_attention":
-		default:
-			return fmt.Errorf("%w: layer_types[%d] is %q (mha has sliding_attention and full_attention)", ErrUnsupported, i, t)
-		}
+	local, err := slidingLayers(types, c.Layers)
+	if err != nil {
+		return err
 	}
 	if slices.Contains(local, true) {
 		w, err := slidingWindow(hc.SlidingWindow, 4096) // Gemma2Config's and Gemma3TextConfig's default
@@ -861,6 +931,84 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 	}
 	if q != float64(d) {
 		c.HeadScales = slices.Repeat([]float64{math.Pow(q, -0.5)}, c.Heads)
+	}
+	return nil
+}
+
+// slidingLayers returns which of layers layers layer_types makes sliding_attention ones.
+func slidingLayers(types []string, layers int) ([]bool, error) {
+	if len(types) != layers {
+		return nil, fmt.Errorf("pretrained: layer_types lists %d layers, want num_hidden_layers %d", len(types), layers)
+	}
+	local := make([]bool, layers)
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			local[i] = true
+		case "full_attention":
+		default:
+			return nil, fmt.Errorf("%w: layer_types[%d] is %q (mha has sliding_attention and full_attention)", ErrUnsupported, i, t)
+		}
+	}
+	return local, nil
+}
+
+// smolLM3Layers sets SmolLM3's NoPE layers and sliding window in c: no_rope_layers (its first
+// num_hidden_layers flags: 1 rotates, 0 does not), else every no_rope_layer_interval-th layer
+// (default 4) is NoPE; with use_sliding_window and a sliding_window, the layers layer_types
+// calls sliding_attention (by default the NoPE ones) attend in that window, as SmolLM3Config
+// and SmolLM3Attention do.
+func smolLM3Layers(hc *hfConfig, c *nn.Config) error {
+	nope := make([]bool, c.Layers)
+	switch {
+	case hc.NoRopeLayers != nil:
+		if len(hc.NoRopeLayers) < c.Layers {
+			return fmt.Errorf("pretrained: no_rope_layers lists %d layers, want at least num_hidden_layers %d", len(hc.NoRopeLayers), c.Layers)
+		}
+		for i := range nope {
+			switch hc.NoRopeLayers[i] {
+			case 0:
+				nope[i] = true
+			case 1:
+			default:
+				return fmt.Errorf("pretrained: no_rope_layers[%d] is %d, want 1 (rotary) or 0 (NoPE)", i, hc.NoRopeLayers[i])
+			}
+		}
+	default:
+		interval := 4
+		if hc.NoRopeLayerInterval != nil {
+			interval = *hc.NoRopeLayerInterval
+		}
+		if interval < 1 {
+			return fmt.Errorf("pretrained: no_rope_layer_interval is %d, want ≥ 1", interval)
+		}
+		for i := range nope {
+			nope[i] = (i+1)%interval == 0
+		}
+	}
+	if slices.Contains(nope, true) {
+		c.NoRope = nope
+	}
+	w, err := slidingWindow(hc.SlidingWindow, 0) // SmolLM3Config's default: none
+	if err != nil || !hc.UseSlidingWindow || w == 0 {
+		return err
+	}
+	types := hc.LayerTypes
+	if types == nil {
+		for _, n := range nope {
+			t := "full_attention"
+			if n {
+				t = "sliding_attention"
+			}
+			types = append(types, t)
+		}
+	}
+	local, err := slidingLayers(types, c.Layers)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(local, true) {
+		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen)}
 	}
 	return nil
 }

@@ -14,20 +14,23 @@
 //	DistilBertForMaskedLM                 DistilBERT's names, no token types
 //	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
 //	                                      rotary, query_key_value per head, LayerNorm
+//	GPTJForCausalLM, GPTJModel            GPT-J's: attention and MLP in parallel from one
+//	                                      LayerNorm, interleaved rotary on rotary_dim features
 //	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
 //	                                      LayerNorm, partial rotary, biases, the head's too
 //	StableLmForCausalLM, StableLmModel    LayerNorm, SwiGLU, partial rotary, q/k/v biases,
 //	                                      parallel from one LayerNorm with use_parallel_residual
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
-//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's, linear or YaRN rope_scaling), grouped K/V heads,
-//	GemmaForCausalLM, Gemma2ForCausalLM,  Mistral's and Phi-3's sliding window, Qwen2's q/k/v
-//	Gemma3ForCausalLM, Phi3ForCausalLM    biases, Qwen3's q_norm and k_norm, Gemma's GeGLU,
-//	(and their *Model, Gemma3TextModel;   √d-scaled embeddings and norm weights 1 + w (held
-//	the text model of                     so), Gemma 2's and 3's sandwich norms, sliding
-//	Gemma3ForConditionalGeneration)       layers between global ones and query_pre_attn_scalar,
-//	                                      Gemma 2's soft-capped scores and logits, Gemma 3's
-//	                                      q_norm and k_norm and local rotary, Phi-3's fused
-//	                                      qkv_proj and gate_up_proj and partial rotary; head_dim
+//	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's, linear, LongRoPE or YaRN rope_scaling),
+//	GemmaForCausalLM, Gemma2ForCausalLM,  grouped K/V heads, Mistral's and Phi-3's sliding
+//	Gemma3ForCausalLM, Phi3ForCausalLM,   window, Qwen2's q/k/v biases, Qwen3's q_norm and
+//	SmolLM3ForCausalLM                    k_norm, Gemma's GeGLU, √d-scaled embeddings and norm
+//	(and their *Model, Gemma3TextModel;   weights 1 + w (held so), Gemma 2's and 3's sandwich
+//	the text model of                     norms, sliding layers between global ones and
+//	Gemma3ForConditionalGeneration)       query_pre_attn_scalar, Gemma 2's soft-capped scores
+//	                                      and logits, Gemma 3's q_norm and k_norm and local
+//	                                      rotary, Phi-3's fused qkv_proj and gate_up_proj and
+//	                                      partial rotary, SmolLM3's NoPE layers; head_dim
 //	                                      other than hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
@@ -70,6 +73,7 @@ const (
 	Phi        Family = "phi"
 	StableLM   Family = "stablelm"
 	DistilBERT Family = "distilbert"
+	GPTJ       Family = "gptj"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -156,10 +160,17 @@ type hfConfig struct {
 	// families' configs may spell it otherwise)
 	PadTokenID json.RawMessage `json:"pad_token_id"`
 
+	// GPT-J
+	RotaryDim *int `json:"rotary_dim"`
+
 	// GPT-NeoX
 	RotaryPct           *float64 `json:"rotary_pct"`
 	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
 	UseParallelResidual *bool    `json:"use_parallel_residual"`
+
+	// SmolLM3: 1 where a layer rotates, 0 for NoPE; else every interval-th layer is NoPE
+	NoRopeLayers        []int `json:"no_rope_layers"`
+	NoRopeLayerInterval *int  `json:"no_rope_layer_interval"`
 
 	// Gemma 3
 	LayerTypes                []string        `json:"layer_types"` // "sliding_attention" or "full_attention", per layer
@@ -208,6 +219,7 @@ var architectures = map[string]Family{
 	"DistilBertModel": DistilBERT, "DistilBertForMaskedLM": DistilBERT,
 	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
+	"GPTJForCausalLM": GPTJ, "GPTJModel": GPTJ,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"StableLmForCausalLM": StableLM, "StableLmModel": StableLM,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
@@ -218,10 +230,11 @@ var architectures = map[string]Family{
 	"Gemma2ForCausalLM": Llama, "Gemma2Model": Llama,
 	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama, "Gemma3ForConditionalGeneration": Llama,
 	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
+	"SmolLM3ForCausalLM": Llama, "SmolLM3Model": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -330,6 +343,12 @@ func (o Options) Open(dir string) (*Model, error) {
 		}
 		lay, err = phiLayout(&hc, w)
 		m.LMHead = !bare
+	case GPTJ:
+		if bare {
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+		}
+		lay, err = gptjLayout(&hc, w)
+		m.LMHead = !bare
 	case StableLM:
 		if bare {
 			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
@@ -338,8 +357,7 @@ func (o Options) Open(dir string) (*Model, error) {
 		m.LMHead = !bare
 	default:
 		if bare {
-			t := true
-			hc.TieEmbeddings = &t // no lm_head: the nn model's head is the embedding
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
 		}
 		lay, err = llamaLayout(&hc, w)
 		m.LMHead = !bare

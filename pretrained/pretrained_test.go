@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -536,6 +536,64 @@ func TestOpenYaRN(t *testing.T) {
 	}
 }
 
+// TestOpenSmolLM3 checks how SmolLM3's NoPE layers and sliding window read (the smollm3
+// folder's reference checks the model it opens: layer 1 NoPE and sliding): no_rope_layers may
+// list more layers than the model has, no_rope_layer_interval (default 4) makes every such
+// layer NoPE when the list is left out, the window needs use_sliding_window and a
+// sliding_window, and layer_types says which layers slide; bad values are refused.
+func TestOpenSmolLM3(t *testing.T) {
+	m, err := Open(testdataDir("smollm3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.NN.Config(); !slices.Equal(c.NoRope, []bool{false, true, false}) || c.Local == nil ||
+		!slices.Equal(c.Local.Layers, []bool{false, true, false}) || c.Local.Window != 4 || c.Local.Rope != nil || !c.TieEmbeddings {
+		t.Fatalf("no_rope %v, local %+v, tied %v: want layer 1 NoPE and sliding in a window of 4, tied", c.NoRope, c.Local, c.TieEmbeddings)
+	}
+	for _, c := range []struct {
+		name   string
+		edit   func(cfg map[string]any)
+		nope   []bool
+		local  []bool
+		errMsg string
+	}{
+		{"longer list", func(cfg map[string]any) { cfg["no_rope_layers"] = []int{1, 0, 1, 1, 0} }, []bool{false, true, false}, []bool{false, true, false}, ""},
+		{"interval", func(cfg map[string]any) { delete(cfg, "no_rope_layers"); cfg["no_rope_layer_interval"] = 2 }, []bool{false, true, false}, []bool{false, true, false}, ""},
+		{"default interval", func(cfg map[string]any) { delete(cfg, "no_rope_layers") }, nil, nil, ""},
+		{"no use_sliding_window", func(cfg map[string]any) { cfg["use_sliding_window"] = false }, []bool{false, true, false}, nil, ""},
+		{"null window", func(cfg map[string]any) { cfg["sliding_window"] = nil }, []bool{false, true, false}, nil, ""},
+		{"layer_types", func(cfg map[string]any) {
+			cfg["layer_types"] = []string{"sliding_attention", "full_attention", "sliding_attention"}
+		}, []bool{false, true, false}, []bool{true, false, true}, ""},
+		{"short list", func(cfg map[string]any) { cfg["no_rope_layers"] = []int{1, 0} }, nil, nil, "no_rope_layers lists 2 layers, want at least num_hidden_layers 3"},
+		{"flag 2", func(cfg map[string]any) { cfg["no_rope_layers"] = []int{1, 2, 1} }, nil, nil, "no_rope_layers[1] is 2, want 1 (rotary) or 0 (NoPE)"},
+		{"interval 0", func(cfg map[string]any) { delete(cfg, "no_rope_layers"); cfg["no_rope_layer_interval"] = 0 }, nil, nil, "no_rope_layer_interval is 0, want ≥ 1"},
+		{"bad layer type", func(cfg map[string]any) {
+			cfg["layer_types"] = []string{"full_attention", "chunked_attention", "full_attention"}
+		}, nil, nil, `layer_types[1] is "chunked_attention"`},
+	} {
+		m2, err := Open(editConfig(t, "smollm3", c.edit))
+		if c.errMsg != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errMsg) {
+				t.Errorf("%s: %v, want an error containing %q", c.name, err, c.errMsg)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		got := m2.NN.Config()
+		var local []bool
+		if got.Local != nil {
+			local = got.Local.Layers
+		}
+		if !slices.Equal(got.NoRope, c.nope) || !slices.Equal(local, c.local) {
+			t.Errorf("%s: no_rope %v, local %v; want %v, %v", c.name, got.NoRope, local, c.nope, c.local)
+		}
+	}
+}
+
 // TestOpenNeoX checks what the GPT-NeoX and Phi folders' references do not: the buffers older
 // checkpoints carry are skipped and listed; transformers v5's names of the rotary's fraction and
 // base open the same model; a bare GPTNeoXModel reads no embed_out, a bare PhiModel no lm_head.
@@ -578,6 +636,52 @@ func TestOpenNeoX(t *testing.T) {
 	phi, err := Open(dir)
 	if err != nil || phi.LMHead || !phi.NN.Config().TieEmbeddings || slices.ContainsFunc(phi.NN.Param("head.bias").Value.Data, func(x float32) bool { return x != 0 }) {
 		t.Errorf("PhiModel: %v; want a model without an LM head, tied, its head's bias zero", err)
+	}
+}
+
+// TestOpenGPTJ checks what the gptj folder's reference does not: the attention buffers are
+// skipped and listed; rotary_dim null rotates whole heads; a bare GPTJModel, without lm_head,
+// has the embedding as its head and no bias; bad rotary_dim and activation_function are refused.
+func TestOpenGPTJ(t *testing.T) {
+	m, err := Open(testdataDir("gptj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.NN.Config(); len(m.Unused) != 4 || !strings.HasSuffix(m.Unused[0], "attn.bias") || c.Rope.Dim != 4 || !c.Rope.Interleaved || !c.SharedNorm {
+		t.Errorf("unused %q, rope %+v, shared norm %v: want each layer's attn.bias and masked_bias, 4 of 8 features interleaved, one norm", m.Unused, c.Rope, c.SharedNorm)
+	}
+	if full, err := Open(editConfig(t, "gptj", func(c map[string]any) { c["rotary_dim"] = nil })); err != nil || full.NN.Config().Rope.Dim != 0 {
+		t.Errorf("rotary_dim null: %v, want whole heads rotated", err)
+	}
+	for _, c := range []struct {
+		name, key string
+		value     any
+		want      string
+	}{
+		{"odd rotary_dim", "rotary_dim", 3, "rotary_dim is 3, want an even number in [2, 8]"},
+		{"wide rotary_dim", "rotary_dim", 10, "rotary_dim is 10"},
+		{"relu", "activation_function", "relu", `GPT-J activation_function "relu"`},
+		{"n_head", "n_head", 3, "n_embd 16 is not divisible by n_head 3"},
+	} {
+		if _, err := Open(editConfig(t, "gptj", func(cfg map[string]any) { cfg[c.key] = c.value })); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	dir := editTensors(t, "gptj", func(tensors map[string]safetensors.Tensor) {
+		delete(tensors, "lm_head.weight")
+		delete(tensors, "lm_head.bias")
+	})
+	edit := editConfig(t, "gptj", func(c map[string]any) { c["architectures"] = []string{"GPTJModel"} })
+	cfg, err := os.ReadFile(filepath.Join(edit, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bare, err := Open(dir)
+	if err != nil || bare.LMHead || !bare.NN.Config().TieEmbeddings || slices.ContainsFunc(bare.NN.Param("head.bias").Value.Data, func(x float32) bool { return x != 0 }) {
+		t.Errorf("GPTJModel: %v; want a model without an LM head, tied, its head's bias zero", err)
 	}
 }
 

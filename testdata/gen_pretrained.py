@@ -5,6 +5,11 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_pretrained.py
 
+The references' last bits depend on PyTorch's BLAS: the committed outputs were made with
+Debian's reference BLAS; with OpenBLAS installed, add
+LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack to reproduce
+them bit for bit.
+
 Hugging Face's transformers library is not installable here, so each architecture's forward pass
 is written below in float64 PyTorch after Hugging Face's own modeling code (read through the
 project's search tool): modeling_gpt2.py (GPT2LMHeadModel), modeling_gpt_neox.py (GPTNeoXForCausalLM: query_key_value's
@@ -27,7 +32,11 @@ soft-capped likewise), modeling_gemma3.py (Gemma's, plus q_norm and k_norm, the 
 MLP's outputs normalised before they join the stream, sliding_attention layers with their own
 window and rope_local_base_freq between full_attention ones whose rotary may be linearly scaled,
 scores scaled by query_pre_attn_scalar**-0.5), modeling_phi3.py (qkv_proj and gate_up_proj fused, partial_rotary_factor: the
-first int(head_dim · factor) features of each head rotated, a sliding window as Mistral's).
+first int(head_dim · factor) features of each head rotated, a sliding window as Mistral's),
+modeling_smollm3.py (Llama's, with NoPE layers that skip the rotary and, with use_sliding_window,
+slide), modeling_gptj.py (GPTJForCausalLM: the attention and the MLP in parallel from one ln_1,
+rotate_every_two on the first rotary_dim features of each head, a biased lm_head), and
+modeling_rope_utils.py's YaRN (_compute_yarn_parameters) for Qwen3's long-context config.
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
 config.json and model.safetensors (or model.safetensors.index.json and two shards), with the
@@ -383,6 +392,51 @@ def phi_forward(cfg, W, ids, trace=None, hook=None):
     return hidden @ W["head"][0].T + W["head"][1], hidden, attns
 
 
+def gptj(name, dtype):
+    """A GPTJForCausalLM folder (GPT-J-6B's layout) and its reference: GPT-2's config keys, the
+    attention and the MLP in parallel from one ln_1, x + attn(ln_1(x)) + mlp(ln_1(x)), rotary on
+    the first rotary_dim features of each head in GPT-J's interleaved layout (rotate_every_two,
+    base 10000), q/k/v/out_proj without biases, fc_in and fc_out with them, lm_head with one; the
+    attention's mask buffers old checkpoints carry."""
+    tok, vocab_size = gpt2_tokenizer()
+    cfg = {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "vocab_size": vocab_size, "n_embd": 16,
+           "n_layer": 2, "n_head": 2, "n_positions": 64, "rotary_dim": 4, "n_inner": None,
+           "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False,
+           "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, h, npos = cfg["n_embd"], vocab_size, cfg["n_head"], cfg["n_positions"]
+    f = 4 * e
+    emb = p.draw("transformer.wte.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["n_layer"]):
+        s = f"transformer.h.{l}."
+        L = {"ln": p.layer_norm(s + "ln_1", e)}
+        for n in ("q", "k", "v", "out"):
+            L[n] = p.draw(s + f"attn.{n}_proj.weight", (e, e))
+        L["fc_in"], L["fc_out"] = p.linear(s + "mlp.fc_in", e, f), p.linear(s + "mlp.fc_out", f, e)
+        p.stored[s + "attn.bias"] = np.tril(np.ones((npos, npos), dtype=np.bool_)).reshape(1, 1, npos, npos)
+        p.stored[s + "attn.masked_bias"] = np.array(-1e9, dtype=np.float32)
+        layers.append(L)
+    lnf = p.layer_norm("transformer.ln_f", e)
+    head = p.linear("lm_head", e, v)
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 10)))
+    t = ids.shape[1]
+    rope = (10000.0, cfg["rotary_dim"], "interleaved", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x, attns = emb[ids], []
+    for L in layers:
+        a = layer_norm(x, *L["ln"], cfg["layer_norm_epsilon"])
+        q, k, vv = (split_heads(a @ L[n].T, h) for n in ("q", "k", "v"))
+        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        mlp = gelu_new(a @ L["fc_in"][0].T + L["fc_in"][1]) @ L["fc_out"][0].T + L["fc_out"][1]
+        x = x + merge_heads(o) @ L["out"].T + mlp
+    hidden = layer_norm(x, *lnf, cfg["layer_norm_epsilon"])
+    logits = hidden @ head[0].T + head[1]
+    write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
 def stablelm_weights(name, dtype):
     """Draws the StableLmForCausalLM folder name's weights, StableLM 2's form: q/k/v biases, o_proj
     without, SwiGLU, a quarter of each head rotated, two K/V heads for four query heads."""
@@ -604,7 +658,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     an original length of 8 in 64 positions."""
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
-                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text"}[arch]
+                  "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+                  "SmolLM3ForCausalLM": "smollm3"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -637,6 +692,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         cfg.update(num_hidden_layers=3, sliding_window=4, sliding_window_pattern=2, rope_local_base_freq=10.0,
                    rope_scaling={"rope_type": "linear", "factor": 4.0}, query_pre_attn_scalar=6,
                    final_logit_softcapping=None, attn_logit_softcapping=None)
+    if model_type == "smollm3":  # three layers, the middle one NoPE and (its default layer type) sliding
+        cfg.update(num_hidden_layers=3, no_rope_layers=[1, 0, 1], use_sliding_window=True, sliding_window=4)
     phi3 = model_type == "phi3"
     if phi3:  # Phi3RotaryEmbedding rotates the first int(head_dim · partial_rotary_factor) features
         cfg.update(partial_rotary_factor=0.5)
@@ -724,7 +781,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
     gemma2, gemma3 = cfg["model_type"] == "gemma2", cfg["model_type"] == "gemma3_text"
     visible = j <= i
-    if window is not None and not (gemma2 or gemma3):
+    if window is not None and not (gemma2 or gemma3 or cfg["model_type"] == "smollm3"):  # Mistral's and Phi-3's every layer
         visible = visible & (j > i - window)
     mask = visible.view(1, 1, t, t)
     scale, softcap = None, cfg.get("attn_logit_softcapping")
@@ -751,7 +808,10 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         r, s, lmask = rope, sc, mask
         if (gemma2 or gemma3) and (l + 1) % pattern != 0:
             r, s, lmask = local_rope, None if gemma3 else sc, local_mask
-        q, k = apply_rope(q, torch.arange(t), r, s), apply_rope(k, torch.arange(t), r, s)
+        if cfg.get("no_rope_layers", [1] * len(layers))[l]:  # SmolLM3Attention's use_rope
+            q, k = apply_rope(q, torch.arange(t), r, s), apply_rope(k, torch.arange(t), r, s)
+        elif cfg.get("use_sliding_window") and cfg.get("sliding_window"):  # SmolLM3: its NoPE layers slide
+            lmask = (visible & (j > i - cfg["sliding_window"])).view(1, 1, t, t)
         rep = h // kv_heads  # repeat_kv: query head i reads K/V head i // rep
         k, vv = k.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
         o, w = softmax_attention(q, k, vv, lmask, hook, l, scale, softcap)
@@ -999,6 +1059,7 @@ def main():
     neox("gpt-neox-sequential", "F32", parallel=False, rotary_pct=1.0, buffers=True)
     phi("phi2", "F16")  # one LayerNorm for the parallel attention and MLP, a biased head
     stablelm("stablelm2", "BF16")  # LayerNorm with SwiGLU, q/k/v biases, grouped K/V heads
+    gptj("gptj", "F16")  # GPT-J-6B's layout: parallel from one ln_1, interleaved rotary on half of each head
     roberta("roberta", "F32")
     distilbert("distilbert", "F32")
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
@@ -1008,6 +1069,7 @@ def main():
     # Qwen3 with YaRN as its long-context configs set it (a factor of 4 over an original length,
     # beta_fast and beta_slow left to their defaults); with θ = 500 the ramp runs from pair 1 to
     # pair 5, so it is 0, 0, 1/4, 1/2 over these heads' 4 pairs.
+    llama("smollm3", "F32", "SmolLM3ForCausalLM", kv_heads=1, tied=True)  # rotary, NoPE and sliding, rotary
     llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
           scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
