@@ -26,7 +26,7 @@ type block struct {
 	post1    *normLayer // the sandwich's LN1' and LN2', or nil
 	post2    *normLayer
 	attn     *mha.Layer
-	ffn      *mlp        // nil in attention-only blocks
+	ffn      ffn         // nil in attention-only blocks
 	window   *mha.Window // the block's sliding window, or nil
 
 	res   mha.Result
@@ -89,7 +89,7 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 		if !c.SharedNorm {
 			b.ln2 = newNorm(ps, c, prefix+"ln2")
 		}
-		b.ffn = newMLP(ps, c, prefix+"ffn.")
+		b.ffn = newFFN(ps, c, prefix+"ffn.")
 		if c.SandwichNorm {
 			b.post2 = newNorm(ps, c, prefix+"ln2_post")
 		}
@@ -166,7 +166,8 @@ func (b *block) swap(s *shared) {
 			sw(&l.rstd, &n.rstd)
 		}
 	}
-	if f := b.ffn; f != nil {
+	// A mixture of experts keeps its experts' buffers: its output is read within the block.
+	if f, ok := b.ffn.(*mlp); ok {
 		sw(&f.in.y, &s.gate)
 		sw(&f.act.y, &s.act)
 		sw(&f.act.gate, &s.sig)

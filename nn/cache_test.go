@@ -187,7 +187,7 @@ func TestForwardCachedShared(t *testing.T) {
 			}
 			for l, b := range m.blocks {
 				own := b.sum1 != nil || b.sum2 != nil || b.ln1.y != nil || b.step.Output != nil
-				if f := b.ffn; f != nil {
+				if f, ok := b.ffn.(*mlp); ok {
 					own = own || f.in.y != nil || f.out.y != nil || f.act.y != nil || f.act.gate != nil || b.ln2.y != nil
 				}
 				if own {

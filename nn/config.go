@@ -140,6 +140,16 @@ type Config struct {
 	// final_logit_softcapping), in every forward and in Unembed. Each is 0 or finite and > 0.
 	AttnSoftcap  float64 `json:"attn_softcap,omitempty"`
 	LogitSoftcap float64 `json:"logit_softcap,omitempty"`
+	// Experts, when > 0, makes every block's feed-forward network a sparse mixture of Experts
+	// networks of the shape the rest of the Config gives (FFN wide each; Mixtral's
+	// block_sparse_moe, Qwen3-MoE's experts): the router blocks.l.ffn.router [Experts, d_model],
+	// without bias, scores each token, and the token's output is Σ_j w_j·E_j(x) over the
+	// ExpertsPerToken experts of highest softmax probability p_j, with w_j = p_j, or p_j over
+	// their sum with NormTopK (Mixtral's; Qwen3-MoE's norm_topk_prob); expert e's parameters
+	// are under blocks.l.ffn.experts.e. ExpertsPerToken is in [1, Experts].
+	Experts         int  `json:"experts,omitempty"`
+	ExpertsPerToken int  `json:"experts_per_token,omitempty"`
+	NormTopK        bool `json:"norm_topk,omitempty"`
 	// Patterns, when not empty, make every block's attention sparse: the union of these
 	// patterns, spelled as mha.ParsePattern reads them (local:W, dilated:W,D, strided:S,
 	// global:I,J,…, bigbird:W,G,R,SEED), in blocks of Block ([BQ, BK]; empty means 64 × 64).
@@ -243,14 +253,16 @@ func (c Config) gated() bool { return c.Activation == SwiGLU || c.Activation == 
 // DefaultNormEps is the eps of the normalisation layers when Config.NormEps is 0.
 const DefaultNormEps = 1e-5
 
-// MaxDim bounds DModel, FFN and the other widths, MaxVocab Vocab, MaxSeqLen SeqLen and MaxLayers
-// Layers, so that sizes read from a file cannot overflow the arithmetic on them. (Llama 3's
-// vocabulary has 128256 tokens and its context 131072 positions; Gemma 3's vocabulary 262208.)
+// MaxDim bounds DModel, FFN and the other widths, MaxVocab Vocab, MaxSeqLen SeqLen, MaxLayers
+// Layers and MaxExperts Experts, so that sizes read from a file cannot overflow the arithmetic
+// on them. (Llama 3's vocabulary has 128256 tokens and its context 131072 positions; Gemma 3's
+// vocabulary 262208; DeepSeek-V3 has 256 experts a block.)
 const (
-	MaxDim    = 1 << 16
-	MaxVocab  = 1 << 19
-	MaxSeqLen = 1 << 20
-	MaxLayers = 1 << 10
+	MaxDim     = 1 << 16
+	MaxVocab   = 1 << 19
+	MaxSeqLen  = 1 << 20
+	MaxLayers  = 1 << 10
+	MaxExperts = 1 << 10
 )
 
 // ErrConfig is wrapped by every error about an invalid Config.
@@ -314,6 +326,14 @@ func (c Config) Validate() error {
 		return bad("local window is %d, want a value in [1, %d]", c.Local.Window, MaxSeqLen)
 	case c.Local != nil && (c.Bidirectional || c.Window > 0):
 		return bad("local blocks with bidirectional %v and window %d, want causal attention without a window of every block", c.Bidirectional, c.Window)
+	case c.Experts < 0 || c.Experts > MaxExperts:
+		return bad("experts is %d, want 0 (a dense feed-forward network) to %d", c.Experts, MaxExperts)
+	case c.Experts > 0 && (c.ExpertsPerToken < 1 || c.ExpertsPerToken > c.Experts):
+		return bad("experts_per_token is %d, want 1 to experts, %d", c.ExpertsPerToken, c.Experts)
+	case c.Experts == 0 && (c.ExpertsPerToken != 0 || c.NormTopK):
+		return bad("experts_per_token %d and norm_topk %v without experts", c.ExpertsPerToken, c.NormTopK)
+	case c.Experts > 0 && c.AttnOnly:
+		return bad("experts with attn_only, which has no feed-forward network")
 	case c.NoRope != nil && len(c.NoRope) != c.Layers:
 		return bad("no_rope lists %d layers, want one flag per layer, %d", len(c.NoRope), c.Layers)
 	case c.SandwichNorm && c.Norm != PreNorm:

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -72,6 +73,17 @@ func hfConfigs() map[string]Config {
 			c.Activation, c.NoMLPBias, c.NoHeadBias, c.TieEmbeddings, c.NoAttnBias = SwiGLU, true, true, true, true
 			c.KVHeads, c.Rope = 1, &Rope{Theta: 500, Scaling: &mha.RopeScaling{Type: mha.RopeYaRN, Factor: 4, OriginalMaxPositions: 64}}
 			c.NoRope, c.Local = []bool{false, true}, &Local{Layers: []bool{false, true}, Window: 3}
+		}),
+		"mixtral": with(func(c *Config) { // a mixture of 4 SwiGLU experts, 2 a token, their weights renormalised
+			c.Norm, c.Positions, c.NormKind, c.NormEps = PreNorm, NoPositions, RMSNorm, 1e-5
+			c.Activation, c.NoMLPBias, c.NoHeadBias, c.NoAttnBias = SwiGLU, true, true, true
+			c.KVHeads, c.Rope, c.Window = 1, &Rope{Theta: 1e6}, 5
+			c.Experts, c.ExpertsPerToken, c.NormTopK = 4, 2, true
+		}),
+		"qwen3_moe": with(func(c *Config) { // 3 GELU experts, 2 a token, weights as the softmax gives them
+			c.Norm, c.Positions, c.Activation, c.NoHeadBias = PreNorm, NoPositions, GELU, true
+			c.Rope, c.QKNorm = &Rope{Theta: 100}, true
+			c.Experts, c.ExpertsPerToken = 3, 2
 		}),
 		"pythia": with(func(c *Config) { // GPT-NeoX: parallel attention and MLP, LayerNorm, a quarter of each head rotated
 			c.Norm, c.Positions, c.Activation, c.NoHeadBias, c.ParallelResidual = PreNorm, NoPositions, GELU, true, true
@@ -163,13 +175,23 @@ func TestHFParams(t *testing.T) {
 			if cfg.QKNorm {
 				want[l+"attn.q_norm.weight"], want[l+"attn.k_norm.weight"] = []int{hd}, []int{hd}
 			}
-			if cfg.gated() {
-				lin(l+"ffn.gate_proj", d, f, !cfg.NoMLPBias)
-				lin(l+"ffn.up_proj", d, f, !cfg.NoMLPBias)
-				lin(l+"ffn.down_proj", f, d, !cfg.NoMLPBias)
-			} else {
-				lin(l+"ffn.fc1", d, f, !cfg.NoMLPBias)
-				lin(l+"ffn.fc2", f, d, !cfg.NoMLPBias)
+			experts := []string{l + "ffn."}
+			if cfg.Experts > 0 {
+				lin(l+"ffn.router", d, cfg.Experts, false)
+				experts = nil
+				for e := range cfg.Experts {
+					experts = append(experts, fmt.Sprintf("%sffn.experts.%d.", l, e))
+				}
+			}
+			for _, p := range experts {
+				if cfg.gated() {
+					lin(p+"gate_proj", d, f, !cfg.NoMLPBias)
+					lin(p+"up_proj", d, f, !cfg.NoMLPBias)
+					lin(p+"down_proj", f, d, !cfg.NoMLPBias)
+				} else {
+					lin(p+"fc1", d, f, !cfg.NoMLPBias)
+					lin(p+"fc2", f, d, !cfg.NoMLPBias)
+				}
 			}
 		}
 		if cfg.Norm == PreNorm {
@@ -199,7 +221,8 @@ func TestHFParams(t *testing.T) {
 		}
 		for _, p := range m.Params() {
 			decay := strings.HasSuffix(p.Name, "proj_weight") || strings.HasSuffix(p.Name, "proj.weight") ||
-				strings.HasSuffix(p.Name, "fc1.weight") || strings.HasSuffix(p.Name, "fc2.weight") || p.Name == "head.weight" || p.Name == "head_dense.weight"
+				strings.HasSuffix(p.Name, "fc1.weight") || strings.HasSuffix(p.Name, "fc2.weight") || strings.HasSuffix(p.Name, "router.weight") ||
+				p.Name == "head.weight" || p.Name == "head_dense.weight"
 			if p.NoDecay == decay {
 				t.Errorf("%s: %s: NoDecay %v", name, p.Name, p.NoDecay)
 			}
@@ -249,25 +272,55 @@ func TestHFGradient(t *testing.T) {
 		if err := m.Backward(); err != nil {
 			t.Fatal(err)
 		}
+		// A mixture of experts' choice of experts is piecewise constant: a coordinate whose
+		// steps move a token to other experts crosses a jump, and is left out.
+		routing := func() []int32 {
+			var sel []int32
+			for _, b := range m.blocks {
+				if f, ok := b.ffn.(*moe); ok {
+					sel = append(sel, f.sel...)
+				}
+			}
+			return sel
+		}
+		base := routing()
 		var fd, an []float64
+		jumps, routers := 0, 0
 		for _, p := range m.Params() {
 			step := max(1, len(p.Value.Data)/6)
 			for i := step / 2; i < len(p.Value.Data); i += step {
 				old := p.Value.Data[i]
+				moved := false
 				diff := func(h float32) float64 {
 					p.Value.Data[i] = old + h
 					up := loss()
+					moved = moved || !slices.Equal(routing(), base)
 					p.Value.Data[i] = old - h
 					down := loss()
+					moved = moved || !slices.Equal(routing(), base)
 					p.Value.Data[i] = old
 					return (up - down) / float64(2*h)
 				}
-				fd = append(fd, (4*diff(1e-2)-diff(2e-2))/3) // Richardson: error O(h⁴)
+				g := (4*diff(1e-2) - diff(2e-2)) / 3 // Richardson: error O(h⁴)
+				if moved {
+					jumps++
+					continue
+				}
+				fd = append(fd, g)
 				an = append(an, float64(p.Grad.Data[i]))
+				if strings.HasSuffix(p.Name, "router.weight") {
+					routers++
+				}
 			}
 		}
+		if cfg.Experts > 0 && routers == 0 {
+			t.Errorf("%s: every router coordinate moves a token to other experts: the router's gradient is unchecked", name)
+		}
+		if jumps > len(fd)/4 {
+			t.Errorf("%s: %d coordinates move a token to other experts, %d do not: want at most a quarter", name, jumps, len(fd))
+		}
 		e := tensor.RelError(an, fd)
-		t.Logf("%s: gradient relative error %.3g against finite differences (%d coordinates)", name, e, len(fd))
+		t.Logf("%s: gradient relative error %.3g against finite differences (%d coordinates, %d left out at a jump)", name, e, len(fd), jumps)
 		if e > 3e-4 {
 			t.Errorf("%s: gradient relative error %.3g against finite differences (%d coordinates)", name, e, len(fd))
 		}

@@ -43,7 +43,6 @@ func (c Config) layout() []paramSpec {
 	if c.EmbNorm {
 		s = append(s, c.normSpecs("emb_ln")...)
 	}
-	bias := !c.NoMLPBias
 	for l := range c.Layers {
 		p := "blocks." + strconv.Itoa(l) + "."
 		s = append(s, c.normSpecs(p+"ln1")...)
@@ -64,21 +63,18 @@ func (c Config) layout() []paramSpec {
 		if c.SandwichNorm {
 			s = append(s, c.normSpecs(p+"ln1_post")...)
 		}
-		switch {
-		case c.AttnOnly:
-		case c.gated():
+		if !c.AttnOnly {
 			if !c.SharedNorm {
 				s = append(s, c.normSpecs(p+"ln2")...)
 			}
-			s = append(s, linearSpecs(p+"ffn.gate_proj", d, c.FFN, bias)...)
-			s = append(s, linearSpecs(p+"ffn.up_proj", d, c.FFN, bias)...)
-			s = append(s, linearSpecs(p+"ffn.down_proj", c.FFN, d, bias)...)
-		default:
-			if !c.SharedNorm {
-				s = append(s, c.normSpecs(p+"ln2")...)
+			if c.Experts > 0 {
+				s = append(s, linearSpecs(p+"ffn.router", d, c.Experts, false)...)
+				for e := range c.Experts {
+					s = append(s, c.mlpSpecs(p+"ffn.experts."+strconv.Itoa(e)+".")...)
+				}
+			} else {
+				s = append(s, c.mlpSpecs(p+"ffn.")...)
 			}
-			s = append(s, linearSpecs(p+"ffn.fc1", d, c.FFN, bias)...)
-			s = append(s, linearSpecs(p+"ffn.fc2", c.FFN, d, bias)...)
 		}
 		if c.SandwichNorm && !c.AttnOnly {
 			s = append(s, c.normSpecs(p+"ln2_post")...)
@@ -96,6 +92,18 @@ func (c Config) layout() []paramSpec {
 		head = head[1:] // the weight is tok_emb.weight
 	}
 	return append(s, head...)
+}
+
+// mlpSpecs returns the parameters of a dense feed-forward network of c under prefix: gated
+// (gate_proj, up_proj, down_proj) or not (fc1, fc2), with biases unless NoMLPBias.
+func (c Config) mlpSpecs(prefix string) []paramSpec {
+	d, bias := c.DModel, !c.NoMLPBias
+	if c.gated() {
+		s := linearSpecs(prefix+"gate_proj", d, c.FFN, bias)
+		s = append(s, linearSpecs(prefix+"up_proj", d, c.FFN, bias)...)
+		return append(s, linearSpecs(prefix+"down_proj", c.FFN, d, bias)...)
+	}
+	return append(linearSpecs(prefix+"fc1", d, c.FFN, bias), linearSpecs(prefix+"fc2", c.FFN, d, bias)...)
 }
 
 // linearSpecs returns the weight [out, in] of nn.Linear called name and, with bias, its bias.
