@@ -55,15 +55,15 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 	switch {
 	case act != nn.GELUNew && act != nn.GELU && act != nn.GELUPyTorchTanh:
 		return nil, fmt.Errorf("%w: GPT-2 activation_function %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
-	case hc.ScaleAttnByInverseLayer || hc.ReorderAndUpcastAttn || !orBool(hc.ScaleAttnWeights, true):
+	case hc.ScaleAttnByInverseLayer || hc.ReorderAndUpcastAttn || !orDefault(hc.ScaleAttnWeights, true):
 		return nil, fmt.Errorf("%w: GPT-2 with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights", ErrUnsupported)
 	case hc.AddCrossAttention:
 		return nil, fmt.Errorf("%w: GPT-2 with cross-attention", ErrUnsupported)
 	}
-	tied := orBool(hc.TieEmbeddings, true)
+	tied := orDefault(hc.TieEmbeddings, true)
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied, NoHeadBias: true},
+			Positions: nn.Learned, Activation: act, NormEps: orDefault(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied, NoHeadBias: true},
 		prefixes: []string{"transformer.", ""},
 		skip: func(name string) bool {
 			return gpt2Skip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -126,7 +126,7 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: BERT as a decoder or with cross-attention", ErrUnsupported)
 	}
 	// The masked-LM decoder is the word embeddings unless tie_word_embeddings is false.
-	tied := orBool(hc.TieEmbeddings, true)
+	tied := orDefault(hc.TieEmbeddings, true)
 	roberta := hc.ModelType == "roberta" || hc.ModelType == "xlm-roberta" ||
 		hc.ModelType == "" && slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.Contains(a, "Roberta") })
 	prefix, head, decoder, skip := "bert.", "cls.predictions.", "cls.predictions.decoder.weight", bertSkip
@@ -156,7 +156,7 @@ func bertLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: a RoBERTa masked-LM head with hidden_act %q (its head's GELU is the exact one)", ErrUnsupported, act)
 	}
 	l.cfg = nn.Config{Vocab: v, SeqLen: pos - first, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PostNorm,
-		Positions: nn.Learned, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
+		Positions: nn.Learned, Activation: act, NormEps: orDefault(hc.LayerNormEps, 1e-12), TypeVocab: types, EmbNorm: true,
 		Bidirectional: true, TieEmbeddings: tied, HeadTransform: mlm, NoHeadBias: !mlm}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
 	add("tok_emb.weight", src("embeddings.word_embeddings.weight", v, e))
@@ -250,19 +250,19 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case !(pct >= 0 && pct <= 1):
 		return nil, fmt.Errorf("pretrained: rotary_pct is %v, want a fraction in [0, 1]", pct)
 	}
-	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, theta))
+	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orDefault(hc.RopeTheta, theta))
 	if err != nil {
 		return nil, err
 	}
 	if rope, err = partialRope(rope, d, pct, "rotary_pct"); err != nil {
 		return nil, err
 	}
-	tied := orBool(hc.TieEmbeddings, false) // GPTNeoXConfig's default
-	bias := orBool(hc.AttentionBias, true)  // GPTNeoXConfig's default
+	tied := orDefault(hc.TieEmbeddings, false) // GPTNeoXConfig's default
+	bias := orDefault(hc.AttentionBias, true)  // GPTNeoXConfig's default
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-5), NoHeadBias: true,
-			TieEmbeddings: tied, Rope: rope, NoAttnBias: !bias, ParallelResidual: orBool(hc.UseParallelResidual, true)},
+			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEps, 1e-5), NoHeadBias: true,
+			TieEmbeddings: tied, Rope: rope, NoAttnBias: !bias, ParallelResidual: orDefault(hc.UseParallelResidual, true)},
 		prefixes: []string{"gpt_neox.", ""},
 		skip: func(name string) bool {
 			return neoxSkip.MatchString(name) && (name != "embed_out.weight" || tied)
@@ -332,7 +332,7 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case act != nn.GELU:
 		return nil, fmt.Errorf("%w: DistilBERT activation %q (mha has gelu)", ErrUnsupported, act)
 	}
-	tied := orBool(hc.TieEmbeddings, true)
+	tied := orDefault(hc.TieEmbeddings, true)
 	l := &layout{prefixes: []string{"distilbert.", ""}, skip: func(name string) bool {
 		return distilSkip.MatchString(name) && (name != "vocab_projector.weight" || tied)
 	}}
@@ -383,10 +383,10 @@ func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
 			rope.Dim = *n
 		}
 	}
-	tied := orBool(hc.TieEmbeddings, false)
+	tied := orDefault(hc.TieEmbeddings, false)
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: min(pos, nn.MaxSeqLen), DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied,
+			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied,
 			Rope: rope, NoAttnBias: true, ParallelResidual: true, SharedNorm: true},
 		prefixes: []string{"transformer.", ""},
 		skip: func(name string) bool {
@@ -436,7 +436,7 @@ func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 // StableLM 2 12B's) is refused.
 func stableLMLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return lnDecoderLayout(hc, lnDecoder{name: "StableLM", act: "silu", pct: 0.25, out: "o_proj", finalNorm: "norm",
-		qkvBias: orBool(hc.UseQKVBias, false), parallel: orBool(hc.UseParallelResidual, false)})
+		qkvBias: orDefault(hc.UseQKVBias, false), parallel: orDefault(hc.UseParallelResidual, false)})
 }
 
 // lnDecoder is what sets apart the families lnDecoderLayout maps.
@@ -460,7 +460,7 @@ func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 		return nil, err
 	}
 	act := cmp.Or(hc.HiddenAct, f.act)
-	pct := orFloat(hc.PartialRotaryFactor, f.pct)
+	pct := orDefault(hc.PartialRotaryFactor, f.pct)
 	gated := act == "silu"
 	switch {
 	case e%heads != 0:
@@ -478,17 +478,17 @@ func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 		act = nn.SwiGLU
 	}
 	d := e / heads
-	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orFloat(hc.RopeTheta, 10000))
+	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orDefault(hc.RopeTheta, 10000))
 	if err != nil {
 		return nil, err
 	}
 	if rope, err = partialRope(rope, d, pct, "partial_rotary_factor"); err != nil {
 		return nil, err
 	}
-	tied := orBool(hc.TieEmbeddings, false)
+	tied := orDefault(hc.TieEmbeddings, false)
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, Activation: act, NormEps: orFloat(hc.LayerNormEps, 1e-5), TieEmbeddings: tied,
+			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEps, 1e-5), TieEmbeddings: tied,
 			Rope: rope, NoAttnBias: !f.qkvBias, NoMLPBias: gated, NoHeadBias: !f.headBias, ParallelResidual: f.parallel, SharedNorm: f.parallel},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
@@ -558,7 +558,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
-	smollm3 := named("smollm3", "SmolLM3")
+	smollm3, mixtral, qwen3MoE := named("smollm3", "SmolLM3"), named("mixtral", "Mixtral"), named("qwen3_moe", "Qwen3Moe")
+	qwen3 = qwen3 || qwen3MoE // Qwen3-MoE's attention is Qwen3's
 	hc.phi3 = phi3
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
@@ -584,8 +585,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			headDim = new(256)
 		}
 	}
-	if qwen3 && headDim == nil {
-		headDim = new(128)
+	if qwen3 && !qwen3MoE && headDim == nil {
+		headDim = new(128) // Qwen3MoeConfig has no default: hidden_size / num_attention_heads
 	}
 	switch act := hc.HiddenAct; {
 	case gemma && gemmaAct != "gelu_pytorch_tanh" && gemmaAct != "gelu_new":
@@ -633,7 +634,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	case smollm3:
 		theta = 2e6 // SmolLM3Config's
 	}
-	rope, err := hc.ropeFrom(params, key, orFloat(hc.RopeTheta, theta))
+	rope, err := hc.ropeFrom(params, key, orDefault(hc.RopeTheta, theta))
 	if err != nil {
 		return nil, err
 	}
@@ -644,9 +645,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		d = *headDim
 	}
 	qd, ekv := heads*d, kv*d
-	qkvBias := !phi3 && (orBool(hc.AttentionBias, false) || qwen) // Phi-3's qkv_proj has no bias
+	qkvBias := !phi3 && (orDefault(hc.AttentionBias, false) || qwen) // Phi-3's qkv_proj has no bias
 	// Only Llama's MLP reads mlp_bias; the others' have no biases whatever the config says.
-	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3)
+	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3 || mixtral)
 	if phi3 && hc.PartialRotaryFactor != nil {
 		if rope, err = partialRope(rope, d, *hc.PartialRotaryFactor, "partial_rotary_factor"); err != nil {
 			return nil, err
@@ -656,10 +657,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	if phi3 {
 		eps = 1e-5
 	}
-	tied := orBool(hc.TieEmbeddings, gemma || smollm3) // GemmaConfig and SmolLM3Config tie by default, LlamaConfig does not
+	tied := orDefault(hc.TieEmbeddings, gemma || smollm3) // GemmaConfig and SmolLM3Config tie by default, LlamaConfig does not
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orFloat(hc.RMSNormEps, eps), Activation: activation,
+			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orDefault(hc.RMSNormEps, eps), Activation: activation,
 			NoMLPBias: !mlpBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
@@ -698,8 +699,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return nil, fmt.Errorf("%w: Qwen2 with use_sliding_window", ErrUnsupported)
 	case qwen3 && hc.UseSlidingWindow:
 		return nil, fmt.Errorf("%w: Qwen3 with use_sliding_window", ErrUnsupported)
-	case mistral || phi3:
-		def := 0 // Phi-3 without sliding_window attends to every earlier position
+	case mistral || phi3 || mixtral:
+		def := 0 // Phi-3 and Mixtral without sliding_window attend to every earlier position
 		if mistral {
 			def = 4096
 		}
@@ -718,6 +719,18 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		if err := smolLM3Layers(hc, &l.cfg); err != nil {
 			return nil, err
 		}
+	}
+	// The experts' tensors: Mixtral's block_sparse_moe.gate and experts.e.w1 (gate), w3 (up)
+	// and w2 (down); Qwen3-MoE's mlp.gate and experts.e.gate_proj, up_proj, down_proj.
+	moe, moeNames := "block_sparse_moe.", [3]string{"w1", "w3", "w2"}
+	if qwen3MoE {
+		moe, moeNames = "mlp.", [3]string{"gate_proj", "up_proj", "down_proj"}
+	}
+	if mixtral || qwen3MoE {
+		if err := hc.moeExperts(&l.cfg, qwen3MoE); err != nil {
+			return nil, err
+		}
+		ffn = l.cfg.FFN
 	}
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
 	add("tok_emb.weight", src("embed_tokens.weight", v, e))
@@ -749,6 +762,16 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
 			add(b+"attn.out_proj.bias", part{names: []string{at + "o_proj.bias"}, shape: []int{e}, zero: qwen})
 		}
+		if n := l.cfg.Experts; n > 0 {
+			add(b+"ffn.router.weight", src(h+moe+"gate.weight", n, e))
+			for x := range n {
+				to, from := b+"ffn.experts."+strconv.Itoa(x)+".", h+moe+"experts."+strconv.Itoa(x)+"."
+				add(to+"gate_proj.weight", src(from+moeNames[0]+".weight", ffn, e))
+				add(to+"up_proj.weight", src(from+moeNames[1]+".weight", ffn, e))
+				add(to+"down_proj.weight", src(from+moeNames[2]+".weight", e, ffn))
+			}
+			continue
+		}
 		for i, proj := range []struct {
 			name    string
 			in, out int
@@ -768,6 +791,37 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add("head.weight", part{names: head, shape: []int{v, e}, head: true})
 	}
 	return l, nil
+}
+
+// moeExperts sets c's mixture of experts from a Mixtral config (num_local_experts, default 8,
+// num_experts_per_tok, default 2, the chosen experts' weights renormalised, each expert
+// intermediate_size wide) or a Qwen3-MoE one (num_experts, default 128, num_experts_per_tok,
+// default 8, norm_topk_prob, default false, each expert moe_intermediate_size wide, default 768;
+// num_experts 0 is a dense model). Qwen3-MoE's dense layers among the sparse ones
+// (decoder_sparse_step other than 1, mlp_only_layers) are refused.
+func (hc *hfConfig) moeExperts(c *nn.Config, qwen bool) error {
+	n, k, norm := orDefault(hc.NumLocalExperts, 8), orDefault(hc.NumExpertsPerTok, 2), true // MixtralConfig's
+	if qwen {
+		n, k, norm = orDefault(hc.NumExperts, 128), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.NormTopKProb, false)
+		if n == 0 {
+			return nil // Qwen3MoeDecoderLayer's dense MLP in every layer
+		}
+		if step := orDefault(hc.DecoderSparseStep, 1); step != 1 || len(hc.MLPOnlyLayers) > 0 {
+			return fmt.Errorf("%w: Qwen3-MoE with dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers %v)", ErrUnsupported, step, hc.MLPOnlyLayers)
+		}
+		c.FFN = orDefault(hc.MoEIntermediateSize, 768)
+		if err := checkSizes(map[string]int{"moe_intermediate_size": c.FFN}); err != nil {
+			return err
+		}
+	}
+	switch {
+	case n < 1 || n > nn.MaxExperts:
+		return fmt.Errorf("pretrained: the number of experts is %d, want 1 to %d", n, nn.MaxExperts)
+	case k < 1 || k > n:
+		return fmt.Errorf("pretrained: num_experts_per_tok is %d, want 1 to the %d experts", k, n)
+	}
+	c.Experts, c.ExpertsPerToken, c.NormTopK = n, k, norm
+	return nil
 }
 
 // gemma3Defaults fills in what Gemma3TextConfig gives a config that leaves it out, as the text
@@ -918,14 +972,14 @@ func gemmaLayers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage, 
 		}
 		c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen)}
 		if !gemma2 { // Gemma 2's local layers rotate as its global ones
-			rope, err := hc.ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orFloat(hc.RopeLocalBaseFreq, 10000))
+			rope, err := hc.ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", orDefault(hc.RopeLocalBaseFreq, 10000))
 			if err != nil {
 				return err
 			}
 			c.Local.Rope = rope
 		}
 	}
-	q := orFloat(hc.QueryPreAttnScalar, 256)
+	q := orDefault(hc.QueryPreAttnScalar, 256)
 	if !(q > 0) || math.IsInf(q, 0) {
 		return fmt.Errorf("pretrained: query_pre_attn_scalar is %v, want a finite number > 0", q)
 	}
@@ -1046,7 +1100,7 @@ func (hc *hfConfig) ropeFrom(params json.RawMessage, key string, theta float64) 
 	if err := json.Unmarshal(params, &sc); err != nil {
 		return nil, fmt.Errorf("pretrained: %s is not the JSON object expected: %w", key, err)
 	}
-	rope.Theta = orFloat(sc.RopeTheta, rope.Theta)
+	rope.Theta = orDefault(sc.RopeTheta, rope.Theta)
 	kind := cmp.Or(sc.RopeType, sc.Type, "default")
 	if hc.phi3 && (kind == "su" || kind == "yarn") {
 		kind = mha.RopeLongRoPE // Phi3Config reads older configs' names of its LongRoPE so

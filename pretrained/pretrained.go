@@ -24,14 +24,15 @@
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's, linear, LongRoPE or YaRN rope_scaling),
 //	GemmaForCausalLM, Gemma2ForCausalLM,  grouped K/V heads, Mistral's and Phi-3's sliding
 //	Gemma3ForCausalLM, Phi3ForCausalLM,   window, Qwen2's q/k/v biases, Qwen3's q_norm and
-//	SmolLM3ForCausalLM                    k_norm, Gemma's GeGLU, √d-scaled embeddings and norm
-//	(and their *Model, Gemma3TextModel;   weights 1 + w (held so), Gemma 2's and 3's sandwich
-//	the text model of                     norms, sliding layers between global ones and
-//	Gemma3ForConditionalGeneration)       query_pre_attn_scalar, Gemma 2's soft-capped scores
-//	                                      and logits, Gemma 3's q_norm and k_norm and local
-//	                                      rotary, Phi-3's fused qkv_proj and gate_up_proj and
-//	                                      partial rotary, SmolLM3's NoPE layers; head_dim
-//	                                      other than hidden_size / num_attention_heads
+//	SmolLM3ForCausalLM,                   k_norm, Gemma's GeGLU, √d-scaled embeddings and norm
+//	MixtralForCausalLM,                   weights 1 + w (held so), Gemma 2's and 3's sandwich
+//	Qwen3MoeForCausalLM                   norms, sliding layers between global ones and
+//	(and their *Model, Gemma3TextModel;   query_pre_attn_scalar, Gemma 2's soft-capped scores
+//	the text model of                     and logits, Gemma 3's q_norm and k_norm and local
+//	Gemma3ForConditionalGeneration)       rotary, Phi-3's fused qkv_proj and gate_up_proj and
+//	                                      partial rotary, SmolLM3's NoPE layers, Mixtral's and
+//	                                      Qwen3-MoE's mixtures of experts; head_dim other
+//	                                      than hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.; language_model.model. or model.language_model. in a multimodal Gemma 3, whose vision
@@ -168,6 +169,15 @@ type hfConfig struct {
 	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
 	UseParallelResidual *bool    `json:"use_parallel_residual"`
 
+	// Mixtral, Qwen3-MoE: the mixture of experts
+	NumLocalExperts     *int  `json:"num_local_experts"` // Mixtral's
+	NumExperts          *int  `json:"num_experts"`       // Qwen3-MoE's
+	NumExpertsPerTok    *int  `json:"num_experts_per_tok"`
+	MoEIntermediateSize *int  `json:"moe_intermediate_size"`
+	NormTopKProb        *bool `json:"norm_topk_prob"`
+	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
+	MLPOnlyLayers       []int `json:"mlp_only_layers"`
+
 	// SmolLM3: 1 where a layer rotates, 0 for NoPE; else every interval-th layer is NoPE
 	NoRopeLayers        []int `json:"no_rope_layers"`
 	NoRopeLayerInterval *int  `json:"no_rope_layer_interval"`
@@ -231,10 +241,12 @@ var architectures = map[string]Family{
 	"Gemma3ForCausalLM": Llama, "Gemma3TextModel": Llama, "Gemma3ForConditionalGeneration": Llama,
 	"Phi3ForCausalLM": Llama, "Phi3Model": Llama,
 	"SmolLM3ForCausalLM": Llama, "SmolLM3Model": Llama,
+	"MixtralForCausalLM": Llama, "MixtralModel": Llama,
+	"Qwen3MoeForCausalLM": Llama, "Qwen3MoeModel": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -668,14 +680,8 @@ func eosIDs(raw json.RawMessage, vocab int) ([]int, error) {
 	return ids, nil
 }
 
-func orFloat(p *float64, def float64) float64 {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
-func orBool(p *bool, def bool) bool {
+// orDefault returns *p, or def when a config left the field out (p is nil).
+func orDefault[T any](p *T, def T) T {
 	if p == nil {
 		return def
 	}

@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -636,6 +636,53 @@ func TestOpenNeoX(t *testing.T) {
 	phi, err := Open(dir)
 	if err != nil || phi.LMHead || !phi.NN.Config().TieEmbeddings || slices.ContainsFunc(phi.NN.Param("head.bias").Value.Data, func(x float32) bool { return x != 0 }) {
 		t.Errorf("PhiModel: %v; want a model without an LM head, tied, its head's bias zero", err)
+	}
+}
+
+// TestOpenMoE checks how the mixtures of experts read (the mixtral and qwen3-moe-bf16 folders'
+// references check the models they open): Mixtral renormalises its chosen experts' weights,
+// Qwen3-MoE only with norm_topk_prob; a folder without model_type is told apart by its
+// architecture; Qwen3-MoE's dense layers among the sparse ones and impossible expert counts are
+// refused, and a config that asks for more experts than the folder holds (Mixtral's default 8)
+// meets a router of the wrong shape.
+func TestOpenMoE(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		experts, k    int
+		norm          bool
+		ffn, headSize int
+	}{{"mixtral", 4, 2, true, 28, 0}, {"qwen3-moe-bf16", 4, 2, false, 12, 8}} {
+		m, err := Open(testdataDir(c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.NN.Config()
+		if got.Experts != c.experts || got.ExpertsPerToken != c.k || got.NormTopK != c.norm || got.FFN != c.ffn || got.HeadSize != c.headSize {
+			t.Errorf("%s: experts %d, %d a token, norm %v, ffn %d, head size %d; want %+v", c.name, got.Experts, got.ExpertsPerToken, got.NormTopK, got.FFN, got.HeadSize, c)
+		}
+		bare, err := Open(editConfig(t, c.name, func(cfg map[string]any) { delete(cfg, "model_type") }))
+		if err != nil || !reflect.DeepEqual(bare.NN.Config(), got) {
+			t.Errorf("%s without model_type: %v, want the same model", c.name, err)
+		}
+	}
+	if m, err := Open(editConfig(t, "qwen3-moe-bf16", func(cfg map[string]any) { cfg["norm_topk_prob"] = true })); err != nil || !m.NN.Config().NormTopK {
+		t.Errorf("norm_topk_prob true: %v, want renormalised weights", err)
+	}
+	for _, c := range []struct {
+		name, folder string
+		edit         func(cfg map[string]any)
+		want         string
+	}{
+		{"sparse step", "qwen3-moe-bf16", func(cfg map[string]any) { cfg["decoder_sparse_step"] = 2 }, "Qwen3-MoE with dense layers among the sparse ones (decoder_sparse_step 2"},
+		{"mlp_only_layers", "qwen3-moe-bf16", func(cfg map[string]any) { cfg["mlp_only_layers"] = []int{1} }, "mlp_only_layers [1]"},
+		{"top 5 of 4", "qwen3-moe-bf16", func(cfg map[string]any) { cfg["num_experts_per_tok"] = 5 }, "num_experts_per_tok is 5, want 1 to the 4 experts"},
+		{"no experts", "mixtral", func(cfg map[string]any) { cfg["num_local_experts"] = -1 }, "the number of experts is -1"},
+		{"default 8 experts", "mixtral", func(cfg map[string]any) { delete(cfg, "num_local_experts") }, "block_sparse_moe.gate.weight in model.safetensors is [4 16], want [8 16]"},
+		{"moe_intermediate_size", "qwen3-moe-bf16", func(cfg map[string]any) { cfg["moe_intermediate_size"] = 0 }, "moe_intermediate_size"},
+	} {
+		if _, err := Open(editConfig(t, c.folder, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
 	}
 }
 

@@ -659,7 +659,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
                   "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
-                  "SmolLM3ForCausalLM": "smollm3"}[arch]
+                  "SmolLM3ForCausalLM": "smollm3", "MixtralForCausalLM": "mixtral",
+                  "Qwen3MoeForCausalLM": "qwen3_moe"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -675,8 +676,16 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     p = Params(name, dtype)
     e, v, h, ffn = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     d = head_dim or e // h
-    if model_type == "qwen3":  # Qwen3's config names its head size; and no sliding window
+    if model_type in ("qwen3", "qwen3_moe"):  # Qwen3's config names its head size; and no sliding window
         cfg.update(head_dim=d, use_sliding_window=False, sliding_window=None, max_window_layers=2)
+    experts = 0
+    if model_type == "mixtral":  # 4 experts of intermediate_size, 2 a token, their weights renormalised
+        experts = 4
+        cfg.update(num_local_experts=experts, num_experts_per_tok=2, sliding_window=None)
+    if model_type == "qwen3_moe":  # 4 experts of moe_intermediate_size, 2 a token, the softmax's weights
+        experts = 4
+        cfg.update(num_experts=experts, num_experts_per_tok=2, moe_intermediate_size=12, norm_topk_prob=False,
+                   decoder_sparse_step=1, mlp_only_layers=[])
     elif head_dim is not None:
         cfg["head_dim"] = d
     gemma2, gemma3 = model_type == "gemma2", model_type == "gemma3_text"
@@ -719,6 +728,19 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
                      o=p.draw(s + "self_attn.o_proj.weight", (e, h * d)))
             gate_up = p.draw(s + "mlp.gate_up_proj.weight", (2 * ffn, e))
             L.update(gate=gate_up[:ffn], up=gate_up[ffn:], down=p.draw(s + "mlp.down_proj.weight", (e, ffn)))
+        elif experts:  # the router (std 1, so that no token's choice is near a tie) and each expert's SwiGLU
+            L.update(q=p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
+                     k=p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
+                     v=p.draw(s + "self_attn.v_proj.weight", (kv_heads * d, e)),
+                     o=p.draw(s + "self_attn.o_proj.weight", (e, h * d)))
+            moe, names = ("block_sparse_moe.", ("w1", "w3", "w2")) if model_type == "mixtral" else \
+                ("mlp.", ("gate_proj", "up_proj", "down_proj"))
+            width = cfg.get("moe_intermediate_size", ffn)
+            L["router"] = p.draw(s + moe + "gate.weight", (experts, e), 1.0)
+            L["experts"] = [{"gate": p.draw(s + f"{moe}experts.{x}.{names[0]}.weight", (width, e)),
+                             "up": p.draw(s + f"{moe}experts.{x}.{names[1]}.weight", (width, e)),
+                             "down": p.draw(s + f"{moe}experts.{x}.{names[2]}.weight", (e, width))}
+                            for x in range(experts)]
         else:
             L.update(q=p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
                      k=p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
@@ -730,7 +752,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         if qkv_bias:
             for part, n in (("q", h * d), ("k", kv_heads * d), ("v", kv_heads * d)):
                 L[part + "b"] = p.draw(s + f"self_attn.{part}_proj.bias", (n,), 0.1)
-        if model_type == "qwen3":  # Qwen3RMSNorm over each head's d values of q and k
+        if model_type in ("qwen3", "qwen3_moe"):  # Qwen3RMSNorm over each head's d values of q and k
             L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
             L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
         if gemma3:  # Gemma3RMSNorm: 1 + weight
@@ -824,9 +846,12 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         x = x + y
         record(trace, "resid_mid", x)
         m = rms(x, L["post_norm"])
-        gate = m @ L["gate"].T
-        act = gelu_new(gate) if gemma else gate * torch.sigmoid(gate)  # Gemma's GeGLU, Llama's SwiGLU
-        f = (act * (m @ L["up"].T)) @ L["down"].T
+        if "router" in L:
+            f = moe(cfg, L, m)
+        else:
+            gate = m @ L["gate"].T
+            act = gelu_new(gate) if gemma else gate * torch.sigmoid(gate)  # Gemma's GeGLU, Llama's SwiGLU
+            f = (act * (m @ L["up"].T)) @ L["down"].T
         if "mlp_out_norm" in L:
             f = rms(f, L["mlp_out_norm"])
         record(trace, "mlp_out", f)
@@ -840,6 +865,24 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         cap = cfg["final_logit_softcapping"]
         logits = cap * torch.tanh(logits / cap)
     return logits, hidden, attns
+
+
+def moe(cfg, L, x):
+    """MixtralSparseMoeBlock's and Qwen3MoeSparseMoeBlock's forward of x [B, T, E]: the router's
+    softmax over the experts, each token's num_experts_per_tok most probable, their
+    probabilities as weights (renormalised to sum to 1 in Mixtral, and in Qwen3-MoE with
+    norm_topk_prob), and the weighted sum of those experts' SwiGLU outputs. Each expert runs here
+    on every token and counts only for the tokens routed to it, which is the same sum."""
+    p = torch.softmax(x @ L["router"].T, dim=-1)
+    w, sel = torch.topk(p, cfg["num_experts_per_tok"], dim=-1)
+    if cfg["model_type"] == "mixtral" or cfg.get("norm_topk_prob"):
+        w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e, E in enumerate(L["experts"]):
+        we = (w * (sel == e)).sum(-1, keepdim=True)  # 0 where the token did not choose expert e
+        gate = x @ E["gate"].T
+        out = out + we * (((gate * torch.sigmoid(gate)) * (x @ E["up"].T)) @ E["down"].T)
+    return out
 
 
 def llama(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None, scaling=None, shards=False, head_dim=None,
@@ -1070,6 +1113,8 @@ def main():
     # beta_fast and beta_slow left to their defaults); with θ = 500 the ramp runs from pair 1 to
     # pair 5, so it is 0, 0, 1/4, 1/2 over these heads' 4 pairs.
     llama("smollm3", "F32", "SmolLM3ForCausalLM", kv_heads=1, tied=True)  # rotary, NoPE and sliding, rotary
+    llama("mixtral", "F32", "MixtralForCausalLM", kv_heads=2, tied=False)  # 4 experts, 2 a token
+    llama("qwen3-moe-bf16", "BF16", "Qwen3MoeForCausalLM", kv_heads=2, tied=False, head_dim=8)  # Qwen3's attention, 4 experts
     llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
           scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
