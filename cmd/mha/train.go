@@ -35,7 +35,7 @@ func newTrainCmd() *cobra.Command {
 		Long: `Train builds a causal transformer (token embedding, positions, blocks of multi-head
 self-attention with residual connections and LayerNorm, an output head; or today's blocks: RMSNorm,
 SwiGLU or GeGLU, grouped K/V heads, rotary positions, qk-norm, sandwich norms, a parallel
-attention and MLP, a sliding window) and trains it with AdamW,
+attention and MLP, a sliding window, a mixture of experts) and trains it with AdamW,
 gradient clipping and a warm-up + cosine learning-rate schedule on one of the synthetic tasks:
 ` + taskList() + `
 It prints a progress bar with the loss, accuracy and tokens/s, evaluates the model at the end,
@@ -100,6 +100,9 @@ missing).`,
 	fl.BoolVar(&mc.SandwichNorm, "sandwich", false, "with --norm pre, also normalise the attention's and the MLP's outputs (Gemma 2's and 3's)")
 	fl.BoolVar(&mc.ParallelResidual, "parallel", false, "with --norm pre, the attention and the MLP read the block's input side by side (GPT-NeoX's)")
 	fl.IntVar(&mc.Window, "window", 0, "a causal sliding window of W positions in every block (0: none)")
+	fl.IntVar(&mc.Experts, "experts", 0, "a mixture of N feed-forward experts in every block, behind a router (0: one dense network; Mixtral's)")
+	fl.IntVar(&mc.ExpertsPerToken, "experts-per-token", 0, "with --experts, the experts each token goes through, its router's top K")
+	fl.BoolVar(&mc.NormTopK, "norm-topk", false, "with --experts, renormalise each token's chosen experts' weights to sum to 1 (Mixtral's)")
 	fl.Float64Var(&mc.Dropout, "dropout", 0, "attention dropout probability")
 	fl.StringArrayVar(&mc.Patterns, "pattern", nil, "sparse attention pattern, repeatable (the union is kept): local:W, dilated:W,D, strided:S, global:I,J,… or bigbird:W,G,R,SEED")
 	fl.StringVar(&block, "block", "", "the sparse patterns' blocks BQ,BK (default 64,64)")

@@ -191,7 +191,8 @@ func TestTrainSparse(t *testing.T) {
 }
 
 // TestTrainModernBlocks trains with the flags of today's blocks (RMSNorm, SwiGLU, grouped K/V
-// heads, rotary, qk-norm, sandwich norms, a window, a head size; the parallel residual) and
+// heads, rotary, qk-norm, sandwich norms, a window, a head size; the parallel residual; a
+// mixture of experts) and
 // checks that the checkpoint's config has them; a value nn refuses is one line of error.
 func TestTrainModernBlocks(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "m.safetensors")
@@ -204,6 +205,9 @@ func TestTrainModernBlocks(t *testing.T) {
 	if c := trainConfig(t, out, "--parallel", "--activation", "geglu"); !c.ParallelResidual || c.Activation != nn.GeGLU {
 		t.Errorf("--parallel --activation geglu: config %+v", c)
 	}
+	if c := trainConfig(t, out, "--experts", "3", "--experts-per-token", "2", "--norm-topk"); c.Experts != 3 || c.ExpertsPerToken != 2 || !c.NormTopK {
+		t.Errorf("--experts 3 --experts-per-token 2 --norm-topk: config %+v", c)
+	}
 	checkTrainRefuses(t, out, []string{"--kv-heads", "3"}, []string{"--activation", "relu"}, []string{"--norm-kind", "batchnorm"},
-		[]string{"--parallel", "--norm", "post"}, []string{"--rope", "-1"})
+		[]string{"--parallel", "--norm", "post"}, []string{"--rope", "-1"}, []string{"--experts", "3"}, []string{"--experts-per-token", "2"})
 }
