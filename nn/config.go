@@ -150,6 +150,11 @@ type Config struct {
 	Experts         int  `json:"experts,omitempty"`
 	ExpertsPerToken int  `json:"experts_per_token,omitempty"`
 	NormTopK        bool `json:"norm_topk,omitempty"`
+	// SharedExpert, when > 0, adds to the experts' sum a shared expert of that hidden width that
+	// every token goes through (blocks.l.ffn.shared.*), its output scaled by σ(x·g) with the
+	// gate blocks.l.ffn.shared_gate.weight [1, d_model] (Qwen2-MoE's shared_expert and
+	// shared_expert_gate). Only with Experts.
+	SharedExpert int `json:"shared_expert,omitempty"`
 	// Patterns, when not empty, make every block's attention sparse: the union of these
 	// patterns, spelled as mha.ParsePattern reads them (local:W, dilated:W,D, strided:S,
 	// global:I,J,…, bigbird:W,G,R,SEED), in blocks of Block ([BQ, BK]; empty means 64 × 64).
@@ -330,8 +335,10 @@ func (c Config) Validate() error {
 		return bad("experts is %d, want 0 (a dense feed-forward network) to %d", c.Experts, MaxExperts)
 	case c.Experts > 0 && (c.ExpertsPerToken < 1 || c.ExpertsPerToken > c.Experts):
 		return bad("experts_per_token is %d, want 1 to experts, %d", c.ExpertsPerToken, c.Experts)
-	case c.Experts == 0 && (c.ExpertsPerToken != 0 || c.NormTopK):
-		return bad("experts_per_token %d and norm_topk %v without experts", c.ExpertsPerToken, c.NormTopK)
+	case c.Experts == 0 && (c.ExpertsPerToken != 0 || c.NormTopK || c.SharedExpert != 0):
+		return bad("experts_per_token %d, norm_topk %v and shared_expert %d without experts", c.ExpertsPerToken, c.NormTopK, c.SharedExpert)
+	case c.SharedExpert < 0 || c.SharedExpert > MaxDim:
+		return bad("shared_expert is %d, want 0 (none) to %d", c.SharedExpert, MaxDim)
 	case c.Experts > 0 && c.AttnOnly:
 		return bad("experts with attn_only, which has no feed-forward network")
 	case c.NoRope != nil && len(c.NoRope) != c.Layers:

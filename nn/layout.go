@@ -70,10 +70,14 @@ func (c Config) layout() []paramSpec {
 			if c.Experts > 0 {
 				s = append(s, linearSpecs(p+"ffn.router", d, c.Experts, false)...)
 				for e := range c.Experts {
-					s = append(s, c.mlpSpecs(p+"ffn.experts."+strconv.Itoa(e)+".")...)
+					s = append(s, c.mlpSpecs(p+"ffn.experts."+strconv.Itoa(e)+".", c.FFN)...)
+				}
+				if c.SharedExpert > 0 {
+					s = append(s, c.mlpSpecs(p+"ffn.shared.", c.SharedExpert)...)
+					s = append(s, linearSpecs(p+"ffn.shared_gate", d, 1, false)...)
 				}
 			} else {
-				s = append(s, c.mlpSpecs(p+"ffn.")...)
+				s = append(s, c.mlpSpecs(p+"ffn.", c.FFN)...)
 			}
 		}
 		if c.SandwichNorm && !c.AttnOnly {
@@ -94,16 +98,16 @@ func (c Config) layout() []paramSpec {
 	return append(s, head...)
 }
 
-// mlpSpecs returns the parameters of a dense feed-forward network of c under prefix: gated
-// (gate_proj, up_proj, down_proj) or not (fc1, fc2), with biases unless NoMLPBias.
-func (c Config) mlpSpecs(prefix string) []paramSpec {
+// mlpSpecs returns the parameters of a dense feed-forward network of c of hidden width f under
+// prefix: gated (gate_proj, up_proj, down_proj) or not (fc1, fc2), with biases unless NoMLPBias.
+func (c Config) mlpSpecs(prefix string, f int) []paramSpec {
 	d, bias := c.DModel, !c.NoMLPBias
 	if c.gated() {
-		s := linearSpecs(prefix+"gate_proj", d, c.FFN, bias)
-		s = append(s, linearSpecs(prefix+"up_proj", d, c.FFN, bias)...)
-		return append(s, linearSpecs(prefix+"down_proj", c.FFN, d, bias)...)
+		s := linearSpecs(prefix+"gate_proj", d, f, bias)
+		s = append(s, linearSpecs(prefix+"up_proj", d, f, bias)...)
+		return append(s, linearSpecs(prefix+"down_proj", f, d, bias)...)
 	}
-	return append(linearSpecs(prefix+"fc1", d, c.FFN, bias), linearSpecs(prefix+"fc2", c.FFN, d, bias)...)
+	return append(linearSpecs(prefix+"fc1", d, f, bias), linearSpecs(prefix+"fc2", f, d, bias)...)
 }
 
 // linearSpecs returns the weight [out, in] of nn.Linear called name and, with bias, its bias.

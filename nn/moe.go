@@ -29,14 +29,19 @@ func newFFN(ps params, c Config, prefix string) ffn {
 // router Linear without bias scores each token against every expert, the softmax of the scores
 // gives the experts' probabilities p, and the token's output is Σ_j w_j·E_j(x) over the k
 // experts j of highest probability, each E_j a feed-forward network of the block's shape, with
-// w_j = p_j, or p_j / Σ_top p when norm (Mixtral's; Qwen3-MoE's norm_topk_prob). Each expert
-// runs on the tokens routed to it only; the outputs are summed expert by expert in index order,
-// as Hugging Face's loop over experts adds them.
+// w_j = p_j, or p_j / Σ_top p when norm (Mixtral's; Qwen3-MoE's norm_topk_prob), plus, with a
+// shared expert S and its gate g, σ(x·g)·S(x) (Qwen2-MoE's). Each expert runs on the tokens
+// routed to it only; the outputs are summed expert by expert in index order, then the shared
+// expert's, as Hugging Face's loop over experts adds them.
 type moe struct {
-	router  *linear
-	experts []*mlp
-	k       int
-	norm    bool
+	router     *linear
+	experts    []*mlp
+	k          int
+	norm       bool
+	shared     *mlp    // nil without a shared expert
+	sharedGate *linear // [1, d]
+	sig        []float32 // [n] the last forward's σ(x·g)
+	dsig       []float32 // backward's dL/d(x·g) [n]
 
 	// The last forward's routing, read by backward.
 	probs  []float32   // [n, E] the router's softmax
@@ -58,6 +63,9 @@ func newMoE(ps params, c Config, prefix string) *moe {
 	m := &moe{router: newLinear(ps, prefix+"router"), k: c.ExpertsPerToken, norm: c.NormTopK}
 	for e := range c.Experts {
 		m.experts = append(m.experts, newMLP(ps, c, prefix+"experts."+strconv.Itoa(e)+"."))
+	}
+	if c.SharedExpert > 0 {
+		m.shared, m.sharedGate = newMLP(ps, c, prefix+"shared."), newLinear(ps, prefix+"shared_gate")
 	}
 	return m
 }
@@ -120,6 +128,18 @@ func (m *moe) forward(r *runner, x []float32, n int) []float32 {
 			}
 		}
 	}
+	if m.shared != nil {
+		ys, g := m.shared.forward(r, x, n), m.sharedGate.forward(r, x, n)
+		m.sig = kernel.Grow(m.sig, n)
+		kernel.SiLU(g, m.sig, g) // σ(g) into sig; g, which backward does not read, becomes g·σ(g)
+		for t := range n {
+			s := m.sig[t]
+			out, y := m.out[t*d:(t+1)*d], ys[t*d:(t+1)*d]
+			for c, v := range y {
+				out[c] += s * v
+			}
+		}
+	}
 	return m.out
 }
 
@@ -175,6 +195,21 @@ func (m *moe) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 		for i, t := range toks {
 			kernel.Axpy(1, dxe[i*d:(i+1)*d], dx[int(t)*d:int(t+1)*d])
 		}
+	}
+	if m.shared != nil {
+		// out += σ(g)·S(x): dS = σ·dy, dg = (dy·S)·σ(1 − σ).
+		ys := m.shared.out.y
+		m.dy = kernel.Grow(m.dy, n*d)
+		m.dsig = kernel.Grow(m.dsig, n)
+		for t := range n {
+			g, s := dy[t*d:(t+1)*d], m.sig[t]
+			m.dsig[t] = kernel.Dot(g, ys[t*d:(t+1)*d]) * s * (1 - s)
+			for c, v := range g {
+				m.dy[t*d+c] = s * v
+			}
+		}
+		m.shared.backward(r, m.dy, dx, n, s)
+		m.sharedGate.backward(r, m.dsig, dx, n)
 	}
 	// w_j = p_j (/ S with norm, S = Σ_top p): dp_j = dw_j (/ S − Σ_i dw_i·p_i / S²); then the
 	// softmax's backward, dl = p ⊙ (dp − Σ p·dp), over every expert (dp is 0 off the top k).

@@ -558,8 +558,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		return slices.ContainsFunc(hc.Architectures, func(a string) bool { return strings.HasPrefix(a, prefix) })
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
-	smollm3, mixtral, qwen3MoE := named("smollm3", "SmolLM3"), named("mixtral", "Mixtral"), named("qwen3_moe", "Qwen3Moe")
-	qwen3 = qwen3 || qwen3MoE // Qwen3-MoE's attention is Qwen3's
+	smollm3, mixtral, qwen3MoE, qwen2MoE := named("smollm3", "SmolLM3"), named("mixtral", "Mixtral"), named("qwen3_moe", "Qwen3Moe"), named("qwen2_moe", "Qwen2Moe")
+	qwen3 = qwen3 || qwen3MoE // Qwen3-MoE's attention is Qwen3's, Qwen2-MoE's Qwen2's
+	qwen = qwen || qwen2MoE
 	hc.phi3 = phi3
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
@@ -646,6 +647,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	qd, ekv := heads*d, kv*d
 	qkvBias := !phi3 && (orDefault(hc.AttentionBias, false) || qwen) // Phi-3's qkv_proj has no bias
+	if qwen2MoE {
+		qkvBias = orDefault(hc.QKVBias, true) // Qwen2MoeConfig's qkv_bias
+	}
 	// Only Llama's MLP reads mlp_bias; the others' have no biases whatever the config says.
 	mlpBias := hc.MLPBias && !(qwen || qwen3 || mistral || gemma || phi3 || mixtral)
 	if phi3 && hc.PartialRotaryFactor != nil {
@@ -723,11 +727,11 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// The experts' tensors: Mixtral's block_sparse_moe.gate and experts.e.w1 (gate), w3 (up)
 	// and w2 (down); Qwen3-MoE's mlp.gate and experts.e.gate_proj, up_proj, down_proj.
 	moe, moeNames := "block_sparse_moe.", [3]string{"w1", "w3", "w2"}
-	if qwen3MoE {
+	if qwen3MoE || qwen2MoE {
 		moe, moeNames = "mlp.", [3]string{"gate_proj", "up_proj", "down_proj"}
 	}
-	if mixtral || qwen3MoE {
-		if err := hc.moeExperts(&l.cfg, qwen3MoE); err != nil {
+	if mixtral || qwen3MoE || qwen2MoE {
+		if err := hc.moeExperts(&l.cfg, qwen2MoE, qwen3MoE); err != nil {
 			return nil, err
 		}
 		ffn = l.cfg.FFN
@@ -770,6 +774,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 				add(to+"up_proj.weight", src(from+moeNames[1]+".weight", ffn, e))
 				add(to+"down_proj.weight", src(from+moeNames[2]+".weight", e, ffn))
 			}
+			if f := l.cfg.SharedExpert; f > 0 { // Qwen2-MoE's shared_expert and its gate
+				for _, p := range [][3]int{{0, e, f}, {1, e, f}, {2, f, e}} {
+					name := moeNames[p[0]]
+					add(b+"ffn.shared."+name+".weight", src(h+moe+"shared_expert."+name+".weight", p[2], p[1]))
+				}
+				add(b+"ffn.shared_gate.weight", src(h+moe+"shared_expert_gate.weight", 1, e))
+			}
 			continue
 		}
 		for i, proj := range []struct {
@@ -795,24 +806,36 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 
 // moeExperts sets c's mixture of experts from a Mixtral config (num_local_experts, default 8,
 // num_experts_per_tok, default 2, the chosen experts' weights renormalised, each expert
-// intermediate_size wide) or a Qwen3-MoE one (num_experts, default 128, num_experts_per_tok,
-// default 8, norm_topk_prob, default false, each expert moe_intermediate_size wide, default 768;
-// num_experts 0 is a dense model). Qwen3-MoE's dense layers among the sparse ones
-// (decoder_sparse_step other than 1, mlp_only_layers) are refused.
-func (hc *hfConfig) moeExperts(c *nn.Config, qwen bool) error {
+// intermediate_size wide), a Qwen3-MoE one (num_experts, default 128, num_experts_per_tok,
+// default 8, norm_topk_prob, default false, each expert moe_intermediate_size wide, default 768)
+// or a Qwen2-MoE one (Qwen3-MoE's with the defaults 60, 4 and 1408, plus the gated shared expert
+// shared_expert_intermediate_size wide, default 5632). A Qwen config's num_experts 0 is a dense
+// model; its dense layers among the sparse ones (decoder_sparse_step other than 1,
+// mlp_only_layers) are refused.
+func (hc *hfConfig) moeExperts(c *nn.Config, qwen2, qwen3 bool) error {
 	n, k, norm := orDefault(hc.NumLocalExperts, 8), orDefault(hc.NumExpertsPerTok, 2), true // MixtralConfig's
-	if qwen {
-		n, k, norm = orDefault(hc.NumExperts, 128), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.NormTopKProb, false)
+	if qwen2 || qwen3 {
+		var width int
+		var name string
+		n, k, width, name = orDefault(hc.NumExperts, 128), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.MoEIntermediateSize, 768), "Qwen3-MoE"
+		if qwen2 {
+			n, k, width, name = orDefault(hc.NumExperts, 60), orDefault(hc.NumExpertsPerTok, 4), orDefault(hc.MoEIntermediateSize, 1408), "Qwen2-MoE"
+		}
 		if n == 0 {
-			return nil // Qwen3MoeDecoderLayer's dense MLP in every layer
+			return nil // the decoder layers' dense MLP in every layer
 		}
 		if step := orDefault(hc.DecoderSparseStep, 1); step != 1 || len(hc.MLPOnlyLayers) > 0 {
-			return fmt.Errorf("%w: Qwen3-MoE with dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers %v)", ErrUnsupported, step, hc.MLPOnlyLayers)
+			return fmt.Errorf("%w: %s with dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers %v)", ErrUnsupported, name, step, hc.MLPOnlyLayers)
 		}
-		c.FFN = orDefault(hc.MoEIntermediateSize, 768)
-		if err := checkSizes(map[string]int{"moe_intermediate_size": c.FFN}); err != nil {
+		sizes := map[string]int{"moe_intermediate_size": width}
+		if qwen2 {
+			c.SharedExpert = orDefault(hc.SharedExpertIntermediateSize, 5632)
+			sizes["shared_expert_intermediate_size"] = c.SharedExpert
+		}
+		if err := checkSizes(sizes); err != nil {
 			return err
 		}
+		c.FFN, norm = width, orDefault(hc.NormTopKProb, false)
 	}
 	switch {
 	case n < 1 || n > nn.MaxExperts:

@@ -26,13 +26,14 @@
 //	Gemma3ForCausalLM, Phi3ForCausalLM,   window, Qwen2's q/k/v biases, Qwen3's q_norm and
 //	SmolLM3ForCausalLM,                   k_norm, Gemma's GeGLU, √d-scaled embeddings and norm
 //	MixtralForCausalLM,                   weights 1 + w (held so), Gemma 2's and 3's sandwich
-//	Qwen3MoeForCausalLM                   norms, sliding layers between global ones and
-//	(and their *Model, Gemma3TextModel;   query_pre_attn_scalar, Gemma 2's soft-capped scores
-//	the text model of                     and logits, Gemma 3's q_norm and k_norm and local
-//	Gemma3ForConditionalGeneration)       rotary, Phi-3's fused qkv_proj and gate_up_proj and
-//	                                      partial rotary, SmolLM3's NoPE layers, Mixtral's and
-//	                                      Qwen3-MoE's mixtures of experts; head_dim other
-//	                                      than hidden_size / num_attention_heads
+//	Qwen2MoeForCausalLM,                  norms, sliding layers between global ones and
+//	Qwen3MoeForCausalLM                   query_pre_attn_scalar, Gemma 2's soft-capped scores
+//	(and their *Model, Gemma3TextModel;   and logits, Gemma 3's q_norm and k_norm and local
+//	the text model of                     rotary, Phi-3's fused qkv_proj and gate_up_proj and
+//	Gemma3ForConditionalGeneration)       partial rotary, SmolLM3's NoPE layers, the mixtures
+//	                                      of experts of Mixtral, Qwen2-MoE (with its gated
+//	                                      shared expert) and Qwen3-MoE; head_dim other than
+//	                                      hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.; language_model.model. or model.language_model. in a multimodal Gemma 3, whose vision
@@ -177,6 +178,9 @@ type hfConfig struct {
 	NormTopKProb        *bool `json:"norm_topk_prob"`
 	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
 	MLPOnlyLayers       []int `json:"mlp_only_layers"`
+	// Qwen2-MoE
+	SharedExpertIntermediateSize *int  `json:"shared_expert_intermediate_size"`
+	QKVBias                      *bool `json:"qkv_bias"`
 
 	// SmolLM3: 1 where a layer rotates, 0 for NoPE; else every interval-th layer is NoPE
 	NoRopeLayers        []int `json:"no_rope_layers"`
@@ -243,10 +247,11 @@ var architectures = map[string]Family{
 	"SmolLM3ForCausalLM": Llama, "SmolLM3Model": Llama,
 	"MixtralForCausalLM": Llama, "MixtralModel": Llama,
 	"Qwen3MoeForCausalLM": Llama, "Qwen3MoeModel": Llama,
+	"Qwen2MoeForCausalLM": Llama, "Qwen2MoeModel": Llama,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

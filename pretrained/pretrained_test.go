@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -639,9 +639,10 @@ func TestOpenNeoX(t *testing.T) {
 	}
 }
 
-// TestOpenMoE checks how the mixtures of experts read (the mixtral and qwen3-moe-bf16 folders'
-// references check the models they open): Mixtral renormalises its chosen experts' weights,
-// Qwen3-MoE only with norm_topk_prob; a folder without model_type is told apart by its
+// TestOpenMoE checks how the mixtures of experts read (the mixtral, qwen3-moe-bf16 and qwen2-moe
+// folders' references check the models they open): Mixtral renormalises its chosen experts'
+// weights, Qwen3-MoE and Qwen2-MoE only with norm_topk_prob; Qwen2-MoE's shared expert has its
+// own width, its q/k/v biases follow qkv_bias; a folder without model_type is told apart by its
 // architecture; Qwen3-MoE's dense layers among the sparse ones and impossible expert counts are
 // refused, and a config that asks for more experts than the folder holds (Mixtral's default 8)
 // meets a router of the wrong shape.
@@ -651,7 +652,7 @@ func TestOpenMoE(t *testing.T) {
 		experts, k    int
 		norm          bool
 		ffn, headSize int
-	}{{"mixtral", 4, 2, true, 28, 0}, {"qwen3-moe-bf16", 4, 2, false, 12, 8}} {
+	}{{"mixtral", 4, 2, true, 28, 0}, {"qwen3-moe-bf16", 4, 2, false, 12, 8}, {"qwen2-moe", 4, 2, false, 12, 0}} {
 		m, err := Open(testdataDir(c.name))
 		if err != nil {
 			t.Fatal(err)
@@ -668,6 +669,9 @@ func TestOpenMoE(t *testing.T) {
 	if m, err := Open(editConfig(t, "qwen3-moe-bf16", func(cfg map[string]any) { cfg["norm_topk_prob"] = true })); err != nil || !m.NN.Config().NormTopK {
 		t.Errorf("norm_topk_prob true: %v, want renormalised weights", err)
 	}
+	if m, err := Open(testdataDir("qwen2-moe")); err != nil || m.NN.Config().SharedExpert != 20 || m.NN.Config().NoAttnBias {
+		t.Errorf("qwen2-moe: %v, want a shared expert 20 wide and q/k/v biases", err)
+	}
 	for _, c := range []struct {
 		name, folder string
 		edit         func(cfg map[string]any)
@@ -679,6 +683,8 @@ func TestOpenMoE(t *testing.T) {
 		{"no experts", "mixtral", func(cfg map[string]any) { cfg["num_local_experts"] = -1 }, "the number of experts is -1"},
 		{"default 8 experts", "mixtral", func(cfg map[string]any) { delete(cfg, "num_local_experts") }, "block_sparse_moe.gate.weight in model.safetensors is [4 16], want [8 16]"},
 		{"moe_intermediate_size", "qwen3-moe-bf16", func(cfg map[string]any) { cfg["moe_intermediate_size"] = 0 }, "moe_intermediate_size"},
+		{"shared expert width", "qwen2-moe", func(cfg map[string]any) { cfg["shared_expert_intermediate_size"] = 0 }, "shared_expert_intermediate_size"},
+		{"no qkv_bias", "qwen2-moe", func(cfg map[string]any) { cfg["qkv_bias"] = false }, "_proj.bias in model.safetensors is not part of a Qwen2MoeForCausalLM model"},
 	} {
 		if _, err := Open(editConfig(t, c.folder, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)

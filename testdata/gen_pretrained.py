@@ -660,7 +660,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
                   "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
                   "SmolLM3ForCausalLM": "smollm3", "MixtralForCausalLM": "mixtral",
-                  "Qwen3MoeForCausalLM": "qwen3_moe"}[arch]
+                  "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -682,7 +682,10 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     if model_type == "mixtral":  # 4 experts of intermediate_size, 2 a token, their weights renormalised
         experts = 4
         cfg.update(num_local_experts=experts, num_experts_per_tok=2, sliding_window=None)
-    if model_type == "qwen3_moe":  # 4 experts of moe_intermediate_size, 2 a token, the softmax's weights
+    if model_type == "qwen2_moe":  # Qwen3-MoE's, plus a gated shared expert of its own width; q/k/v biases
+        cfg.update(qkv_bias=qkv_bias, shared_expert_intermediate_size=20)
+        del cfg["attention_bias"]
+    if model_type in ("qwen3_moe", "qwen2_moe"):  # 4 experts of moe_intermediate_size, 2 a token, the softmax's weights
         experts = 4
         cfg.update(num_experts=experts, num_experts_per_tok=2, moe_intermediate_size=12, norm_topk_prob=False,
                    decoder_sparse_step=1, mlp_only_layers=[])
@@ -741,6 +744,12 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
                              "up": p.draw(s + f"{moe}experts.{x}.{names[1]}.weight", (width, e)),
                              "down": p.draw(s + f"{moe}experts.{x}.{names[2]}.weight", (e, width))}
                             for x in range(experts)]
+            if "shared_expert_intermediate_size" in cfg:
+                sw = cfg["shared_expert_intermediate_size"]
+                L["shared"] = {"gate": p.draw(s + "mlp.shared_expert.gate_proj.weight", (sw, e)),
+                               "up": p.draw(s + "mlp.shared_expert.up_proj.weight", (sw, e)),
+                               "down": p.draw(s + "mlp.shared_expert.down_proj.weight", (e, sw))}
+                L["shared_gate"] = p.draw(s + "mlp.shared_expert_gate.weight", (1, e), 1.0)
         else:
             L.update(q=p.draw(s + "self_attn.q_proj.weight", (h * d, e)),
                      k=p.draw(s + "self_attn.k_proj.weight", (kv_heads * d, e)),
@@ -868,7 +877,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
 
 
 def moe(cfg, L, x):
-    """MixtralSparseMoeBlock's and Qwen3MoeSparseMoeBlock's forward of x [B, T, E]: the router's
+    """MixtralSparseMoeBlock's, Qwen2MoeSparseMoeBlock's and Qwen3MoeSparseMoeBlock's forward of x
+    [B, T, E]: the router's
     softmax over the experts, each token's num_experts_per_tok most probable, their
     probabilities as weights (renormalised to sum to 1 in Mixtral, and in Qwen3-MoE with
     norm_topk_prob), and the weighted sum of those experts' SwiGLU outputs. Each expert runs here
@@ -877,11 +887,16 @@ def moe(cfg, L, x):
     w, sel = torch.topk(p, cfg["num_experts_per_tok"], dim=-1)
     if cfg["model_type"] == "mixtral" or cfg.get("norm_topk_prob"):
         w = w / w.sum(-1, keepdim=True)
+    def swiglu(E):
+        gate = x @ E["gate"].T
+        return ((gate * torch.sigmoid(gate)) * (x @ E["up"].T)) @ E["down"].T
+
     out = torch.zeros_like(x)
     for e, E in enumerate(L["experts"]):
         we = (w * (sel == e)).sum(-1, keepdim=True)  # 0 where the token did not choose expert e
-        gate = x @ E["gate"].T
-        out = out + we * (((gate * torch.sigmoid(gate)) * (x @ E["up"].T)) @ E["down"].T)
+        out = out + we * swiglu(E)
+    if "shared" in L:  # Qwen2MoeSparseMoeBlock's shared_expert, scaled by σ(shared_expert_gate(x))
+        out = out + torch.sigmoid(x @ L["shared_gate"].T) * swiglu(L["shared"])
     return out
 
 
@@ -1115,6 +1130,7 @@ def main():
     llama("smollm3", "F32", "SmolLM3ForCausalLM", kv_heads=1, tied=True)  # rotary, NoPE and sliding, rotary
     llama("mixtral", "F32", "MixtralForCausalLM", kv_heads=2, tied=False)  # 4 experts, 2 a token
     llama("qwen3-moe-bf16", "BF16", "Qwen3MoeForCausalLM", kv_heads=2, tied=False, head_dim=8)  # Qwen3's attention, 4 experts
+    llama("qwen2-moe", "F32", "Qwen2MoeForCausalLM", kv_heads=2, tied=False, qkv_bias=True)  # 4 experts and a gated shared one
     llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
           scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
