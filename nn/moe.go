@@ -38,8 +38,8 @@ type moe struct {
 	experts    []*mlp
 	k          int
 	norm       bool
-	shared     *mlp    // nil without a shared expert
-	sharedGate *linear // [1, d]
+	shared     *mlp      // nil without a shared expert
+	sharedGate *linear   // [1, d]
 	sig        []float32 // [n] the last forward's σ(x·g)
 	dsig       []float32 // backward's dL/d(x·g) [n]
 
