@@ -425,7 +425,7 @@ func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
 // Its per-head LayerNorm of queries and keys (qk_layernorm) is refused.
 func phiLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return lnDecoderLayout(hc, lnDecoder{name: "Phi", act: nn.GELUNew, pct: 0.5, out: "dense", finalNorm: "final_layernorm",
-		qkvBias: true, outBias: true, headBias: true, parallel: true})
+		qkvBias: true, outBias: true, mlpBias: true, headBias: true, parallel: true})
 }
 
 // stableLMLayout maps a StableLmForCausalLM (or StableLmModel) folder, StableLM-3B-4E1T's and
@@ -439,21 +439,38 @@ func stableLMLayout(hc *hfConfig, w *weights) (*layout, error) {
 		qkvBias: orDefault(hc.UseQKVBias, false), parallel: orDefault(hc.UseParallelResidual, false)})
 }
 
+// starcoder2Layout maps a Starcoder2ForCausalLM (or Starcoder2Model) folder, StarCoder2's:
+// pre-norm blocks of LayerNorm (norm_epsilon), grouped K/V heads with whole heads rotated,
+// mlp.c_fc and mlp.c_proj around gelu_pytorch_tanh, biases everywhere but on lm_head unless
+// use_bias is false, a sliding window over every layer when sliding_window is set, and a head
+// tied to the embedding unless tie_word_embeddings is false.
+func starcoder2Layout(hc *hfConfig, w *weights) (*layout, error) {
+	bias := orDefault(hc.UseBias, true)
+	return lnDecoderLayout(hc, lnDecoder{name: "Starcoder2", act: nn.GELUPyTorchTanh, pct: 1, out: "o_proj", finalNorm: "norm",
+		fc1: "c_fc", fc2: "c_proj", qkvBias: bias, outBias: bias, mlpBias: bias, tied: true, eps: hc.NormEpsilon, window: true})
+}
+
 // lnDecoder is what sets apart the families lnDecoderLayout maps.
 type lnDecoder struct {
-	name      string  // the family, in errors
-	act       string  // hidden_act when the config leaves it out; "silu" is the SwiGLU network
-	pct       float64 // partial_rotary_factor when the config leaves it out
-	out       string  // the attention's output Linear, under self_attn.
-	finalNorm string  // the final LayerNorm
-	qkvBias   bool    // q_proj, k_proj and v_proj have biases
-	outBias   bool    // the output Linear has one (when qkvBias)
-	headBias  bool    // lm_head has one
-	parallel  bool    // the attention and the MLP read one input_layernorm side by side
+	name      string   // the family, in errors
+	act       string   // hidden_act when the config leaves it out; "silu" is the SwiGLU network
+	pct       float64  // partial_rotary_factor when the config leaves it out
+	out       string   // the attention's output Linear, under self_attn.
+	finalNorm string   // the final LayerNorm
+	fc1, fc2  string   // an ungated MLP's Linears under mlp. ("" for fc1 and fc2)
+	qkvBias   bool     // q_proj, k_proj and v_proj have biases
+	outBias   bool     // the output Linear has one (when qkvBias)
+	mlpBias   bool     // an ungated MLP's Linears have biases
+	headBias  bool     // lm_head has one
+	parallel  bool     // the attention and the MLP read one input_layernorm side by side
+	tied      bool     // tie_word_embeddings when the config leaves it out
+	eps       *float64 // the LayerNorms' eps under the family's own key; nil: layer_norm_eps
+	window    bool     // sliding_window (none when null or left out) covers every layer
 }
 
 // lnDecoderLayout maps a pre-norm decoder of LayerNorms (weight and bias) with partial rotary
-// and q_proj, k_proj, v_proj under the names Phi and StableLM share, its differences in f.
+// and q_proj, k_proj, v_proj under the names Phi, StableLM and StarCoder2 share, its
+// differences in f.
 func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 	e, v, heads, layers, ffn, kv, seq, err := hc.decoderSizes()
 	if err != nil {
@@ -485,11 +502,14 @@ func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 	if rope, err = partialRope(rope, d, pct, "partial_rotary_factor"); err != nil {
 		return nil, err
 	}
-	tied := orDefault(hc.TieEmbeddings, false)
+	tied, eps := orDefault(hc.TieEmbeddings, f.tied), hc.LayerNormEps
+	if f.eps != nil {
+		eps = f.eps
+	}
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
-			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEps, 1e-5), TieEmbeddings: tied,
-			Rope: rope, NoAttnBias: !f.qkvBias, NoMLPBias: gated, NoHeadBias: !f.headBias, ParallelResidual: f.parallel, SharedNorm: f.parallel},
+			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(eps, 1e-5), TieEmbeddings: tied,
+			Rope: rope, NoAttnBias: !f.qkvBias, NoMLPBias: gated || !f.mlpBias, NoHeadBias: !f.headBias, ParallelResidual: f.parallel, SharedNorm: f.parallel},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -497,6 +517,15 @@ func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 	}
 	if kv != heads {
 		l.cfg.KVHeads = kv
+	}
+	if f.window {
+		w, err := slidingWindow(hc.SlidingWindow, 0)
+		if err != nil {
+			return nil, err
+		}
+		if w > 0 {
+			l.cfg.Window = min(w, seq)
+		}
 	}
 	ekv := kv * d
 	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
@@ -525,10 +554,13 @@ func lnDecoderLayout(hc *hfConfig, f lnDecoder) (*layout, error) {
 			add(b+"ffn.down_proj.weight", src(h+"mlp.down_proj.weight", e, ffn))
 			continue
 		}
-		add(b+"ffn.fc1.weight", src(h+"mlp.fc1.weight", ffn, e))
-		add(b+"ffn.fc1.bias", src(h+"mlp.fc1.bias", ffn))
-		add(b+"ffn.fc2.weight", src(h+"mlp.fc2.weight", e, ffn))
-		add(b+"ffn.fc2.bias", src(h+"mlp.fc2.bias", e))
+		fc1, fc2 := cmp.Or(f.fc1, "fc1"), cmp.Or(f.fc2, "fc2")
+		add(b+"ffn.fc1.weight", src(h+"mlp."+fc1+".weight", ffn, e))
+		add(b+"ffn.fc2.weight", src(h+"mlp."+fc2+".weight", e, ffn))
+		if f.mlpBias {
+			add(b+"ffn.fc1.bias", src(h+"mlp."+fc1+".bias", ffn))
+			add(b+"ffn.fc2.bias", src(h+"mlp."+fc2+".bias", e))
+		}
 	}
 	norm("ln_f", f.finalNorm)
 	if !tied {

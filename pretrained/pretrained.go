@@ -20,6 +20,8 @@
 //	                                      LayerNorm, partial rotary, biases, the head's too
 //	StableLmForCausalLM, StableLmModel    LayerNorm, SwiGLU, partial rotary, q/k/v biases,
 //	                                      parallel from one LayerNorm with use_parallel_residual
+//	Starcoder2ForCausalLM,                LayerNorm, c_fc/c_proj around GELU's tanh form,
+//	Starcoder2Model                       biases (use_bias), grouped K/V heads, sliding window
 //	LlamaForCausalLM, MistralForCausalLM, RMSNorm, SwiGLU, rotary (rotate-half, rope_theta,
 //	Qwen2ForCausalLM, Qwen3ForCausalLM    Llama 3's, linear, LongRoPE or YaRN rope_scaling),
 //	GemmaForCausalLM, Gemma2ForCausalLM,  grouped K/V heads, Mistral's and Phi-3's sliding
@@ -76,6 +78,7 @@ const (
 	StableLM   Family = "stablelm"
 	DistilBERT Family = "distilbert"
 	GPTJ       Family = "gptj"
+	Starcoder2 Family = "starcoder2"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -147,9 +150,11 @@ type hfConfig struct {
 	// OriginalMaxPositionEmbeddings is Phi-3's pre-training length, which its LongRoPE reads.
 	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
 
-	// Phi, StableLM
-	QKLayerNorm bool  `json:"qk_layernorm"`
-	UseQKVBias  *bool `json:"use_qkv_bias"`
+	// Phi, StableLM, StarCoder2
+	QKLayerNorm bool     `json:"qk_layernorm"`
+	UseQKVBias  *bool    `json:"use_qkv_bias"`
+	UseBias     *bool    `json:"use_bias"`
+	NormEpsilon *float64 `json:"norm_epsilon"`
 
 	// DistilBERT
 	Dim        int    `json:"dim"`
@@ -236,6 +241,7 @@ var architectures = map[string]Family{
 	"GPTJForCausalLM": GPTJ, "GPTJModel": GPTJ,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"StableLmForCausalLM": StableLM, "StableLmModel": StableLM,
+	"Starcoder2ForCausalLM": Starcoder2, "Starcoder2Model": Starcoder2,
 	"LlamaForCausalLM": Llama, "LlamaModel": Llama,
 	"MistralForCausalLM": Llama, "MistralModel": Llama,
 	"Qwen2ForCausalLM": Llama, "Qwen2Model": Llama,
@@ -251,7 +257,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -371,6 +377,12 @@ func (o Options) Open(dir string) (*Model, error) {
 			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
 		}
 		lay, err = stableLMLayout(&hc, w)
+		m.LMHead = !bare
+	case Starcoder2:
+		if bare {
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+		}
+		lay, err = starcoder2Layout(&hc, w)
 		m.LMHead = !bare
 	default:
 		if bare {

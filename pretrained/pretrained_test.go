@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -687,6 +687,37 @@ func TestOpenMoE(t *testing.T) {
 		{"no qkv_bias", "qwen2-moe", func(cfg map[string]any) { cfg["qkv_bias"] = false }, "_proj.bias in model.safetensors is not part of a Qwen2MoeForCausalLM model"},
 	} {
 		if _, err := Open(editConfig(t, c.folder, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestOpenStarcoder2 checks what the starcoder2 folder's reference does not: norm_epsilon is
+// the LayerNorms' eps, sliding_window null leaves every layer unwindowed, use_bias false reads
+// no biases (the folder's are then not part of the model), and an untied head needs lm_head.
+func TestOpenStarcoder2(t *testing.T) {
+	m, err := Open(testdataDir("starcoder2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.NN.Config(); c.Window != 4 || c.NormEps != 1e-5 || !c.TieEmbeddings || c.NoAttnBias || c.NoMLPBias || c.Activation != nn.GELUPyTorchTanh {
+		t.Errorf("config %+v: want a window of 4, eps 1e-5, a tied head, biases, gelu_pytorch_tanh", c)
+	}
+	if eps, err := Open(editConfig(t, "starcoder2", func(c map[string]any) { c["norm_epsilon"] = 1e-3 })); err != nil || eps.NN.Config().NormEps != 1e-3 {
+		t.Errorf("norm_epsilon 1e-3: %v", err)
+	}
+	if nw, err := Open(editConfig(t, "starcoder2", func(c map[string]any) { c["sliding_window"] = nil })); err != nil || nw.NN.Config().Window != 0 {
+		t.Errorf("sliding_window null: %v, want no window", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"use_bias false", func(c map[string]any) { c["use_bias"] = false }, ".bias in model.safetensors is not part of a Starcoder2ForCausalLM model"},
+		{"untied", func(c map[string]any) { c["tie_word_embeddings"] = false }, "lm_head.weight"},
+	} {
+		if _, err := Open(editConfig(t, "starcoder2", c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
 		}
 	}

@@ -35,7 +35,9 @@ scores scaled by query_pre_attn_scalar**-0.5), modeling_phi3.py (qkv_proj and ga
 first int(head_dim · factor) features of each head rotated, a sliding window as Mistral's),
 modeling_smollm3.py (Llama's, with NoPE layers that skip the rotary and, with use_sliding_window,
 slide), modeling_gptj.py (GPTJForCausalLM: the attention and the MLP in parallel from one ln_1,
-rotate_every_two on the first rotary_dim features of each head, a biased lm_head), and
+rotate_every_two on the first rotary_dim features of each head, a biased lm_head),
+modeling_starcoder2.py (Starcoder2ForCausalLM: LayerNorm, c_fc/c_proj around gelu_pytorch_tanh,
+biases everywhere, a sliding window over every layer), and
 modeling_rope_utils.py's YaRN (_compute_yarn_parameters) for Qwen3's long-context config.
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
@@ -491,6 +493,50 @@ def stablelm(name, dtype):
     ids = torch.from_numpy(p.rng.integers(0, cfg["vocab_size"], size=(2, 9)))
     logits, hidden, attns = stablelm_forward(cfg, W, ids)
     write_model(name, cfg, p.stored, False, ids, None, logits, hidden, attns, tokenizer=tok)
+
+
+def starcoder2(name, dtype):
+    """A Starcoder2ForCausalLM folder (StarCoder2's layout) and its reference: LayerNorm of
+    norm_epsilon, q/k/v/o_proj and mlp.c_fc/c_proj with biases (use_bias), gelu_pytorch_tanh,
+    whole heads rotated, two K/V heads for four query heads, a sliding window of 4 over every
+    layer, and the head tied to the embedding (Starcoder2Config's default)."""
+    tok, vocab_size = gpt2_tokenizer()
+    cfg = {"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2", "vocab_size": vocab_size,
+           "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 64, "norm_epsilon": 1e-5, "rope_theta": 1000.0,
+           "hidden_act": "gelu_pytorch_tanh", "use_bias": True, "sliding_window": 4,
+           "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, f, h, kvh, eps = 16, vocab_size, 24, 4, 2, cfg["norm_epsilon"]
+    d = e // h
+    emb = p.draw("model.embed_tokens.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"model.layers.{l}."
+        layers.append({"ln1": p.layer_norm(s + "input_layernorm", e), "ln2": p.layer_norm(s + "post_attention_layernorm", e),
+                       "q": p.linear(s + "self_attn.q_proj", e, e), "k": p.linear(s + "self_attn.k_proj", e, kvh * d),
+                       "v": p.linear(s + "self_attn.v_proj", e, kvh * d), "o": p.linear(s + "self_attn.o_proj", e, e),
+                       "fc": p.linear(s + "mlp.c_fc", e, f), "proj": p.linear(s + "mlp.c_proj", f, e)})
+    lnf = p.layer_norm("model.norm", e)
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 9)))
+    t = ids.shape[1]
+    rope = (cfg["rope_theta"], 0, "half", 0)
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    mask = ((j <= i) & (j > i - cfg["sliding_window"])).view(1, 1, t, t)
+    x, attns = emb[ids], []
+    for L in layers:
+        a = layer_norm(x, *L["ln1"], eps)
+        q = split_heads(a @ L["q"][0].T + L["q"][1], h)
+        k, vv = (split_heads(a @ L[n][0].T + L[n][1], kvh) for n in ("k", "v"))
+        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        k, vv = k.repeat_interleave(h // kvh, dim=1), vv.repeat_interleave(h // kvh, dim=1)
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        x = x + merge_heads(o) @ L["o"][0].T + L["o"][1]
+        m = layer_norm(x, *L["ln2"], eps)
+        x = x + gelu_new(m @ L["fc"][0].T + L["fc"][1]) @ L["proj"][0].T + L["proj"][1]
+    hidden = layer_norm(x, *lnf, eps)
+    write_model(name, cfg, p.stored, False, ids, None, hidden @ emb.T, hidden, attns, tokenizer=tok)
 
 
 def phi(name, dtype):
@@ -1118,6 +1164,7 @@ def main():
     phi("phi2", "F16")  # one LayerNorm for the parallel attention and MLP, a biased head
     stablelm("stablelm2", "BF16")  # LayerNorm with SwiGLU, q/k/v biases, grouped K/V heads
     gptj("gptj", "F16")  # GPT-J-6B's layout: parallel from one ln_1, interleaved rotary on half of each head
+    starcoder2("starcoder2", "F32")  # LayerNorm, biases everywhere, a window over every layer, a tied head
     roberta("roberta", "F32")
     distilbert("distilbert", "F32")
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
