@@ -722,3 +722,73 @@ func TestNoRope(t *testing.T) {
 		t.Errorf("NoRope of 1 flag: %v", err)
 	}
 }
+
+// TestRouting checks Model.Routing after a Forward of a mixture of experts: each position's
+// probabilities sum to 1, its experts are the k most probable in decreasing order, and their
+// weights are those probabilities over their sum (NormTopK), or the probabilities themselves
+// without it; a dense model, a layer out of range and a model before any Forward have none.
+func TestRouting(t *testing.T) {
+	for _, name := range []string{"mixtral", "qwen3_moe"} {
+		cfg := hfConfigs()[name]
+		m, err := NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Routing(0) != nil {
+			t.Errorf("%s: routing before any Forward", name)
+		}
+		if _, err := m.Forward([]int{3, 1, 4, 1, 5, 9, 2, 6}, 2, 4, nil); err != nil {
+			t.Fatal(err)
+		}
+		k, ne := cfg.ExpertsPerToken, cfg.Experts
+		for l := range cfg.Layers {
+			r := m.Routing(l)
+			if r == nil || !slices.Equal(r.Probs.Shape, []int{2, 4, ne}) || !slices.Equal(r.Weights.Shape, []int{2, 4, k}) || len(r.Experts) != 8*k {
+				t.Fatalf("%s layer %d: routing %+v, want [2 4 %d] probabilities and [2 4 %d] experts and weights", name, l, r, ne, k)
+			}
+			for i := range 8 {
+				p, sel, w := r.Probs.Data[i*ne:(i+1)*ne], r.Experts[i*k:(i+1)*k], r.Weights.Data[i*k:(i+1)*k]
+				var sum, top float64
+				for _, v := range p {
+					sum += float64(v)
+				}
+				for j, e := range sel {
+					top += float64(p[e])
+					if j > 0 && p[e] > p[sel[j-1]] {
+						t.Errorf("%s layer %d position %d: experts %v not by decreasing probability %v", name, l, i, sel, p)
+					}
+				}
+				for e, v := range p {
+					if !slices.Contains(sel, e) && v > p[sel[k-1]] {
+						t.Errorf("%s layer %d position %d: expert %d (%v) left out for %v", name, l, i, e, v, sel)
+					}
+				}
+				if math.Abs(sum-1) > 1e-6 {
+					t.Errorf("%s layer %d position %d: probabilities sum to %v", name, l, i, sum)
+				}
+				for j, e := range sel {
+					want := float64(p[e])
+					if cfg.NormTopK {
+						want /= top
+					}
+					if math.Abs(float64(w[j])-want) > 1e-6 {
+						t.Errorf("%s layer %d position %d: weight %d is %v, want %v", name, l, i, j, w[j], want)
+					}
+				}
+			}
+		}
+		if m.Routing(cfg.Layers) != nil || m.Routing(-1) != nil {
+			t.Errorf("%s: routing of a layer out of range", name)
+		}
+	}
+	dense, err := NewModel(hfConfigs()["llama"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dense.Forward([]int{3, 1, 4}, 1, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dense.Routing(0) != nil {
+		t.Error("a dense model has a routing")
+	}
+}

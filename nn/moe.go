@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/mhalab/mha/internal/kernel"
+	"github.com/mhalab/mha/tensor"
 )
 
 // ffn is a block's feed-forward network: a dense one (mlp) or a mixture of experts (moe).
@@ -235,4 +236,37 @@ func (m *moe) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 		}
 	}
 	m.router.backward(r, dl, dx, n)
+}
+
+// Route is how a block's mixture of experts routed the B·T positions of a Forward
+// (Model.Routing).
+type Route struct {
+	// Probs are the router's softmax over the experts, [B, T, Experts].
+	Probs *tensor.Tensor
+	// Experts are each position's ExpertsPerToken chosen experts, by decreasing probability
+	// (the lower index first among equals), [B·T·k] row-major.
+	Experts []int
+	// Weights are their weights in the position's output, [B, T, k]: their probabilities,
+	// divided by their sum with Config.NormTopK.
+	Weights *tensor.Tensor
+}
+
+// Routing returns block layer's routing in the last Forward, or nil before a Forward, for a
+// layer outside 0 … Layers−1, or in a model without Config.Experts. Probs and Weights are the
+// model's storage, overwritten by the next Forward; Experts is the caller's.
+func (m *Model) Routing(layer int) *Route {
+	if m.state == stateFresh || layer < 0 || layer >= len(m.blocks) {
+		return nil
+	}
+	f, ok := m.blocks[layer].ffn.(*moe)
+	if !ok {
+		return nil
+	}
+	n, k := m.b*m.t, f.k
+	r := &Route{Probs: &tensor.Tensor{Shape: []int{m.b, m.t, len(f.experts)}, Data: f.probs[:n*len(f.experts)]},
+		Experts: make([]int, n*k), Weights: &tensor.Tensor{Shape: []int{m.b, m.t, k}, Data: f.w[:n*k]}}
+	for i, e := range f.sel[:n*k] {
+		r.Experts[i] = int(e)
+	}
+	return r
 }

@@ -32,7 +32,10 @@ and runs it on one sequence: --text, encoded with the folder's tokenizer and its
 
 --out gets ids (I64 [T]), logits (F32 [T,V]) when the model has its language-model head, and
 last_hidden_state (F32 [T,E], after the final norm where the model has one); with --attentions,
-attentions (F32 [L,H,T,T]): every layer's every head, each row summing to 1.`,
+attentions (F32 [L,H,T,T]): every layer's every head, each row summing to 1. A mixture of experts
+(Mixtral, Qwen2-MoE, Qwen3-MoE) also gets its routing: router_probs (F32 [L,T,N]), the router's
+softmax over the N experts; experts (I64 [L,T,K]), each token's K chosen experts by decreasing
+probability; and expert_weights (F32 [L,T,K]), their weights in the token's output.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
 	fl := cmd.Flags()
@@ -97,6 +100,19 @@ func (f *forwardFlags) run(cmd *cobra.Command) error {
 			copy(all.Data[l*cfg.Heads*t*t:], m.NN.Weights(l).Data)
 		}
 		tensors["attentions"] = safetensors.FromFloat32(all)
+	}
+	if n := cfg.Experts; n > 0 { // a mixture of experts: how each layer routed each token
+		k := cfg.ExpertsPerToken
+		probs, weights, experts := tensor.New(cfg.Layers, t, n), tensor.New(cfg.Layers, t, k), make([]int, 0, cfg.Layers*t*k)
+		for l := range cfg.Layers {
+			r := m.NN.Routing(l)
+			copy(probs.Data[l*t*n:], r.Probs.Data)
+			copy(weights.Data[l*t*k:], r.Weights.Data)
+			experts = append(experts, r.Experts...)
+		}
+		e := int64Tensor(experts)
+		e.Shape = []int{cfg.Layers, t, k}
+		tensors["router_probs"], tensors["experts"], tensors["expert_weights"] = safetensors.FromFloat32(probs), e, safetensors.FromFloat32(weights)
 	}
 	return safetensors.WriteFile(f.out, tensors, map[string]string{"model": f.model, "architecture": m.Architecture})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"os"
@@ -71,6 +72,54 @@ func TestForwardMatchesReference(t *testing.T) {
 				t.Fatalf("%s: attention row %d sums to %v", name, r, sum)
 			}
 		}
+	}
+}
+
+// TestForwardRouting checks the routing mha forward writes for a mixture of experts (Mixtral's:
+// 4 experts, 2 a token, their weights renormalised): each token's probabilities sum to 1, its
+// experts are its two most probable by decreasing probability, and their weights their share of
+// the two; a dense model writes none.
+func TestForwardRouting(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	if code, _, stderr := runCLI("forward", "--model", pretrainedDir("mixtral"), "--ids", "3,1,4,1,5,9", "--out", out); code != 0 {
+		t.Fatalf("exit %d, %s", code, stderr)
+	}
+	res, err := safetensors.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := res.Float32("router_probs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights, err := res.Float32("expert_weights")
+	if err != nil {
+		t.Fatal(err)
+	}
+	experts, eshape, err := res.Float64("experts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(probs.Shape, []int{2, 6, 4}) || !slices.Equal(weights.Shape, []int{2, 6, 2}) || !slices.Equal(eshape, []int{2, 6, 2}) {
+		t.Fatalf("shapes %v, %v, %v; want [2 6 4] and [2 6 2]", probs.Shape, weights.Shape, eshape)
+	}
+	for i := range 12 {
+		p, e, w := probs.Data[i*4:(i+1)*4], experts[i*2:(i+1)*2], weights.Data[i*2:(i+1)*2]
+		order := []int{0, 1, 2, 3}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p[b], p[a]) })
+		a, b := int(e[0]), int(e[1])
+		sum := float64(p[0] + p[1] + p[2] + p[3])
+		if a != order[0] || b != order[1] || math.Abs(sum-1) > 1e-6 ||
+			math.Abs(float64(w[0])-float64(p[a]/(p[a]+p[b]))) > 1e-6 || math.Abs(float64(w[0]+w[1])-1) > 1e-6 {
+			t.Errorf("token %d: probabilities %v, experts %v, weights %v", i, p, e, w)
+		}
+	}
+	dense := filepath.Join(t.TempDir(), "dense.safetensors")
+	if code, _, stderr := runCLI("forward", "--model", pretrainedDir("llama"), "--ids", "3,1,4", "--out", dense); code != 0 {
+		t.Fatalf("llama: exit %d, %s", code, stderr)
+	}
+	if f, err := safetensors.ReadFile(dense); err != nil || f.Has("router_probs") || f.Has("experts") {
+		t.Errorf("a dense model's outputs: %v, with routing", err)
 	}
 }
 
