@@ -146,6 +146,31 @@ type runResponse struct {
 	// Sparsity is the attention the model ran with: its patterns' block map, the pairs each
 	// query may see, and the exact zeros of a normalizer other than softmax.
 	Sparsity *sparsityInfo `json:"sparsity"`
+	// Routing is, for a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE), each layer's choice
+	// of experts per position; absent for a dense model.
+	Routing []routing `json:"routing,omitempty"`
+}
+
+// routing is one layer's routing: Experts[t] are position t's experts by decreasing
+// probability, Weights[t] their weights in its output.
+type routing struct {
+	Experts [][]int     `json:"experts"`
+	Weights [][]float32 `json:"weights"`
+}
+
+// routingOf returns c's routing per layer, or nil for a dense model.
+func routingOf(c *probe.Capture) []routing {
+	var out []routing
+	for _, r := range c.Routing {
+		k := r.Weights.Shape[2]
+		var lr routing
+		for t := range c.B * c.T {
+			lr.Experts = append(lr.Experts, r.Experts[t*k:(t+1)*k])
+			lr.Weights = append(lr.Weights, r.Weights.Data[t*k:(t+1)*k])
+		}
+		out = append(out, lr)
+	}
+	return out
 }
 
 // prediction is the model's output at one position.
@@ -216,6 +241,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) error {
 		Measures: meas,
 		Ablate:   in.ablate,
 		Sparsity: in.sparsity.info(in.m.cfg, c.Weights),
+		Routing:  routingOf(c),
 	}
 	if resp.Predicts != "none" {
 		resp.Predictions = in.m.predictions(c.Logits.Data, in.tokens, in.task)

@@ -737,6 +737,43 @@ func TestUserConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+// TestUserRouting checks /api/run's routing for a mixture of experts (Mixtral's: 4 experts, 2 a
+// token, renormalised): per layer and position, two distinct experts whose weights sum to 1,
+// the first weighing at least the second; a dense model's answer has none.
+func TestUserRouting(t *testing.T) {
+	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("mixtral"), tinyFolder("llama")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Tokens  []int `json:"tokens"`
+		Routing []struct {
+			Experts [][]int     `json:"experts"`
+			Weights [][]float32 `json:"weights"`
+		} `json:"routing"`
+	}
+	status, body := serve(s, "POST", "/api/run", `{"model": "mixtral", "text": "the cat sat"}`)
+	decodeOK(t, status, body, &got)
+	if len(got.Routing) != 2 {
+		t.Fatalf("routing of %d layers, want 2", len(got.Routing))
+	}
+	for l, r := range got.Routing {
+		if len(r.Experts) != len(got.Tokens) || len(r.Weights) != len(got.Tokens) {
+			t.Fatalf("layer %d: %d and %d positions, want %d", l, len(r.Experts), len(r.Weights), len(got.Tokens))
+		}
+		for p, e := range r.Experts {
+			w := r.Weights[p]
+			if len(e) != 2 || e[0] == e[1] || e[0] < 0 || e[0] > 3 || e[1] < 0 || e[1] > 3 || w[0] < w[1] || math.Abs(float64(w[0]+w[1])-1) > 1e-6 {
+				t.Errorf("layer %d position %d: experts %v, weights %v", l, p, e, w)
+			}
+		}
+	}
+	status, body = serve(s, "POST", "/api/run", `{"model": "llama", "text": "the cat sat"}`)
+	if status != 200 || bytes.Contains(body, []byte(`"routing"`)) {
+		t.Errorf("a dense model's answer: %d, routing in it: %s", status, body)
+	}
+}
+
 // TestUserFamilies adds every tiny folder (Mistral's sliding window, Qwen2's biases, Qwen3's
 // q_norm and k_norm and heads wider than d_model/heads, Gemma's GeGLU and scaled embeddings,
 // Phi-3's fused projections and partial rotary, Gemma 2's soft-caps, Gemma 3's sandwich norms

@@ -54,6 +54,9 @@ type Capture struct {
 	Heads       []*tensor.Tensor
 	HeadDims    []int
 	HeadOffsets []int
+	// Routing is, in a model with a mixture of experts (nn.Config.Experts), each layer's routing
+	// of the B·T positions (nn.Model.Routing), copied; nil otherwise.
+	Routing []*nn.Route
 }
 
 // RecordOptions are Record's options; the zero value records the model as it is on
@@ -102,6 +105,9 @@ func Record(m *nn.Model, tokens []int, b, t int, opt *RecordOptions) (*Capture, 
 	for l := range mc.Layers {
 		c.Weights = append(c.Weights, m.Weights(l).Clone())
 		c.Heads = append(c.Heads, m.Heads(l).Clone())
+		if r := m.Routing(l); r != nil {
+			c.Routing = append(c.Routing, &nn.Route{Probs: r.Probs.Clone(), Experts: r.Experts, Weights: r.Weights.Clone()})
+		}
 	}
 	lc := mc.Attention()
 	for h := range mc.Heads {

@@ -2,7 +2,7 @@
 import { api, pictureURL } from './api.js';
 import { el, whileBusy, showError, clearError, downloads } from './ui.js';
 import { Flow } from './flow.js';
-import { renderPredictions } from './sequence.js';
+import { renderPredictions, showRouting } from './sequence.js';
 import { HeadView } from './headview.js';
 import { ModelView } from './modelview.js';
 import { HeadsTable } from './heads.js';
@@ -46,6 +46,7 @@ function highlight(pos) {
 
 function select(layer, head) {
   state.selected = { layer, head };
+  if (state.run) showRouting(state.run, $('#predictions'), layer);
   modelView.select(layer, head);
   headsTable.select(layer, head);
   headView.select(layer, head);
@@ -190,6 +191,7 @@ async function run(source) {
   const sel = state.selected;
   if (sel.layer >= r.weights.length || sel.head >= r.weights[0].length) state.selected = { layer: 0, head: 0 };
   renderPredictions(r, $('#predictions'), $('#score'), source.text, $('#text-strip'));
+  showRouting(r, $('#predictions'), state.selected.layer);
   // More than six heads or 32 tokens: the head view and the model view each get the page's width.
   $('.pair-cards').classList.toggle('wide', r.weights[0].length > 6 || r.tokens.length > 32);
   headView.show(r);

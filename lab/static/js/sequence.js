@@ -1,6 +1,6 @@
 // The predictions strip: one tile per position with the token, the model's three most likely
-// next tokens (the token at the position, for a masked-LM model) and, where there is a target,
-// the target and whether it was right.
+// next tokens (the token at the position, for a masked-LM model), where there is a target, the
+// target and whether it was right, and for a mixture of experts the experts it went through.
 import { el, fmt, pct, tokenLabels, guessLabel } from './ui.js';
 
 /**
@@ -69,15 +69,31 @@ function stat(label, value, title) {
   return el('span', { class: 'stat', title }, el('span', { class: 'stat-label' }, label), el('b', {}, value));
 }
 
+/**
+ * showRouting writes, for a mixture of experts, the experts each position went through in layer
+ * (with their weights) on its tile, and every layer's in the tile's tooltip.
+ */
+export function showRouting(run, root, layer) {
+  if (!run.routing) return;
+  root.querySelectorAll('.tile').forEach((tileEl) => {
+    const t = Number(tileEl.dataset.pos);
+    const line = (l) => run.routing[l].experts[t].map((e, j) => `#${e} ${fmt(run.routing[l].weights[t][j], 2)}`).join(', ');
+    const box = tileEl.querySelector('.experts');
+    box.textContent = `L${layer} experts ${line(layer)}`;
+    box.title = run.routing.map((_, l) => `layer ${l}: ${line(l)}`).join('\n');
+  });
+}
+
 function tile(run, sym, t, covered) {
   const p = run.predictions ? run.predictions[t] : null;
+  const experts = run.routing ? el('div', { class: 'experts' }) : null;
   let cls = 'tile';
   if (p && p.correct === true) cls += ' right';
   if (p && p.correct === false) cls += ' wrong';
   if (run.predicts === 'masked') cls += p && p.masked ? ' masked' : ' unmasked';
   const where = covered === null ? `position ${t}: ${run.symbols[t]}` : `position ${t}: ${run.symbols[t]} (“${covered}” in the text)`;
   const head = [el('div', { class: 'pos' }, String(t)), el('div', { class: 'tok', title: where }, sym)];
-  if (!p) return el('div', { class: cls, dataset: { pos: t } }, head);
+  if (!p) return el('div', { class: cls, dataset: { pos: t } }, head, experts);
   const tops = p.top.map((g, i) => el('li', { class: i === 0 ? 'top1' : '' },
     el('span', { class: 'sym' }, guessLabel(g)),
     el('span', { class: 'p' }, fmt(g.p, 2))));
@@ -90,5 +106,6 @@ function tile(run, sym, t, covered) {
     bar,
     el('ol', { class: 'tops rest', start: 2 }, tops.slice(1)),
     p.target ? el('div', { class: 'target', title: `target ${p.target.symbol}, p = ${fmt(p.target.p, 4)}` },
-      p.correct ? '✓ ' : '✗ ', guessLabel(p.target)) : null);
+      p.correct ? '✓ ' : '✗ ', guessLabel(p.target)) : null,
+    experts);
 }
