@@ -147,6 +147,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"swiglu","parallel_residual":true,"shared_norm":true,"attn_softcap":2,"logit_softcap":5,"rope":{"theta":100,"dim":2}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":2,"norm":"pre","positions":"none","qk_norm":true,"sandwich_norm":true,"rope":{"theta":1e6},"local":{"layers":[true,false],"window":3,"rope":{"theta":10}}}`))
 	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":3,"head_size":4,"kv_heads":1,"layers":1,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"geglu","emb_scale":2.8284271247461903,"qk_norm":true,"rope":{"theta":100}}`))
+	f.Add([]byte(`{"vocab":11,"seq_len":8,"d_model":8,"heads":2,"layers":2,"norm":"pre","positions":"none","norm_kind":"rmsnorm","activation":"swiglu","experts":4,"experts_per_token":2,"norm_topk":true,"shared_expert":6,"no_rope":[false,true],"rope":{"theta":500,"scaling":{"type":"yarn","factor":4,"original_max_position_embeddings":16,"beta_fast":8,"beta_slow":0.5,"unrounded_ramp":true}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

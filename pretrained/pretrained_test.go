@@ -882,11 +882,12 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 }
 
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
-// multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT and StableLM folders with fuzzed config.json
-// files: an error or a model, never a panic, and no allocation beyond what the
-// folder's tensors hold.
+// multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT, StableLM, YaRN, SmolLM3, GPT-J,
+// Mixtral, Qwen2-MoE, Qwen3-MoE and StarCoder2 folders with fuzzed config.json files: an error
+// or a model, never a panic, and no allocation beyond what the folder's tensors hold.
 func FuzzConfig(f *testing.F) {
-	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2"}
+	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2",
+		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {
