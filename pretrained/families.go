@@ -418,6 +418,132 @@ func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// falconLayout maps a FalconForCausalLM (or FalconModel) folder (model_type falcon): Falcon-7B's
+// multi-query attention (query_key_value's rows [Q; K; V] with one K/V head) with the attention
+// and the MLP in parallel from one input_layernorm, or with parallel_attn false the sequential
+// block with post_attention_layernorm; the new_decoder_architecture of Falcon-40B and 180B,
+// num_kv_heads groups of rows [Q of the group's heads; K; V] and the attention and the MLP in
+// parallel from ln_attn and ln_mlp (num_ln_in_parallel_attn 2, the default) or from one
+// input_layernorm (1); without multi_query, rows per head [q; k; v]. Rotary in the rotate-half
+// layout, mlp.dense_h_to_4h and dense_4h_to_h around activation (the exact GELU by default),
+// biases only with bias, LayerNorm of layer_norm_epsilon, and a head tied to the embedding
+// unless tie_word_embeddings is false. ALiBi (falcon-rw) is refused.
+func falconLayout(hc *hfConfig, w *weights) (*layout, error) {
+	if hc.IntermediateSize == 0 && hc.HiddenSize > 0 {
+		hc.IntermediateSize = orDefault(hc.FFNHiddenSize, 4*hc.HiddenSize) // FalconConfig's ffn_hidden_size
+	}
+	e, v, heads, layers, ffn, _, seq, err := hc.decoderSizes()
+	if err != nil {
+		return nil, err
+	}
+	newArch, multiQuery := hc.NewDecoderArchitecture, orDefault(hc.MultiQuery, true)
+	kv := orDefault(hc.NumKVHeads, heads)
+	if !newArch && multiQuery {
+		kv = 1
+	}
+	norms := 1
+	if newArch {
+		norms = orDefault(hc.NumLNInParallelAttn, 2)
+	}
+	act := cmp.Or(hc.Activation, nn.GELU)
+	parallel := orDefault(hc.ParallelAttn, true)
+	switch {
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: hidden_size %d is not divisible by num_attention_heads %d", e, heads)
+	case kv <= 0 || heads%kv != 0:
+		return nil, fmt.Errorf("pretrained: num_kv_heads %d does not divide num_attention_heads %d", kv, heads)
+	case hc.Alibi:
+		return nil, fmt.Errorf("%w: Falcon with alibi (mha's models have rotary or learned positions)", ErrUnsupported)
+	case act != nn.GELU && act != nn.GELUNew && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: Falcon activation %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case norms != 1 && norms != 2:
+		return nil, fmt.Errorf("pretrained: num_ln_in_parallel_attn is %d, want 1 or 2", norms)
+	case newArch && !parallel && norms == 1:
+		return nil, fmt.Errorf("pretrained: Falcon's new_decoder_architecture with parallel_attn false and one norm has no MLP input (transformers fails on it too)")
+	}
+	d := e / heads
+	rope, err := hc.ropeFrom(hc.RopeScaling, "rope_scaling", orDefault(hc.RopeTheta, 10000))
+	if err != nil {
+		return nil, err
+	}
+	tied, bias := orDefault(hc.TieEmbeddings, true), orDefault(hc.Bias, false)
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEpsilon, 1e-5), NoHeadBias: true,
+			TieEmbeddings: tied, Rope: rope, NoAttnBias: !bias, NoMLPBias: !bias,
+			ParallelResidual: newArch || parallel, SharedNorm: newArch && norms == 1 || !newArch && parallel},
+		prefixes: []string{"transformer.", ""},
+		skip: func(name string) bool {
+			return name == "lm_head.weight" && tied
+		},
+	}
+	if kv != heads {
+		l.cfg.KVHeads = kv
+	}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string) {
+		add(to+".weight", src(from+".weight", e))
+		add(to+".bias", src(from+".bias", e))
+	}
+	// qkv returns the parts of query_key_value's weight (cols e) or bias (cols 0), rows
+	// (heads + 2·kv)·d, that make in_proj's [Q; K; V], as FalconAttention._split_heads reads them.
+	rows := (heads + 2*kv) * d
+	qkv := func(name string, cols int) []part {
+		shape := []int{rows}
+		if cols > 0 {
+			shape = append(shape, cols)
+		}
+		span := func(r0, n int) part { return part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + n}} }
+		var q, k, v []part
+		switch {
+		case newArch: // per group: its heads' queries, then its key and value
+			per := heads / kv
+			for g := range kv {
+				r0 := g * (per + 2) * d
+				q, k, v = append(q, span(r0, per*d)), append(k, span(r0+per*d, d)), append(v, span(r0+(per+1)*d, d))
+			}
+		case multiQuery: // every query head, then the one key and value
+			q, k, v = []part{span(0, heads*d)}, []part{span(heads*d, d)}, []part{span((heads+1)*d, d)}
+		default: // per head [q; k; v]
+			for h := range heads {
+				q, k, v = append(q, span(3*h*d, d)), append(k, span((3*h+1)*d, d)), append(v, span((3*h+2)*d, d))
+			}
+		}
+		return append(append(q, k...), v...)
+	}
+	add("tok_emb.weight", src("word_embeddings.weight", v, e))
+	for i := range layers {
+		h, b := "h."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		switch {
+		case newArch && norms == 2:
+			norm(b+"ln1", h+"ln_attn")
+			norm(b+"ln2", h+"ln_mlp")
+		default:
+			norm(b+"ln1", h+"input_layernorm")
+			if !newArch && !parallel {
+				norm(b+"ln2", h+"post_attention_layernorm")
+			}
+		}
+		add(b+"attn.in_proj_weight", qkv(h+"self_attention.query_key_value.weight", e)...)
+		add(b+"attn.out_proj.weight", src(h+"self_attention.dense.weight", e, e))
+		if bias {
+			add(b+"attn.in_proj_bias", qkv(h+"self_attention.query_key_value.bias", 0)...)
+			add(b+"attn.out_proj.bias", src(h+"self_attention.dense.bias", e))
+		}
+		add(b+"ffn.fc1.weight", src(h+"mlp.dense_h_to_4h.weight", ffn, e))
+		add(b+"ffn.fc2.weight", src(h+"mlp.dense_4h_to_h.weight", e, ffn))
+		if bias {
+			add(b+"ffn.fc1.bias", src(h+"mlp.dense_h_to_4h.bias", ffn))
+			add(b+"ffn.fc2.bias", src(h+"mlp.dense_4h_to_h.bias", e))
+		}
+	}
+	norm("ln_f", "ln_f")
+	if !tied {
+		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
 // phiLayout maps a PhiForCausalLM (or PhiModel) folder, Phi-1, Phi-1.5's and Phi-2's: pre-norm
 // blocks whose attention and MLP run in parallel from one LayerNorm (input_layernorm), the first
 // partial_rotary_factor of each head rotated in the rotate-half layout, biases on every

@@ -16,6 +16,9 @@
 //	                                      rotary, query_key_value per head, LayerNorm
 //	GPTJForCausalLM, GPTJModel            GPT-J's: attention and MLP in parallel from one
 //	                                      LayerNorm, interleaved rotary on rotary_dim features
+//	FalconForCausalLM, FalconModel        Falcon's: multi-query or grouped K/V heads in one
+//	                                      query_key_value, parallel attention and MLP from
+//	                                      one LayerNorm or two (new_decoder_architecture)
 //	PhiForCausalLM, PhiModel              Phi-2's: attention and MLP in parallel from one
 //	                                      LayerNorm, partial rotary, biases, the head's too
 //	StableLmForCausalLM, StableLmModel    LayerNorm, SwiGLU, partial rotary, q/k/v biases,
@@ -79,6 +82,7 @@ const (
 	DistilBERT Family = "distilbert"
 	GPTJ       Family = "gptj"
 	Starcoder2 Family = "starcoder2"
+	Falcon     Family = "falcon"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -170,6 +174,16 @@ type hfConfig struct {
 	// GPT-J
 	RotaryDim *int `json:"rotary_dim"`
 
+	// Falcon
+	NumKVHeads             *int  `json:"num_kv_heads"`
+	Alibi                  bool  `json:"alibi"`
+	Bias                   *bool `json:"bias"`
+	NewDecoderArchitecture bool  `json:"new_decoder_architecture"`
+	MultiQuery             *bool `json:"multi_query"`
+	ParallelAttn           *bool `json:"parallel_attn"`
+	NumLNInParallelAttn    *int  `json:"num_ln_in_parallel_attn"`
+	FFNHiddenSize          *int  `json:"ffn_hidden_size"`
+
 	// GPT-NeoX
 	RotaryPct           *float64 `json:"rotary_pct"`
 	RotaryEmbBase       *float64 `json:"rotary_emb_base"`
@@ -239,6 +253,7 @@ var architectures = map[string]Family{
 	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"GPTJForCausalLM": GPTJ, "GPTJModel": GPTJ,
+	"FalconForCausalLM": Falcon, "FalconModel": Falcon,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"StableLmForCausalLM": StableLM, "StableLmModel": StableLM,
 	"Starcoder2ForCausalLM": Starcoder2, "Starcoder2Model": Starcoder2,
@@ -257,7 +272,7 @@ var architectures = map[string]Family{
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".
@@ -371,6 +386,12 @@ func (o Options) Open(dir string) (*Model, error) {
 			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
 		}
 		lay, err = gptjLayout(&hc, w)
+		m.LMHead = !bare
+	case Falcon:
+		if bare {
+			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+		}
+		lay, err = falconLayout(&hc, w)
 		m.LMHead = !bare
 	case StableLM:
 		if bare {

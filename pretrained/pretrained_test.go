@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -692,6 +692,45 @@ func TestOpenMoE(t *testing.T) {
 	}
 }
 
+// TestOpenFalcon checks what the falcon and falcon-new-arch folders' references do not: the
+// blocks each config gives (Falcon-7B's one norm and one K/V head, the new architecture's two
+// norms and K/V groups, one norm with num_ln_in_parallel_attn 1), the sequential block's and the
+// biases' tensors asked for when the config says so, and ALiBi refused.
+func TestOpenFalcon(t *testing.T) {
+	for _, c := range []struct {
+		folder                   string
+		kv                       int
+		shared, parallel, biased bool
+	}{{"falcon", 1, true, true, false}, {"falcon-new-arch", 2, false, true, true}} {
+		m, err := Open(testdataDir(c.folder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.NN.Config()
+		if got.KVHeads != c.kv || got.SharedNorm != c.shared || got.ParallelResidual != c.parallel || got.NoAttnBias == c.biased || !got.TieEmbeddings {
+			t.Errorf("%s: config %+v, want %+v and a tied head", c.folder, got, c)
+		}
+	}
+	for _, c := range []struct {
+		name, folder string
+		edit         func(map[string]any)
+		want         string
+	}{
+		{"sequential", "falcon", func(c map[string]any) { c["parallel_attn"] = false }, "h.0.post_attention_layernorm.weight"},
+		{"one norm", "falcon-new-arch", func(c map[string]any) { c["num_ln_in_parallel_attn"] = 1 }, "h.0.input_layernorm.weight"},
+		{"three norms", "falcon-new-arch", func(c map[string]any) { c["num_ln_in_parallel_attn"] = 3 }, "num_ln_in_parallel_attn is 3, want 1 or 2"},
+		{"alibi", "falcon", func(c map[string]any) { c["alibi"] = true }, "Falcon with alibi"},
+		{"biases", "falcon", func(c map[string]any) { c["bias"] = true }, "query_key_value.bias"},
+		{"heads per row", "falcon", func(c map[string]any) { c["multi_query"] = false }, "query_key_value.weight in model.safetensors is [24 16], want [48 16]"},
+		{"kv groups", "falcon-new-arch", func(c map[string]any) { c["num_kv_heads"] = 3 }, "num_kv_heads 3 does not divide num_attention_heads 4"},
+		{"relu", "falcon", func(c map[string]any) { c["activation"] = "relu" }, `Falcon activation "relu"`},
+	} {
+		if _, err := Open(editConfig(t, c.folder, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
 // TestOpenStarcoder2 checks what the starcoder2 folder's reference does not: norm_epsilon is
 // the LayerNorms' eps, sliding_window null leaves every layer unwindowed, use_bias false reads
 // no biases (the folder's are then not part of the model), and an untied head needs lm_head.
@@ -883,11 +922,11 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
 // multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT, StableLM, YaRN, SmolLM3, GPT-J,
-// Mixtral, Qwen2-MoE, Qwen3-MoE and StarCoder2 folders with fuzzed config.json files: an error
+// Mixtral, Qwen2-MoE, Qwen3-MoE, StarCoder2 and Falcon folders with fuzzed config.json files: an error
 // or a model, never a panic, and no allocation beyond what the folder's tensors hold.
 func FuzzConfig(f *testing.F) {
 	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2",
-		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2"}
+		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -37,7 +37,8 @@ modeling_smollm3.py (Llama's, with NoPE layers that skip the rotary and, with us
 slide), modeling_gptj.py (GPTJForCausalLM: the attention and the MLP in parallel from one ln_1,
 rotate_every_two on the first rotary_dim features of each head, a biased lm_head),
 modeling_starcoder2.py (Starcoder2ForCausalLM: LayerNorm, c_fc/c_proj around gelu_pytorch_tanh,
-biases everywhere, a sliding window over every layer), and
+biases everywhere, a sliding window over every layer), modeling_falcon.py (FalconForCausalLM:
+query_key_value split as _split_heads splits it, the parallel block), and
 modeling_rope_utils.py's YaRN (_compute_yarn_parameters) for Qwen3's long-context config.
 
 For every model in MODELS this writes testdata/pretrained/<name>/ in Hugging Face's layout:
@@ -535,6 +536,68 @@ def starcoder2(name, dtype):
         x = x + merge_heads(o) @ L["o"][0].T + L["o"][1]
         m = layer_norm(x, *L["ln2"], eps)
         x = x + gelu_new(m @ L["fc"][0].T + L["fc"][1]) @ L["proj"][0].T + L["proj"][1]
+    hidden = layer_norm(x, *lnf, eps)
+    write_model(name, cfg, p.stored, False, ids, None, hidden @ emb.T, hidden, attns, tokenizer=tok)
+
+
+def falcon(name, dtype, new_arch):
+    """A FalconForCausalLM folder and its reference after modeling_falcon.py. Falcon-7B's form:
+    multi_query (query_key_value's rows: every query head, then one key and one value head), the
+    attention and the MLP in parallel from one input_layernorm, no biases. With new_arch
+    (Falcon-40B's and 180B's new_decoder_architecture): num_kv_heads groups of rows [the group's
+    query heads; its key; its value] (FalconAttention._split_heads), ln_attn and ln_mlp
+    (num_ln_in_parallel_attn left out: 2), biases. Rotary in the rotate-half layout, the exact
+    GELU, the head tied to the embedding."""
+    tok, vocab_size = gpt2_tokenizer()
+    h, kv = 4, 2 if new_arch else 1
+    cfg = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "vocab_size": vocab_size, "hidden_size": 16,
+           "num_hidden_layers": 2, "num_attention_heads": h, "max_position_embeddings": 64, "layer_norm_epsilon": 1e-5,
+           "rope_theta": 1000.0, "bias": new_arch, "alibi": False, "parallel_attn": True,
+           "new_decoder_architecture": new_arch, "multi_query": not new_arch, "torch_dtype": torch_dtype(dtype),
+           "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1}
+    if new_arch:
+        cfg["num_kv_heads"] = kv
+    p = Params(name, dtype)
+    e, v, eps = cfg["hidden_size"], vocab_size, cfg["layer_norm_epsilon"]
+    d, f = e // h, 4 * e
+    rows = (h + 2 * kv) * d
+    emb = p.draw("transformer.word_embeddings.weight", (v, e), 0.5)
+    layers = []
+    for l in range(cfg["num_hidden_layers"]):
+        s = f"transformer.h.{l}."
+        L = {"ln_attn": p.layer_norm(s + ("ln_attn" if new_arch else "input_layernorm"), e)}
+        if new_arch:
+            L["ln_mlp"] = p.layer_norm(s + "ln_mlp", e)
+        for key, name_, shape in (("qkv", "self_attention.query_key_value", (rows, e)), ("dense", "self_attention.dense", (e, e)),
+                                  ("up", "mlp.dense_h_to_4h", (f, e)), ("down", "mlp.dense_4h_to_h", (e, f))):
+            L[key] = (p.draw(s + name_ + ".weight", shape),
+                      p.draw(s + name_ + ".bias", shape[:1], 0.1) if new_arch else 0.0)  # no bias: adds 0
+        layers.append(L)
+    lnf = p.layer_norm("transformer.ln_f", e)
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 9)))
+    b, t = ids.shape
+    rope = (cfg["rope_theta"], 0, "half", 0)
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x, attns = emb[ids], []
+    for L in layers:
+        a = layer_norm(x, *L["ln_attn"], eps)
+        fused = a @ L["qkv"][0].T + L["qkv"][1]
+        if new_arch:
+            g = fused.view(b, t, kv, h // kv + 2, d)
+            q, k, vv = g[:, :, :, :-2], g[:, :, :, [-2]], g[:, :, :, [-1]]
+            k, vv = k.expand(q.shape), vv.expand(q.shape)
+            q, k, vv = (z.flatten(2, 3).transpose(1, 2) for z in (q, k, vv))
+        else:
+            g = fused.view(b, t, h + 2, d)
+            q, k, vv = g[..., :-2, :].transpose(1, 2), g[..., [-2], :].transpose(1, 2), g[..., [-1], :].transpose(1, 2)
+            k, vv = k.expand(b, h, t, d), vv.expand(b, h, t, d)
+        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        attn_out = merge_heads(o) @ L["dense"][0].T + L["dense"][1]
+        m = layer_norm(x, *L["ln_mlp"], eps) if new_arch else a
+        mlp = gelu(m @ L["up"][0].T + L["up"][1]) @ L["down"][0].T + L["down"][1]
+        x = x + attn_out + mlp
     hidden = layer_norm(x, *lnf, eps)
     write_model(name, cfg, p.stored, False, ids, None, hidden @ emb.T, hidden, attns, tokenizer=tok)
 
@@ -1165,6 +1228,8 @@ def main():
     stablelm("stablelm2", "BF16")  # LayerNorm with SwiGLU, q/k/v biases, grouped K/V heads
     gptj("gptj", "F16")  # GPT-J-6B's layout: parallel from one ln_1, interleaved rotary on half of each head
     starcoder2("starcoder2", "F32")  # LayerNorm, biases everywhere, a window over every layer, a tied head
+    falcon("falcon", "BF16", new_arch=False)  # Falcon-7B's multi-query, parallel block from one norm
+    falcon("falcon-new-arch", "F32", new_arch=True)  # Falcon-40B's: two K/V groups, ln_attn and ln_mlp, biases
     roberta("roberta", "F32")
     distilbert("distilbert", "F32")
     llama("phi3-longrope", "F32", "Phi3ForCausalLM", kv_heads=1, tied=False, longrope=True)  # 10 positions past the original 8
