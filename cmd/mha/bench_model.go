@@ -313,7 +313,7 @@ func printModelBench(w io.Writer, f *benchFlags, head modelHeader, seqs []int, r
 	}
 	fmt.Fprintf(w, "model %s (%s): %.2fM parameters, %d threads; prefill: T tokens into an empty cache (the last one's logits), median of %d after %d warm-up; decode: greedy steps of one token after a %d-token prompt, median of %d steps after %d warm-up\n",
 		f.model, head.Architecture, float64(rows[0].Params)/1e6, f.threads, f.runs, f.warmup, benchModelPrompt, f.steps, f.warmup)
-	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once (read MB)\n", float64(head.ReadBWGBps), f.threads)
+	fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads); a decode step reads every weight matrix once, of a mixture of experts the chosen experts' (read MB)\n", float64(head.ReadBWGBps), f.threads)
 	if head.Torch != "" {
 		fmt.Fprintf(w, "%s; torch-f32 = benchscripts/torch_model.py, the model written out in plain PyTorch on float32 weights\n", head.Torch)
 	}
@@ -452,21 +452,32 @@ func modelWorker(f *benchFlags, seqs []int, w io.Writer) error {
 }
 
 // decodeReadBytes is what one decode step reads of m's weights: every parameter but the token
-// embedding, of which it reads one row, unless the embedding is also the (tied) head.
+// embedding, of which it reads one row, unless the embedding is also the (tied) head; in a
+// mixture of experts, of the experts only the ExpertsPerToken its token goes through.
 func decodeReadBytes(m *nn.Model) int64 {
 	half, float := m.ParamBytes()
 	n := int64(half + float)
-	if !m.Config().TieEmbeddings {
-		for _, p := range m.Params() {
-			if p.Name == "tok_emb.weight" {
-				size := 4
-				if p.Half != nil {
-					size = 2
-				}
-				rows, cols := p.Shape()[0], p.Shape()[1]
-				n -= int64(size * (rows - 1) * cols)
-			}
+	c := m.Config()
+	var experts int64 // the bytes of every expert of every block
+	for _, p := range m.Params() {
+		size := 4
+		if p.Half != nil {
+			size = 2
 		}
+		shape := p.Shape()
+		elems := 1
+		for _, d := range shape {
+			elems *= d
+		}
+		switch {
+		case p.Name == "tok_emb.weight" && !c.TieEmbeddings:
+			n -= int64(size * (shape[0] - 1) * shape[1])
+		case strings.Contains(p.Name, ".ffn.experts."):
+			experts += int64(size * elems)
+		}
+	}
+	if c.Experts > 0 {
+		n -= experts * int64(c.Experts-c.ExpertsPerToken) / int64(c.Experts)
 	}
 	return n
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mhalab/mha"
+	"github.com/mhalab/mha/nn"
 )
 
 // modelDir is a tiny Hugging Face folder of the pretrained tests.
@@ -161,5 +162,25 @@ func TestBenchModelBERT(t *testing.T) {
 	}
 	if !strings.Contains(stdout, `"decode_ms":null`) || !strings.Contains(stdout, `"T":8`) {
 		t.Errorf("want a prefill of 8 and no decode:\n%s", stdout)
+	}
+}
+
+// TestDecodeReadBytesExperts checks what a decode step of a mixture of experts reads: with 2 of
+// 4 experts a token, half the experts' weights fewer than with all 4, and the rest alike.
+func TestDecodeReadBytesExperts(t *testing.T) {
+	cfg := nn.Config{Vocab: 11, SeqLen: 8, DModel: 8, Heads: 2, Layers: 2, FFN: 12, Norm: nn.PreNorm, Positions: nn.NoPositions,
+		NormKind: nn.RMSNorm, Activation: nn.SwiGLU, NoMLPBias: true, Experts: 4, ExpertsPerToken: 2}
+	read := func(k int) int64 {
+		c := cfg
+		c.ExpertsPerToken = k
+		m, err := nn.NewModel(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeReadBytes(m)
+	}
+	experts := int64(cfg.Layers * cfg.Experts * 3 * cfg.DModel * cfg.FFN * 4) // float32 gate, up and down of every expert
+	if all, two := read(4), read(2); all-two != experts/2 {
+		t.Errorf("2 of 4 experts read %d bytes, all 4 %d: want %d fewer", two, all, experts/2)
 	}
 }
