@@ -37,15 +37,8 @@ var (
 // positions, Conv1D weights stored [in, out] and transposed here, c_attn's columns [Q | K | V]
 // becoming in_proj_weight's rows, and the head tied to wte.
 func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
-	e, v, heads, layers, pos := hc.NEmbd, hc.VocabSize, hc.NHead, hc.NLayer, hc.NPositions
-	if err := checkSizes(map[string]int{"n_embd": e, "vocab_size": v, "n_head": heads, "n_layer": layers, "n_positions": pos}); err != nil {
-		return nil, err
-	}
-	ffn := 4 * e
-	if hc.NInner != nil {
-		ffn = *hc.NInner
-	}
-	if err := checkSizes(map[string]int{"n_inner": ffn}); err != nil {
+	e, v, heads, layers, pos, ffn, err := hc.gpt2Sizes()
+	if err != nil {
 		return nil, err
 	}
 	act := hc.ActivationFunction
@@ -95,6 +88,16 @@ func gpt2Layout(hc *hfConfig, w *weights) (*layout, error) {
 		add("head.weight", false, part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
 	}
 	return l, nil
+}
+
+// gpt2Sizes reads the sizes GPT-2's config keys give (GPT-2's and GPT-J's), each checked: n_embd
+// e, vocab_size v, n_head, n_layer, n_positions and the MLP's width n_inner (4·n_embd when null
+// or left out).
+func (hc *hfConfig) gpt2Sizes() (e, v, heads, layers, pos, ffn int, err error) {
+	e, v, heads, layers, pos = hc.NEmbd, hc.VocabSize, hc.NHead, hc.NLayer, hc.NPositions
+	ffn = orDefault(hc.NInner, 4*e)
+	err = checkSizes(map[string]int{"n_embd": e, "vocab_size": v, "n_head": heads, "n_layer": layers, "n_positions": pos, "n_inner": ffn})
+	return
 }
 
 // bertLayout maps a BertModel or BertForMaskedLM folder: post-norm blocks, token types, an
@@ -355,15 +358,8 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 // in GPT-J's interleaved layout (rotate_every_two), q_proj, k_proj, v_proj and out_proj without
 // biases, fc_in and fc_out with them, and lm_head with a bias.
 func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
-	e, v, heads, layers, pos := hc.NEmbd, hc.VocabSize, hc.NHead, hc.NLayer, hc.NPositions
-	if err := checkSizes(map[string]int{"n_embd": e, "vocab_size": v, "n_head": heads, "n_layer": layers, "n_positions": pos}); err != nil {
-		return nil, err
-	}
-	ffn := 4 * e
-	if hc.NInner != nil {
-		ffn = *hc.NInner
-	}
-	if err := checkSizes(map[string]int{"n_inner": ffn}); err != nil {
+	e, v, heads, layers, pos, ffn, err := hc.gpt2Sizes()
+	if err != nil {
 		return nil, err
 	}
 	act := cmp.Or(hc.ActivationFunction, nn.GELUNew)

@@ -271,6 +271,13 @@ var architectures = map[string]Family{
 	"Qwen2MoeForCausalLM": Llama, "Qwen2MoeModel": Llama,
 }
 
+// decoderLayouts map the decoder families' folders (every family but the encoders BERT and
+// DistilBERT) to their nn models.
+var decoderLayouts = map[Family]func(*hfConfig, *weights) (*layout, error){
+	GPT2: gpt2Layout, GPTJ: gptjLayout, GPTNeoX: neoxLayout, Falcon: falconLayout, Phi: phiLayout, StableLM: stableLMLayout,
+	Starcoder2: starcoder2Layout, Llama: llamaLayout,
+}
+
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
 var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
 
@@ -360,56 +367,17 @@ func (o Options) Open(dir string) (*Model, error) {
 	bare := strings.HasSuffix(m.Architecture, "Model") && !strings.HasSuffix(m.Architecture, "LMHeadModel")
 	var lay *layout
 	switch m.Family {
-	case GPT2:
-		lay, err = gpt2Layout(&hc, w)
-		m.LMHead = !bare
 	case BERT:
 		lay, err = bertLayout(&hc, w)
 		m.LMHead = err == nil && lay.cfg.HeadTransform
 	case DistilBERT:
 		lay, err = distilBERTLayout(&hc, w)
 		m.LMHead = err == nil && lay.cfg.HeadTransform
-	case GPTNeoX:
-		if bare {
-			hc.TieEmbeddings = new(true) // no embed_out: the nn model's head is the embedding
-		}
-		lay, err = neoxLayout(&hc, w)
-		m.LMHead = !bare
-	case Phi:
-		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
-		}
-		lay, err = phiLayout(&hc, w)
-		m.LMHead = !bare
-	case GPTJ:
-		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
-		}
-		lay, err = gptjLayout(&hc, w)
-		m.LMHead = !bare
-	case Falcon:
-		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
-		}
-		lay, err = falconLayout(&hc, w)
-		m.LMHead = !bare
-	case StableLM:
-		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
-		}
-		lay, err = stableLMLayout(&hc, w)
-		m.LMHead = !bare
-	case Starcoder2:
-		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
-		}
-		lay, err = starcoder2Layout(&hc, w)
-		m.LMHead = !bare
 	default:
 		if bare {
-			hc.TieEmbeddings = new(true) // no lm_head: the nn model's head is the embedding
+			hc.TieEmbeddings = new(true) // no head (lm_head, embed_out): the nn model's head is the embedding
 		}
-		lay, err = llamaLayout(&hc, w)
+		lay, err = decoderLayouts[m.Family](&hc, w)
 		m.LMHead = !bare
 	}
 	if err == nil {

@@ -466,6 +466,20 @@ def stablelm_weights(name, dtype):
     return cfg, p, {"emb": emb, "layers": layers, "lnf": lnf, "head": head}, tok
 
 
+def gqa_attention(a, L, h, kvh, rope, mask):
+    """The attention of a LayerNorm decoder's block (StableLM's, StarCoder2's) on its normalised
+    input a [B, T, E]: q, k and v Linears with biases (L["q"], L["k"], L["v"], each (weight,
+    bias)), the rotary on q and k, repeat_kv for the kvh K/V heads. Returns the heads' outputs
+    merged [B, T, E] (before o_proj) and the weights."""
+    t = a.shape[1]
+    q = split_heads(a @ L["q"][0].T + L["q"][1], h)
+    k, vv = (split_heads(a @ L[n][0].T + L[n][1], kvh) for n in ("k", "v"))
+    q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
+    k, vv = k.repeat_interleave(h // kvh, dim=1), vv.repeat_interleave(h // kvh, dim=1)
+    o, w = softmax_attention(q, k, vv, mask)
+    return merge_heads(o), w
+
+
 def stablelm_forward(cfg, W, ids):
     """StableLmForCausalLM's forward of ids [B, T] (use_parallel_residual false): x + attn(ln1(x)),
     then + mlp(ln2(·)), the first partial_rotary_factor of each head rotated (rotate_half),
@@ -475,13 +489,9 @@ def stablelm_forward(cfg, W, ids):
     attns = []
     for L in W["layers"]:
         a = layer_norm(x, *L["ln1"], eps)
-        q = split_heads(a @ L["q"][0].T + L["q"][1], h)
-        k, vv = (split_heads(a @ L[n][0].T + L[n][1], kvh) for n in ("k", "v"))
-        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
-        k, vv = k.repeat_interleave(h // kvh, dim=1), vv.repeat_interleave(h // kvh, dim=1)
-        o, w = softmax_attention(q, k, vv, mask)
+        z, w = gqa_attention(a, L, h, kvh, rope, mask)
         attns.append(w)
-        x = x + merge_heads(o) @ L["o"].T
+        x = x + z @ L["o"].T
         m = layer_norm(x, *L["ln2"], eps)
         gate = m @ L["gate"].T
         x = x + ((gate * torch.sigmoid(gate)) * (m @ L["up"].T)) @ L["down"].T
@@ -527,13 +537,9 @@ def starcoder2(name, dtype):
     x, attns = emb[ids], []
     for L in layers:
         a = layer_norm(x, *L["ln1"], eps)
-        q = split_heads(a @ L["q"][0].T + L["q"][1], h)
-        k, vv = (split_heads(a @ L[n][0].T + L[n][1], kvh) for n in ("k", "v"))
-        q, k = apply_rope(q, torch.arange(t), rope, None), apply_rope(k, torch.arange(t), rope, None)
-        k, vv = k.repeat_interleave(h // kvh, dim=1), vv.repeat_interleave(h // kvh, dim=1)
-        o, w = softmax_attention(q, k, vv, mask)
+        z, w = gqa_attention(a, L, h, kvh, rope, mask)
         attns.append(w)
-        x = x + merge_heads(o) @ L["o"][0].T + L["o"][1]
+        x = x + z @ L["o"][0].T + L["o"][1]
         m = layer_norm(x, *L["ln2"], eps)
         x = x + gelu_new(m @ L["fc"][0].T + L["fc"][1]) @ L["proj"][0].T + L["proj"][1]
     hidden = layer_norm(x, *lnf, eps)
