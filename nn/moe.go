@@ -203,10 +203,10 @@ func (m *moe) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 		m.dy = kernel.Grow(m.dy, n*d)
 		m.dsig = kernel.Grow(m.dsig, n)
 		for t := range n {
-			g, s := dy[t*d:(t+1)*d], m.sig[t]
-			m.dsig[t] = kernel.Dot(g, ys[t*d:(t+1)*d]) * s * (1 - s)
+			g, sg := dy[t*d:(t+1)*d], m.sig[t]
+			m.dsig[t] = kernel.Dot(g, ys[t*d:(t+1)*d]) * sg * (1 - sg)
 			for c, v := range g {
-				m.dy[t*d+c] = s * v
+				m.dy[t*d+c] = sg * v
 			}
 		}
 		m.shared.backward(r, m.dy, dx, n, s)

@@ -381,7 +381,7 @@ func gptjLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	tied := orDefault(hc.TieEmbeddings, false)
 	l := &layout{
-		cfg: nn.Config{Vocab: v, SeqLen: min(pos, nn.MaxSeqLen), DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+		cfg: nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, Activation: act, NormEps: orDefault(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied,
 			Rope: rope, NoAttnBias: true, ParallelResidual: true, SharedNorm: true},
 		prefixes: []string{"transformer.", ""},
@@ -879,7 +879,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		}
 	}
 	// The experts' tensors: Mixtral's block_sparse_moe.gate and experts.e.w1 (gate), w3 (up)
-	// and w2 (down); Qwen3-MoE's mlp.gate and experts.e.gate_proj, up_proj, down_proj.
+	// and w2 (down); Qwen2-MoE's and Qwen3-MoE's mlp.gate and experts.e.gate_proj, up_proj,
+	// down_proj (Qwen2-MoE's shared_expert too).
 	moe, moeNames := "block_sparse_moe.", [3]string{"w1", "w3", "w2"}
 	if qwen3MoE || qwen2MoE {
 		moe, moeNames = "mlp.", [3]string{"gate_proj", "up_proj", "down_proj"}
