@@ -259,6 +259,7 @@ func TestBF16LayerOptions(t *testing.T) {
 		{"window alibi softcap", Config{EmbedDim: 64, NumHeads: 4}, Options{Window: &Window{20, 3}, ALiBi: true, Softcap: 8}, 0},
 		{"rotary gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}}, Options{Causal: true}, 0},
 		{"qk-norm gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}}, Options{Causal: true}, 0},
+		{"qk-norm across gqa rotary", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 10000}, QKNorm: &QKNorm{Eps: 1e-6, Across: true}}, Options{Causal: true}, 0},
 		{"qk-norm rotary cross", Config{EmbedDim: 64, NumHeads: 4, Rotary: &Rotary{Theta: 10000}, QKNorm: &QKNorm{Eps: 1e-6}}, Options{}, 50},
 		{"wide heads gqa", Config{EmbedDim: 64, NumHeads: 4, NumKVHeads: 2, HeadSize: 32, Rotary: &Rotary{Theta: 10000}}, Options{Causal: true}, 0},
 		{"narrow heads cross", Config{EmbedDim: 64, NumHeads: 4, HeadSize: 8}, Options{}, 50},

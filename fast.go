@@ -496,6 +496,9 @@ func (w *work) forward(l *Layer, r *Result, s *Saved) {
 		s.qkRaw = kernel.Grow(s.qkRaw, rows*c.HeadDim(0))
 		s.qkRstd = kernel.Grow(s.qkRstd, rows)
 	}
+	if n := c.QKNorm; n != nil && n.Across {
+		w.normAcross(n.Eps)
+	}
 	w.run(phaseTranspose, tasks)
 	w.out, w.ldo, w.ro, w.lse, w.wh = a.q, a.ldq, a.rq, nil, nil
 	// In bfloat16 the output projection rounds the concatenated heads to bfloat16 anyway: the
@@ -655,12 +658,40 @@ func (w *work) transpose(task int) {
 	}
 }
 
-// transformQ normalises (Config.QKNorm) and rotates (Config.Rotary) the queries of batch b,
-// head h, which start at off in Q, keeping in Saved what Backward needs.
+// normAcross normalises each position's queries across all heads and its keys across all K/V
+// heads (QKNorm.Across), before the heads' tasks read them, keeping in Saved what Backward needs:
+// the queries' [B·Tq, H·d] inputs, then the keys' [B·Tk, Hkv·d], and their rstds.
+func (w *work) normAcross(eps float64) {
+	a, c, p, s := w.a, &w.l.cfg, &w.p, w.s
+	qd, ekv := c.InnerDim(), c.KVDim()
+	for b := range p.b {
+		var qraw, qrstd, kraw, krstd []float32
+		if s != nil {
+			qraw, qrstd, kraw, krstd = w.acrossSaved(b)
+		}
+		normHead(view(a.q, b*a.rq*a.ldq), a.ldq, p.tq, w.l.param("q_norm.weight")[:qd], eps, qraw, qrstd)
+		normHead(view(a.k, b*a.rk*a.ldk), a.ldk, p.tkx, w.l.param("k_norm.weight")[:ekv], eps, kraw, krstd)
+	}
+}
+
+// acrossSaved returns, with QKNorm.Across in a training forward, where Saved keeps batch b's
+// normalised rows' inputs and rstds, queries then keys.
+func (w *work) acrossSaved(b int) (qraw, qrstd, kraw, krstd []float32) {
+	s, p, c := w.s, &w.p, &w.l.cfg
+	qd, ekv := c.InnerDim(), c.KVDim()
+	kRows := p.b * p.tq // the keys' rows follow every query row
+	qraw, qrstd = s.qkRaw[b*p.tq*qd:(b+1)*p.tq*qd], s.qkRstd[b*p.tq:(b+1)*p.tq]
+	kraw = s.qkRaw[kRows*qd+b*p.tkx*ekv:][:p.tkx*ekv]
+	krstd = s.qkRstd[kRows+b*p.tkx:][:p.tkx]
+	return
+}
+
+// transformQ normalises (Config.QKNorm, per head) and rotates (Config.Rotary) the queries of
+// batch b, head h, which start at off in Q, keeping in Saved what Backward needs.
 func (w *work) transformQ(b, h, off int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	x := view(a.q, off)
-	if n := c.QKNorm; n != nil {
+	if n := c.QKNorm; n != nil && !n.Across {
 		raw, rstd := w.qkSaved(b*c.NumHeads+h, p.tq)
 		normHead(x, a.ldq, p.tq, w.l.param("q_norm.weight"), n.Eps, raw, rstd)
 	}
@@ -674,7 +705,7 @@ func (w *work) transformQ(b, h, off int) {
 func (w *work) transformK(b, g, off, j0, j1 int) {
 	a, c, p := w.a, &w.l.cfg, &w.p
 	x := view(a.k, off+j0*a.ldk)
-	if n := c.QKNorm; n != nil {
+	if n := c.QKNorm; n != nil && !n.Across {
 		raw, rstd := w.qkSaved(p.b*c.NumHeads+b*c.KVHeads()+g, p.tkx)
 		if raw != nil {
 			raw, rstd = raw[j0*c.HeadDim(0):], rstd[j0:]

@@ -571,7 +571,10 @@ func run[F kernel.Float](l *Layer, p *plan, tr *Trace) (out, weights []F, fullyM
 	v := linear(as[F](p.v), p.b*p.tk, c.vdim(), wv.Float32s(), bv, ekv)
 	k = appendRows(k, p, ekv, l.param("bias_k"), c.AddZeroAttn)
 	v = appendRows(v, p, ekv, l.param("bias_v"), c.AddZeroAttn)
-	if n := c.QKNorm; n != nil {
+	if n := c.QKNorm; n != nil && n.Across {
+		normRows(q, e, []int{0, e}, l.param("q_norm.weight"), n.Eps)
+		normRows(k, ekv, []int{0, ekv}, l.param("k_norm.weight"), n.Eps)
+	} else if n != nil {
 		normRows(q, e, l.offs, l.param("q_norm.weight"), n.Eps)
 		normRows(k, ekv, l.kvOffs, l.param("k_norm.weight"), n.Eps)
 	}

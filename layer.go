@@ -91,14 +91,20 @@ type Config struct {
 	// QKNorm, when not nil, normalises every head's query and key after the projections and
 	// before Rotary, as Qwen3 does: each head's d values by RMSNorm, x/√(mean(x²) + Eps)
 	// times the learned gains q_norm.weight [d] (queries) and k_norm.weight [d] (keys, shared by
-	// all K/V heads). It needs heads of one size and no appended keys (AddBiasKV, AddZeroAttn).
+	// all K/V heads); with QKNorm.Across, each position's queries of all heads at once, and its
+	// keys of all K/V heads. It needs heads of one size and no appended keys (AddBiasKV,
+	// AddZeroAttn).
 	QKNorm *QKNorm
 }
 
-// QKNorm is the per-head RMSNorm of queries and keys (Config.QKNorm).
+// QKNorm is the RMSNorm of queries and keys (Config.QKNorm).
 type QKNorm struct {
 	// Eps is added to the mean of squares: finite and > 0 in float32 (Qwen3's rms_norm_eps, 1e-6).
 	Eps float64
+	// Across normalises each position's H·d query values together, with gains q_norm.weight
+	// [H·d], and its Hkv·d key values, with k_norm.weight [Hkv·d] (OLMo 2's q_norm and k_norm
+	// over the whole projections), rather than each head's d values with gains [d] (Qwen3's).
+	Across bool
 }
 
 // MaxDim bounds every size in a Config, so that a size read from a file cannot ask for an absurd
@@ -468,7 +474,9 @@ func (c Config) paramShapes() []paramShape {
 	if c.Sinks {
 		s = append(s, paramShape{"sinks", []int{c.NumHeads}})
 	}
-	if c.QKNorm != nil {
+	if n := c.QKNorm; n != nil && n.Across {
+		s = append(s, paramShape{"q_norm.weight", []int{c.InnerDim()}}, paramShape{"k_norm.weight", []int{c.KVDim()}})
+	} else if n != nil {
 		s = append(s, paramShape{"q_norm.weight", []int{c.HeadDim(0)}}, paramShape{"k_norm.weight", []int{c.HeadDim(0)}})
 	}
 	return s
@@ -659,7 +667,8 @@ func (l *Layer) describe() string {
 // heads, whose key and value projections are narrower, with sinks, or with a HeadSize, whose
 // out_proj.weight is [E, H·d]), with numHeads heads. AddZeroAttn,
 // Dropout, Rotary and Seed are not stored in a state dict and are left zero; q_norm.weight gives
-// QKNorm with Qwen3's Eps of 1e-6, which is not stored either. It returns an error
+// QKNorm with Qwen3's Eps of 1e-6, which is not stored either (Across when it holds H·d
+// gains). It returns an error
 // wrapping ErrStateDict when sd is not such a state dict, or ErrConfig when the sizes do not make
 // a valid layer.
 func InferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
@@ -723,8 +732,9 @@ func inferConfig(sd map[string]*tensor.Tensor, numHeads int) (Config, error) {
 	cfg.NoBias = !hasBias
 	_, cfg.AddBiasKV = sd["bias_k"]
 	_, cfg.Sinks = sd["sinks"]
-	if _, ok := sd["q_norm.weight"]; ok {
-		cfg.QKNorm = &QKNorm{Eps: 1e-6}
+	if w, ok := sd["q_norm.weight"]; ok {
+		// Gains of H·d values (H > 1) normalise across the heads.
+		cfg.QKNorm = &QKNorm{Eps: 1e-6, Across: len(w.Shape) == 1 && cfg.NumHeads > 1 && w.Shape[0] == cfg.InnerDim()}
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

@@ -140,13 +140,17 @@ func (l *Layer) ForwardCacheInto(r *Result, kv *KVCache, x *tensor.Tensor, opt *
 		g.BF16, g.XB = bf, xb
 		w.runGemm(g)
 	}
+	if nm := c.QKNorm; nm != nil && nm.Across { // each position's row of every head at once
+		normHead(q, qd, n, l.param("q_norm.weight"), nm.Eps, nil, nil)
+		normHead(k, ekv, n, l.param("k_norm.weight"), nm.Eps, nil, nil)
+	}
 	w.cq = reuse(w.cq, n*qd, b, heads, t, d)
 	w.ck = reuse(w.ck, n*ekv, b, hkv, t, d)
 	w.cv = reuse(w.cv, n*ekv, b, hkv, t, d)
 	w.relayout(headLayout{q, w.cq.Data, b, t, heads, d, true},
 		headLayout{k, w.ck.Data, b, t, hkv, d, true},
 		headLayout{v, w.cv.Data, b, t, hkv, d, true})
-	if nm := c.QKNorm; nm != nil { // before the rotation, which AttendCache applies
+	if nm := c.QKNorm; nm != nil && !nm.Across { // before the rotation, which AttendCache applies
 		normHead(w.cq.Data, d, n*heads, l.param("q_norm.weight"), nm.Eps, nil, nil)
 		normHead(w.ck.Data, d, n*hkv, l.param("k_norm.weight"), nm.Eps, nil, nil)
 	}

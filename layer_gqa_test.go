@@ -53,6 +53,8 @@ func gqaCases() []gqaCase {
 		{name: "qk-norm cross", cfg: Config{EmbedDim: 12, NumHeads: 3, QKNorm: &QKNorm{Eps: 0.25}, Seed: 12}, b: 1, tq: 4, tk: 6},
 		{name: "qk-norm cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, KDim: 5, VDim: 3, Rotary: partial, QKNorm: &QKNorm{Eps: 1e-3}, Seed: 13}, b: 2, tq: 3, tk: 5, causal: true},
 		{name: "wide heads gqa rotary qk-norm", cfg: Config{EmbedDim: 12, NumHeads: 4, NumKVHeads: 2, HeadSize: 6, Rotary: half, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 14}, b: 2, tq: 6, causal: true, padding: true},
+		{name: "qk-norm across gqa rotary", cfg: Config{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, Rotary: half, QKNorm: &QKNorm{Eps: 1e-6, Across: true}, Seed: 19}, b: 2, tq: 7, causal: true, padding: true},
+		{name: "qk-norm across cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, NumKVHeads: 1, KDim: 5, VDim: 3, Rotary: partial, QKNorm: &QKNorm{Eps: 1e-3, Across: true}, Seed: 20}, b: 2, tq: 3, tk: 5, causal: true},
 		{name: "wide heads cross kdim", cfg: Config{EmbedDim: 8, NumHeads: 2, HeadSize: 6, KDim: 5, VDim: 3, Seed: 15}, b: 1, tq: 4, tk: 5},
 		{name: "narrow heads bias_kv", cfg: Config{EmbedDim: 16, NumHeads: 4, HeadSize: 2, AddBiasKV: true, Sinks: true, Seed: 16}, b: 2, tq: 5, tk: 6},
 	}
@@ -119,18 +121,34 @@ func composed(t *testing.T, l *Layer, c gqaCase, q, k, v *tensor.Tensor, opt *Op
 	}
 	kk, vv := project(k, wk.F, bk, hkv), project(v, wv.F, bv, hkv)
 	qq := project(q, wq.F, bq, h)
-	if n := cfg.QKNorm; n != nil { // each head's rows by RMSNorm, in float64
+	if n := cfg.QKNorm; n != nil { // RMSNorm in float64: each head's d values, or a position's every head's
 		for _, x := range []struct {
-			t *tensor.Tensor
-			w []float32
-		}{{qq, l.param("q_norm.weight")}, {kk, l.param("k_norm.weight")}} {
-			for r := range len(x.t.Data) / d {
-				row, ss := x.t.Data[r*d:(r+1)*d], 0.0
-				for _, v := range row {
-					ss += float64(v) * float64(v)
-				}
-				for i, v := range row {
-					row[i] = float32(float64(v) / math.Sqrt(ss/float64(d)+n.Eps) * float64(x.w[i]))
+			t     *tensor.Tensor
+			w     []float32
+			heads int
+		}{{qq, l.param("q_norm.weight"), h}, {kk, l.param("k_norm.weight"), hkv}} {
+			b, tt := x.t.Shape[0], x.t.Shape[2]
+			group := 1 // heads normalised together
+			if n.Across {
+				group = x.heads
+			}
+			at := func(bb, hh, i, j int) *float32 { return &x.t.Data[((bb*x.heads+hh)*tt+i)*d+j] }
+			for bb := range b {
+				for i := range tt {
+					for h0 := 0; h0 < x.heads; h0 += group {
+						ss := 0.0
+						for hh := h0; hh < h0+group; hh++ {
+							for j := range d {
+								ss += float64(*at(bb, hh, i, j)) * float64(*at(bb, hh, i, j))
+							}
+						}
+						rstd := 1 / math.Sqrt(ss/float64(group*d)+n.Eps)
+						for hh := h0; hh < h0+group; hh++ {
+							for j := range d {
+								*at(bb, hh, i, j) = float32(float64(*at(bb, hh, i, j)) * rstd * float64(x.w[(hh-h0)*d+j]))
+							}
+						}
+					}
 				}
 			}
 		}
@@ -218,6 +236,7 @@ func TestLayerGQAParams(t *testing.T) {
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 1, AddBiasKV: true},
 		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, KDim: 5, VDim: 7, NoBias: true},
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6}},
+		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, QKNorm: &QKNorm{Eps: 1e-6, Across: true}},
 		{EmbedDim: 16, NumHeads: 4, NumKVHeads: 2, HeadSize: 8},
 		{EmbedDim: 16, NumHeads: 8, NumKVHeads: 2, HeadSize: 3, KDim: 5, VDim: 7},
 		{EmbedDim: 10, NumHeads: 4, HeadSize: 3, AddBiasKV: true},
@@ -243,7 +262,9 @@ func TestLayerGQAParams(t *testing.T) {
 		if cfg.AddBiasKV {
 			want["bias_k"], want["bias_v"] = []int{1, 1, ekv}, []int{1, 1, ekv}
 		}
-		if cfg.QKNorm != nil {
+		if n := cfg.QKNorm; n != nil && n.Across {
+			want["q_norm.weight"], want["k_norm.weight"] = []int{qd}, []int{ekv}
+		} else if n != nil {
 			want["q_norm.weight"], want["k_norm.weight"] = []int{d}, []int{d}
 		}
 		sd := l.StateDict()
@@ -260,7 +281,7 @@ func TestLayerGQAParams(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.NumKVHeads != cfg.NumKVHeads || got.KDim != cfg.KDim || got.VDim != cfg.VDim || got.NoBias != cfg.NoBias || got.AddBiasKV != cfg.AddBiasKV ||
-			(got.QKNorm != nil) != (cfg.QKNorm != nil) || got.HeadSize != cfg.HeadSize {
+			(got.QKNorm != nil) != (cfg.QKNorm != nil) || got.QKNorm != nil && got.QKNorm.Across != cfg.QKNorm.Across || got.HeadSize != cfg.HeadSize {
 			t.Errorf("InferConfig gave %+v, want %+v", got, cfg)
 		}
 	}
@@ -579,8 +600,8 @@ func TestLayerWindow(t *testing.T) {
 }
 
 // TestLayerForwardCache checks that a prefill and then steps through the layer's KV cache give
-// Forward's output on the whole sequence, with grouped heads, rotary with an offset, qk-norm,
-// heads of another size than E/H and a window.
+// Forward's output on the whole sequence, with grouped heads, rotary with an offset, qk-norm
+// (per head and across the heads), heads of another size than E/H and a window.
 func TestLayerForwardCache(t *testing.T) {
 	const b, n, e = 2, 13, 16
 	for _, c := range []struct {
@@ -592,6 +613,7 @@ func TestLayerForwardCache(t *testing.T) {
 		{Config{EmbedDim: e, NumHeads: 2, NoBias: true, Seed: 3}, nil},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Sinks: true, Seed: 9}, &Window{4, 0}},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100, Offset: 1}, QKNorm: &QKNorm{Eps: 1e-6}, Seed: 10}, nil},
+		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 2, Rotary: &Rotary{Theta: 100}, QKNorm: &QKNorm{Eps: 1e-6, Across: true}, Seed: 13}, &Window{4, 0}},
 		{Config{EmbedDim: e, NumHeads: 4, NumKVHeads: 1, HeadSize: 8, Rotary: &Rotary{Theta: 100}, Seed: 11}, &Window{5, 0}},
 		{Config{EmbedDim: e, NumHeads: 2, HeadSize: 3, Seed: 12}, nil},
 	} {

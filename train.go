@@ -26,7 +26,8 @@ type Saved struct {
 	probs  []float32 // [B, H, Tq, Tkx] weights before dropout, when dense
 	dense  bool      // the forward kept the weights: Backward uses them
 	// With Config.QKNorm, the normalised rows' inputs [rows, d] and rstds [rows]: the queries'
-	// rows [B, H, Tq], then the keys' [B, Hkv, Tk] (work.qkSaved).
+	// rows [B, H, Tq], then the keys' [B, Hkv, Tk] (work.qkSaved); with QKNorm.Across, rows of
+	// every head's values, [B·Tq, H·d] then [B·Tk, Hkv·d] (work.acrossSaved).
 	qkRaw, qkRstd []float32
 }
 
@@ -233,10 +234,12 @@ func (w *work) backwardLayer() {
 		w.dsink = kernel.Grow(w.dsink, p.b*c.NumHeads)
 	}
 	if c.QKNorm != nil {
-		w.dnorm = kernel.Grow(w.dnorm, p.b*c.KVHeads()*4*c.HeadDim(0))
+		w.dnorm = kernel.Grow(w.dnorm, max(p.b*c.KVHeads()*4*c.HeadDim(0), 4*max(qd, c.KVDim())))
 	}
 	w.run(phaseBackward, p.b*c.KVHeads())
-	if c.QKNorm != nil {
+	if n := c.QKNorm; n != nil && n.Across {
+		w.normAcrossGrad()
+	} else if n != nil {
 		// Each (batch, K/V head) task left its part of the gains' gradients; they are summed in
 		// task order.
 		d, gq, gk := c.HeadDim(0), w.grad("q_norm.weight"), w.grad("k_norm.weight")
@@ -326,7 +329,7 @@ func (w *work) backward(worker, task int) {
 	dkh := view(dk, b*a.rk*a.ldk+ko)
 	group := heads / hkv
 	var dnorm []float32 // [dw of q_norm | dw of k_norm | scratch of 2d]
-	if c.QKNorm != nil {
+	if n := c.QKNorm; n != nil && !n.Across {
 		d := c.HeadDim(0)
 		dnorm = w.dnorm[4*task*d : 4*(task+1)*d]
 		clear(dnorm[:2*d])
@@ -372,5 +375,28 @@ func (w *work) backward(worker, task int) {
 		d := c.HeadDim(0)
 		raw, rstd := w.qkSaved(p.b*heads+task, p.tk)
 		normHeadGrad(dkh, a.ldk, p.tk, w.l.param("k_norm.weight"), raw, rstd, dnorm[d:2*d], dnorm[2*d:])
+	}
+}
+
+// normAcrossGrad is normAcross's backward, once every head's task has left its queries' and
+// keys' gradients (rotated back) in dq and dk: batch by batch, each position's gradient of its
+// normalised row becomes its input's, and the gains' gradients add up in batch order.
+func (w *work) normAcrossGrad() {
+	a, c, p := w.a, &w.l.cfg, &w.p
+	qd, ekv := c.InnerDim(), c.KVDim()
+	dq, dk, _ := a.split(w.dbuf)
+	gains := w.dnorm[:qd+ekv] // the gains' gradients when the layer keeps none
+	scratch := w.dnorm[qd+ekv:][:2*max(qd, ekv)]
+	gq, gk := w.grad("q_norm.weight"), w.grad("k_norm.weight")
+	if gq == nil {
+		gq = gains[:qd]
+	}
+	if gk == nil {
+		gk = gains[qd:]
+	}
+	for b := range p.b {
+		qraw, qrstd, kraw, krstd := w.acrossSaved(b)
+		normHeadGrad(view(dq, b*a.rq*a.ldq), a.ldq, p.tq, w.l.param("q_norm.weight")[:qd], qraw, qrstd, gq, scratch)
+		normHeadGrad(view(dk, b*a.rk*a.ldk), a.ldk, p.tk, w.l.param("k_norm.weight")[:ekv], kraw, krstd, gk, scratch)
 	}
 }
