@@ -468,7 +468,8 @@ func normWeight(m *nn.Model, name string) ([]float64, error) {
 }
 
 // inputNorm returns the name of the normalisation layer whose output layer l reads (l =
-// Layers for the unembedding), or "" when there is none (post-norm layer 0 without emb_ln).
+// Layers for the unembedding), or "" when there is none (post-norm layer 0 without emb_ln, a
+// block without input norms).
 func inputNorm(cfg nn.Config, l int) string {
 	last := func(l int) string {
 		p := blockParam(l, "")
@@ -482,6 +483,8 @@ func inputNorm(cfg nn.Config, l int) string {
 		return "head_ln"
 	case cfg.Norm == nn.PreNorm && l == cfg.Layers:
 		return "ln_f"
+	case cfg.Norm == nn.PreNorm && cfg.NoInputNorm: // OLMo 2's blocks read the stream itself
+		return ""
 	case cfg.Norm == nn.PreNorm:
 		return blockParam(l, "ln1")
 	case l > 0:

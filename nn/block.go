@@ -20,6 +20,7 @@ import (
 //	sandwich:   x = x + LN1'(MHA(LN1(x)));  x = x + LN2'(FFN(LN2(x)))
 //	parallel:   x = x + MHA(LN1(x)) + FFN(LN2(x)), or FFN(LN1(x)) with a shared norm
 type block struct {
+	d        int // the stream's width, d_model
 	pre      bool
 	parallel bool       // the feed-forward network reads the block's input, not the stream after the attention
 	ln1, ln2 *normLayer // ln2 is nil in attention-only blocks and with a shared norm
@@ -66,7 +67,10 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 	if err != nil {
 		return nil, fmt.Errorf("nn: block %d: %w", l, err)
 	}
-	b := &block{pre: c.Norm == PreNorm, parallel: c.ParallelResidual, ln1: newNorm(ps, c, prefix+"ln1"), attn: attn, window: c.window(l)}
+	b := &block{d: c.DModel, pre: c.Norm == PreNorm, parallel: c.ParallelResidual, attn: attn, window: c.window(l)}
+	if !c.NoInputNorm {
+		b.ln1 = newNorm(ps, c, prefix+"ln1")
+	}
 	if c.SandwichNorm {
 		b.post1 = newNorm(ps, c, prefix+"ln1_post")
 	}
@@ -86,7 +90,7 @@ func newBlock(ps params, c Config, l int, attnSeed uint64, half map[string]*tens
 		b.grads.Params = append(b.grads.Params, mha.Param{Name: q.Name, T: p.Grad})
 	}
 	if !c.AttnOnly {
-		if !c.SharedNorm {
+		if !c.SharedNorm && !c.NoInputNorm {
 			b.ln2 = newNorm(ps, c, prefix+"ln2")
 		}
 		b.ffn = newFFN(ps, c, prefix+"ffn.")
@@ -182,12 +186,11 @@ func (b *block) swap(s *shared) {
 // run is the block's computation on x [B·T, d], with attend the attention of b.in, which run
 // sets to the attention's input.
 func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float32, error)) ([]float32, error) {
-	n := batch * t
-	d := b.ln1.d
+	n, d := batch*t, b.d
 	b.sum1 = kernel.Grow(b.sum1, n*d)
 	b.x = x
 	in := x
-	if b.pre {
+	if b.pre && b.ln1 != nil { // without input norms (OLMo 2) the attention reads the stream
 		in = b.ln1.forward(r, x, n)
 	}
 	b.in = tensor.Tensor{Shape: []int{batch, t, d}, Data: in}
@@ -214,7 +217,7 @@ func (b *block) run(r *runner, x []float32, batch, t int, attend func() ([]float
 		in = b.in.Data
 	case b.parallel:
 		in = b.ln2.forward(r, b.x, n)
-	case b.pre:
+	case b.pre && b.ln2 != nil:
 		in = b.ln2.forward(r, x, n)
 	}
 	y = b.ffn.forward(r, in, n)
@@ -243,7 +246,7 @@ func (b *block) attnBackward(dOut, dIn []float32) error {
 // and dy must not overlap.
 func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads *tensor.Tensor) error {
 	b.grads.HeadsIn = dHeads
-	d := b.ln1.d
+	d := b.d
 	if b.pre {
 		// y = x1 + FFN(LN2(x1)), x1 = x + MHA(LN1(x)) (with the sandwich, LN2'(FFN(·)) and
 		// LN1'(MHA(·))): dx holds dL/dx1, then dL/dx.
@@ -256,8 +259,11 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 			}
 			dh := zeroed(&s.d1, n*d)
 			b.ffn.backward(r, dOut, dh, n, s)
-			if b.ln2 != nil {
+			switch {
+			case b.ln2 != nil:
 				b.ln2.backward(r, dh, dx, n)
+			case !b.parallel: // no input norm: the FFN read x1 itself
+				add(r, dx, dx, dh)
 			}
 		}
 		dOut := dx
@@ -269,11 +275,15 @@ func (b *block) backward(r *runner, dy, dx []float32, n int, s *scratch, dHeads 
 			b.post1.backward(r, dx, dOut, n)
 		}
 		dh := s.d1 // with a shared norm, it holds the FFN's input gradient, to which the attention's adds
-		if b.ffn == nil || b.ln2 != nil {
+		if b.ffn == nil || b.ln2 != nil || !b.parallel {
 			dh = zeroed(&s.d1, n*d)
 		}
 		if err := b.attnBackward(dOut, dh); err != nil {
 			return err
+		}
+		if b.ln1 == nil { // no input norm: the attention read x itself
+			add(r, dx, dx, dh)
+			return nil
 		}
 		b.ln1.backward(r, dh, dx, n)
 		return nil

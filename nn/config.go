@@ -105,6 +105,10 @@ type Config struct {
 	// rotation (mha.Config.QKNorm; Qwen3's q_norm and k_norm): each block's attention has the
 	// parameters attn.q_norm.weight and attn.k_norm.weight [d]. It needs heads of one size.
 	QKNorm bool `json:"qk_norm,omitempty"`
+	// QKNormAcross, with QKNorm, normalises each position's queries across all heads and its
+	// keys across all K/V heads (mha.QKNorm.Across; OLMo 2's q_norm and k_norm over the whole
+	// projections): the gains are attn.q_norm.weight [Heads·d] and attn.k_norm.weight [KVHeads·d].
+	QKNormAcross bool `json:"qk_norm_across,omitempty"`
 	// Bidirectional lets every position attend to every other (BERT's encoder); the default is
 	// causal.
 	Bidirectional bool `json:"bidirectional,omitempty"`
@@ -125,6 +129,11 @@ type Config struct {
 	// N2'(FFN(N2(x))), with the parameters blocks.l.ln1_post and blocks.l.ln2_post (the latter
 	// unless AttnOnly). Only with Norm "pre".
 	SandwichNorm bool `json:"sandwich_norm,omitempty"`
+	// NoInputNorm, with SandwichNorm, leaves out the blocks' input normalisations ln1 and ln2:
+	// the attention and the feed-forward network read the stream itself, and only their outputs
+	// are normalised (OLMo 2's post_attention_layernorm and post_feedforward_layernorm): x = x +
+	// N1'(MHA(x)); x = x + N2'(FFN(x)).
+	NoInputNorm bool `json:"no_input_norm,omitempty"`
 	// ParallelResidual has each pre-norm block add its attention and its feed-forward network,
 	// both reading the block's input, to the stream at once (GPT-NeoX's and Pythia's
 	// use_parallel_residual, GPT-J's): x = x + MHA(N1(x)) + FFN(N2(x)). ResidualMid is then x +
@@ -343,6 +352,10 @@ func (c Config) Validate() error {
 		return bad("experts with attn_only, which has no feed-forward network")
 	case c.NoRope != nil && len(c.NoRope) != c.Layers:
 		return bad("no_rope lists %d layers, want one flag per layer, %d", len(c.NoRope), c.Layers)
+	case c.NoInputNorm && !c.SandwichNorm:
+		return bad("no_input_norm without sandwich_norm, want both (a block normalises its outputs or its inputs)")
+	case c.QKNormAcross && !c.QKNorm:
+		return bad("qk_norm_across without qk_norm, want both")
 	case c.SandwichNorm && c.Norm != PreNorm:
 		return bad("sandwich_norm with norm %q, want %q", c.Norm, PreNorm)
 	case c.ParallelResidual && (c.Norm != PreNorm || c.AttnOnly || c.SandwichNorm):
@@ -382,7 +395,7 @@ func (c Config) Attention() mha.Config {
 	ac := mha.Config{EmbedDim: c.DModel, NumHeads: c.Heads, NumKVHeads: c.KVHeads, NoBias: c.NoAttnBias,
 		Dropout: c.Dropout, HeadDims: c.HeadDims, HeadScales: c.HeadScales, HeadSize: c.HeadSize, Rotary: c.Rope.rotary()}
 	if c.QKNorm {
-		ac.QKNorm = &mha.QKNorm{Eps: c.normEps()}
+		ac.QKNorm = &mha.QKNorm{Eps: c.normEps(), Across: c.QKNormAcross}
 	}
 	return ac
 }

@@ -68,7 +68,7 @@ func Example() {
 	// Output:
 	// loss at step 0 above 2: true; at step 59 below 0.05: true
 	// 7050 parameters, task count, step 60, 61 optimizer tensors
-	// {Vocab:10 SeqLen:8 DModel:16 Heads:2 Layers:2 FFN:64 Norm:pre Positions:learned AttnOnly:false Dropout:0 Seed:1 HeadDims:[] HeadScales:[] HeadSize:0 NormKind: NormEps:0 Activation: NoMLPBias:false NoHeadBias:false TieEmbeddings:false TypeVocab:0 EmbNorm:false EmbScale:0 HeadTransform:false KVHeads:0 Rope:<nil> NoAttnBias:false QKNorm:false Bidirectional:false Window:0 Local:<nil> NoRope:[] SandwichNorm:false ParallelResidual:false SharedNorm:false AttnSoftcap:0 LogitSoftcap:0 Experts:0 ExpertsPerToken:0 NormTopK:false SharedExpert:0 Patterns:[] Block:[] Normalizer:}
+	// {Vocab:10 SeqLen:8 DModel:16 Heads:2 Layers:2 FFN:64 Norm:pre Positions:learned AttnOnly:false Dropout:0 Seed:1 HeadDims:[] HeadScales:[] HeadSize:0 NormKind: NormEps:0 Activation: NoMLPBias:false NoHeadBias:false TieEmbeddings:false TypeVocab:0 EmbNorm:false EmbScale:0 HeadTransform:false KVHeads:0 Rope:<nil> NoAttnBias:false QKNorm:false QKNormAcross:false Bidirectional:false Window:0 Local:<nil> NoRope:[] SandwichNorm:false NoInputNorm:false ParallelResidual:false SharedNorm:false AttnSoftcap:0 LogitSoftcap:0 Experts:0 ExpertsPerToken:0 NormTopK:false SharedExpert:0 Patterns:[] Block:[] Normalizer:}
 }
 
 // A Llama-like configuration: RMSNorm, SwiGLU without biases, no position embedding and a head

@@ -45,7 +45,9 @@ func (c Config) layout() []paramSpec {
 	}
 	for l := range c.Layers {
 		p := "blocks." + strconv.Itoa(l) + "."
-		s = append(s, c.normSpecs(p+"ln1")...)
+		if !c.NoInputNorm {
+			s = append(s, c.normSpecs(p+"ln1")...)
+		}
 		qd, ekv := c.Attention().InnerDim(), c.Attention().KVDim()
 		s = append(s, paramSpec{name: p + "attn.in_proj_weight", shape: []int{qd + 2*ekv, d}, init: initAttn, decay: true})
 		if !c.NoAttnBias {
@@ -56,15 +58,18 @@ func (c Config) layout() []paramSpec {
 			s = append(s, paramSpec{name: p + "attn.out_proj.bias", shape: []int{d}, init: initAttn})
 		}
 		if c.QKNorm {
-			hd := c.Attention().HeadDim(0)
-			s = append(s, paramSpec{name: p + "attn.q_norm.weight", shape: []int{hd}, init: initAttn},
-				paramSpec{name: p + "attn.k_norm.weight", shape: []int{hd}, init: initAttn})
+			qn, kn := c.Attention().HeadDim(0), c.Attention().HeadDim(0)
+			if c.QKNormAcross {
+				qn, kn = qd, ekv
+			}
+			s = append(s, paramSpec{name: p + "attn.q_norm.weight", shape: []int{qn}, init: initAttn},
+				paramSpec{name: p + "attn.k_norm.weight", shape: []int{kn}, init: initAttn})
 		}
 		if c.SandwichNorm {
 			s = append(s, c.normSpecs(p+"ln1_post")...)
 		}
 		if !c.AttnOnly {
-			if !c.SharedNorm {
+			if !c.SharedNorm && !c.NoInputNorm {
 				s = append(s, c.normSpecs(p+"ln2")...)
 			}
 			if c.Experts > 0 {
