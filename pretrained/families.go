@@ -713,8 +713,9 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
 	smollm3, mixtral, qwen3MoE, qwen2MoE := named("smollm3", "SmolLM3"), named("mixtral", "Mixtral"), named("qwen3_moe", "Qwen3Moe"), named("qwen2_moe", "Qwen2Moe")
-	qwen3 = qwen3 || qwen3MoE // Qwen3-MoE's attention is Qwen3's, Qwen2-MoE's Qwen2's
-	qwen = qwen || qwen2MoE
+	olmo2, olmoe := named("olmo2", "Olmo2"), named("olmoe", "Olmoe")
+	// Qwen3-MoE's attention is Qwen3's, Qwen2-MoE's Qwen2's.
+	qwen3, qwen = qwen3 || qwen3MoE, qwen || qwen2MoE
 	hc.phi3 = phi3
 	// Gemma 3 is Gemma with sandwich norms, qk-norm and local layers: gemma covers both.
 	gemma2, gemma3 := named("gemma2", "Gemma2"), named("gemma3_text", "Gemma3")
@@ -811,15 +812,19 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			return nil, err
 		}
 	}
-	eps := 1e-6 // LlamaConfig's and its kin's default rms_norm_eps; Phi3Config's is 1e-5
-	if phi3 {
+	eps := 1e-6 // LlamaConfig's and its kin's default rms_norm_eps; Phi3Config's, Olmo2Config's and OlmoeConfig's 1e-5
+	if phi3 || olmo2 || olmoe {
 		eps = 1e-5
+	}
+	if hc.ClipQKV != nil {
+		return nil, fmt.Errorf("%w: clip_qkv %v (OLMo's clamping of the projections)", ErrUnsupported, *hc.ClipQKV)
 	}
 	tied := orDefault(hc.TieEmbeddings, gemma || smollm3) // GemmaConfig and SmolLM3Config tie by default, LlamaConfig does not
 	l := &layout{
 		cfg: nn.Config{Vocab: v, SeqLen: seq, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
 			Positions: nn.NoPositions, NormKind: nn.RMSNorm, NormEps: orDefault(hc.RMSNormEps, eps), Activation: activation,
-			NoMLPBias: !mlpBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias, QKNorm: qwen3},
+			NoMLPBias: !mlpBias, NoHeadBias: true, TieEmbeddings: tied, Rope: rope, NoAttnBias: !qkvBias,
+			QKNorm: qwen3 || olmo2 || olmoe, QKNormAcross: olmo2 || olmoe, SandwichNorm: olmo2, NoInputNorm: olmo2},
 		prefixes: []string{"model.", ""},
 		skip: func(name string) bool {
 			return llamaSkip.MatchString(name) && (name != "lm_head.weight" || tied)
@@ -882,11 +887,20 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	// and w2 (down); Qwen2-MoE's and Qwen3-MoE's mlp.gate and experts.e.gate_proj, up_proj,
 	// down_proj (Qwen2-MoE's shared_expert too).
 	moe, moeNames := "block_sparse_moe.", [3]string{"w1", "w3", "w2"}
-	if qwen3MoE || qwen2MoE {
+	if qwen3MoE || qwen2MoE || olmoe {
 		moe, moeNames = "mlp.", [3]string{"gate_proj", "up_proj", "down_proj"}
 	}
-	if mixtral || qwen3MoE || qwen2MoE {
-		if err := hc.moeExperts(&l.cfg, qwen2MoE, qwen3MoE); err != nil {
+	if mixtral || qwen3MoE || qwen2MoE || olmoe {
+		kind := "mixtral"
+		switch {
+		case qwen2MoE:
+			kind = "qwen2_moe"
+		case qwen3MoE:
+			kind = "qwen3_moe"
+		case olmoe:
+			kind = "olmoe"
+		}
+		if err := hc.moeExperts(&l.cfg, kind); err != nil {
 			return nil, err
 		}
 		ffn = l.cfg.FFN
@@ -896,12 +910,17 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	for i := range layers {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
 		at := h + "self_attn."
-		norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
-		if gemma2 || gemma3 { // the sandwich: the attention's and the MLP's outputs normalised too
+		switch {
+		case olmo2: // only the attention's and the MLP's outputs normalised
+			norm(b+"ln1_post.weight", src(h+"post_attention_layernorm.weight", e))
+			norm(b+"ln2_post.weight", src(h+"post_feedforward_layernorm.weight", e))
+		case gemma2 || gemma3: // the sandwich: the attention's and the MLP's outputs normalised too
+			norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
 			norm(b+"ln1_post.weight", src(h+"post_attention_layernorm.weight", e))
 			norm(b+"ln2_post.weight", src(h+"post_feedforward_layernorm.weight", e))
 			norm(b+"ln2.weight", src(h+"pre_feedforward_layernorm.weight", e))
-		} else {
+		default:
+			norm(b+"ln1.weight", src(h+"input_layernorm.weight", e))
 			norm(b+"ln2.weight", src(h+"post_attention_layernorm.weight", e))
 		}
 		if phi3 { // q, k and v stacked as in_proj_weight stacks them
@@ -913,9 +932,13 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 			add(b+"attn.in_proj_bias", src(at+"q_proj.bias", qd), src(at+"k_proj.bias", ekv), src(at+"v_proj.bias", ekv))
 		}
 		add(b+"attn.out_proj.weight", src(at+"o_proj.weight", e, qd))
-		if qwen3 || gemma3 {
+		switch {
+		case qwen3 || gemma3:
 			norm(b+"attn.q_norm.weight", src(at+"q_norm.weight", d))
 			norm(b+"attn.k_norm.weight", src(at+"k_norm.weight", d))
+		case olmo2 || olmoe: // over the whole projections
+			norm(b+"attn.q_norm.weight", src(at+"q_norm.weight", qd))
+			norm(b+"attn.k_norm.weight", src(at+"k_norm.weight", ekv))
 		}
 		if qkvBias {
 			// Qwen2 has q/k/v biases and none on o_proj: the layer's out_proj.bias is zero.
@@ -959,21 +982,25 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
-// moeExperts sets c's mixture of experts from a Mixtral config (num_local_experts, default 8,
-// num_experts_per_tok, default 2, the chosen experts' weights renormalised, each expert
-// intermediate_size wide), a Qwen3-MoE one (num_experts, default 128, num_experts_per_tok,
-// default 8, norm_topk_prob, default false, each expert moe_intermediate_size wide, default 768)
-// or a Qwen2-MoE one (Qwen3-MoE's with the defaults 60, 4 and 1408, plus the gated shared expert
-// shared_expert_intermediate_size wide, default 5632). A Qwen config's num_experts 0 is a dense
-// model; its dense layers among the sparse ones (decoder_sparse_step other than 1,
-// mlp_only_layers) are refused.
-func (hc *hfConfig) moeExperts(c *nn.Config, qwen2, qwen3 bool) error {
+// moeExperts sets c's mixture of experts from the config of kind: Mixtral's (num_local_experts,
+// default 8, num_experts_per_tok, default 2, the chosen experts' weights renormalised, each
+// expert intermediate_size wide), Qwen3-MoE's (num_experts, default 128, num_experts_per_tok,
+// default 8, norm_topk_prob, default false, each expert moe_intermediate_size wide, default 768),
+// Qwen2-MoE's (Qwen3-MoE's with the defaults 60, 4 and 1408, plus the gated shared expert
+// shared_expert_intermediate_size wide, default 5632) or OLMoE's (Qwen3-MoE's with the defaults
+// 64 and 8, each expert intermediate_size wide). A Qwen config's num_experts 0 is a dense model;
+// its dense layers among the sparse ones (decoder_sparse_step other than 1, mlp_only_layers) are
+// refused.
+func (hc *hfConfig) moeExperts(c *nn.Config, kind string) error {
 	n, k, norm := orDefault(hc.NumLocalExperts, 8), orDefault(hc.NumExpertsPerTok, 2), true // MixtralConfig's
-	if qwen2 || qwen3 {
-		var width int
-		var name string
-		n, k, width, name = orDefault(hc.NumExperts, 128), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.MoEIntermediateSize, 768), "Qwen3-MoE"
-		if qwen2 {
+	width, name := c.FFN, "Qwen3-MoE"
+	switch kind {
+	case "mixtral":
+	case "olmoe":
+		n, k, norm = orDefault(hc.NumExperts, 64), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.NormTopKProb, false)
+	default:
+		n, k, width = orDefault(hc.NumExperts, 128), orDefault(hc.NumExpertsPerTok, 8), orDefault(hc.MoEIntermediateSize, 768)
+		if kind == "qwen2_moe" {
 			n, k, width, name = orDefault(hc.NumExperts, 60), orDefault(hc.NumExpertsPerTok, 4), orDefault(hc.MoEIntermediateSize, 1408), "Qwen2-MoE"
 		}
 		if n == 0 {
@@ -983,14 +1010,14 @@ func (hc *hfConfig) moeExperts(c *nn.Config, qwen2, qwen3 bool) error {
 			return fmt.Errorf("%w: %s with dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers %v)", ErrUnsupported, name, step, hc.MLPOnlyLayers)
 		}
 		sizes := map[string]int{"moe_intermediate_size": width}
-		if qwen2 {
+		if kind == "qwen2_moe" {
 			c.SharedExpert = orDefault(hc.SharedExpertIntermediateSize, 5632)
 			sizes["shared_expert_intermediate_size"] = c.SharedExpert
 		}
 		if err := checkSizes(sizes); err != nil {
 			return err
 		}
-		c.FFN, norm = width, orDefault(hc.NormTopKProb, false)
+		norm = orDefault(hc.NormTopKProb, false)
 	}
 	switch {
 	case n < 1 || n > nn.MaxExperts:
@@ -998,7 +1025,7 @@ func (hc *hfConfig) moeExperts(c *nn.Config, qwen2, qwen3 bool) error {
 	case k < 1 || k > n:
 		return fmt.Errorf("pretrained: num_experts_per_tok is %d, want 1 to the %d experts", k, n)
 	}
-	c.Experts, c.ExpertsPerToken, c.NormTopK = n, k, norm
+	c.FFN, c.Experts, c.ExpertsPerToken, c.NormTopK = width, n, k, norm
 	return nil
 }
 

@@ -32,13 +32,15 @@
 //	SmolLM3ForCausalLM,                   k_norm, Gemma's GeGLU, √d-scaled embeddings and norm
 //	MixtralForCausalLM,                   weights 1 + w (held so), Gemma 2's and 3's sandwich
 //	Qwen2MoeForCausalLM,                  norms, sliding layers between global ones and
-//	Qwen3MoeForCausalLM                   query_pre_attn_scalar, Gemma 2's soft-capped scores
-//	(and their *Model, Gemma3TextModel;   and logits, Gemma 3's q_norm and k_norm and local
-//	the text model of                     rotary, Phi-3's fused qkv_proj and gate_up_proj and
-//	Gemma3ForConditionalGeneration)       partial rotary, SmolLM3's NoPE layers, the mixtures
-//	                                      of experts of Mixtral, Qwen2-MoE (with its gated
-//	                                      shared expert) and Qwen3-MoE; head_dim other than
-//	                                      hidden_size / num_attention_heads
+//	Qwen3MoeForCausalLM,                  query_pre_attn_scalar, Gemma 2's soft-capped scores
+//	Olmo2ForCausalLM, OlmoeForCausalLM    and logits, Gemma 3's q_norm and k_norm and local
+//	(and their *Model, Gemma3TextModel;   rotary, Phi-3's fused qkv_proj and gate_up_proj and
+//	the text model of                     partial rotary, SmolLM3's NoPE layers, OLMo 2's
+//	Gemma3ForConditionalGeneration)       blocks normalising only their outputs, its and
+//	                                      OLMoE's q_norm and k_norm across the heads, the
+//	                                      mixtures of experts of Mixtral, Qwen2-MoE (with its
+//	                                      gated shared expert), Qwen3-MoE and OLMoE; head_dim
+//	                                      other than hidden_size / num_attention_heads
 //
 // Tensor names are accepted with or without the base model's prefix (transformer., bert.,
 // model.; language_model.model. or model.language_model. in a multimodal Gemma 3, whose vision
@@ -200,6 +202,8 @@ type hfConfig struct {
 	// Qwen2-MoE
 	SharedExpertIntermediateSize *int  `json:"shared_expert_intermediate_size"`
 	QKVBias                      *bool `json:"qkv_bias"`
+	// OLMo, OLMoE: the projections clamped to ±clip_qkv (refused)
+	ClipQKV *float64 `json:"clip_qkv"`
 
 	// SmolLM3: 1 where a layer rotates, 0 for NoPE; else every interval-th layer is NoPE
 	NoRopeLayers        []int `json:"no_rope_layers"`
@@ -269,6 +273,8 @@ var architectures = map[string]Family{
 	"MixtralForCausalLM": Llama, "MixtralModel": Llama,
 	"Qwen3MoeForCausalLM": Llama, "Qwen3MoeModel": Llama,
 	"Qwen2MoeForCausalLM": Llama, "Qwen2MoeModel": Llama,
+	"Olmo2ForCausalLM": Llama, "Olmo2Model": Llama,
+	"OlmoeForCausalLM": Llama, "OlmoeModel": Llama,
 }
 
 // decoderLayouts map the decoder families' folders (every family but the encoders BERT and
@@ -279,7 +285,7 @@ var decoderLayouts = map[Family]func(*hfConfig, *weights) (*layout, error){
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama, "olmo2": Llama, "olmoe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

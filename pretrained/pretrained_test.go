@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -692,6 +692,31 @@ func TestOpenMoE(t *testing.T) {
 	}
 }
 
+// TestOpenOLMo checks how OLMo 2's and OLMoE's configs read (their folders' references check the
+// models): OLMo 2's blocks without input norms, normalising their outputs; both models' q_norm
+// and k_norm across the heads; OLMoE's experts; OLMo's clip_qkv refused.
+func TestOpenOLMo(t *testing.T) {
+	m, err := Open(testdataDir("olmo2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.NN.Config(); !c.NoInputNorm || !c.SandwichNorm || !c.QKNorm || !c.QKNormAcross || c.Experts != 0 {
+		t.Errorf("olmo2: config %+v, want no input norms, the outputs normalised, qk-norm across the heads", c)
+	}
+	moe, err := Open(testdataDir("olmoe-bf16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := moe.NN.Config(); c.NoInputNorm || !c.QKNormAcross || c.Experts != 4 || c.ExpertsPerToken != 2 || c.NormTopK || c.FFN != 28 {
+		t.Errorf("olmoe: config %+v, want input norms, qk-norm across the heads, 2 of 4 experts 28 wide, not renormalised", c)
+	}
+	for _, folder := range []string{"olmo2", "olmoe-bf16"} {
+		if _, err := Open(editConfig(t, folder, func(c map[string]any) { c["clip_qkv"] = 8.0 })); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "clip_qkv 8") {
+			t.Errorf("%s with clip_qkv: %v, want ErrUnsupported", folder, err)
+		}
+	}
+}
+
 // TestOpenFalcon checks what the falcon and falcon-new-arch folders' references do not: the
 // blocks each config gives (Falcon-7B's one norm and one K/V head, the new architecture's two
 // norms and K/V groups, one norm with num_ln_in_parallel_attn 1), the sequential block's and the
@@ -922,11 +947,11 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
 // multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT, StableLM, YaRN, SmolLM3, GPT-J,
-// Mixtral, Qwen2-MoE, Qwen3-MoE, StarCoder2 and Falcon folders with fuzzed config.json files: an error
+// Mixtral, Qwen2-MoE, Qwen3-MoE, StarCoder2, Falcon, OLMo 2 and OLMoE folders with fuzzed config.json files: an error
 // or a model, never a panic, and no allocation beyond what the folder's tensors hold.
 func FuzzConfig(f *testing.F) {
 	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2",
-		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch"}
+		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

@@ -36,6 +36,9 @@ first int(head_dim · factor) features of each head rotated, a sliding window as
 modeling_smollm3.py (Llama's, with NoPE layers that skip the rotary and, with use_sliding_window,
 slide), modeling_gptj.py (GPTJForCausalLM: the attention and the MLP in parallel from one ln_1,
 rotate_every_two on the first rotary_dim features of each head, a biased lm_head),
+modeling_olmo2.py (Olmo2ForCausalLM: no input norms, the attention's and the MLP's outputs
+normalised, q_norm and k_norm over the whole projections), modeling_olmoe.py (OlmoeForCausalLM:
+Llama's blocks with OLMo 2's q_norm and k_norm and a mixture of experts),
 modeling_starcoder2.py (Starcoder2ForCausalLM: LayerNorm, c_fc/c_proj around gelu_pytorch_tanh,
 biases everywhere, a sliding window over every layer), modeling_falcon.py (FalconForCausalLM:
 query_key_value split as _split_heads splits it, the parallel block), and
@@ -775,7 +778,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
                   "MistralForCausalLM": "mistral", "GemmaForCausalLM": "gemma", "Phi3ForCausalLM": "phi3",
                   "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
                   "SmolLM3ForCausalLM": "smollm3", "MixtralForCausalLM": "mixtral",
-                  "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe"}[arch]
+                  "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
+                  "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -800,6 +804,9 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     if model_type == "qwen2_moe":  # Qwen3-MoE's, plus a gated shared expert of its own width; q/k/v biases
         cfg.update(qkv_bias=qkv_bias, shared_expert_intermediate_size=20)
         del cfg["attention_bias"]
+    if model_type == "olmoe":  # 4 experts of intermediate_size, 2 a token, the softmax's weights
+        experts = 4
+        cfg.update(num_experts=experts, num_experts_per_tok=2, norm_topk_prob=False)
     if model_type in ("qwen3_moe", "qwen2_moe"):  # 4 experts of moe_intermediate_size, 2 a token, the softmax's weights
         experts = 4
         cfg.update(num_experts=experts, num_experts_per_tok=2, moe_intermediate_size=12, norm_topk_prob=False,
@@ -834,8 +841,12 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     norm_mean, gain = (0.0, lambda w: 1 + w) if gemma else (1.0, lambda w: w)
     for l in range(cfg["num_hidden_layers"]):
         s = f"model.layers.{l}."
-        L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
-             "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean))}
+        if model_type == "olmo2":  # only the attention's and the MLP's outputs normalised
+            L = {"attn_out_norm": p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean),
+                 "mlp_out_norm": p.draw(s + "post_feedforward_layernorm.weight", (e,), 0.1, norm_mean)}
+        else:
+            L = {"in_norm": gain(p.draw(s + "input_layernorm.weight", (e,), 0.1, norm_mean)),
+                 "post_norm": gain(p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean))}
         if gemma2 or gemma3:  # post_attention_layernorm normalises the attention's output; the MLP has two
             L.update(attn_out_norm=L.pop("post_norm"),
                      post_norm=gain(p.draw(s + "pre_feedforward_layernorm.weight", (e,), 0.1, norm_mean)),
@@ -879,6 +890,9 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         if model_type in ("qwen3", "qwen3_moe"):  # Qwen3RMSNorm over each head's d values of q and k
             L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
             L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
+        if model_type in ("olmo2", "olmoe"):  # an RMSNorm over the whole projections of q and of k
+            L["q_norm_all"] = p.draw(s + "self_attn.q_norm.weight", (h * d,), 0.3, 1.0)
+            L["k_norm_all"] = p.draw(s + "self_attn.k_norm.weight", (kv_heads * d,), 0.3, 1.0)
         if gemma3:  # Gemma3RMSNorm: 1 + weight
             L["q_norm"] = gain(p.draw(s + "self_attn.q_norm.weight", (d,), 0.3))
             L["k_norm"] = gain(p.draw(s + "self_attn.k_norm.weight", (d,), 0.3))
@@ -944,10 +958,12 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     for l, L in enumerate(layers):
         x = run_hook(hook, "resid_pre", l, x)
         record(trace, "resid_pre", x)
-        a = rms(x, L["in_norm"])
+        a = rms(x, L["in_norm"]) if "in_norm" in L else x  # OLMo 2's attention reads the stream
         q, k, vv = a @ L["q"].T, a @ L["k"].T, a @ L["v"].T
         if qkv_bias:
             q, k, vv = q + L["qb"], k + L["kb"], vv + L["vb"]
+        if "q_norm_all" in L:  # OLMo 2, OLMoE: q_norm and k_norm before the heads are split
+            q, k = rms(q, L["q_norm_all"]), rms(k, L["k_norm_all"])
         q, k, vv = split_heads(q, h), split_heads(k, kv_heads), split_heads(vv, kv_heads)
         if "q_norm" in L:  # Qwen3, Gemma 3: q_norm and k_norm before the rotation
             q, k = rms(q, L["q_norm"]), rms(k, L["k_norm"])
@@ -969,7 +985,7 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
             y = rms(y, L["attn_out_norm"])
         x = x + y
         record(trace, "resid_mid", x)
-        m = rms(x, L["post_norm"])
+        m = rms(x, L["post_norm"]) if "post_norm" in L else x
         if "router" in L:
             f = moe(cfg, L, m)
         else:
@@ -1249,6 +1265,8 @@ def main():
     llama("mixtral", "F32", "MixtralForCausalLM", kv_heads=2, tied=False)  # 4 experts, 2 a token
     llama("qwen3-moe-bf16", "BF16", "Qwen3MoeForCausalLM", kv_heads=2, tied=False, head_dim=8)  # Qwen3's attention, 4 experts
     llama("qwen2-moe", "F32", "Qwen2MoeForCausalLM", kv_heads=2, tied=False, qkv_bias=True)  # 4 experts and a gated shared one
+    llama("olmo2", "F32", "Olmo2ForCausalLM", kv_heads=2, tied=False)  # outputs normalised, qk-norm across the heads
+    llama("olmoe-bf16", "BF16", "OlmoeForCausalLM", kv_heads=4, tied=False)  # qk-norm across the heads, 4 experts
     llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
           scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
