@@ -713,7 +713,8 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 	}
 	qwen, qwen3, mistral, phi3 := named("qwen2", "Qwen2"), named("qwen3", "Qwen3"), named("mistral", "Mistral"), named("phi3", "Phi3")
 	smollm3, mixtral, qwen3MoE, qwen2MoE := named("smollm3", "SmolLM3"), named("mixtral", "Mixtral"), named("qwen3_moe", "Qwen3Moe"), named("qwen2_moe", "Qwen2Moe")
-	olmo2, olmoe := named("olmo2", "Olmo2"), named("olmoe", "Olmoe")
+	olmo2, olmo3, olmoe := named("olmo2", "Olmo2"), named("olmo3", "Olmo3"), named("olmoe", "Olmoe")
+	olmo2 = olmo2 || olmo3 // OLMo 3 is OLMo 2 with sliding layers
 	// Qwen3-MoE's attention is Qwen3's, Qwen2-MoE's Qwen2's.
 	qwen3, qwen = qwen3 || qwen3MoE, qwen || qwen2MoE
 	hc.phi3 = phi3
@@ -773,7 +774,7 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		params, key = hc.RopeParameters, "rope_parameters"
 	}
 	var byType map[string]json.RawMessage
-	if gemma3 && key == "rope_parameters" && !isNull(params) {
+	if (gemma3 || olmo3) && key == "rope_parameters" && !isNull(params) {
 		if err := json.Unmarshal(params, &byType); err != nil {
 			return nil, fmt.Errorf("pretrained: %s is not the JSON object expected: %w", key, err)
 		}
@@ -880,6 +881,10 @@ func llamaLayout(hc *hfConfig, w *weights) (*layout, error) {
 		}
 	case smollm3:
 		if err := smolLM3Layers(hc, &l.cfg); err != nil {
+			return nil, err
+		}
+	case olmo3:
+		if err := olmo3Layers(hc, &l.cfg, byType); err != nil {
 			return nil, err
 		}
 	}
@@ -1210,6 +1215,45 @@ func slidingLayers(types []string, layers int) ([]bool, error) {
 		}
 	}
 	return local, nil
+}
+
+// olmo3Layers sets OLMo 3's sliding layers in c: those layer_types calls sliding_attention (by
+// default three of every four, all but layers 3, 7, …) attend in a window of sliding_window
+// (default 4096) and rotate without the full layers' rope_scaling ("RoPE scaling is not applied
+// to sliding window attention layers", modeling_olmo3.py; transformers v5's rope_parameters may
+// give their rotary as sliding_attention).
+func olmo3Layers(hc *hfConfig, c *nn.Config, byType map[string]json.RawMessage) error {
+	types := hc.LayerTypes
+	if types == nil {
+		for i := range c.Layers {
+			t := "sliding_attention"
+			if (i+1)%4 == 0 {
+				t = "full_attention"
+			}
+			types = append(types, t)
+		}
+	}
+	local, err := slidingLayers(types, c.Layers)
+	if err != nil || !slices.Contains(local, true) {
+		return err
+	}
+	w, err := slidingWindow(hc.SlidingWindow, 4096)
+	if err != nil {
+		return err
+	}
+	if w == 0 { // null: the sliding layers see every earlier position
+		w = c.SeqLen
+	}
+	c.Local = &nn.Local{Layers: local, Window: min(w, c.SeqLen)}
+	switch {
+	case byType["sliding_attention"] != nil:
+		if c.Local.Rope, err = hc.ropeFrom(byType["sliding_attention"], "rope_parameters.sliding_attention", c.Rope.Theta); err != nil {
+			return err
+		}
+	case c.Rope.Scaling != nil: // the full layers' base, unscaled
+		c.Local.Rope = &nn.Rope{Theta: c.Rope.Theta}
+	}
+	return nil
 }
 
 // smolLM3Layers sets SmolLM3's NoPE layers and sliding window in c: no_rope_layers (its first

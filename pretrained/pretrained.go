@@ -33,10 +33,11 @@
 //	MixtralForCausalLM,                   weights 1 + w (held so), Gemma 2's and 3's sandwich
 //	Qwen2MoeForCausalLM,                  norms, sliding layers between global ones and
 //	Qwen3MoeForCausalLM,                  query_pre_attn_scalar, Gemma 2's soft-capped scores
-//	Olmo2ForCausalLM, OlmoeForCausalLM    and logits, Gemma 3's q_norm and k_norm and local
-//	(and their *Model, Gemma3TextModel;   rotary, Phi-3's fused qkv_proj and gate_up_proj and
-//	the text model of                     partial rotary, SmolLM3's NoPE layers, OLMo 2's
-//	Gemma3ForConditionalGeneration)       blocks normalising only their outputs, its and
+//	Olmo2ForCausalLM, Olmo3ForCausalLM,   and logits, Gemma 3's q_norm and k_norm and local
+//	OlmoeForCausalLM                      rotary, Phi-3's fused qkv_proj and gate_up_proj and
+//	(and their *Model, Gemma3TextModel;   partial rotary, SmolLM3's NoPE layers, OLMo 2's
+//	the text model of                     blocks normalising only their outputs, OLMo 3's
+//	Gemma3ForConditionalGeneration)       unscaled sliding layers, OLMo 2's and 3's and
 //	                                      OLMoE's q_norm and k_norm across the heads, the
 //	                                      mixtures of experts of Mixtral, Qwen2-MoE (with its
 //	                                      gated shared expert), Qwen3-MoE and OLMoE; head_dim
@@ -274,6 +275,7 @@ var architectures = map[string]Family{
 	"Qwen3MoeForCausalLM": Llama, "Qwen3MoeModel": Llama,
 	"Qwen2MoeForCausalLM": Llama, "Qwen2MoeModel": Llama,
 	"Olmo2ForCausalLM": Llama, "Olmo2Model": Llama,
+	"Olmo3ForCausalLM": Llama, "Olmo3Model": Llama,
 	"OlmoeForCausalLM": Llama, "OlmoeModel": Llama,
 }
 
@@ -285,7 +287,7 @@ var decoderLayouts = map[Family]func(*hfConfig, *weights) (*layout, error){
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama, "olmo2": Llama, "olmoe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama, "olmo2": Llama, "olmo3": Llama, "olmoe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

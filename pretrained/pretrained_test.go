@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -692,9 +692,10 @@ func TestOpenMoE(t *testing.T) {
 	}
 }
 
-// TestOpenOLMo checks how OLMo 2's and OLMoE's configs read (their folders' references check the
-// models): OLMo 2's blocks without input norms, normalising their outputs; both models' q_norm
-// and k_norm across the heads; OLMoE's experts; OLMo's clip_qkv refused.
+// TestOpenOLMo checks how OLMo 2's, OLMo 3's and OLMoE's configs read (their folders' references
+// check the models): OLMo 2's blocks without input norms, normalising their outputs; the q_norm
+// and k_norm across the heads; OLMo 3's sliding layers, unscaled, whose rotary transformers v5's
+// rope_parameters may give per layer type; OLMoE's experts; OLMo's clip_qkv refused.
 func TestOpenOLMo(t *testing.T) {
 	m, err := Open(testdataDir("olmo2"))
 	if err != nil {
@@ -710,7 +711,25 @@ func TestOpenOLMo(t *testing.T) {
 	if c := moe.NN.Config(); c.NoInputNorm || !c.QKNormAcross || c.Experts != 4 || c.ExpertsPerToken != 2 || c.NormTopK || c.FFN != 28 {
 		t.Errorf("olmoe: config %+v, want input norms, qk-norm across the heads, 2 of 4 experts 28 wide, not renormalised", c)
 	}
-	for _, folder := range []string{"olmo2", "olmoe-bf16"} {
+	o3, err := Open(testdataDir("olmo3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o3.NN.Config(); c.Local == nil || !slices.Equal(c.Local.Layers, []bool{true, true, true, false}) || c.Local.Window != 4 ||
+		c.Local.Rope == nil || c.Local.Rope.Scaling != nil || c.Rope.Scaling == nil || !c.NoInputNorm {
+		t.Errorf("olmo3: config %+v, local %+v: want layers 0-2 sliding in a window of 4 with the rotary unscaled, the full layer's YaRN", c, c.Local)
+	}
+	v5, err := Open(editConfig(t, "olmo3", func(c map[string]any) {
+		full := c["rope_scaling"].(map[string]any)
+		full["rope_theta"] = c["rope_theta"]
+		c["rope_parameters"] = map[string]any{"full_attention": full, "sliding_attention": map[string]any{"rope_type": "default", "rope_theta": c["rope_theta"]}}
+		delete(c, "rope_scaling")
+		delete(c, "rope_theta")
+	}))
+	if err != nil || !reflect.DeepEqual(v5.NN.Config(), o3.NN.Config()) {
+		t.Errorf("olmo3 with rope_parameters per layer type: %v, want the same model", err)
+	}
+	for _, folder := range []string{"olmo2", "olmoe-bf16", "olmo3"} {
 		if _, err := Open(editConfig(t, folder, func(c map[string]any) { c["clip_qkv"] = 8.0 })); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "clip_qkv 8") {
 			t.Errorf("%s with clip_qkv: %v, want ErrUnsupported", folder, err)
 		}
@@ -951,7 +970,7 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 // or a model, never a panic, and no allocation beyond what the folder's tensors hold.
 func FuzzConfig(f *testing.F) {
 	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2",
-		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16"}
+		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

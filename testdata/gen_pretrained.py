@@ -37,7 +37,8 @@ modeling_smollm3.py (Llama's, with NoPE layers that skip the rotary and, with us
 slide), modeling_gptj.py (GPTJForCausalLM: the attention and the MLP in parallel from one ln_1,
 rotate_every_two on the first rotary_dim features of each head, a biased lm_head),
 modeling_olmo2.py (Olmo2ForCausalLM: no input norms, the attention's and the MLP's outputs
-normalised, q_norm and k_norm over the whole projections), modeling_olmoe.py (OlmoeForCausalLM:
+normalised, q_norm and k_norm over the whole projections), modeling_olmo3.py (OLMo 2's blocks,
+three sliding layers of four, rope_scaling on the full layers only), modeling_olmoe.py (OlmoeForCausalLM:
 Llama's blocks with OLMo 2's q_norm and k_norm and a mixture of experts),
 modeling_starcoder2.py (Starcoder2ForCausalLM: LayerNorm, c_fc/c_proj around gelu_pytorch_tanh,
 biases everywhere, a sliding window over every layer), modeling_falcon.py (FalconForCausalLM:
@@ -779,7 +780,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
                   "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
                   "SmolLM3ForCausalLM": "smollm3", "MixtralForCausalLM": "mixtral",
                   "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
-                  "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe"}[arch]
+                  "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3", "OlmoeForCausalLM": "olmoe"}[arch]
     tok, vocab_size = llama_tokenizer()
     cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": vocab_size + 3, "hidden_size": 16,
            "intermediate_size": 28, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": kv_heads,
@@ -804,6 +805,8 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     if model_type == "qwen2_moe":  # Qwen3-MoE's, plus a gated shared expert of its own width; q/k/v biases
         cfg.update(qkv_bias=qkv_bias, shared_expert_intermediate_size=20)
         del cfg["attention_bias"]
+    if model_type == "olmo3":  # four layers: sliding, sliding, sliding, full (layer_types left out)
+        cfg.update(num_hidden_layers=4, sliding_window=4)
     if model_type == "olmoe":  # 4 experts of intermediate_size, 2 a token, the softmax's weights
         experts = 4
         cfg.update(num_experts=experts, num_experts_per_tok=2, norm_topk_prob=False)
@@ -841,7 +844,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
     norm_mean, gain = (0.0, lambda w: 1 + w) if gemma else (1.0, lambda w: w)
     for l in range(cfg["num_hidden_layers"]):
         s = f"model.layers.{l}."
-        if model_type == "olmo2":  # only the attention's and the MLP's outputs normalised
+        if model_type in ("olmo2", "olmo3"):  # only the attention's and the MLP's outputs normalised
             L = {"attn_out_norm": p.draw(s + "post_attention_layernorm.weight", (e,), 0.1, norm_mean),
                  "mlp_out_norm": p.draw(s + "post_feedforward_layernorm.weight", (e,), 0.1, norm_mean)}
         else:
@@ -890,7 +893,7 @@ def llama_weights(name, dtype, arch, kv_heads, tied, qkv_bias=False, window=None
         if model_type in ("qwen3", "qwen3_moe"):  # Qwen3RMSNorm over each head's d values of q and k
             L["q_norm"] = p.draw(s + "self_attn.q_norm.weight", (d,), 0.3, 1.0)
             L["k_norm"] = p.draw(s + "self_attn.k_norm.weight", (d,), 0.3, 1.0)
-        if model_type in ("olmo2", "olmoe"):  # an RMSNorm over the whole projections of q and of k
+        if model_type in ("olmo2", "olmo3", "olmoe"):  # an RMSNorm over the whole projections of q and of k
             L["q_norm_all"] = p.draw(s + "self_attn.q_norm.weight", (h * d,), 0.3, 1.0)
             L["k_norm_all"] = p.draw(s + "self_attn.k_norm.weight", (kv_heads * d,), 0.3, 1.0)
         if gemma3:  # Gemma3RMSNorm: 1 + weight
@@ -941,7 +944,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
     i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
     gemma2, gemma3 = cfg["model_type"] == "gemma2", cfg["model_type"] == "gemma3_text"
     visible = j <= i
-    if window is not None and not (gemma2 or gemma3 or cfg["model_type"] == "smollm3"):  # Mistral's and Phi-3's every layer
+    olmo3 = cfg["model_type"] == "olmo3"
+    if window is not None and not (gemma2 or gemma3 or olmo3 or cfg["model_type"] == "smollm3"):  # Mistral's and Phi-3's every layer
         visible = visible & (j > i - window)
     mask = visible.view(1, 1, t, t)
     scale, softcap = None, cfg.get("attn_logit_softcapping")
@@ -970,6 +974,8 @@ def llama_forward(cfg, W, ids, trace=None, hook=None):
         r, s, lmask = rope, sc, mask
         if (gemma2 or gemma3) and (l + 1) % pattern != 0:
             r, s, lmask = local_rope, None if gemma3 else sc, local_mask
+        if olmo3 and (l + 1) % 4 != 0:  # OLMo 3's sliding layers: the window, and the rotary unscaled
+            s, lmask = None, (visible & (j > i - window)).view(1, 1, t, t)
         if cfg.get("no_rope_layers", [1] * len(layers))[l]:  # SmolLM3Attention's use_rope
             q, k = apply_rope(q, torch.arange(t), r, s), apply_rope(k, torch.arange(t), r, s)
         elif cfg.get("use_sliding_window") and cfg.get("sliding_window"):  # SmolLM3: its NoPE layers slide
@@ -1267,6 +1273,8 @@ def main():
     llama("qwen2-moe", "F32", "Qwen2MoeForCausalLM", kv_heads=2, tied=False, qkv_bias=True)  # 4 experts and a gated shared one
     llama("olmo2", "F32", "Olmo2ForCausalLM", kv_heads=2, tied=False)  # outputs normalised, qk-norm across the heads
     llama("olmoe-bf16", "BF16", "OlmoeForCausalLM", kv_heads=4, tied=False)  # qk-norm across the heads, 4 experts
+    llama("olmo3", "F32", "Olmo3ForCausalLM", kv_heads=2, tied=False,
+          scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})  # YaRN on the full layer only
     llama("qwen3-yarn", "F32", "Qwen3ForCausalLM", kv_heads=2, tied=True, head_dim=8,
           scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
 
