@@ -35,7 +35,7 @@ func newTrainCmd() *cobra.Command {
 		Long: `Train builds a causal transformer (token embedding, positions, blocks of multi-head
 self-attention with residual connections and LayerNorm, an output head; or today's blocks: RMSNorm,
 SwiGLU or GeGLU, grouped K/V heads, rotary positions, qk-norm, sandwich norms, a parallel
-attention and MLP, a sliding window, a mixture of experts) and trains it with AdamW,
+attention and MLP, a sliding window, a mixture of experts, OLMo 2's output-only norms) and trains it with AdamW,
 gradient clipping and a warm-up + cosine learning-rate schedule on one of the synthetic tasks:
 ` + taskList() + `
 It prints a progress bar with the loss, accuracy and tokens/s, evaluates the model at the end,
@@ -98,6 +98,8 @@ missing).`,
 	fl.Float64Var(&ropeTheta, "rope", 0, "rotary positions of base `THETA` in every block (0: none)")
 	fl.BoolVar(&mc.QKNorm, "qk-norm", false, "RMS-normalise each head's query and key (Qwen3's, Gemma 3's)")
 	fl.BoolVar(&mc.SandwichNorm, "sandwich", false, "with --norm pre, also normalise the attention's and the MLP's outputs (Gemma 2's and 3's)")
+	fl.BoolVar(&mc.NoInputNorm, "no-input-norm", false, "with --sandwich, normalise only the attention's and the MLP's outputs, not their inputs (OLMo 2's)")
+	fl.BoolVar(&mc.QKNormAcross, "qk-norm-across", false, "with --qk-norm, normalise each position's queries (keys) across all heads at once (OLMo 2's)")
 	fl.BoolVar(&mc.ParallelResidual, "parallel", false, "with --norm pre, the attention and the MLP read the block's input side by side (GPT-NeoX's)")
 	fl.IntVar(&mc.Window, "window", 0, "a causal sliding window of W positions in every block (0: none)")
 	fl.IntVar(&mc.Experts, "experts", 0, "a mixture of N feed-forward experts in every block, behind a router (0: one dense network; Mixtral's)")

@@ -208,6 +208,9 @@ func TestTrainModernBlocks(t *testing.T) {
 	if c := trainConfig(t, out, "--experts", "3", "--experts-per-token", "2", "--norm-topk"); c.Experts != 3 || c.ExpertsPerToken != 2 || !c.NormTopK {
 		t.Errorf("--experts 3 --experts-per-token 2 --norm-topk: config %+v", c)
 	}
+	if c := trainConfig(t, out, "--norm-kind", "rmsnorm", "--sandwich", "--no-input-norm", "--qk-norm", "--qk-norm-across"); !c.NoInputNorm || !c.QKNormAcross {
+		t.Errorf("OLMo 2's blocks: config %+v", c)
+	}
 	checkTrainRefuses(t, out, []string{"--kv-heads", "3"}, []string{"--activation", "relu"}, []string{"--norm-kind", "batchnorm"},
-		[]string{"--parallel", "--norm", "post"}, []string{"--rope", "-1"}, []string{"--experts", "3"}, []string{"--experts-per-token", "2"})
+		[]string{"--parallel", "--norm", "post"}, []string{"--rope", "-1"}, []string{"--experts", "3"}, []string{"--experts-per-token", "2"}, []string{"--no-input-norm"}, []string{"--qk-norm-across"})
 }
