@@ -61,9 +61,11 @@ func near(got, want float64) bool { return math.Abs(got-want) <= 1e-4*max(1, mat
 // (fused projections, partial rotary, a sliding window), Gemma 2 (soft-capped scores, and
 // logits whose LD is taken before their cap), Gemma 3 (each head's write through the
 // sandwich's post-attention norm at its frozen scale; local layers), Pythia (the MLP parallel
-// to the attention, float16) and Phi-2 (one LayerNorm for both, the head's bias) folders.
+// to the attention, float16), Phi-2 (one LayerNorm for both, the head's bias), OLMo 2 (no input
+// norms, each head's write through its post-attention norm at its frozen scale, qk-norm across
+// the heads) and Mixtral (the MLP's part its experts' weighted sum) folders.
 func TestAttributeReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "olmo2", "mixtral"} {
 		g := openDLAGolden(t, name)
 		mt := g.ints(t, "metric")
 		a, err := Attribute(g.m.NN, g.tokens, Metric{Target: mt[0], Foil: mt[1], Position: mt[2]}, 0)
@@ -101,7 +103,7 @@ func TestAttributeReference(t *testing.T) {
 // TestLensReference checks the lens's top tokens, logits and probabilities at every layer and
 // position against the float64 PyTorch reference, on the GPT-2, Llama and BERT folders.
 func TestLensReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "bert"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "olmo2", "mixtral", "bert"} {
 		g := openDLAGolden(t, name)
 		ids, shape := g.floats(t, "lens.ids")
 		logits, _ := g.floats(t, "lens.logits")

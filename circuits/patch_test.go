@@ -317,11 +317,12 @@ func BenchmarkPatchGPT2(b *testing.B) {
 // (bfloat16 weights, one K/V head for four query heads), Qwen3 (qk-norm, heads wider than
 // d_model/heads), Gemma (GeGLU, scaled embeddings), Phi-3 (fused projections, partial rotary,
 // a window), Gemma 2 (soft-caps), Gemma 3 (sandwich norms, local layers), Pythia and Phi-2
-// (parallel attention and MLP) and BERT folders with the float64 PyTorch
+// (parallel attention and MLP), OLMo 2 (outputs normalised, qk-norm across the heads), Mixtral
+// (a mixture of experts) and BERT folders with the float64 PyTorch
 // reference of testdata/gen_circuits_patch.py: the raw LDs and the normalised scores of head, residual and
 // pattern patching, within 1e-4.
 func TestPatchGolden(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "bert"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "olmo2", "mixtral", "bert"} {
 		pm, err := pretrained.Open(filepath.Join("..", "testdata", "pretrained", name))
 		if err != nil {
 			t.Fatal(err)

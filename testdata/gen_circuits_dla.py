@@ -213,6 +213,11 @@ def main():
     llama("gemma2", "F32", arch="Gemma2ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
     # Gemma 3: each head's write through post_attention_layernorm at its frozen scale.
     llama("gemma3", "BF16", arch="Gemma3ForCausalLM", kv_heads=2, tied=True, window=4, head_dim=8)
+    # OLMo 2: no input norms, each head's write through post_attention_layernorm at its frozen
+    # scale, qk-norm across the heads.
+    llama("olmo2", "F32", arch="Olmo2ForCausalLM", kv_heads=2, tied=False)
+    # Mixtral: the MLP's part is its experts' weighted sum.
+    llama("mixtral", "F32", arch="MixtralForCausalLM", kv_heads=2, tied=False)
     # Pythia (GPT-NeoX): the MLP parallel to the attention, LayerNorm with biases, float16.
     parallel("pythia", lambda: gp.neox_weights("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False), gp.neox_forward)
     # Phi-2: one LayerNorm for the parallel attention and MLP, a head with a bias, float16.

@@ -5,7 +5,8 @@ Run from the repository root with the interpreter that has PyTorch 1.13:
 
     /usr/bin/python3 testdata/gen_circuits_patch.py
 
-For the tiny folders testdata/pretrained/{gpt2,llama,llama3-bf16,bert} it rebuilds the weights exactly as
+For the tiny folders of testdata/pretrained that models() lists (GPT-2, the Llama family with
+Gemma 2 and 3, OLMo 2 and Mixtral, Pythia, Phi-2, BERT) it rebuilds the weights exactly as
 gen_pretrained.py draws them and runs gen_pretrained.py's float64 forwards, with its hooks, on a
 clean and a corrupted prompt of fixed token ids. The metric is LD = logits[pos, target] −
 logits[pos, foil]. It writes testdata/circuits/patch-<model>.safetensors:
@@ -88,6 +89,13 @@ def models():
     last = [llama_forward(cfg3, W3, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
     yield ("gemma3", lambda ids, hook: llama_forward(cfg3, W3, ids, hook=hook)[0], cfg3["num_hidden_layers"],
            cfg3["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
+    # OLMo 2 (outputs normalised, qk-norm across the heads) and Mixtral (4 experts, 2 a token);
+    # their metrics chosen as Phi-3's.
+    for name, arch in (("olmo2", "Olmo2ForCausalLM"), ("mixtral", "MixtralForCausalLM")):
+        cfgo, _, Wo, _ = llama_weights(name, "F32", arch, kv_heads=2, tied=False)
+        last = [llama_forward(cfgo, Wo, torch.tensor([ids]))[0][0, -1] for ids in (clean, corrupt)]
+        yield (name, lambda ids, hook, cfgo=cfgo, Wo=Wo: llama_forward(cfgo, Wo, ids, hook=hook)[0], cfgo["num_hidden_layers"],
+               cfgo["num_attention_heads"], clean, corrupt, (int((last[0] - last[1]).argmax()), int((last[1] - last[0]).argmax()), 9))
     # Pythia (GPT-NeoX): the attention and the MLP in parallel, partial rotary, float16; its
     # metric chosen as Phi-3's.
     cfgn, _, Wn, _ = neox_weights("pythia", "F16", parallel=True, rotary_pct=0.25, buffers=False)
