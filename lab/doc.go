@@ -82,7 +82,8 @@
 //	GET  /api/models
 //	     [{name, describe, vocab, seq_len, layers, heads, d_model, head_dims, attn_only, norm,
 //	       params, symbols, command, task, max_tokens, user, path?, architecture?, family?,
-//	       tokenizer, causal, predicts, patterns?, block?, normalizer?}]: the shipped models, then the user's in the order
+//	       tokenizer, causal, predicts, patterns?, block?, normalizer?, experts?,
+//	       experts_per_token?}]: the shipped models, then the user's in the order
 //	     given (named after the path's last element, -2, -3 … after a name taken);
 //	     symbols[id] prints token id (null without a task); task says whether there are
 //	     seeds, task scores and pruning; family is pretrained's (gpt2, bert, llama) or mha for a
@@ -103,7 +104,8 @@
 //	      sparsity: {patterns, block: [BQ, BK], normalizer,
 //	                 blocks?: [⌈T/BQ⌉][⌈T/BK⌉] "empty"|"partial"|"full",
 //	                 visible: [T] strings of T "0"|"1",
-//	                 zeros?: [layer][head] fraction}}
+//	                 zeros?: [layer][head] fraction},
+//	      routing?: [layer]{experts: [position][K], weights: [position][K]}}
 //	     symbols are the task's symbols, or the tokenizer's pieces (Ġ, ▁, ## as it spells them;
 //	     "#id" without a tokenizer); pieces are what they read as (Ġ and ▁ as a space, byte
 //	     tokens as their character) and offsets their byte offsets [start, end) into the text
@@ -116,7 +118,9 @@
 //	     (mha.SparseLayouts; absent without patterns), visible[q][k] whether query q may see
 //	     key k (kept by the patterns, not after q in a causal model, within a sliding window),
 //	     and, for a normalizer other than softmax, zeros the share of each head's visible
-//	     weights that are exactly 0.
+//	     weights that are exactly 0. routing, for a mixture of experts, is each layer's choice
+//	     of K experts per position by decreasing probability, with their weights
+//	     (nn.Model.Routing).
 //
 //	POST /api/heads  {model}
 //	     measures on 64 sequences of the model's task, with importance and the pruning curve

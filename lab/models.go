@@ -214,6 +214,10 @@ type modelInfo struct {
 	Patterns   []string `json:"patterns,omitempty"`
 	Block      []int    `json:"block,omitempty"`
 	Normalizer string   `json:"normalizer,omitempty"`
+	// Experts and ExpertsPerToken are a mixture of experts' (nn.Config's), absent for a dense
+	// feed-forward network.
+	Experts         int `json:"experts,omitempty"`
+	ExpertsPerToken int `json:"experts_per_token,omitempty"`
 }
 
 // info describes m for /api/models.
@@ -238,6 +242,7 @@ func (m *model) info() modelInfo {
 		Patterns:   m.cfg.Patterns,
 		Block:      m.cfg.Block,
 		Normalizer: m.cfg.Normalizer,
+		Experts:    m.cfg.Experts, ExpertsPerToken: m.cfg.ExpertsPerToken,
 	}
 	if m.task != nil {
 		out.Describe = m.task.Describe()

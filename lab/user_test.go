@@ -737,9 +737,9 @@ func TestUserConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// TestUserRouting checks /api/run's routing for a mixture of experts (Mixtral's: 4 experts, 2 a
-// token, renormalised): per layer and position, two distinct experts whose weights sum to 1,
-// the first weighing at least the second; a dense model's answer has none.
+// TestUserRouting checks /api/models' experts and /api/run's routing for a mixture of experts
+// (Mixtral's: 4 experts, 2 a token, renormalised): per layer and position, two distinct experts
+// whose weights sum to 1, the first weighing at least the second; a dense model has neither.
 func TestUserRouting(t *testing.T) {
 	s, err := New(Options{Workers: 1, Models: []string{tinyFolder("mixtral"), tinyFolder("llama")}})
 	if err != nil {
@@ -752,7 +752,20 @@ func TestUserRouting(t *testing.T) {
 			Weights [][]float32 `json:"weights"`
 		} `json:"routing"`
 	}
-	status, body := serve(s, "POST", "/api/run", `{"model": "mixtral", "text": "the cat sat"}`)
+	var models []struct {
+		Name            string `json:"name"`
+		User            bool   `json:"user"`
+		Experts         int    `json:"experts"`
+		ExpertsPerToken int    `json:"experts_per_token"`
+	}
+	status, body := serve(s, "GET", "/api/models", "")
+	decodeOK(t, status, body, &models)
+	for _, m := range models {
+		if want := map[string][2]int{"mixtral": {4, 2}}[m.Name]; m.User && [2]int{m.Experts, m.ExpertsPerToken} != want {
+			t.Errorf("%s: /api/models says %d experts, %d a token; want %v", m.Name, m.Experts, m.ExpertsPerToken, want)
+		}
+	}
+	status, body = serve(s, "POST", "/api/run", `{"model": "mixtral", "text": "the cat sat"}`)
 	decodeOK(t, status, body, &got)
 	if len(got.Routing) != 2 {
 		t.Fatalf("routing of %d layers, want 2", len(got.Routing))

@@ -84,13 +84,13 @@ async function chooseModel(name) {
   $('#model-desc').replaceChildren(...[
     el('span', {}, m.describe),
     el('span', { class: 'facts' },
-      `d_model ${m.d_model} · ${m.layers}×${m.heads} heads of ${m.head_dims.join('/')} · ${m.attn_only ? 'attention only' : 'with MLP'} · ${m.norm}-norm · ${m.params.toLocaleString('en')} parameters · seq_len ${m.seq_len}${m.user ? ` · vocab ${m.vocab} · ${m.causal ? 'causal' : 'bidirectional'}` : ''}`),
+      `d_model ${m.d_model} · ${m.layers}×${m.heads} heads of ${m.head_dims.join('/')} · ${m.attn_only ? 'attention only' : m.experts ? `with ${m.experts} experts (${m.experts_per_token} a token)` : 'with MLP'} · ${m.norm}-norm · ${m.params.toLocaleString('en')} parameters · seq_len ${m.seq_len}${m.user ? ` · vocab ${m.vocab} · ${m.causal ? 'causal' : 'bidirectional'}` : ''}`),
     m.command ? el('code', { class: 'cmd', title: 'the command that trained it' }, m.command) : null].filter((x) => x));
   $('#predictions-help').textContent = {
     next: `Each tile is a position: its token, then the model’s three most likely next tokens. Green and red mark the positions ${m.task ? 'the task scores' : 'whose next token the first guess gets right or wrong'}.`,
     masked: `Each tile is a position: its token, then the model’s three most likely tokens there. The guesses that count are at the ${m.mask || '[MASK]'} positions, highlighted.`,
     none: 'This model has no language-model head (only its hidden states mean something): no predictions.',
-  }[m.predicts];
+  }[m.predicts] + (m.experts ? ' Under each, the experts its token went through in the selected layer, with their weights (every layer’s in the tooltip).' : '');
   // The sparse attention fields start empty: the model's own, which the placeholders show.
   $('#patterns').value = '';
   $('#block').value = '';
