@@ -795,7 +795,7 @@ func TestUserRouting(t *testing.T) {
 // DistilBERT, SmolLM3's NoPE and sliding layer, GPT-J, Qwen3 with YaRN) and runs a text on each: the tokenizer's tokens, rows of weights that sum to 1, a
 // prediction per position.
 func TestUserFamilies(t *testing.T) {
-	names := []string{"mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "llama3-bf16", "gpt2-prefixed-f16-sharded", "bert-gamma-beta", "roberta", "distilbert", "smollm3", "gptj", "qwen3-yarn", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"}
+	names := []string{"mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "llama3-bf16", "gpt2-prefixed-f16-sharded", "bert-gamma-beta", "roberta", "distilbert", "smollm3", "gptj", "qwen3-yarn", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3", "gpt-bigcode"}
 	var paths []string
 	for _, n := range names {
 		paths = append(paths, tinyFolder(n))

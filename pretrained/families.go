@@ -352,6 +352,87 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// gptBigCodeLayout maps a GPTBigCodeForCausalLM (or GPTBigCodeModel) folder, StarCoder's and
+// SantaCoder's: GPT-2's config keys, blocks and learned positions with nn.Linear weights
+// ([out, in], not transposed), multi-query attention (multi_query, the default: c_attn's rows
+// [Q; K; V] with one K/V head; otherwise rows per head [q; k; v]), gelu_pytorch_tanh, and the
+// head tied to wte.
+func gptBigCodeLayout(hc *hfConfig, w *weights) (*layout, error) {
+	e, v, heads, layers, pos, ffn, err := hc.gpt2Sizes()
+	if err != nil {
+		return nil, err
+	}
+	act := cmp.Or(hc.ActivationFunction, nn.GELUPyTorchTanh)
+	switch {
+	case act != nn.GELUNew && act != nn.GELU && act != nn.GELUPyTorchTanh:
+		return nil, fmt.Errorf("%w: GPTBigCode activation_function %q (mha has gelu, gelu_new, gelu_pytorch_tanh)", ErrUnsupported, act)
+	case e%heads != 0:
+		return nil, fmt.Errorf("pretrained: n_embd %d is not divisible by n_head %d", e, heads)
+	case !orDefault(hc.ScaleAttnWeights, true):
+		return nil, fmt.Errorf("%w: GPTBigCode without scale_attn_weights", ErrUnsupported)
+	}
+	d, multiQuery := e/heads, orDefault(hc.MultiQuery, true)
+	kv := heads
+	if multiQuery {
+		kv = 1
+	}
+	tied := orDefault(hc.TieEmbeddings, true)
+	l := &layout{
+		cfg: nn.Config{Vocab: v, SeqLen: pos, DModel: e, Heads: heads, Layers: layers, FFN: ffn, Norm: nn.PreNorm,
+			Positions: nn.Learned, Activation: act, NormEps: orDefault(hc.LayerNormEpsilon, 1e-5), TieEmbeddings: tied, NoHeadBias: true},
+		prefixes: []string{"transformer.", ""},
+		skip: func(name string) bool {
+			return name == "lm_head.weight" && tied
+		},
+	}
+	if kv != heads {
+		l.cfg.KVHeads = kv
+	}
+	add := func(name string, parts ...part) { l.params = append(l.params, binding{name: name, parts: parts}) }
+	norm := func(to, from string) {
+		add(to+".weight", src(from+".weight", e))
+		add(to+".bias", src(from+".bias", e))
+	}
+	rows := e + 2*kv*d
+	// qkv returns the parts of c_attn's weight (cols e) or bias (cols 0) that make in_proj's
+	// [Q; K; V].
+	qkv := func(name string, cols int) []part {
+		shape := []int{rows}
+		if cols > 0 {
+			shape = append(shape, cols)
+		}
+		if multiQuery {
+			return []part{{names: []string{name}, shape: shape}}
+		}
+		span := func(r0 int) part { return part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + d}} }
+		var q, k, vv []part
+		for h := range heads {
+			q, k, vv = append(q, span(3*h*d)), append(k, span((3*h+1)*d)), append(vv, span((3*h+2)*d))
+		}
+		return append(append(q, k...), vv...)
+	}
+	add("tok_emb.weight", src("wte.weight", v, e))
+	add("pos_emb.weight", src("wpe.weight", pos, e))
+	for i := range layers {
+		h, b := "h."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
+		norm(b+"ln1", h+"ln_1")
+		add(b+"attn.in_proj_weight", qkv(h+"attn.c_attn.weight", e)...)
+		add(b+"attn.in_proj_bias", qkv(h+"attn.c_attn.bias", 0)...)
+		add(b+"attn.out_proj.weight", src(h+"attn.c_proj.weight", e, e))
+		add(b+"attn.out_proj.bias", src(h+"attn.c_proj.bias", e))
+		norm(b+"ln2", h+"ln_2")
+		add(b+"ffn.fc1.weight", src(h+"mlp.c_fc.weight", ffn, e))
+		add(b+"ffn.fc1.bias", src(h+"mlp.c_fc.bias", ffn))
+		add(b+"ffn.fc2.weight", src(h+"mlp.c_proj.weight", e, ffn))
+		add(b+"ffn.fc2.bias", src(h+"mlp.c_proj.bias", e))
+	}
+	norm("ln_f", "ln_f")
+	if !tied {
+		add("head.weight", part{names: []string{"lm_head.weight"}, shape: []int{v, e}, head: true})
+	}
+	return l, nil
+}
+
 // gptjLayout maps a GPTJForCausalLM (or GPTJModel) folder, GPT-J-6B's: GPT-2's config keys,
 // pre-norm blocks whose attention and MLP read one LayerNorm, ln_1, side by side (as Phi-2's),
 // rotary positions of base 10000 on the first rotary_dim features of each head (all when null)

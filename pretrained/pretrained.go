@@ -14,6 +14,8 @@
 //	DistilBertForMaskedLM                 DistilBERT's names, no token types
 //	GPTNeoXForCausalLM, GPTNeoXModel      Pythia's: attention and MLP in parallel, partial
 //	                                      rotary, query_key_value per head, LayerNorm
+//	GPTBigCodeForCausalLM,                StarCoder's and SantaCoder's: GPT-2's blocks with
+//	GPTBigCodeModel                       multi-query attention, Linear weights
 //	GPTJForCausalLM, GPTJModel            GPT-J's: attention and MLP in parallel from one
 //	                                      LayerNorm, interleaved rotary on rotary_dim features
 //	FalconForCausalLM, FalconModel        Falcon's: multi-query or grouped K/V heads in one
@@ -86,6 +88,7 @@ const (
 	GPTJ       Family = "gptj"
 	Starcoder2 Family = "starcoder2"
 	Falcon     Family = "falcon"
+	GPTBigCode Family = "gpt_bigcode"
 )
 
 // Model is a Hugging Face folder opened as an nn model.
@@ -258,6 +261,7 @@ var architectures = map[string]Family{
 	"RobertaModel": BERT, "RobertaForMaskedLM": BERT, "XLMRobertaModel": BERT, "XLMRobertaForMaskedLM": BERT,
 	"GPTNeoXForCausalLM": GPTNeoX, "GPTNeoXModel": GPTNeoX,
 	"GPTJForCausalLM": GPTJ, "GPTJModel": GPTJ,
+	"GPTBigCodeForCausalLM": GPTBigCode, "GPTBigCodeModel": GPTBigCode,
 	"FalconForCausalLM": Falcon, "FalconModel": Falcon,
 	"PhiForCausalLM": Phi, "PhiModel": Phi,
 	"StableLmForCausalLM": StableLM, "StableLmModel": StableLM,
@@ -282,12 +286,12 @@ var architectures = map[string]Family{
 // decoderLayouts map the decoder families' folders (every family but the encoders BERT and
 // DistilBERT) to their nn models.
 var decoderLayouts = map[Family]func(*hfConfig, *weights) (*layout, error){
-	GPT2: gpt2Layout, GPTJ: gptjLayout, GPTNeoX: neoxLayout, Falcon: falconLayout, Phi: phiLayout, StableLM: stableLMLayout,
+	GPT2: gpt2Layout, GPTBigCode: gptBigCodeLayout, GPTJ: gptjLayout, GPTNeoX: neoxLayout, Falcon: falconLayout, Phi: phiLayout, StableLM: stableLMLayout,
 	Starcoder2: starcoder2Layout, Llama: llamaLayout,
 }
 
 // modelTypes maps config.json's model_type to the family, for folders without architectures.
-var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama, "olmo2": Llama, "olmo3": Llama, "olmoe": Llama}
+var modelTypes = map[string]Family{"gpt2": GPT2, "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "distilbert": DistilBERT, "gpt_neox": GPTNeoX, "gptj": GPTJ, "gpt_bigcode": GPTBigCode, "falcon": Falcon, "phi": Phi, "stablelm": StableLM, "starcoder2": Starcoder2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "qwen3": Llama, "gemma": Llama, "gemma2": Llama, "gemma3_text": Llama, "gemma3": Llama, "phi3": Llama, "smollm3": Llama, "mixtral": Llama, "qwen3_moe": Llama, "qwen2_moe": Llama, "olmo2": Llama, "olmo3": Llama, "olmoe": Llama}
 
 // OpenPath opens path as Open does when it is a folder; a file is read as a checkpoint that mha
 // train wrote (nn.Load), which has no tokenizer, and gets Architecture "mha".

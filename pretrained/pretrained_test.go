@@ -22,7 +22,7 @@ import (
 
 // folders are the tiny Hugging Face folders testdata/gen_pretrained.py writes, with float64
 // references after Hugging Face's modeling code.
-var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"}
+var folders = []string{"gpt2", "gpt2-prefixed-f16-sharded", "bert", "bert-gamma-beta", "llama", "llama3-bf16", "qwen2", "mistral", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "phi3-longrope", "gemma2", "gemma3", "gemma3-vision", "pythia", "gpt-neox-sequential", "phi2", "roberta", "distilbert", "stablelm2", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3", "gpt-bigcode"}
 
 func testdataDir(name string) string { return filepath.Join("..", "testdata", "pretrained", name) }
 
@@ -806,6 +806,32 @@ func TestOpenStarcoder2(t *testing.T) {
 	}
 }
 
+// TestOpenGPTBigCode checks what the gpt-bigcode folder's reference does not: one K/V head with
+// multi_query (the default), c_attn's rows per head without it (the folder's then do not fit),
+// and the activation and attention scaling refused when mha lacks them.
+func TestOpenGPTBigCode(t *testing.T) {
+	m, err := Open(testdataDir("gpt-bigcode"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.NN.Config(); c.KVHeads != 1 || c.Positions != nn.Learned || !c.TieEmbeddings || c.Activation != nn.GELUPyTorchTanh {
+		t.Errorf("config %+v: want one K/V head, learned positions, a tied head, gelu_pytorch_tanh", c)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"multi-head", func(c map[string]any) { c["multi_query"] = false }, "attn.c_attn.weight in model.safetensors is [24 16], want [48 16]"},
+		{"relu", func(c map[string]any) { c["activation_function"] = "relu" }, `GPTBigCode activation_function "relu"`},
+		{"unscaled", func(c map[string]any) { c["scale_attn_weights"] = false }, "GPTBigCode without scale_attn_weights"},
+	} {
+		if _, err := Open(editConfig(t, "gpt-bigcode", c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
 // TestOpenGPTJ checks what the gptj folder's reference does not: the attention buffers are
 // skipped and listed; rotary_dim null rotates whole heads; a bare GPTJModel, without lm_head,
 // has the embedding as its head and no bias; bad rotary_dim and activation_function are refused.
@@ -966,11 +992,12 @@ func TestOpenGemma3Multimodal(t *testing.T) {
 
 // FuzzConfig opens the GPT-2, Llama, BERT, wide-headed Qwen3, Gemma, Phi-3, Gemma 2 and 3 (and
 // multimodal), LongRoPE, Pythia, Phi-2, RoBERTa, DistilBERT, StableLM, YaRN, SmolLM3, GPT-J,
-// Mixtral, Qwen2-MoE, Qwen3-MoE, StarCoder2, Falcon, OLMo 2 and OLMoE folders with fuzzed config.json files: an error
-// or a model, never a panic, and no allocation beyond what the folder's tensors hold.
+// Mixtral, Qwen2-MoE, Qwen3-MoE, StarCoder2, Falcon, OLMo 2 and 3, OLMoE and GPTBigCode folders
+// with fuzzed config.json files: an error or a model, never a panic, and no allocation beyond
+// what the folder's tensors hold.
 func FuzzConfig(f *testing.F) {
 	folders := []string{"gpt2", "llama", "bert", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "gemma3-vision", "phi3-longrope", "pythia", "phi2", "roberta", "distilbert", "stablelm2",
-		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"}
+		"qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen2-moe", "qwen3-moe-bf16", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3", "gpt-bigcode"}
 	for i, name := range folders {
 		data, err := os.ReadFile(filepath.Join(testdataDir(name), "config.json"))
 		if err != nil {

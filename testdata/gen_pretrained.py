@@ -40,6 +40,7 @@ modeling_olmo2.py (Olmo2ForCausalLM: no input norms, the attention's and the MLP
 normalised, q_norm and k_norm over the whole projections), modeling_olmo3.py (OLMo 2's blocks,
 three sliding layers of four, rope_scaling on the full layers only), modeling_olmoe.py (OlmoeForCausalLM:
 Llama's blocks with OLMo 2's q_norm and k_norm and a mixture of experts),
+modeling_gpt_bigcode.py (GPTBigCodeForCausalLM: GPT-2's blocks with multi-query attention),
 modeling_starcoder2.py (Starcoder2ForCausalLM: LayerNorm, c_fc/c_proj around gelu_pytorch_tanh,
 biases everywhere, a sliding window over every layer), modeling_falcon.py (FalconForCausalLM:
 query_key_value split as _split_heads splits it, the parallel block), and
@@ -548,6 +549,47 @@ def starcoder2(name, dtype):
         x = x + gelu_new(m @ L["fc"][0].T + L["fc"][1]) @ L["proj"][0].T + L["proj"][1]
     hidden = layer_norm(x, *lnf, eps)
     write_model(name, cfg, p.stored, False, ids, None, hidden @ emb.T, hidden, attns, tokenizer=tok)
+
+
+def gpt_bigcode(name, dtype):
+    """A GPTBigCodeForCausalLM folder (StarCoder's and SantaCoder's layout) and its reference after
+    modeling_gpt_bigcode.py: GPT-2's config keys and blocks with learned positions, nn.Linear
+    weights [out, in], multi-query attention (c_attn's rows: every query head, then one key and
+    one value head), gelu_pytorch_tanh, the head tied to wte."""
+    tok, vocab_size = gpt2_tokenizer()
+    cfg = {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "vocab_size": vocab_size,
+           "n_positions": 32, "n_embd": 16, "n_layer": 2, "n_head": 4, "n_inner": None,
+           "activation_function": "gelu_pytorch_tanh", "layer_norm_epsilon": 1e-5, "multi_query": True,
+           "scale_attn_weights": True, "torch_dtype": torch_dtype(dtype), "bos_token_id": vocab_size - 1,
+           "eos_token_id": vocab_size - 1}
+    p = Params(name, dtype)
+    e, v, h, npos, eps = cfg["n_embd"], vocab_size, cfg["n_head"], cfg["n_positions"], cfg["layer_norm_epsilon"]
+    d, f = e // h, 4 * e
+    wte = p.draw("transformer.wte.weight", (v, e), 0.5)
+    wpe = p.draw("transformer.wpe.weight", (npos, e), 0.3)
+    layers = []
+    for l in range(cfg["n_layer"]):
+        s = f"transformer.h.{l}."
+        layers.append({"ln1": p.layer_norm(s + "ln_1", e), "c_attn": p.linear(s + "attn.c_attn", e, e + 2 * d),
+                       "c_proj": p.linear(s + "attn.c_proj", e, e), "ln2": p.layer_norm(s + "ln_2", e),
+                       "c_fc": p.linear(s + "mlp.c_fc", e, f), "mlp_proj": p.linear(s + "mlp.c_proj", f, e)})
+    lnf = p.layer_norm("transformer.ln_f", e)
+    ids = torch.from_numpy(p.rng.integers(0, v, size=(2, 9)))
+    b, t = ids.shape
+    mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+    x, attns = wte[ids] + wpe[torch.arange(t)], []
+    for L in layers:
+        a = layer_norm(x, *L["ln1"], eps)
+        qkv = a @ L["c_attn"][0].T + L["c_attn"][1]
+        q = split_heads(qkv[..., :e], h)
+        k, vv = (qkv[..., e + i * d:e + (i + 1) * d].unsqueeze(1).expand(b, h, t, d) for i in range(2))
+        o, w = softmax_attention(q, k, vv, mask)
+        attns.append(w)
+        x = x + merge_heads(o) @ L["c_proj"][0].T + L["c_proj"][1]
+        m = layer_norm(x, *L["ln2"], eps)
+        x = x + gelu_new(m @ L["c_fc"][0].T + L["c_fc"][1]) @ L["mlp_proj"][0].T + L["mlp_proj"][1]
+    hidden = layer_norm(x, *lnf, eps)
+    write_model(name, cfg, p.stored, False, ids, None, hidden @ wte.T, hidden, attns, tokenizer=tok)
 
 
 def falcon(name, dtype, new_arch):
@@ -1257,6 +1299,7 @@ def main():
     gptj("gptj", "F16")  # GPT-J-6B's layout: parallel from one ln_1, interleaved rotary on half of each head
     starcoder2("starcoder2", "F32")  # LayerNorm, biases everywhere, a window over every layer, a tied head
     falcon("falcon", "BF16", new_arch=False)  # Falcon-7B's multi-query, parallel block from one norm
+    gpt_bigcode("gpt-bigcode", "F16")  # StarCoder's: GPT-2's blocks with multi-query attention
     falcon("falcon-new-arch", "F32", new_arch=True)  # Falcon-40B's: two K/V groups, ln_attn and ln_mlp, biases
     roberta("roberta", "F32")
     distilbert("distilbert", "F32")

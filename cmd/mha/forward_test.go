@@ -23,7 +23,7 @@ func pretrainedDir(name string) string {
 // TestForwardMatchesReference runs mha forward --ids on the first sequence of each tiny
 // folder's reference input and checks the logits and attentions against the reference.
 func TestForwardMatchesReference(t *testing.T) {
-	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "phi3-longrope", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3"} {
+	for _, name := range []string{"gpt2", "llama", "llama3-bf16", "mistral", "qwen2", "qwen3-bf16", "qwen3-wide", "gemma", "phi3", "gemma2", "gemma3", "pythia", "phi2", "stablelm2", "phi3-longrope", "qwen3-yarn", "smollm3", "gptj", "mixtral", "qwen3-moe-bf16", "qwen2-moe", "starcoder2", "falcon", "falcon-new-arch", "olmo2", "olmoe-bf16", "olmo3", "gpt-bigcode"} {
 		exp, err := safetensors.ReadFile(filepath.Join(pretrainedDir(name), "expected.safetensors"))
 		if err != nil {
 			t.Fatal(err)
