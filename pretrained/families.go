@@ -276,22 +276,7 @@ func neoxLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add(to+".weight", src(from+".weight", e))
 		add(to+".bias", src(from+".bias", e))
 	}
-	// qkv returns the parts of query_key_value's weight (cols e) or bias (cols 0) that make
-	// in_proj's [Q; K; V]: for each of Q, K, V, the rows of every head in turn.
-	qkv := func(name string, cols int) []part {
-		shape := []int{3 * e}
-		if cols > 0 {
-			shape = append(shape, cols)
-		}
-		var parts []part
-		for which := range 3 {
-			for h := range heads {
-				r0 := h*3*d + which*d
-				parts = append(parts, part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + d}})
-			}
-		}
-		return parts
-	}
+	qkv := func(name string, cols int) []part { return fusedQKV(name, qkvPerHead, heads, heads, d, cols) }
 	add("tok_emb.weight", src("embed_in.weight", v, e))
 	for i := range layers {
 		h, b := "layers."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
@@ -352,6 +337,42 @@ func distilBERTLayout(hc *hfConfig, w *weights) (*layout, error) {
 	return l, nil
 }
 
+// qkvOrder is how a fused query-key-value projection orders its rows.
+type qkvOrder int
+
+const (
+	qkvStacked qkvOrder = iota // every query head, then every K/V head's key, then their values (Falcon-7B, StarCoder)
+	qkvPerHead                 // [q_h; k_h; v_h] head by head, one K/V head per query head (GPT-NeoX)
+	qkvGrouped                 // per K/V group: its query heads, its key, its value (Falcon's new architecture)
+)
+
+// fusedQKV returns the parts of a fused projection named name, its weight (cols > 0: [(heads +
+// 2·kv)·d, cols]) or its bias (cols 0), laid out in order, that make in_proj's [Q; K; V] for
+// heads query heads and kv K/V heads of d values.
+func fusedQKV(name string, order qkvOrder, heads, kv, d, cols int) []part {
+	shape := []int{(heads + 2*kv) * d}
+	if cols > 0 {
+		shape = append(shape, cols)
+	}
+	span := func(r0, n int) part { return part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + n}} }
+	var q, k, v []part
+	switch order {
+	case qkvStacked:
+		q, k, v = []part{span(0, heads*d)}, []part{span(heads*d, kv*d)}, []part{span((heads+kv)*d, kv*d)}
+	case qkvPerHead:
+		for h := range heads {
+			q, k, v = append(q, span(3*h*d, d)), append(k, span((3*h+1)*d, d)), append(v, span((3*h+2)*d, d))
+		}
+	case qkvGrouped:
+		per := heads / kv
+		for g := range kv {
+			r0 := g * (per + 2) * d
+			q, k, v = append(q, span(r0, per*d)), append(k, span(r0+per*d, d)), append(v, span(r0+(per+1)*d, d))
+		}
+	}
+	return append(append(q, k...), v...)
+}
+
 // gptBigCodeLayout maps a GPTBigCodeForCausalLM (or GPTBigCodeModel) folder, StarCoder's and
 // SantaCoder's: GPT-2's config keys, blocks and learned positions with nn.Linear weights
 // ([out, in], not transposed), multi-query attention (multi_query, the default: c_attn's rows
@@ -393,24 +414,11 @@ func gptBigCodeLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add(to+".weight", src(from+".weight", e))
 		add(to+".bias", src(from+".bias", e))
 	}
-	rows := e + 2*kv*d
-	// qkv returns the parts of c_attn's weight (cols e) or bias (cols 0) that make in_proj's
-	// [Q; K; V].
-	qkv := func(name string, cols int) []part {
-		shape := []int{rows}
-		if cols > 0 {
-			shape = append(shape, cols)
-		}
-		if multiQuery {
-			return []part{{names: []string{name}, shape: shape}}
-		}
-		span := func(r0 int) part { return part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + d}} }
-		var q, k, vv []part
-		for h := range heads {
-			q, k, vv = append(q, span(3*h*d)), append(k, span((3*h+1)*d)), append(vv, span((3*h+2)*d))
-		}
-		return append(append(q, k...), vv...)
+	order := qkvPerHead
+	if multiQuery {
+		order = qkvStacked
 	}
+	qkv := func(name string, cols int) []part { return fusedQKV(name, order, heads, kv, d, cols) }
 	add("tok_emb.weight", src("wte.weight", v, e))
 	add("pos_emb.weight", src("wpe.weight", pos, e))
 	for i := range layers {
@@ -562,32 +570,15 @@ func falconLayout(hc *hfConfig, w *weights) (*layout, error) {
 		add(to+".weight", src(from+".weight", e))
 		add(to+".bias", src(from+".bias", e))
 	}
-	// qkv returns the parts of query_key_value's weight (cols e) or bias (cols 0), rows
-	// (heads + 2·kv)·d, that make in_proj's [Q; K; V], as FalconAttention._split_heads reads them.
-	rows := (heads + 2*kv) * d
-	qkv := func(name string, cols int) []part {
-		shape := []int{rows}
-		if cols > 0 {
-			shape = append(shape, cols)
-		}
-		span := func(r0, n int) part { return part{names: []string{name}, shape: shape, rows: [2]int{r0, r0 + n}} }
-		var q, k, v []part
-		switch {
-		case newArch: // per group: its heads' queries, then its key and value
-			per := heads / kv
-			for g := range kv {
-				r0 := g * (per + 2) * d
-				q, k, v = append(q, span(r0, per*d)), append(k, span(r0+per*d, d)), append(v, span(r0+(per+1)*d, d))
-			}
-		case multiQuery: // every query head, then the one key and value
-			q, k, v = []part{span(0, heads*d)}, []part{span(heads*d, d)}, []part{span((heads+1)*d, d)}
-		default: // per head [q; k; v]
-			for h := range heads {
-				q, k, v = append(q, span(3*h*d, d)), append(k, span((3*h+1)*d, d)), append(v, span((3*h+2)*d, d))
-			}
-		}
-		return append(append(q, k...), v...)
+	// query_key_value's rows, as FalconAttention._split_heads reads them.
+	order := qkvPerHead
+	switch {
+	case newArch:
+		order = qkvGrouped
+	case multiQuery:
+		order = qkvStacked
 	}
+	qkv := func(name string, cols int) []part { return fusedQKV(name, order, heads, kv, d, cols) }
 	add("tok_emb.weight", src("word_embeddings.weight", v, e))
 	for i := range layers {
 		h, b := "h."+strconv.Itoa(i)+".", "blocks."+strconv.Itoa(i)+"."
