@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/nn"
 	"github.com/mhalab/mha/tensor"
 )
@@ -154,25 +155,10 @@ func logSumExp(row []float32) float64 {
 // first on ties, with their softmax probabilities over row.
 func topK(row []float32, k int) []Prediction {
 	lse := logSumExp(row)
-	top := make([]Prediction, 0, k)
-	for id, x := range row {
-		if len(top) == k && float64(x) <= top[k-1].Logit {
-			continue
-		}
-		i := len(top)
-		if i < k {
-			top = append(top, Prediction{})
-		} else {
-			i = k - 1
-		}
-		for i > 0 && top[i-1].Logit < float64(x) {
-			top[i] = top[i-1]
-			i--
-		}
-		top[i] = Prediction{Token: id, Logit: float64(x)}
-	}
-	for i := range top {
-		top[i].Prob = math.Exp(top[i].Logit - lse)
+	var top []Prediction
+	for _, id := range kernel.TopK(row, k, make([]int, 0, k)) {
+		x := float64(row[id])
+		top = append(top, Prediction{Token: id, Logit: x, Prob: math.Exp(x - lse)})
 	}
 	return top
 }

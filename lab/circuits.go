@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mhalab/mha/circuits"
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/nn"
 )
 
@@ -197,7 +198,7 @@ func (m *model) topAt(tokens []int, pos, workers int) ([]guess, error) {
 	v := m.cfg.Vocab
 	p := softmax(logits.Data[pos*v : (pos+1)*v])
 	var out []guess
-	for _, id := range top(p, 3) {
+	for _, id := range kernel.TopK(p, 3, nil) {
 		out = append(out, m.guess(id, p[id]))
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mhalab/mha/internal/kernel"
 	"github.com/mhalab/mha/probe"
 	"github.com/mhalab/mha/tasks"
 	"github.com/mhalab/mha/tensor"
@@ -319,7 +320,7 @@ func (m *model) predictions(logits []float32, tokens []int, task *tasks.Batch) [
 	out := make([]prediction, len(logits)/v)
 	for t := range out {
 		p := softmax(logits[t*v : (t+1)*v])
-		for _, id := range top(p, 3) {
+		for _, id := range kernel.TopK(p, 3, nil) {
 			out[t].Top = append(out[t].Top, m.guess(id, p[id]))
 		}
 		if m.user != nil && m.user.mask >= 0 && m.user.mask == tokens[t] {
@@ -333,23 +334,6 @@ func (m *model) predictions(logits []float32, tokens []int, task *tasks.Batch) [
 		}
 	}
 	return out
-}
-
-// top returns the ids of the k largest values of p, largest first, the lower id first on ties,
-// in one pass: a vocabulary can have 100,000 ids.
-func top(p []float64, k int) []int {
-	best := make([]int, 0, k+1)
-	for id := range p {
-		i := len(best)
-		for i > 0 && p[best[i-1]] < p[id] {
-			i--
-		}
-		if i < k {
-			best = slices.Insert(best, i, id)
-			best = best[:min(len(best), k)]
-		}
-	}
-	return best
 }
 
 // softmax returns the probabilities of one row of logits, in float64.

@@ -295,8 +295,8 @@ func TestHFGradient(t *testing.T) {
 		}
 		// A mixture of experts' choice of experts is piecewise constant: a coordinate whose
 		// steps move a token to other experts crosses a jump, and is left out.
-		routing := func() []int32 {
-			var sel []int32
+		routing := func() []int {
+			var sel []int
 			for _, b := range m.blocks {
 				if f, ok := b.ffn.(*moe); ok {
 					sel = append(sel, f.sel...)

@@ -46,7 +46,7 @@ type moe struct {
 
 	// The last forward's routing, read by backward.
 	probs  []float32   // [n, E] the router's softmax
-	sel    []int32     // [n, k] each token's experts, by decreasing probability
+	sel    []int       // [n, k] each token's experts, by decreasing probability
 	w      []float32   // [n, k] their weights
 	tokens [][]int32   // per expert, the tokens routed to it, ascending
 	slots  [][]int32   // per expert, where in its token's k choices it is
@@ -79,7 +79,7 @@ func (m *moe) forward(r *runner, x []float32, n int) []float32 {
 	m.probs = kernel.Grow(m.probs, n*ne)
 	m.w = kernel.Grow(m.w, n*k)
 	if cap(m.sel) < n*k {
-		m.sel = make([]int32, n*k)
+		m.sel = make([]int, n*k)
 	}
 	m.sel = m.sel[:n*k]
 	if m.tokens == nil {
@@ -91,10 +91,8 @@ func (m *moe) forward(r *runner, x []float32, n int) []float32 {
 	for t := range n {
 		p := m.probs[t*ne : (t+1)*ne]
 		copy(p, scores[t*ne:(t+1)*ne])
-		sum := kernel.Sexp(p, kernel.Smax(p))
-		kernel.Sscal(1/sum, p)
-		sel, w := m.sel[t*k:(t+1)*k], m.w[t*k:(t+1)*k]
-		topK(p, sel)
+		kernel.Softmax(p)
+		sel, w := kernel.TopK(p, k, m.sel[t*k:t*k:(t+1)*k]), m.w[t*k:(t+1)*k]
 		var total float32
 		for j, e := range sel {
 			w[j] = p[e]
@@ -142,30 +140,6 @@ func (m *moe) forward(r *runner, x []float32, n int) []float32 {
 		}
 	}
 	return m.out
-}
-
-// topK writes into sel the indices of the len(sel) largest values of p, largest first (the
-// lower index first among equals).
-func topK(p []float32, sel []int32) {
-	for j := range sel {
-		best := -1
-		for e, v := range p {
-			if (best < 0 || v > p[best]) && !chosen(sel[:j], e) {
-				best = e
-			}
-		}
-		sel[j] = int32(best)
-	}
-}
-
-// chosen reports whether e is among sel.
-func chosen(sel []int32, e int) bool {
-	for _, s := range sel {
-		if int(s) == e {
-			return true
-		}
-	}
-	return false
 }
 
 // backward adds dL/dx into dx [n, d] given dy [n, d]: through each expert on its tokens, and
@@ -231,9 +205,7 @@ func (m *moe) backward(r *runner, dy, dx []float32, n int, s *scratch) {
 			g[e] = dp
 			pdp += p[e] * dp
 		}
-		for e := range g {
-			g[e] = p[e] * (g[e] - pdp)
-		}
+		kernel.SoftmaxGrad(g, p, pdp)
 	}
 	m.router.backward(r, dl, dx, n)
 }
@@ -265,8 +237,6 @@ func (m *Model) Routing(layer int) *Route {
 	n, k := m.b*m.t, f.k
 	r := &Route{Probs: &tensor.Tensor{Shape: []int{m.b, m.t, len(f.experts)}, Data: f.probs[:n*len(f.experts)]},
 		Experts: make([]int, n*k), Weights: &tensor.Tensor{Shape: []int{m.b, m.t, k}, Data: f.w[:n*k]}}
-	for i, e := range f.sel[:n*k] {
-		r.Experts[i] = int(e)
-	}
+	copy(r.Experts, f.sel[:n*k])
 	return r
 }

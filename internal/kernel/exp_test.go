@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"cmp"
 	"flag"
 	"math"
 	"math/rand/v2"
@@ -633,5 +634,33 @@ func TestSexpBF16InPlace(t *testing.T) {
 				t.Fatalf("%v n=%d: wrote past x", i, n)
 			}
 		}
+	}
+}
+
+// TestTopK checks TopK against a stable sort by decreasing value: ties keep the lower index
+// first, k beyond the row's length gives the whole row, k 0 nothing, and a NaN never outranks a
+// number.
+func TestTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{0, 1, 2, 5, 17, 100} {
+		row := make([]float32, n)
+		for i := range row {
+			row[i] = float32(rng.IntN(6)) // many ties
+		}
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(row[b], row[a]) })
+		for _, k := range []int{0, 1, 3, n, n + 2} {
+			got := TopK(row, k, nil)
+			if want := order[:min(k, n)]; !slices.Equal(got, want) {
+				t.Errorf("n=%d k=%d: %v, want %v (row %v)", n, k, got, want, row)
+			}
+		}
+	}
+	nan := float32(math.NaN())
+	if got := TopK([]float32{nan, 1, 2}, 2, make([]int, 0, 3)); !slices.Equal(got, []int{2, 1}) {
+		t.Errorf("a NaN first: %v, want [2 1]", got)
 	}
 }

@@ -1,6 +1,9 @@
 package kernel
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
 // Softmax replaces row with softmax(row), subtracting the row's maximum first so that large
 // logits do not overflow. Entries equal to −Inf get weight 0. A row whose entries are all −Inf
@@ -38,4 +41,27 @@ func SoftmaxSink[F Float](row []F, sink float64) (ok bool, lse float64) {
 		row[i] *= inv
 	}
 	return true, float64(m) + math.Log(float64(sum))
+}
+
+// TopK writes into dst[:0] the indices of the min(k, len(row)) largest values of row, largest
+// first, the lower index first among equals, in one pass over row (a vocabulary can hold
+// 100,000 values), and returns it; it never grows dst past k, so a dst of capacity k is filled
+// in place. A NaN ranks below every number.
+func TopK[F Float](row []F, k int, dst []int) []int {
+	best := dst[:0]
+	for i, x := range row {
+		j := len(best)
+		for j > 0 && cmp.Less(row[best[j-1]], x) {
+			j--
+		}
+		if j >= k {
+			continue
+		}
+		if len(best) < k {
+			best = append(best, 0)
+		}
+		copy(best[j+1:], best[j:len(best)-1])
+		best[j] = i
+	}
+	return best
 }
